@@ -1,0 +1,415 @@
+"""The `dispatch` command. Subcommands parse, call one library function, and format.
+
+This is the only place errors become messages: a DispatcherError prints one line
+and exits with its code; tracebacks appear only with --debug. Imports of redis,
+rq and pynvml stay inside the commands that need them, so `dispatch submit` is quick.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import json
+import os
+import re
+import signal
+import sys
+import time
+
+import click
+
+from . import errors
+from .errors import DispatcherError, InvalidRequestError
+
+_NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class Ctx:
+    """Lazily connecting context shared by the subcommands."""
+
+    def __init__(self, url: str | None, ns: str, debug: bool):
+        self._url_flag, self.ns, self.debug = url, ns, debug
+        self._client = None
+
+    @property
+    def url(self) -> str:
+        from .config import resolve_url
+
+        return resolve_url(self._url_flag)
+
+    @property
+    def client(self):
+        if self._client is None:
+            from .store.connect import connect
+
+            self._client = connect(self.url)
+        return self._client
+
+    @property
+    def scripts(self):
+        from .store.scripts import Scripts
+
+        return Scripts(self.client, self.ns)
+
+
+def common(fn):
+    """--redis, --namespace and --debug on every command."""
+    @click.option("--redis", "redis_url", envvar="DISPATCH_REDIS_URL", metavar="URL",
+                  help="Redis URL (env DISPATCH_REDIS_URL; default: the server `dispatch up` started).")
+    @click.option("--namespace", "ns", envvar="DISPATCH_NAMESPACE", default="dispatch", show_default=True,
+                  help="Key prefix, to run several clusters on one Redis.")
+    @click.option("--debug", is_flag=True, help="Show tracebacks.")
+    @functools.wraps(fn)
+    def wrapper(redis_url, ns, debug, **kwargs):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,32}", ns):
+            raise click.BadParameter("letters, digits and _.- only", param_hint="--namespace")
+        ctx = Ctx(redis_url, ns, debug)
+        click.get_current_context().meta["debug"] = debug
+        return fn(ctx, **kwargs)
+    return wrapper
+
+
+def json_flag(fn):
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _fmt_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(max(0, seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(fmt.format(*map(str, r)).rstrip() for r in [header] + rows)
+
+
+def _setup_logging(debug: bool) -> None:
+    import logging
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dispatch-gpu", prog_name="dispatch")
+def cli():
+    """dispatch: whose turn is it on the GPUs? Submit jobs; a scoring scheduler places them on GPU nodes."""
+
+
+# -- submitting and looking ------------------------------------------------------------------
+@cli.command(context_settings={"ignore_unknown_options": False})
+@click.option("--name", default="", help="A name for the job.")
+@click.option("--user", default=None, help="Owner (default: $USER).")
+@click.option("--team", default="", help="Team, for quotas.")
+@click.option("--gpus", default="0", metavar="N", help="Number of GPUs, all on one node (0: CPU only).")
+@click.option("--gpu-type", default=None, metavar="T", help="Acceptable GPU families, e.g. A100 or 'A100|H100'.")
+@click.option("--gpu-mem", default="0", metavar="GB", help="Minimum memory of each GPU, in GB.")
+@click.option("--cpus", default="1", metavar="N", help="CPU cores.")
+@click.option("--mem", default="0", metavar="GB", help="Host memory, in GB.")
+@click.option("--priority", default="normal", metavar="P", help="critical, high, normal or low.")
+@click.option("--est", default=None, metavar="DURATION", help="Estimated run time: 90s, 15m, 2h.")
+@click.option("--checkpointable", is_flag=True, help="The job can save a checkpoint and resume.")
+@click.option("--grace", default="30s", metavar="DURATION", help="Time between SIGTERM and SIGKILL.")
+@click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")
+@click.option("--cwd", default=None, help="Working directory on the node (default: the current one).")
+@click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
+@common
+def submit(ctx, name, user, team, gpus, gpu_type, gpu_mem, cpus, mem, priority, est, checkpointable, grace, env,
+           cwd, command):
+    """Submit a job: dispatch submit --gpus 2 --gpu-type A100 -- python train.py. Prints the job id."""
+    from .spec import build_spec
+    from .store.jobs import write_jobs
+
+    spec = build_spec(
+        command=command, user=user or os.environ.get("USER") or getpass.getuser(), submit_ms=now_ms(), name=name,
+        team=team, cwd=cwd if cwd is not None else os.getcwd(), env=env, gpus=gpus, gpu_type=gpu_type,
+        gpu_mem_gb=gpu_mem, cpus=cpus, mem_gb=mem, priority=priority, est=est, checkpointable=checkpointable,
+        grace=grace)
+    (job_id,) = write_jobs(ctx.client, ctx.ns, [spec])
+    click.echo(job_id)
+
+
+@cli.command()
+@click.option("--all", "show_all", is_flag=True, help="Include finished jobs (the latest 1000).")
+@json_flag
+@common
+def queue(ctx, show_all, as_json):
+    """Pending and running jobs, oldest first."""
+    from .store.jobs import read_queue
+
+    jobs = read_queue(ctx.client, ctx.ns, include_final=show_all)
+    if as_json:
+        click.echo(json.dumps(jobs, indent=1))
+        return
+    now = time.time()
+    rows = []
+    for j in jobs:
+        waited = ((j["started_at"] or j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
+                  if j["submitted_at"] else None)
+        gpus = f"{j['gpus_requested']}" + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")
+        where = f"{j['node']}:{','.join(map(str, j['gpus']))}" if j["node"] else "-"
+        reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else ""
+        rows.append([j["id"], j["name"] or "-", j["user"], j["priority"], j["state"], gpus, where,
+                     _fmt_age(waited), reason[:90]])
+    click.echo(_table(rows, ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON"]))
+
+
+@cli.command()
+@click.argument("job_id")
+@json_flag
+@common
+def show(ctx, job_id, as_json):
+    """One job in full."""
+    from .store.jobs import read_job
+
+    job = read_job(ctx.client, ctx.ns, job_id)
+    if as_json:
+        click.echo(json.dumps(job, indent=1))
+        return
+    for k, v in job.items():
+        if k.endswith("_at") and v:
+            v = f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(v))} ({v:.3f})"
+        click.echo(f"{k:>16}: {v if v not in (None, '', []) else '-'}")
+
+
+@cli.command()
+@click.argument("job_ids", nargs=-1, required=True)
+@common
+def cancel(ctx, job_ids):
+    """Cancel jobs: pending ones at once, running ones through their node (SIGTERM, grace, SIGKILL)."""
+    from .store.jobs import cancel_job
+
+    for job_id in job_ids:
+        outcome = cancel_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms())
+        msg = {"cancelled": "cancelled", "requested": "cancel sent to its node"}.get(outcome, f"already {outcome}")
+        click.echo(f"{job_id}: {msg}")
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
+@common
+def logs(ctx, job_id, follow):
+    """A job's output, from any host."""
+    from .store.jobs import read_job, read_log
+
+    read_job(ctx.client, ctx.ns, job_id)  # JobNotFound for a bad id
+    out = sys.stdout.buffer
+    last = "-"
+    for last, chunk in read_log(ctx.client, ctx.ns, job_id):
+        out.write(chunk)
+    out.flush()
+    if not follow:
+        return
+    from .store.jobs import is_final
+
+    while True:
+        got = read_log(ctx.client, ctx.ns, job_id, last, block_ms=500)
+        for last, chunk in got:
+            out.write(chunk)
+        out.flush()
+        if not got and is_final(read_job(ctx.client, ctx.ns, job_id)["state"]):
+            for last, chunk in read_log(ctx.client, ctx.ns, job_id, last):
+                out.write(chunk)
+            out.flush()
+            return
+
+
+@cli.command()
+@click.argument("job_ids", nargs=-1, required=True)
+@click.option("--timeout", default=None, type=float, metavar="S", help="Give up after S seconds (exit 5).")
+@common
+def wait(ctx, job_ids, timeout):
+    """Wait for jobs to end; exit 0 only if all succeeded."""
+    from .store.jobs import is_final, read_job
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    states = {}
+    for j in job_ids:
+        read_job(ctx.client, ctx.ns, j)
+    while True:
+        for j in job_ids:
+            if not is_final(states.get(j, "")):
+                states[j] = read_job(ctx.client, ctx.ns, j)["state"]
+        if all(is_final(s) for s in states.values()):
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            left = [j for j, s in states.items() if not is_final(s)]
+            click.echo(f"dispatch: timed out after {timeout:g}s; still not done: {', '.join(left)}", err=True)
+            sys.exit(errors.EXIT_TIMEOUT)
+        time.sleep(0.2)
+    for j in job_ids:
+        click.echo(f"{j}: {states[j]}")
+    sys.exit(0 if all(s == "succeeded" for s in states.values()) else errors.EXIT_FAILED)
+
+
+@cli.command()
+@json_flag
+@common
+def nodes(ctx, as_json):
+    """Nodes, their GPUs and what holds them."""
+    from .config import Timing
+    from .store.nodes import read_nodes
+
+    found, problems = read_nodes(ctx.client, ctx.ns)
+    now = now_ms()
+    timeout = Timing().node_timeout_s
+    out = [{
+        "name": n.name, "alive": n.alive(now, timeout), "seen_s_ago": round((now - n.seen_ms) / 1000, 1),
+        "cpus": n.cpus, "mem_gb": n.mem_gb,
+        "gpus": [{"index": g.index, "name": g.name, "mem_total_gb": g.mem_total_gb, "mem_used_gb": g.mem_used_gb,
+                  "util_pct": g.util_pct, "uuid": g.uuid, "job": n.alloc.get(g.index)} for g in n.gpus],
+    } for n in found]
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    rows = []
+    for n in out:
+        kinds = sorted({g["name"].replace("NVIDIA ", "") for g in n["gpus"]})
+        free = sum(1 for g in n["gpus"] if g["job"] is None)
+        rows.append([n["name"], "up" if n["alive"] else "LOST", f"{free}/{len(n['gpus'])}", ",".join(kinds) or "-",
+                     n["cpus"], f"{n['mem_gb']:g}", f"{n['seen_s_ago']:g}s"])
+    click.echo(_table(rows, ["NODE", "STATE", "FREE", "GPU TYPES", "CPUS", "MEM_GB", "SEEN"]))
+    for p in problems:
+        click.echo(f"warning: {p}", err=True)
+
+
+# -- long-running parts ---------------------------------------------------------------------
+def _stop_on_signals(event) -> None:
+    def handler(signum, frame):
+        event.set()
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+@cli.command()
+@common
+def scheduler(ctx):
+    """Run the scoring scheduler (one per cluster)."""
+    import threading
+
+    from .scheduler import Scheduler
+
+    _setup_logging(ctx.debug)
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    sched = Scheduler(ctx.client, ctx.ns)
+    click.echo(f"dispatch scheduler on {ctx.url} (namespace {ctx.ns})", err=True)
+    sched.run(stop)
+
+
+def _node_options(fn):
+    fn = click.option("--fake-gpus", default=None, metavar="SPEC",
+                      help="Pretend GPUs instead of NVML, e.g. 2xA100-40GB,2xV100-16GB or 4xT4:16.")(fn)
+    fn = click.option("--cpus", default=None, type=click.IntRange(1, 100000), help="CPU cores to offer.")(fn)
+    fn = click.option("--mem", "mem_gb", default=None, type=click.FloatRange(0), help="Memory to offer, GB.")(fn)
+    fn = click.option("--work-dir", default=None, type=click.Path(file_okay=False),
+                      help="Where job logs and checkpoints live on this node.")(fn)
+    return fn
+
+
+def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir):
+    from .config import state_dir
+    from workers.agent import NodeAgent
+    from workers.gpu import open_probe
+
+    if not _NODE_NAME.match(node):
+        raise InvalidRequestError(f"--node: {node!r} may hold only letters, digits and _.- (at most 64)",
+                                  field="--node")
+    probe = open_probe(fake_gpus)
+    agent = NodeAgent(ctx.client, ctx.ns, node, probe, cpus=cpus, mem_gb=mem_gb,
+                      work_dir=work_dir or state_dir() / "node" / node)
+    agent.run()
+
+
+@cli.command()
+@click.option("--node", default=None, help="Node name (default: the host name).")
+@_node_options
+@common
+def worker(ctx, node, fake_gpus, cpus, mem_gb, work_dir):
+    """Run a node agent on this GPU host: heartbeat its GPUs and run the jobs placed on it."""
+    import socket
+
+    _setup_logging(ctx.debug)
+    _run_agent(ctx, node or socket.gethostname().split(".")[0], fake_gpus, cpus, mem_gb, work_dir)
+
+
+@cli.command()
+@click.option("--node", default=None, help="Name of the local node (default: the host name).")
+@click.option("--port", default=None, type=click.IntRange(1, 65535), help="Port of the embedded server.")
+@_node_options
+@common
+def up(ctx, node, port, fake_gpus, cpus, mem_gb, work_dir):
+    """All in one: embedded Redis (unless --redis is given), the scheduler and a local node agent."""
+    import socket
+    import threading
+
+    from .config import forget_server, record_server, state_dir
+    from .embedded import EmbeddedServer
+    from .scheduler import Scheduler
+
+    _setup_logging(ctx.debug)
+    if not fake_gpus:  # fail before starting anything if this host has no GPUs to offer
+        from workers.gpu import NvmlProbe
+
+        NvmlProbe().close()
+    server = None
+    if ctx._url_flag is None:
+        server = EmbeddedServer(state_dir() / "data", port).start()
+        ctx._url_flag = server.url
+        record_server(server.url, os.getpid())
+        click.echo(f"dispatch: embedded server on {server.url}, data in {server.data_dir}", err=True)
+    stop = threading.Event()
+    sched = Scheduler(ctx.client, ctx.ns)
+    sched_thread = threading.Thread(target=sched.run, args=(stop,), name="scheduler", daemon=True)
+    sched_thread.start()
+    try:
+        click.echo("dispatch: scheduler and node agent running; Ctrl-C stops everything", err=True)
+        _run_agent(ctx, node or socket.gethostname().split(".")[0], fake_gpus, cpus, mem_gb, work_dir)
+    finally:
+        stop.set()
+        sched_thread.join(5)
+        if server is not None:
+            forget_server(os.getpid())
+            server.stop()
+        click.echo("dispatch: stopped", err=True)
+
+
+def main() -> None:
+    debug = "--debug" in sys.argv
+    try:
+        rv = cli.main(standalone_mode=False, prog_name="dispatch")
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except DispatcherError as e:
+        if debug:
+            raise
+        click.echo(f"dispatch: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except Exception as e:
+        if debug:
+            raise
+        import redis
+
+        if isinstance(e, redis.exceptions.RedisError):
+            click.echo(f"dispatch: error: Redis failed: {e} (is the server up? see `dispatch up`)", err=True)
+            sys.exit(errors.EXIT_CONNECT)
+        click.echo(f"dispatch: internal error: {type(e).__name__}: {e} (rerun with --debug for details)",
+                   err=True)
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)

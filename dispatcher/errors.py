@@ -1,0 +1,100 @@
+"""The one exception tree. The CLI is the only place these become messages.
+
+Every error carries the structured fields a caller needs (job_id, node_id,
+...); tests assert on type and fields, not on text.
+"""
+
+#: Exit codes of the `dispatch` command.
+EXIT_OK = 0
+EXIT_FAILED = 1  # e.g. `dispatch wait` on a job that did not succeed
+EXIT_USAGE = 2
+EXIT_CONNECT = 3
+EXIT_NOT_FOUND = 4
+EXIT_TIMEOUT = 5
+EXIT_NO_GPU = 6
+
+
+class DispatcherError(Exception):
+    """Root of every error dispatch raises on purpose."""
+
+    exit_code = EXIT_FAILED
+    hint = ""
+
+    def __str__(self) -> str:
+        msg = super().__str__()
+        return f"{msg} ({self.hint})" if self.hint else msg
+
+
+class ConfigError(DispatcherError):
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, key: str = ""):
+        super().__init__(message)
+        self.key = key
+
+
+class InvalidRequestError(DispatcherError):
+    """A user's request is malformed. `field` names the flag or field."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, field: str = ""):
+        super().__init__(message)
+        self.field = field
+
+
+class NotFoundError(DispatcherError):
+    exit_code = EXIT_NOT_FOUND
+
+
+class JobNotFound(NotFoundError):
+    def __init__(self, job_id: str):
+        super().__init__(f"no job with id {job_id!r}")
+        self.job_id = job_id
+        self.hint = "see `dispatch queue` for the jobs that exist"
+
+
+class NodeNotFound(NotFoundError):
+    def __init__(self, node_id: str):
+        super().__init__(f"no node named {node_id!r}")
+        self.node_id = node_id
+
+
+class InvalidStateError(DispatcherError):
+    """The job is in a state that does not allow the operation."""
+
+    def __init__(self, job_id: str, state: str, operation: str):
+        super().__init__(f"job {job_id} is {state}; cannot {operation} it")
+        self.job_id, self.state, self.operation = job_id, state, operation
+
+
+class ConnectionError(DispatcherError):  # noqa: A001 - ours, not the builtin
+    exit_code = EXIT_CONNECT
+
+    def __init__(self, url: str, cause: str):
+        super().__init__(f"cannot reach Redis at {url}: {cause}")
+        self.url = url
+        self.hint = ("start one with `dispatch up`, or point to yours with --redis URL "
+                     "or DISPATCH_REDIS_URL")
+
+
+class NoGpuError(DispatcherError):
+    """NVML is not usable on this machine."""
+
+    exit_code = EXIT_NO_GPU
+
+    def __init__(self, cause: str):
+        super().__init__(f"cannot read GPUs through NVML: {cause}")
+        self.hint = "on a machine without NVIDIA GPUs, pass --fake-gpus, e.g. --fake-gpus 2xA100-40GB"
+
+
+class MalformedRecord(DispatcherError):
+    """A record in Redis that does not decode to what its schema says."""
+
+    def __init__(self, key: str, cause: str):
+        super().__init__(f"malformed record {key}: {cause}")
+        self.key = key
+
+
+class CommitConflict(DispatcherError):
+    """Internal: the plan no longer matches Redis; refresh and plan again."""

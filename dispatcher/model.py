@@ -1,0 +1,159 @@
+"""Plain, frozen data shared by the policy, the store, the scheduler and the simulator.
+
+No I/O here. Times are integers in milliseconds since the epoch (`*_ms`),
+durations in seconds (`*_s`), memory in GB (decimal, as GPU vendors count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+#: Priority classes, lowest first. The index is the class rank.
+PRIORITIES = ("low", "normal", "high", "critical")
+#: Other names users type for a class (the seed document says MEDIUM).
+PRIORITY_ALIASES = {"medium": "normal", "batch": "low", "interactive": "high"}
+
+#: Job states. `assigned` = placed by the scheduler, not yet started by its node.
+PENDING, ASSIGNED, RUNNING = "pending", "assigned", "running"
+SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
+ACTIVE_STATES = (ASSIGNED, RUNNING)
+FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED)
+
+#: Version of the job spec record; bump on an incompatible change.
+SPEC_VERSION = 1
+
+
+def priority_rank(priority: str) -> int:
+    return PRIORITIES.index(priority)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the user asked for. Immutable once submitted."""
+
+    id: str
+    command: tuple[str, ...]
+    name: str = ""
+    user: str = "nobody"
+    team: str = ""
+    cwd: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+    gpus: int = 0
+    gpu_types: tuple[str, ...] = ()  # acceptable GPU families; empty = any
+    gpu_mem_gb: float = 0.0  # minimum memory of each GPU
+    cpus: int = 1
+    mem_gb: float = 0.0
+    priority: str = "normal"
+    est_s: float | None = None  # the user's estimate of the run time
+    checkpointable: bool = False
+    grace_s: float = 30.0
+    submit_ms: int = 0
+
+    @property
+    def rank(self) -> int:
+        return priority_rank(self.priority)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as its node agent last saw it."""
+
+    index: int
+    name: str
+    mem_total_gb: float
+    uuid: str = ""
+    mem_used_gb: float = 0.0
+    util_pct: float = 0.0
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A live node: its GPUs and what is still free on it.
+
+    `free_gpus` are the indices not held by any job; `free_cpus`/`free_mem_gb`
+    are the node's totals less what running jobs asked for.
+    """
+
+    name: str
+    gpus: tuple[GpuInfo, ...]
+    cpus: int
+    mem_gb: float
+    free_gpus: tuple[int, ...]
+    free_cpus: int
+    free_mem_gb: float
+
+    def gpu(self, index: int) -> GpuInfo:
+        for g in self.gpus:
+            if g.index == index:
+                return g
+        raise KeyError(index)
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job holding resources (assigned or running)."""
+
+    spec: JobSpec
+    node: str
+    gpus: tuple[int, ...]
+    started_ms: int
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    spec: JobSpec
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the policy may look at for one cycle."""
+
+    pending: tuple[PendingJob, ...]
+    running: tuple[RunningJob, ...]
+    nodes: tuple[NodeView, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    job_id: str
+    node: str
+    gpus: tuple[int, ...]
+    score: float
+    terms: dict[str, float] = field(default_factory=dict, compare=False)
+
+
+class Code(str, Enum):
+    """Why a job did not start, k8s-style: now vs ever."""
+
+    NO_FIT_NOW = "no_fit_now"  # would fit if resources were free
+    NO_FIT_EVER = "no_fit_ever"  # no live node could ever hold it
+    RESERVED = "reserved"  # fits, but the GPUs are held for a higher-ranked job
+    INVALID = "invalid"  # the record itself is unusable
+
+
+@dataclass(frozen=True)
+class Verdict:
+    job_id: str
+    code: Code
+    reason: str
+    score: float = 0.0
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """GPUs held for a blocked job from `start_ms` on (its estimated start)."""
+
+    job_id: str
+    node: str
+    gpus: tuple[int, ...]
+    start_ms: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    placements: tuple[Placement, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()
+    reservations: tuple[Reservation, ...] = ()

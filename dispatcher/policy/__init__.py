@@ -1,0 +1,11 @@
+"""The pure policy core: who gets which GPUs this cycle.
+
+Imports nothing from Redis, RQ, pynvml, time or os (tests/unit/test_layering.py
+enforces it). The live scheduler, `dispatch why` and the simulator all call
+`schedule` with a snapshot and the time, and act on the Plan it returns.
+"""
+
+from .config import PolicyConfig
+from .schedule import schedule
+
+__all__ = ["PolicyConfig", "schedule"]

@@ -1,0 +1,86 @@
+"""Resource fit: which GPUs of a node a job may use, and how tightly it packs.
+
+GPU type and minimum memory are hard constraints; packing is a score.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..model import JobSpec, NodeView
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def _tokens(text: str) -> set[str]:
+    return set(_TOKEN.findall(text.lower())) - {"nvidia", "geforce", "tesla"}
+
+
+def gpu_family_matches(wanted: str, gpu_name: str) -> bool:
+    """True when every token of `wanted` is a token of the GPU's name, case-insensitively.
+
+    'A100' matches 'NVIDIA A100-SXM4-40GB'; 'A100-80GB' does not match that one;
+    'rtx 4090' matches 'NVIDIA GeForce RTX 4090'. An empty `wanted` matches nothing.
+    """
+    want = _tokens(wanted)
+    return bool(want) and want <= _tokens(gpu_name)
+
+
+def gpu_usable(job: JobSpec, node: NodeView, index: int) -> bool:
+    """May `job` run on GPU `index` of `node` (type and memory; not whether it is free)?"""
+    gpu = node.gpu(index)
+    if job.gpu_mem_gb and gpu.mem_total_gb + 1e-9 < job.gpu_mem_gb:
+        return False
+    return not job.gpu_types or any(gpu_family_matches(t, gpu.name) for t in job.gpu_types)
+
+
+def usable(job: JobSpec, node: NodeView, indices) -> list[int]:
+    return [i for i in indices if gpu_usable(job, node, i)]
+
+
+def fits_ever(job: JobSpec, node: NodeView) -> bool:
+    """Could `job` run on `node` if the node were empty?"""
+    return (job.cpus <= node.cpus and job.mem_gb <= node.mem_gb + 1e-9
+            and len(usable(job, node, (g.index for g in node.gpus))) >= job.gpus)
+
+
+def choose_gpus(job: JobSpec, node: NodeView, candidates: list[int]) -> tuple[int, ...]:
+    """Pick `job.gpus` GPUs out of usable `candidates`: the smallest memory that fits first
+    (keeping big GPUs for big jobs), then the lowest index. Assumes enough candidates."""
+    ranked = sorted(candidates, key=lambda i: (node.gpu(i).mem_total_gb, i))
+    return tuple(sorted(ranked[: job.gpus]))
+
+
+def fit_score(job: JobSpec, node: NodeView, chosen: tuple[int, ...], free_gpus_after: int,
+              free_cpus_after: int) -> float:
+    """Best-fit packing score in [0, 100]; higher is a tighter fit.
+
+    packing = 1 - free_after / total, over GPUs for a GPU job and over CPUs for a
+    CPU-only job: filling a nearly full node keeps whole nodes free for big jobs.
+    memory  = mean over chosen GPUs of need / size (1 when the job states no need,
+    so that a job that asks for nothing is not pushed onto big GPUs for no reason).
+    score   = 100 * (0.7 * packing + 0.3 * memory)
+    """
+    if job.gpus:
+        packing = 1.0 - free_gpus_after / max(1, len(node.gpus))
+        if job.gpu_mem_gb:
+            memory = sum(job.gpu_mem_gb / max(node.gpu(i).mem_total_gb, 1e-9) for i in chosen) / len(chosen)
+        else:
+            memory = 1.0
+    else:
+        packing = 1.0 - free_cpus_after / max(1, node.cpus)
+        memory = 1.0
+    return 100.0 * (0.7 * packing + 0.3 * min(1.0, memory))
+
+
+def describe_need(job: JobSpec) -> str:
+    """'2xA100 ≥30 GB, 4 CPUs, 64 GB RAM' — the request in one phrase."""
+    parts = []
+    if job.gpus:
+        kind = "|".join(job.gpu_types) or "GPU"
+        mem = f" ≥{job.gpu_mem_gb:g} GB" if job.gpu_mem_gb else ""
+        parts.append(f"{job.gpus}x{kind}{mem}")
+    parts.append(f"{job.cpus} CPU{'s' if job.cpus != 1 else ''}")
+    if job.mem_gb:
+        parts.append(f"{job.mem_gb:g} GB RAM")
+    return ", ".join(parts)

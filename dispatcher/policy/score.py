@@ -1,0 +1,38 @@
+"""The terms of the dynamic score. Each is a pure function with a range of [0, 100].
+
+score = Σ weight[term] * term, weights from PolicyConfig (they sum to 1 by default,
+so the score is in [0, 100] too). The fit term is computed in fit.fit_score.
+"""
+
+from __future__ import annotations
+
+from ..model import PRIORITIES
+
+
+def priority_term(rank: int) -> float:
+    """100 * rank / (classes - 1): low 0, normal 33.3, high 66.7, critical 100."""
+    return 100.0 * rank / (len(PRIORITIES) - 1)
+
+
+def wait_term(wait_s: float, horizon_s: float) -> float:
+    """Linear aging, capped: 100 * min(1, wait / horizon); a negative wait counts as 0."""
+    if horizon_s <= 0:
+        return 100.0
+    return 100.0 * min(1.0, max(0.0, wait_s) / horizon_s)
+
+
+def remaining_term(est_s: float | None, ref_s: float) -> float:
+    """Shorter jobs first: 100 * ref / (ref + est). Unknown estimate -> 50 (as if est == ref)."""
+    if est_s is None:
+        return 50.0
+    return 100.0 * ref_s / (ref_s + max(0.0, est_s))
+
+
+def fairness_term(dominant_share: float) -> float:
+    """Dominant Resource Fairness: 100 * (1 - dominant share), share clamped to [0, 1]."""
+    return 100.0 * (1.0 - min(1.0, max(0.0, dominant_share)))
+
+
+def dominant_share(used: tuple[float, float, float], total: tuple[float, float, float]) -> float:
+    """max over (GPUs, CPUs, memory) of used / total, ignoring resources the cluster lacks."""
+    return max((u / t for u, t in zip(used, total) if t > 0), default=0.0)

@@ -1,0 +1,147 @@
+"""Validating a user's request into a JobSpec, at the edge.
+
+Every bad value raises InvalidRequestError naming the flag and what is
+allowed. Pure: the caller passes the user name and the submit time.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InvalidRequestError
+from .model import PRIORITIES, PRIORITY_ALIASES, JobSpec
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_NAME = re.compile(r"^[A-Za-z0-9_.@+-]{1,64}$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: Bounds that keep one record small and sane.
+MAX_GPUS = 1024
+MAX_CPUS = 4096
+MAX_COMMAND_BYTES = 64 * 1024
+MAX_ENV = 256
+
+
+def parse_duration(text: str, *, flag: str = "--est") -> float:
+    """'90s', '15m', '2h', '1h30m', '1d' or a bare number of seconds -> seconds (> 0)."""
+    t = str(text).strip().lower()
+    try:
+        value = float(t)
+    except ValueError:
+        parts = _DURATION_PART.findall(t)
+        if not parts or "".join(n + u for n, u in parts) != t:
+            raise InvalidRequestError(
+                f"{flag}: {text!r} is not a duration; use e.g. 90s, 15m, 2h or 1h30m", field=flag
+            ) from None
+        value = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if not value > 0 or value != value or value == float("inf"):
+        raise InvalidRequestError(f"{flag}: duration must be positive, got {text!r}", field=flag)
+    return value
+
+
+def parse_priority(text: str) -> str:
+    p = str(text).strip().lower()
+    p = PRIORITY_ALIASES.get(p, p)
+    if p not in PRIORITIES:
+        allowed = ", ".join(reversed(PRIORITIES))
+        raise InvalidRequestError(f"--priority: unknown class {text!r}; use one of {allowed}",
+                                  field="--priority")
+    return p
+
+
+def parse_gpu_types(text: str | None) -> tuple[str, ...]:
+    """'A100' or 'A100|H100' or 'a100,h100' -> ('A100', 'H100'); '' or 'any' -> ()."""
+    if not text or text.strip().lower() in ("any", "*"):
+        return ()
+    types = tuple(t.strip() for t in re.split(r"[|,]", text) if t.strip())
+    for t in types:
+        if not re.fullmatch(r"[A-Za-z0-9 _.-]{1,64}", t):
+            raise InvalidRequestError(f"--gpu-type: {t!r} is not a GPU type; use e.g. A100 or A100|H100",
+                                      field="--gpu-type")
+    return types
+
+
+def parse_env(pairs: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not _ENV_KEY.match(key):
+            raise InvalidRequestError(f"--env: {pair!r} is not KEY=VALUE", field="--env")
+        out.append((key, value))
+    if len(out) > MAX_ENV:
+        raise InvalidRequestError(f"--env: at most {MAX_ENV} variables", field="--env")
+    return tuple(out)
+
+
+def _number(value, flag: str, *, lo: float, hi: float, integer: bool):
+    try:
+        n = int(value) if integer else float(value)
+        if integer and float(value) != n:
+            raise ValueError
+    except (TypeError, ValueError):
+        kind = "a whole number" if integer else "a number"
+        raise InvalidRequestError(f"{flag}: {value!r} is not {kind}", field=flag) from None
+    if not lo <= n <= hi:
+        raise InvalidRequestError(f"{flag}: {n} is out of range; allowed {lo:g} to {hi:g}", field=flag)
+    return n
+
+
+def _label(value: str, flag: str) -> str:
+    if value and not _NAME.match(value):
+        raise InvalidRequestError(
+            f"{flag}: {value!r} may hold only letters, digits and _.@+- (at most 64)", field=flag)
+    return value
+
+
+def build_spec(
+    *,
+    command,
+    user: str,
+    submit_ms: int,
+    job_id: str = "",
+    name: str = "",
+    team: str = "",
+    cwd: str = "",
+    env=(),
+    gpus=0,
+    gpu_type: str | None = None,
+    gpu_mem_gb=0.0,
+    cpus=1,
+    mem_gb=0.0,
+    priority: str = "normal",
+    est: str | float | None = None,
+    checkpointable: bool = False,
+    grace=30.0,
+) -> JobSpec:
+    """Check every field of a request and return the spec; raises InvalidRequestError."""
+    command = tuple(str(a) for a in (command or ()))
+    if not command:
+        raise InvalidRequestError("no command given; put it after --, e.g. dispatch submit -- python train.py",
+                                  field="COMMAND")
+    if sum(len(a.encode()) for a in command) > MAX_COMMAND_BYTES:
+        raise InvalidRequestError(f"the command is longer than {MAX_COMMAND_BYTES} bytes", field="COMMAND")
+    est_s = None
+    if est is not None and est != "":
+        est_s = est if isinstance(est, (int, float)) and not isinstance(est, bool) else parse_duration(est)
+        est_s = _number(est_s, "--est", lo=0.001, hi=1e9, integer=False)
+    grace_s = parse_duration(grace, flag="--grace") if isinstance(grace, str) else grace
+    return JobSpec(
+        id=job_id,
+        command=command,
+        name=_label(str(name or ""), "--name"),
+        user=_label(str(user or ""), "--user") or "nobody",
+        team=_label(str(team or ""), "--team"),
+        cwd=str(cwd or ""),
+        env=parse_env(list(env)) if env and not isinstance(env[0], tuple) else tuple(env or ()),
+        gpus=_number(gpus, "--gpus", lo=0, hi=MAX_GPUS, integer=True),
+        gpu_types=parse_gpu_types(gpu_type) if isinstance(gpu_type, (str, type(None))) else tuple(gpu_type),
+        gpu_mem_gb=_number(gpu_mem_gb or 0, "--gpu-mem", lo=0, hi=1e6, integer=False),
+        cpus=_number(cpus, "--cpus", lo=0, hi=MAX_CPUS, integer=True),
+        mem_gb=_number(mem_gb or 0, "--mem", lo=0, hi=1e7, integer=False),
+        priority=parse_priority(priority),
+        est_s=est_s,
+        checkpointable=bool(checkpointable),
+        grace_s=_number(grace_s, "--grace", lo=0, hi=86400, integer=False),
+        submit_ms=int(submit_ms),
+    )

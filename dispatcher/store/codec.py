@@ -1,0 +1,85 @@
+"""msgpack encoding of records. Every record carries its schema version under "v".
+
+No pickle anywhere. Decoding checks types and sizes and raises MalformedRecord,
+so a hostile or corrupt record never reaches the policy.
+"""
+
+from __future__ import annotations
+
+import msgpack
+
+from ..errors import MalformedRecord
+from ..model import PRIORITIES, SPEC_VERSION, GpuInfo, JobSpec
+
+#: A spec larger than this is refused before decoding.
+MAX_SPEC_BYTES = 256 * 1024
+
+
+def encode_spec(spec: JobSpec) -> bytes:
+    return msgpack.packb({
+        "v": SPEC_VERSION,
+        "id": spec.id, "name": spec.name, "user": spec.user, "team": spec.team,
+        "cmd": list(spec.command), "cwd": spec.cwd, "env": [list(kv) for kv in spec.env],
+        "gpus": spec.gpus, "gpu_types": list(spec.gpu_types), "gpu_mem_gb": spec.gpu_mem_gb,
+        "cpus": spec.cpus, "mem_gb": spec.mem_gb, "prio": spec.priority, "est_s": spec.est_s,
+        "ckpt": spec.checkpointable, "grace_s": spec.grace_s, "submit_ms": spec.submit_ms,
+    })
+
+
+def _check(cond: bool, key: str, what: str) -> None:
+    if not cond:
+        raise MalformedRecord(key, what)
+
+
+def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
+    _check(isinstance(raw, (bytes, bytearray)) and 0 < len(raw) <= MAX_SPEC_BYTES, key,
+           "missing or larger than the limit")
+    try:
+        d = msgpack.unpackb(raw, raw=False, strict_map_key=True)
+    except Exception as e:  # msgpack raises several unrelated types
+        raise MalformedRecord(key, f"not msgpack ({type(e).__name__})") from None
+    _check(isinstance(d, dict), key, "not a map")
+    _check(d.get("v") == SPEC_VERSION, key, f"schema version {d.get('v')!r}, expected {SPEC_VERSION}")
+    num = (int, float)
+    try:
+        cmd, env, types = d["cmd"], d["env"], d["gpu_types"]
+        _check(isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd), key, "bad cmd")
+        _check(isinstance(env, list) and all(isinstance(kv, list) and len(kv) == 2
+                                             and all(isinstance(x, str) for x in kv) for kv in env),
+               key, "bad env")
+        _check(isinstance(types, list) and all(isinstance(t, str) for t in types), key, "bad gpu_types")
+        for f in ("id", "name", "user", "team", "cwd", "prio"):
+            _check(isinstance(d[f], str), key, f"bad {f}")
+        _check(d["prio"] in PRIORITIES, key, f"unknown priority {d['prio']!r}")
+        for f in ("gpus", "cpus", "submit_ms"):
+            _check(isinstance(d[f], int) and not isinstance(d[f], bool) and d[f] >= 0, key, f"bad {f}")
+        for f in ("gpu_mem_gb", "mem_gb", "grace_s"):
+            _check(isinstance(d[f], num) and d[f] >= 0, key, f"bad {f}")
+        _check(d["est_s"] is None or (isinstance(d["est_s"], num) and d["est_s"] > 0), key, "bad est_s")
+        return JobSpec(
+            id=d["id"], command=tuple(cmd), name=d["name"], user=d["user"], team=d["team"],
+            cwd=d["cwd"], env=tuple((k, v) for k, v in env), gpus=d["gpus"], gpu_types=tuple(types),
+            gpu_mem_gb=float(d["gpu_mem_gb"]), cpus=d["cpus"], mem_gb=float(d["mem_gb"]),
+            priority=d["prio"], est_s=None if d["est_s"] is None else float(d["est_s"]),
+            checkpointable=bool(d["ckpt"]), grace_s=float(d["grace_s"]), submit_ms=d["submit_ms"],
+        )
+    except KeyError as e:
+        raise MalformedRecord(key, f"missing field {e.args[0]!r}") from None
+
+
+def encode_node_info(gpus: list[GpuInfo], cpus: int, mem_gb: float) -> bytes:
+    return msgpack.packb({
+        "v": 1, "cpus": cpus, "mem_gb": mem_gb,
+        "gpus": [[g.index, g.name, g.mem_total_gb, g.uuid, g.mem_used_gb, g.util_pct] for g in gpus],
+    })
+
+
+def decode_node_info(raw: bytes, *, key: str = "node") -> tuple[tuple[GpuInfo, ...], int, float]:
+    try:
+        d = msgpack.unpackb(raw, raw=False)
+        gpus = tuple(GpuInfo(index=int(i), name=str(n), mem_total_gb=float(m), uuid=str(u),
+                             mem_used_gb=float(mu), util_pct=float(ut))
+                     for i, n, m, u, mu, ut in d["gpus"])
+        return gpus, int(d["cpus"]), float(d["mem_gb"])
+    except Exception as e:
+        raise MalformedRecord(key, f"bad node info ({type(e).__name__})") from None

@@ -1,0 +1,30 @@
+"""Opening a Redis connection, with errors a user can act on."""
+
+from __future__ import annotations
+
+from ..errors import ConnectionError as DispatchConnectionError
+
+
+def connect(url: str, *, check: bool = True):
+    """A redis-py client for `url` (bytes responses, as RQ needs). Pings unless check=False."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
+    except ValueError as e:
+        raise DispatchConnectionError(url, str(e)) from None
+    if check:
+        try:
+            client.ping()
+        except redis.exceptions.AuthenticationError as e:
+            raise DispatchConnectionError(url, f"authentication failed ({e})") from None
+        except redis.exceptions.RedisError as e:
+            raise DispatchConnectionError(url, str(e) or type(e).__name__) from None
+    return client
+
+
+def text(value) -> str:
+    """A Redis reply as str ('' for None)."""
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)

@@ -1,0 +1,149 @@
+"""Job records in Redis: submit, read, cancel, logs.
+
+A job is one hash (keys.job): the immutable msgpack spec under `spec` plus the
+mutable state fields listed in keys.py. Submitting writes the hash and adds the
+id to the pending and all-jobs indexes in one MULTI/EXEC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import JobNotFound, MalformedRecord
+from ..model import FINAL_STATES, PENDING, JobSpec
+from . import keys
+from .codec import decode_spec, encode_spec
+from .connect import text
+
+#: Per-job log stream cap (entries, each a chunk of output lines).
+LOG_MAXLEN = 10_000
+
+_FIELDS = ("state", "node", "gpus", "attempt", "epoch", "submit_ms", "assigned_ms", "started_ms",
+           "finished_ms", "exit_code", "reason", "cancel_ms")
+
+
+def write_jobs(client, ns: str, specs: list[JobSpec]) -> list[str]:
+    """Submit specs (their id is assigned here); returns the new ids, in order."""
+    if not specs:
+        return []
+    last = client.incrby(keys.job_seq(ns), len(specs))
+    ids = [str(last - len(specs) + 1 + i) for i in range(len(specs))]
+    pipe = client.pipeline(transaction=True)
+    for job_id, spec in zip(ids, specs):
+        spec = replace(spec, id=job_id)
+        pipe.hset(keys.job(ns, job_id), mapping={
+            "spec": encode_spec(spec), "state": PENDING, "attempt": 0, "epoch": 0,
+            "submit_ms": spec.submit_ms,
+        })
+        pipe.zadd(keys.jobs_all(ns), {job_id: spec.submit_ms})
+        pipe.zadd(keys.jobs_pending(ns), {job_id: spec.submit_ms})
+    pipe.publish(keys.events(ns), b"submit")
+    pipe.execute()
+    return ids
+
+
+def job_view(job_id: str, raw: dict) -> dict:
+    """A job hash as the plain dict `dispatch show --json` prints (times in epoch seconds)."""
+    f = {k: text(raw.get(k.encode())) for k in _FIELDS}
+    try:
+        spec = decode_spec(raw.get(b"spec"), key=f"job {job_id}")
+    except MalformedRecord as e:
+        spec, f["reason"] = None, f["reason"] or str(e)
+
+    def secs(name):
+        return int(f[name]) / 1000.0 if f[name] else None
+
+    view = {
+        "id": job_id,
+        "name": spec.name if spec else "",
+        "state": f["state"] or "unknown",
+        "user": spec.user if spec else "",
+        "team": spec.team if spec else "",
+        "priority": spec.priority if spec else "",
+        "command": list(spec.command) if spec else [],
+        "gpus_requested": spec.gpus if spec else 0,
+        "gpu_types": list(spec.gpu_types) if spec else [],
+        "gpu_mem_gb": spec.gpu_mem_gb if spec else 0,
+        "cpus": spec.cpus if spec else 0,
+        "mem_gb": spec.mem_gb if spec else 0,
+        "est_s": spec.est_s if spec else None,
+        "checkpointable": spec.checkpointable if spec else False,
+        "node": f["node"] or None,
+        "gpus": [int(g) for g in f["gpus"].split(",") if g],
+        "attempt": int(f["attempt"] or 0),
+        "epoch": int(f["epoch"] or 0),
+        "submitted_at": secs("submit_ms"),
+        "assigned_at": secs("assigned_ms"),
+        "started_at": secs("started_ms"),
+        "finished_at": secs("finished_ms"),
+        "exit_code": int(f["exit_code"]) if f["exit_code"] not in ("", None) else None,
+        "reason": f["reason"],
+        "cancel_requested": bool(f["cancel_ms"]),
+    }
+    return view
+
+
+def read_job(client, ns: str, job_id: str) -> dict:
+    if ":" in job_id or not job_id:
+        raise JobNotFound(job_id)
+    raw = client.hgetall(keys.job(ns, job_id))
+    if not raw:
+        raise JobNotFound(job_id)
+    return job_view(job_id, raw)
+
+
+def read_spec(client, ns: str, job_id: str) -> JobSpec:
+    raw = client.hget(keys.job(ns, job_id), "spec")
+    if raw is None:
+        raise JobNotFound(job_id)
+    return decode_spec(raw, key=keys.job(ns, job_id))
+
+
+def read_jobs(client, ns: str, job_ids: list[str]) -> list[dict]:
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hgetall(keys.job(ns, job_id))
+    return [job_view(j, raw) for j, raw in zip(job_ids, pipe.execute()) if raw]
+
+
+def read_queue(client, ns: str, *, include_final: bool = False, limit: int = 1000) -> list[dict]:
+    """Pending and active jobs (and recent finished ones if asked), oldest first."""
+    ids = [text(i) for i in client.zrange(keys.jobs_active(ns), 0, -1)]
+    ids += [text(i) for i in client.zrange(keys.jobs_pending(ns), 0, limit - 1)]
+    if include_final:
+        ids = [text(i) for i in client.zrange(keys.jobs_all(ns), -limit, -1)]
+    jobs = read_jobs(client, ns, ids)
+    return sorted(jobs, key=lambda j: (j["submitted_at"] or 0, int(j["id"]) if j["id"].isdigit() else 0))
+
+
+def cancel_job(scripts, client, ns: str, job_id: str, now_ms: int, reason: str = "cancelled by user") -> str:
+    """Returns 'cancelled', 'requested' (its node will stop it) or the final state it already had."""
+    if ":" in job_id or not job_id:
+        raise JobNotFound(job_id)
+    code = scripts.cancel(job_id, now_ms, reason, client=client)
+    if code == -1:
+        raise JobNotFound(job_id)
+    client.publish(keys.events(ns), b"cancel")
+    if code == 1:
+        return "cancelled"
+    if code == 2:
+        return "requested"
+    return text(client.hget(keys.job(ns, job_id), "state"))
+
+
+def append_log(client, ns: str, job_id: str, chunk: bytes, *, pipe=None) -> None:
+    (pipe or client).xadd(keys.job_log(ns, job_id), {b"d": chunk}, maxlen=LOG_MAXLEN, approximate=True)
+
+
+def read_log(client, ns: str, job_id: str, after: str = "-", *, block_ms: int | None = None):
+    """Log chunks after stream id `after`: list of (id, bytes). With block_ms, waits for new ones."""
+    key = keys.job_log(ns, job_id)
+    if block_ms is None:
+        start = "-" if after == "-" else f"({after}"
+        return [(text(i), f[b"d"]) for i, f in client.xrange(key, min=start)]
+    got = client.xread({key: "0-0" if after == "-" else after}, block=block_ms, count=1000)
+    return [(text(i), f[b"d"]) for _, entries in got for i, f in entries]
+
+
+def is_final(state: str) -> bool:
+    return state in FINAL_STATES

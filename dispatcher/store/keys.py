@@ -1,0 +1,69 @@
+"""Every Redis key and channel dispatch uses. No other module builds key strings.
+
+Grammar: ``<ns>:<kind>:<id>[:<facet>]``, namespace ``dispatch`` by default.
+RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>``.
+
+| key                        | type   | written by                  | lifetime                         |
+|----------------------------|--------|-----------------------------|----------------------------------|
+| <ns>:seq:job               | string | submit (INCR)               | forever                          |
+| <ns>:job:<id>              | hash   | submit, scheduler, agent    | until purged                     |
+|   fields: spec (msgpack JobSpec), state, node, gpus ("0,1"), attempt, epoch,               |
+|   submit_ms, assigned_ms, started_ms, finished_ms, exit_code, reason                        |
+| <ns>:job:<id>:log          | stream | agent (XADD, MAXLEN ~)      | until purged                     |
+| <ns>:jobs:all              | zset   | submit; id -> submit_ms     | until purged                     |
+| <ns>:jobs:pending          | zset   | submit, scheduler, agent    | member removed when placed       |
+| <ns>:jobs:active           | zset   | scheduler, agent            | id -> assigned_ms while held     |
+| <ns>:node:<name>           | hash   | agent heartbeat             | info (msgpack), seen_ms          |
+| <ns>:node:<name>:alloc     | hash   | scheduler commit, release   | gpu index -> job id while held   |
+| <ns>:nodes:heartbeat       | zset   | agent heartbeat             | name -> last seen ms             |
+| <ns>:chan:events           | pubsub | everyone                    | wake-up only; losing one is fine |
+
+IDs may not contain ':' (checked at the edge).
+"""
+
+DEFAULT_NS = "dispatch"
+
+
+def job_seq(ns: str) -> str:
+    return f"{ns}:seq:job"
+
+
+def job(ns: str, job_id: str) -> str:
+    return f"{ns}:job:{job_id}"
+
+
+def job_log(ns: str, job_id: str) -> str:
+    return f"{ns}:job:{job_id}:log"
+
+
+def jobs_all(ns: str) -> str:
+    return f"{ns}:jobs:all"
+
+
+def jobs_pending(ns: str) -> str:
+    return f"{ns}:jobs:pending"
+
+
+def jobs_active(ns: str) -> str:
+    return f"{ns}:jobs:active"
+
+
+def node(ns: str, name: str) -> str:
+    return f"{ns}:node:{name}"
+
+
+def node_alloc(ns: str, name: str) -> str:
+    return f"{ns}:node:{name}:alloc"
+
+
+def nodes_heartbeat(ns: str) -> str:
+    return f"{ns}:nodes:heartbeat"
+
+
+def events(ns: str) -> str:
+    return f"{ns}:chan:events"
+
+
+def rq_queue_name(node_name: str) -> str:
+    """The RQ queue a node's agent listens on (RQ stores it as rq:queue:node.<name>)."""
+    return f"node.{node_name}"

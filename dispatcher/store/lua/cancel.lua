@@ -1,0 +1,17 @@
+-- Cancel a job. A pending one ends here; an active one gets cancel_ms, and its node
+-- agent kills the process and finishes it as cancelled.
+-- KEYS[1] job hash   KEYS[2] pending zset
+-- ARGV[1] job id     ARGV[2] now_ms   ARGV[3] reason
+-- returns 1 cancelled now; 2 cancel requested from the node; 0 already final; -1 no such job
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return -1 end
+if state == 'pending' then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished_ms', ARGV[2], 'reason', ARGV[3])
+  return 1
+end
+if state == 'assigned' or state == 'running' then
+  redis.call('HSET', KEYS[1], 'cancel_ms', ARGV[2])
+  return 2
+end
+return 0

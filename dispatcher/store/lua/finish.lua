@@ -1,0 +1,26 @@
+-- A job ended (or was requeued): free what it held, record the outcome.
+-- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] active zset   KEYS[4] pending zset
+-- ARGV[1] job id     ARGV[2] epoch the writer was given   ARGV[3] new state
+-- ARGV[4] exit code ("" if none)   ARGV[5] now_ms   ARGV[6] reason
+-- New state 'pending' puts the job back in the queue: attempt + 1, epoch + 1 (fencing
+-- any copy still running), original submit time kept as the pending score.
+-- returns 1 done; 0 stale write refused (epoch moved or job not active)
+if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[2] then return 0 end
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'assigned' and state ~= 'running' then return 0 end
+local gpus = redis.call('HGET', KEYS[1], 'gpus') or ''
+for g in string.gmatch(gpus, '[^,]+') do
+  if redis.call('HGET', KEYS[2], g) == ARGV[1] then redis.call('HDEL', KEYS[2], g) end
+end
+redis.call('ZREM', KEYS[3], ARGV[1])
+if ARGV[3] == 'pending' then
+  redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+  redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+  redis.call('HSET', KEYS[1], 'state', 'pending', 'node', '', 'gpus', '', 'reason', ARGV[6])
+  redis.call('HDEL', KEYS[1], 'started_ms', 'assigned_ms', 'pid')
+  redis.call('ZADD', KEYS[4], redis.call('HGET', KEYS[1], 'submit_ms') or ARGV[5], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'exit_code', ARGV[4], 'finished_ms', ARGV[5],
+             'reason', ARGV[6])
+end
+return 1

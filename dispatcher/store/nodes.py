@@ -1,0 +1,67 @@
+"""Node records: heartbeats written by node agents, read by the scheduler and `dispatch nodes`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import MalformedRecord
+from ..model import GpuInfo
+from . import keys
+from .codec import decode_node_info, encode_node_info
+from .connect import text
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    name: str
+    gpus: tuple[GpuInfo, ...]
+    cpus: int
+    mem_gb: float
+    seen_ms: int
+    alloc: dict[int, str]  # GPU index -> job id holding it
+
+    def alive(self, now_ms: int, timeout_s: float) -> bool:
+        return now_ms - self.seen_ms <= timeout_s * 1000
+
+
+def write_heartbeat(client, ns: str, name: str, gpus: list[GpuInfo], cpus: int, mem_gb: float,
+                    now_ms: int, *, announce: bool = False) -> None:
+    """One pipeline: the node hash and its heartbeat score. `announce` wakes the scheduler."""
+    pipe = client.pipeline(transaction=True)
+    pipe.hset(keys.node(ns, name), mapping={"info": encode_node_info(gpus, cpus, mem_gb), "seen_ms": now_ms})
+    pipe.zadd(keys.nodes_heartbeat(ns), {name: now_ms})
+    if announce:
+        pipe.publish(keys.events(ns), b"node")
+    pipe.execute()
+
+
+def remove_node(client, ns: str, name: str) -> None:
+    """A node agent leaving cleanly: it stops being offered work at once."""
+    pipe = client.pipeline(transaction=True)
+    pipe.zrem(keys.nodes_heartbeat(ns), name)
+    pipe.hdel(keys.node(ns, name), "info")
+    pipe.publish(keys.events(ns), b"node")
+    pipe.execute()
+
+
+def read_nodes(client, ns: str) -> tuple[list[NodeRecord], list[str]]:
+    """Every node with a heartbeat, and the problems met (malformed records are skipped)."""
+    beats = client.zrange(keys.nodes_heartbeat(ns), 0, -1, withscores=True)
+    pipe = client.pipeline(transaction=False)
+    for name, _ in beats:
+        pipe.hget(keys.node(ns, text(name)), "info")
+        pipe.hgetall(keys.node_alloc(ns, text(name)))
+    replies = pipe.execute()
+    nodes, problems = [], []
+    for i, (name, seen) in enumerate(beats):
+        name, info, alloc = text(name), replies[2 * i], replies[2 * i + 1]
+        if info is None:
+            continue
+        try:
+            gpus, cpus, mem_gb = decode_node_info(info, key=keys.node(ns, name))
+        except MalformedRecord as e:
+            problems.append(str(e))
+            continue
+        nodes.append(NodeRecord(name, gpus, cpus, mem_gb, int(seen),
+                                {int(g): text(j) for g, j in alloc.items() if text(g).isdigit()}))
+    return nodes, problems

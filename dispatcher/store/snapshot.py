@@ -1,0 +1,161 @@
+"""Reading a cluster snapshot for the policy, and committing the plan it returns.
+
+read_snapshot costs a fixed handful of pipelined round trips per cycle. Specs are
+immutable, so a SpecCache keeps them decoded across cycles.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from ..errors import MalformedRecord
+from ..model import FAILED, NodeView, PendingJob, Plan, RunningJob, Snapshot
+from . import keys
+from .codec import decode_spec
+from .connect import text
+from .nodes import NodeRecord, read_nodes
+
+log = logging.getLogger("dispatch.store")
+
+
+@dataclass
+class SpecCache:
+    specs: dict = field(default_factory=dict)
+
+    def get(self, job_id: str, raw):
+        spec = self.specs.get(job_id)
+        if spec is None and raw is not None:
+            spec = self.specs[job_id] = decode_spec(raw, key=f"job {job_id}")
+        return spec
+
+    def keep_only(self, ids) -> None:
+        ids = set(ids)
+        for k in [k for k in self.specs if k not in ids]:
+            del self.specs[k]
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    snapshot: Snapshot
+    epochs: dict[str, int]  # pending job id -> epoch the plan is based on
+    nodes: list[NodeRecord]
+    bad_jobs: dict[str, str]  # job id -> why its record is unusable
+
+
+def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: SpecCache) -> ReadResult:
+    nodes, _ = read_nodes(client, ns)
+    live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
+    pending_ids = [text(i) for i in client.zrange(keys.jobs_pending(ns), 0, -1)]
+    active_ids = [text(i) for i in client.zrange(keys.jobs_active(ns), 0, -1)]
+
+    pipe = client.pipeline(transaction=False)
+    for job_id in pending_ids:
+        pipe.hmget(keys.job(ns, job_id), "epoch", "attempt", "state",
+                   "spec" if job_id not in cache.specs else "state")
+    for job_id in active_ids:
+        pipe.hmget(keys.job(ns, job_id), "node", "gpus", "assigned_ms",
+                   "spec" if job_id not in cache.specs else "state")
+    replies = pipe.execute()
+
+    pending, epochs, bad = [], {}, {}
+    for job_id, (epoch, attempt, state, raw) in zip(pending_ids, replies):
+        if text(state) != "pending":
+            continue  # moved on since the index was read
+        try:
+            spec = cache.get(job_id, raw)
+            pending.append(PendingJob(spec, int(attempt or 0)))
+            epochs[job_id] = int(epoch or 0)
+        except (MalformedRecord, ValueError) as e:
+            bad[job_id] = str(e)
+    running = []
+    for job_id, (node, gpus, assigned_ms, raw) in zip(active_ids, replies[len(pending_ids):]):
+        try:
+            spec = cache.get(job_id, raw)
+        except MalformedRecord:
+            continue
+        if spec is None:
+            continue
+        running.append(RunningJob(spec, text(node), tuple(int(g) for g in text(gpus).split(",") if g),
+                                  int(assigned_ms or now_ms)))
+    cache.keep_only(pending_ids + active_ids)
+
+    used: dict[str, list[float]] = {}
+    for r in running:
+        u = used.setdefault(r.node, [0, 0.0])
+        u[0] += r.spec.cpus
+        u[1] += r.spec.mem_gb
+    views = []
+    for n in live:
+        cpus_used, mem_used = used.get(n.name, (0, 0.0))
+        views.append(NodeView(
+            name=n.name, gpus=n.gpus, cpus=n.cpus, mem_gb=n.mem_gb,
+            free_gpus=tuple(g.index for g in n.gpus if g.index not in n.alloc),
+            free_cpus=max(0, n.cpus - int(cpus_used)), free_mem_gb=max(0.0, n.mem_gb - mem_used)))
+    return ReadResult(Snapshot(tuple(pending), tuple(running), tuple(views)), epochs, nodes, bad)
+
+
+class RedisPlanner:
+    """Commits a Plan: every placement and its RQ enqueue in one MULTI/EXEC.
+
+    Each placement runs commit_placement.lua, which refuses it if the job is no
+    longer pending at the epoch the plan saw or a GPU is held. The RQ job is
+    enqueued in the same transaction either way; a refused placement's RQ job
+    finds a moved epoch when it runs and does nothing (workers/jobs.py).
+    """
+
+    def __init__(self, client, ns: str, scripts):
+        from rq import Queue
+        from rq.serializers import JSONSerializer
+
+        self.client, self.ns, self.scripts = client, ns, scripts
+        self._queue_cls, self._serializer = Queue, JSONSerializer
+        self._queues: dict = {}
+        self._reasons: dict[str, str] = {}
+
+    def _queue(self, node: str):
+        q = self._queues.get(node)
+        if q is None:
+            q = self._queues[node] = self._queue_cls(keys.rq_queue_name(node), connection=self.client,
+                                                     serializer=self._serializer)
+        return q
+
+    def commit(self, plan: Plan, epochs: dict[str, int], now_ms: int) -> list[tuple[str, int]]:
+        """Returns (job id, new epoch) for placements that took; logs the ones refused."""
+        pipe = self.client.pipeline(transaction=True)
+        by_node: dict[str, list] = {}
+        for p in plan.placements:
+            epoch = epochs[p.job_id]
+            self.scripts.commit_placement(p.job_id, p.node, p.gpus, epoch, now_ms, client=pipe)
+            by_node.setdefault(p.node, []).append(self._queue_cls.prepare_data(
+                "workers.jobs.launch", args=[p.job_id, epoch + 1], timeout=-1, result_ttl=300,
+                failure_ttl=86400, description=f"dispatch job {p.job_id} attempt epoch {epoch + 1}"))
+        for v in plan.verdicts:
+            if self._reasons.get(v.job_id) != v.reason:
+                self._reasons[v.job_id] = v.reason
+                pipe.hset(keys.job(self.ns, v.job_id), "reason", v.reason)
+        for node, datas in by_node.items():
+            self._queue(node).enqueue_many(datas, pipeline=pipe)
+        if plan.placements:
+            pipe.publish(keys.events(self.ns), b"placed")
+        replies = pipe.execute() if len(pipe) else []
+        done = []
+        for p, code in zip(plan.placements, replies):
+            if isinstance(code, int) and code > 0:
+                done.append((p.job_id, code))
+                self._reasons.pop(p.job_id, None)
+            else:
+                log.info("placement of job %s on %s refused (code %s); will replan", p.job_id, p.node, code)
+        return done
+
+    def quarantine(self, bad: dict[str, str], now_ms: int) -> None:
+        """Malformed job records leave the queue as failed, with the reason; nothing else is touched."""
+        if not bad:
+            return
+        pipe = self.client.pipeline(transaction=True)
+        for job_id, why in bad.items():
+            pipe.zrem(keys.jobs_pending(self.ns), job_id)
+            pipe.hset(keys.job(self.ns, job_id), mapping={
+                "state": FAILED, "reason": f"quarantined: {why}", "finished_ms": now_ms})
+            log.error("quarantined job %s: %s", job_id, why)
+        pipe.execute()

@@ -1,0 +1,89 @@
+"""The node agent: heartbeats the node's GPUs and runs the jobs of queue node.<name>.
+
+The main thread runs an RQ SimpleWorker on the node's queue (JSON serializer, no
+pickle); a heartbeat thread writes GPU state every Timing.heartbeat_s and checks
+the running jobs for cancel and fencing. SIGINT/SIGTERM stop the worker; the
+agent then puts its running jobs back in the queue and deregisters the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from dispatcher.config import Timing
+from dispatcher.store import keys
+from dispatcher.store.nodes import remove_node, write_heartbeat
+from dispatcher.store.scripts import Scripts
+
+from . import jobs
+
+log = logging.getLogger("dispatch.agent")
+
+
+def default_mem_gb() -> float:
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1)
+    except (ValueError, OSError):
+        return 0.0
+
+
+class NodeAgent:
+    def __init__(self, client, ns: str, name: str, probe, *, cpus: int | None = None,
+                 mem_gb: float | None = None, work_dir: Path, timing: Timing | None = None):
+        self.client, self.ns, self.name, self.probe = client, ns, name, probe
+        self.cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+        self.mem_gb = mem_gb if mem_gb is not None else default_mem_gb()
+        self.timing = timing or Timing()
+        self.scripts = Scripts(client, ns)
+        self.supervisor = jobs.Supervisor(client, ns, name, self.scripts, Path(work_dir))
+        self._stop = threading.Event()
+        self._last_gpus = None
+
+    def heartbeat(self) -> None:
+        gpus = self.probe.gpus()
+        shape = [(g.index, g.name, g.mem_total_gb) for g in gpus]
+        write_heartbeat(self.client, self.ns, self.name, gpus, self.cpus, self.mem_gb, int(time.time() * 1000),
+                        announce=shape != self._last_gpus)
+        self._last_gpus = shape
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.timing.heartbeat_s):
+            try:
+                self.heartbeat()
+                self.supervisor.check()
+            except Exception as e:  # keep beating through Redis hiccups
+                log.warning("heartbeat failed: %s", e)
+
+    def run(self) -> None:
+        """Blocks until SIGINT/SIGTERM (RQ's warm shutdown), then cleans up."""
+        from rq import Queue, SimpleWorker
+        from rq.serializers import JSONSerializer
+
+        jobs._supervisor = self.supervisor
+        self.heartbeat()
+        beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        beat.start()
+        queue = Queue(keys.rq_queue_name(self.name), connection=self.client, serializer=JSONSerializer)
+        worker = SimpleWorker([queue], connection=self.client, serializer=JSONSerializer,
+                              name=f"{self.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
+        log.info("node %s: %d GPUs, %d CPUs, %.0f GB; listening on RQ queue %s",
+                 self.name, len(self.probe.gpus()), self.cpus, self.mem_gb, queue.name)
+        try:
+            worker.work(logging_level="WARNING", with_scheduler=False)
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self.supervisor.stop_all()
+        try:
+            remove_node(self.client, self.ns, self.name)
+        except Exception as e:
+            log.warning("could not deregister node %s: %s", self.name, e)
+        self.probe.close()
+        jobs._supervisor = None

@@ -1,0 +1,201 @@
+"""Running jobs on a node: the RQ entry point and the supervisor behind it.
+
+RQ delivers `launch(job_id, epoch)` from the node's queue to the node agent's RQ
+worker, in the agent's own process. `launch` hands the job to the Supervisor and
+returns once the job's process has started, so one RQ worker can start many jobs
+and no fork of Python is paid per job. The supervisor streams each job's output
+into Redis and a file, and writes the outcome with the epoch it was given: a
+write with a stale epoch is refused by finish.lua, and the copy is killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dispatcher.model import CANCELLED, FAILED, PENDING, SUCCEEDED
+from dispatcher.store import keys
+from dispatcher.store.codec import decode_spec
+from dispatcher.store.connect import text
+from dispatcher.store.jobs import append_log
+
+log = logging.getLogger("dispatch.agent")
+
+#: The supervisor of this process, set by the node agent.
+_supervisor: "Supervisor | None" = None
+
+
+def launch(job_id: str, epoch: int) -> str:
+    """RQ entry point. Plain data in (JSON serializer): the job id and its epoch."""
+    if _supervisor is None:
+        raise RuntimeError("workers.jobs.launch runs only inside a dispatch node agent (dispatch worker)")
+    return _supervisor.launch(str(job_id), int(epoch))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Running:
+    job_id: str
+    epoch: int
+    proc: subprocess.Popen
+    grace_s: float
+    stopping: str = ""  # "", "cancel", "stale", "requeue"
+    thread: threading.Thread | None = field(default=None, repr=False)
+
+
+class Supervisor:
+    def __init__(self, client, ns: str, node: str, scripts, work_dir: Path):
+        self.client, self.ns, self.node, self.scripts = client, ns, node, scripts
+        self.work_dir = work_dir
+        self.running: dict[str, Running] = {}
+        self.lock = threading.Lock()
+
+    # -- starting ---------------------------------------------------------------------------
+    def launch(self, job_id: str, epoch: int) -> str:
+        raw = self.client.hmget(keys.job(self.ns, job_id), "spec", "epoch", "node", "gpus", "attempt",
+                                "cancel_ms", "state")
+        spec_raw, cur_epoch, node, gpus, attempt, cancel_ms, state = raw
+        if text(cur_epoch) != str(epoch) or text(node) != self.node or text(state) != "assigned":
+            log.info("job %s epoch %s is stale here (now epoch %s, node %s, %s); not started",
+                     job_id, epoch, text(cur_epoch), text(node), text(state))
+            return "stale"
+        if cancel_ms:
+            self._finish(job_id, epoch, CANCELLED, None, "cancelled before it started")
+            return "cancelled"
+        try:
+            spec = decode_spec(spec_raw, key=keys.job(self.ns, job_id))
+        except Exception as e:
+            self._finish(job_id, epoch, FAILED, None, f"unusable job record: {e}")
+            return "failed"
+        gpu_list = text(gpus)
+        ckpt = self.work_dir / "checkpoints" / job_id
+        ckpt.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(dict(spec.env))
+        env.update({
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA's indices = NVML's indices
+            "CUDA_VISIBLE_DEVICES": gpu_list,
+            "DISPATCH_JOB_ID": job_id,
+            "DISPATCH_NODE": self.node,
+            "DISPATCH_GPUS": str(len([g for g in gpu_list.split(",") if g])),
+            "DISPATCH_ATTEMPT": text(attempt) or "0",
+            "DISPATCH_CHECKPOINT_DIR": str(ckpt),
+            "DISPATCH_RESUME": "1" if int(text(attempt) or 0) > 0 else "0",
+        })
+        cwd = spec.cwd or None
+        if cwd and not os.path.isdir(cwd):
+            self._finish(job_id, epoch, FAILED, None, f"working directory {cwd} does not exist on node {self.node}")
+            return "failed"
+        log_path = self.work_dir / "logs" / f"{job_id}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            proc = subprocess.Popen(list(spec.command), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:
+            msg = f"cannot start {spec.command[0]!r}: {e.strerror or e}"
+            append_log(self.client, self.ns, job_id, (msg + "\n").encode())
+            self._finish(job_id, epoch, FAILED, 127, msg)
+            return "failed"
+        started = self.scripts.mark_running(job_id, epoch, now_ms(), proc.pid)
+        run = Running(job_id, epoch, proc, spec.grace_s)
+        if started != 1:
+            run.stopping = "stale" if started == 0 else "cancel"
+            self._kill(run, grace_s=0)
+        with self.lock:
+            self.running[job_id] = run
+        run.thread = threading.Thread(target=self._watch, args=(run, log_path), name=f"job-{job_id}", daemon=True)
+        run.thread.start()
+        log.info("job %s started on GPUs [%s], pid %d", job_id, gpu_list, proc.pid)
+        return "started"
+
+    # -- watching ----------------------------------------------------------------------------
+    def _watch(self, run: Running, log_path: Path) -> None:
+        out = run.proc.stdout
+        with open(log_path, "ab") as f:
+            while True:
+                chunk = out.read1(65536)
+                if not chunk:
+                    break
+                f.write(chunk)
+                f.flush()
+                try:
+                    append_log(self.client, self.ns, run.job_id, chunk)
+                except Exception as e:  # the log is best effort; the outcome is not
+                    log.warning("job %s: log write failed: %s", run.job_id, e)
+        code = run.proc.wait()
+        with self.lock:
+            self.running.pop(run.job_id, None)
+        if run.stopping == "stale":
+            log.warning("job %s: stale copy (epoch %d) stopped; outcome not reported", run.job_id, run.epoch)
+            return
+        if run.stopping == "cancel":
+            self._finish(run.job_id, run.epoch, CANCELLED, code, "cancelled by user")
+        elif run.stopping == "requeue":
+            self._finish(run.job_id, run.epoch, PENDING, None, f"node {self.node} agent stopped; requeued")
+        elif code == 0:
+            self._finish(run.job_id, run.epoch, SUCCEEDED, 0, "")
+        elif code < 0:
+            self._finish(run.job_id, run.epoch, FAILED, code, f"killed by signal {signal.Signals(-code).name}")
+        else:
+            self._finish(run.job_id, run.epoch, FAILED, code, f"exit code {code}")
+
+    def _finish(self, job_id, epoch, state, exit_code, reason) -> None:
+        ok = self.scripts.finish(job_id, self.node, epoch, state, exit_code, now_ms(), reason)
+        self.client.publish(keys.events(self.ns), b"finish")
+        if ok != 1:
+            log.warning("job %s: outcome %s refused (epoch %d is stale)", job_id, state, epoch)
+
+    # -- stopping ----------------------------------------------------------------------------
+    def _kill(self, run: Running, grace_s: float) -> None:
+        """SIGTERM the job's process group, then SIGKILL what is left after grace_s (in a thread)."""
+        def go():
+            try:
+                os.killpg(run.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                return
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline and run.proc.poll() is None:
+                time.sleep(0.05)
+            try:
+                os.killpg(run.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        threading.Thread(target=go, name=f"kill-{run.job_id}", daemon=True).start()
+
+    def check(self) -> None:
+        """Once a heartbeat: stop jobs whose epoch moved (fenced) or that were cancelled."""
+        with self.lock:
+            runs = [r for r in self.running.values() if not r.stopping]
+        if not runs:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for r in runs:
+            pipe.hmget(keys.job(self.ns, r.job_id), "epoch", "cancel_ms")
+        for r, (epoch, cancel_ms) in zip(runs, pipe.execute()):
+            if text(epoch) != str(r.epoch):
+                r.stopping = "stale"
+                self._kill(r, grace_s=0)
+            elif cancel_ms:
+                r.stopping = "cancel"
+                self._kill(r, grace_s=r.grace_s)
+
+    def stop_all(self, timeout_s: float = 10.0) -> None:
+        """Agent shutdown: stop every job and put it back in the queue."""
+        with self.lock:
+            runs = list(self.running.values())
+        for r in runs:
+            if not r.stopping:
+                r.stopping = "requeue"
+            self._kill(r, grace_s=min(r.grace_s, timeout_s))
+        for r in runs:
+            if r.thread is not None:
+                r.thread.join(timeout_s + 1)
