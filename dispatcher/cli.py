@@ -319,7 +319,7 @@ def _node_options(fn):
     return fn
 
 
-def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir):
+def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir, before_shutdown=None):
     from .config import state_dir
     from workers.agent import NodeAgent
     from workers.gpu import open_probe
@@ -330,7 +330,7 @@ def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir):
     probe = open_probe(fake_gpus)
     agent = NodeAgent(ctx.client, ctx.ns, node, probe, cpus=cpus, mem_gb=mem_gb,
                       work_dir=work_dir or state_dir() / "node" / node)
-    agent.run()
+    agent.run(before_shutdown)
 
 
 @cli.command()
@@ -374,12 +374,17 @@ def up(ctx, node, port, fake_gpus, cpus, mem_gb, work_dir):
     sched = Scheduler(ctx.client, ctx.ns)
     sched_thread = threading.Thread(target=sched.run, args=(stop,), name="scheduler", daemon=True)
     sched_thread.start()
-    try:
-        click.echo("dispatch: scheduler and node agent running; Ctrl-C stops everything", err=True)
-        _run_agent(ctx, node or socket.gethostname().split(".")[0], fake_gpus, cpus, mem_gb, work_dir)
-    finally:
+
+    def stop_scheduler():
         stop.set()
         sched_thread.join(5)
+
+    try:
+        click.echo("dispatch: scheduler and node agent running; Ctrl-C stops everything", err=True)
+        _run_agent(ctx, node or socket.gethostname().split(".")[0], fake_gpus, cpus, mem_gb, work_dir,
+                   stop_scheduler)
+    finally:
+        stop_scheduler()
         if server is not None:
             forget_server(os.getpid())
             server.stop()

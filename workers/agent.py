@@ -59,31 +59,42 @@ class NodeAgent:
             except Exception as e:  # keep beating through Redis hiccups
                 log.warning("heartbeat failed: %s", e)
 
-    def run(self) -> None:
-        """Blocks until SIGINT/SIGTERM (RQ's warm shutdown), then cleans up."""
+    def run(self, before_shutdown=None) -> None:
+        """Blocks until SIGINT/SIGTERM (RQ's warm shutdown), then cleans up.
+
+        `before_shutdown` runs first (`dispatch up` stops its scheduler there, so that
+        nothing is placed on this node while its jobs are being requeued).
+        """
         from rq import Queue, SimpleWorker
         from rq.serializers import JSONSerializer
+
+        from dispatcher.store.connect import clone
 
         jobs._supervisor = self.supervisor
         self.heartbeat()
         beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         beat.start()
-        queue = Queue(keys.rq_queue_name(self.name), connection=self.client, serializer=JSONSerializer)
-        worker = SimpleWorker([queue], connection=self.client, serializer=JSONSerializer,
+        # RQ blocks in BLPOP for minutes: its connection must not have redis-py's 5 s read timeout.
+        rq_client = clone(self.client, socket_timeout=None)
+        queue = Queue(keys.rq_queue_name(self.name), connection=rq_client, serializer=JSONSerializer)
+        worker = SimpleWorker([queue], connection=rq_client, serializer=JSONSerializer,
                               name=f"{self.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
         log.info("node %s: %d GPUs, %d CPUs, %.0f GB; listening on RQ queue %s",
                  self.name, len(self.probe.gpus()), self.cpus, self.mem_gb, queue.name)
         try:
             worker.work(logging_level="WARNING", with_scheduler=False)
         finally:
+            if before_shutdown is not None:
+                before_shutdown()
             self.shutdown()
 
     def shutdown(self) -> None:
+        """Deregister first (no new work comes here), then stop and requeue the running jobs."""
         self._stop.set()
-        self.supervisor.stop_all()
         try:
             remove_node(self.client, self.ns, self.name)
         except Exception as e:
             log.warning("could not deregister node %s: %s", self.name, e)
+        self.supervisor.stop_all()
         self.probe.close()
         jobs._supervisor = None

@@ -28,3 +28,13 @@ def text(value) -> str:
     if value is None:
         return ""
     return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def clone(client, **overrides):
+    """A new client to the same server with its own pool, e.g. clone(c, socket_timeout=None)
+    for a connection that blocks longer than redis-py's default 5 s read timeout."""
+    import redis
+
+    pool = client.connection_pool
+    kwargs = {**pool.connection_kwargs, **overrides}
+    return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))

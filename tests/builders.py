@@ -1,0 +1,94 @@
+"""Builders for policy tests: make_node("n1").gpus(2, "A100", 40).obj(), make_job("j1").gpus(1).obj()."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dispatcher.model import GpuInfo, JobSpec, NodeView, PendingJob, RunningJob, Snapshot
+
+NOW_MS = 1_000_000_000
+
+
+class NodeBuilder:
+    def __init__(self, name: str):
+        self.name, self._gpus, self._cpus, self._mem = name, [], 32, 256.0
+        self._held: set[int] = set()
+        self._cpus_used, self._mem_used = 0, 0.0
+
+    def gpus(self, count: int, kind: str = "A100", mem_gb: float = 40.0) -> "NodeBuilder":
+        for _ in range(count):
+            i = len(self._gpus)
+            self._gpus.append(GpuInfo(i, f"NVIDIA {kind}-{mem_gb:g}GB", mem_gb, uuid=f"GPU-{self.name}-{i}"))
+        return self
+
+    def cpus(self, n: int) -> "NodeBuilder":
+        self._cpus = n
+        return self
+
+    def mem(self, gb: float) -> "NodeBuilder":
+        self._mem = gb
+        return self
+
+    def held(self, *indices: int, cpus: int = 0, mem_gb: float = 0.0) -> "NodeBuilder":
+        """Mark GPUs (and CPUs/memory) as taken by running jobs."""
+        self._held |= set(indices)
+        self._cpus_used += cpus
+        self._mem_used += mem_gb
+        return self
+
+    def obj(self) -> NodeView:
+        return NodeView(self.name, tuple(self._gpus), self._cpus, self._mem,
+                        tuple(g.index for g in self._gpus if g.index not in self._held),
+                        self._cpus - self._cpus_used, self._mem - self._mem_used)
+
+
+class JobBuilder:
+    def __init__(self, job_id: str):
+        self.spec = JobSpec(id=job_id, command=("true",), name=job_id, user="alice", submit_ms=NOW_MS)
+
+    def _set(self, **kw) -> "JobBuilder":
+        self.spec = replace(self.spec, **kw)
+        return self
+
+    def gpus(self, n: int, *types: str, mem_gb: float = 0.0) -> "JobBuilder":
+        return self._set(gpus=n, gpu_types=tuple(types), gpu_mem_gb=mem_gb)
+
+    def cpus(self, n: int) -> "JobBuilder":
+        return self._set(cpus=n)
+
+    def mem(self, gb: float) -> "JobBuilder":
+        return self._set(mem_gb=gb)
+
+    def priority(self, p: str) -> "JobBuilder":
+        return self._set(priority=p)
+
+    def user(self, u: str) -> "JobBuilder":
+        return self._set(user=u)
+
+    def est(self, s: float | None) -> "JobBuilder":
+        return self._set(est_s=s)
+
+    def waited(self, s: float) -> "JobBuilder":
+        return self._set(submit_ms=NOW_MS - int(s * 1000))
+
+    def obj(self) -> JobSpec:
+        return self.spec
+
+    def pending(self) -> PendingJob:
+        return PendingJob(self.spec)
+
+    def running_on(self, node: str, *gpus: int, started_s_ago: float = 0.0) -> RunningJob:
+        return RunningJob(self.spec, node, tuple(gpus), NOW_MS - int(started_s_ago * 1000))
+
+
+def make_node(name: str) -> NodeBuilder:
+    return NodeBuilder(name)
+
+
+def make_job(job_id: str) -> JobBuilder:
+    return JobBuilder(job_id)
+
+
+def snapshot(pending=(), running=(), nodes=()) -> Snapshot:
+    return Snapshot(tuple(j.pending() if isinstance(j, JobBuilder) else j for j in pending), tuple(running),
+                    tuple(n.obj() if isinstance(n, NodeBuilder) else n for n in nodes))

@@ -1,0 +1,122 @@
+"""The CLI as a user meets it: one-line errors, `dispatch up` with no Redis installed, logs, shutdown."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dispatcher import errors
+
+BAD_SUBMITS = [
+    (["--gpus", "-1", "--", "true"], "--gpus", errors.EXIT_USAGE),
+    (["--gpus", "two", "--", "true"], "--gpus", errors.EXIT_USAGE),
+    (["--priority", "urgent", "--", "true"], "--priority", errors.EXIT_USAGE),
+    (["--est", "soon", "--", "true"], "--est", errors.EXIT_USAGE),
+    (["--gpu-mem", "-3", "--", "true"], "--gpu-mem", errors.EXIT_USAGE),
+    (["--env", "NOEQUALS", "--", "true"], "--env", errors.EXIT_USAGE),
+    (["--user", "a:b", "--", "true"], "--user", errors.EXIT_USAGE),
+    (["--gpus", "1"], "no command given", errors.EXIT_USAGE),
+]
+
+
+@pytest.mark.parametrize("args,names,code", BAD_SUBMITS, ids=[" ".join(a[:2]) for a, _, _ in BAD_SUBMITS])
+def test_bad_submit_gets_one_line_naming_the_flag_and_changes_nothing(cli, client, args, names, code):
+    before = cli.submit("--", "true")
+    p = cli.run("submit", *args, check=False)
+    assert p.returncode == code, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and names in lines[0] and "Traceback" not in p.stderr, p.stderr
+    assert p.stdout == ""
+    assert cli.show(before)["state"] == "pending"
+    assert client.zcard(f"{cli.ns}:jobs:all") == 1  # nothing written by the bad request
+
+
+@pytest.mark.parametrize("command", [["show", "424242"], ["cancel", "424242"], ["logs", "424242"],
+                                     ["wait", "424242"], ["show", "../etc:passwd"]])
+def test_unknown_job_id_is_a_one_line_not_found(cli, command):
+    p = cli.run(*command, check=False)
+    assert p.returncode == errors.EXIT_NOT_FOUND, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "no job with id" in p.stderr
+
+
+@pytest.mark.parametrize("command", [["submit", "--", "true"], ["queue"], ["nodes"], ["show", "1"]])
+def test_a_redis_that_is_down_is_a_one_line_connect_error(cli, command):
+    p = cli.run(*command, check=False, DISPATCH_REDIS_URL="redis://127.0.0.1:1/0")
+    assert p.returncode == errors.EXIT_CONNECT, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "cannot reach Redis" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_worker_without_nvml_says_so_in_one_line(cli):
+    p = cli.run("worker", "--node", "n1", check=False, timeout=30)
+    assert p.returncode == errors.EXIT_NO_GPU, p.stderr
+    assert "cannot read GPUs through NVML" in p.stderr and "--fake-gpus" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_bad_fake_gpu_spec_is_refused(cli):
+    p = cli.run("worker", "--node", "n1", "--fake-gpus", "2xA100", check=False, timeout=30)
+    assert p.returncode == errors.EXIT_USAGE and "--fake-gpus" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_queue_show_and_nodes_print_json(cli):
+    cli.start("worker", "--node", "n1", "--fake-gpus", "2xA100-40GB")
+    cli.wait_for(lambda: json.loads(cli.run("nodes", "--json").stdout), what="the node")
+    job = cli.submit("--name", "train", "--gpus", "1", "--priority", "high", "--", "true")
+    queued = json.loads(cli.run("queue", "--json").stdout)
+    assert [(j["id"], j["name"], j["state"], j["priority"]) for j in queued] == [(job, "train", "pending", "high")]
+    shown = cli.show(job)
+    for key in ("id", "name", "state", "user", "priority", "node", "gpus", "attempt", "submitted_at",
+                "started_at", "finished_at", "exit_code", "reason"):
+        assert key in shown, key
+    assert isinstance(shown["submitted_at"], float) and shown["gpus"] == [] and shown["node"] is None
+    (node,) = json.loads(cli.run("nodes", "--json").stdout)
+    assert node["name"] == "n1" and node["alive"] and [g["name"] for g in node["gpus"]] == ["NVIDIA A100-40GB"] * 2
+
+
+def test_logs_follow_streams_until_the_job_ends(cli):
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    job = cli.submit("--", "sh", "-c", "for i in 1 2 3; do echo line$i; sleep 0.3; done")
+    p = cli.run("logs", job, "--follow", timeout=30)
+    assert p.stdout.split() == ["line1", "line2", "line3"], p.stdout
+
+
+def test_up_needs_no_redis_and_other_commands_find_it(tmp_path):
+    """The README's first command: `dispatch up` with the embedded server, then submit from another shell."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+    env.update(DISPATCH_HOME=str(tmp_path), PYTHONUNBUFFERED="1")
+    dispatch = [sys.executable, "-m", "dispatcher"]
+    log = open(tmp_path / "up.log", "wb")
+    up = subprocess.Popen(dispatch + ["up", "--fake-gpus", "2xA100-40GB", "--node", "box"], env=env, stdout=log,
+                          stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "server.json").exists():
+            assert time.monotonic() < deadline and up.poll() is None, (tmp_path / "up.log").read_text()
+            time.sleep(0.1)
+
+        def run(*args):
+            return subprocess.run(dispatch + list(args), env=env, capture_output=True, text=True, timeout=60)
+
+        job = run("submit", "--gpus", "1", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES").stdout.strip()
+        assert job, (tmp_path / "up.log").read_text()
+        waited = run("wait", job, "--timeout", "30")
+        assert waited.returncode == 0, waited.stdout + waited.stderr + (tmp_path / "up.log").read_text()
+        assert run("logs", job).stdout.strip() in ("0", "1")
+        url = json.loads((tmp_path / "server.json").read_text())["url"]
+    finally:
+        os.killpg(up.pid, signal.SIGTERM)
+        up.wait(30)
+    assert up.returncode == 0, (tmp_path / "up.log").read_text()
+    assert not (tmp_path / "server.json").exists()
+    assert (tmp_path / "data" / "appendonlydir").is_dir()  # the append-only file was on
+    from dispatcher.store.connect import connect
+    from dispatcher.errors import ConnectionError as DispatchConnectionError
+
+    with pytest.raises(DispatchConnectionError):
+        connect(url)  # the embedded server stopped with it
