@@ -76,7 +76,7 @@ class NodeAgent:
         beat.start()
         # RQ blocks in BLPOP for minutes: its connection must not have redis-py's 5 s read timeout.
         rq_client = clone(self.client, socket_timeout=None)
-        queue = Queue(keys.rq_queue_name(self.name), connection=rq_client, serializer=JSONSerializer)
+        queue = Queue(keys.rq_queue_name(self.ns, self.name), connection=rq_client, serializer=JSONSerializer)
         worker = SimpleWorker([queue], connection=rq_client, serializer=JSONSerializer,
                               name=f"{self.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
         log.info("node %s: %d GPUs, %d CPUs, %.0f GB; listening on RQ queue %s",

@@ -1,7 +1,7 @@
 """Every Redis key and channel dispatch uses. No other module builds key strings.
 
 Grammar: ``<ns>:<kind>:<id>[:<facet>]``, namespace ``dispatch`` by default.
-RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>``.
+RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see rq_queue_name).
 
 | key                        | type   | written by                  | lifetime                         |
 |----------------------------|--------|-----------------------------|----------------------------------|
@@ -64,6 +64,10 @@ def events(ns: str) -> str:
     return f"{ns}:chan:events"
 
 
-def rq_queue_name(node_name: str) -> str:
-    """The RQ queue a node's agent listens on (RQ stores it as rq:queue:node.<name>)."""
-    return f"node.{node_name}"
+def rq_queue_name(ns: str, node_name: str) -> str:
+    """The RQ queue a node's agent listens on: node.<name> (RQ stores it as rq:queue:node.<name>).
+
+    Under a namespace other than the default it is <ns>.node.<name>, so that two
+    clusters sharing one Redis never take each other's work.
+    """
+    return f"node.{node_name}" if ns == DEFAULT_NS else f"{ns}.node.{node_name}"

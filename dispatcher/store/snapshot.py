@@ -116,7 +116,7 @@ class RedisPlanner:
     def _queue(self, node: str):
         q = self._queues.get(node)
         if q is None:
-            q = self._queues[node] = self._queue_cls(keys.rq_queue_name(node), connection=self.client,
+            q = self._queues[node] = self._queue_cls(keys.rq_queue_name(self.ns, node), connection=self.client,
                                                      serializer=self._serializer)
         return q
 

@@ -1,0 +1,102 @@
+"""The store against a real server: submit, the Lua transitions, fencing, quarantine."""
+
+import msgpack
+import pytest
+
+from dispatcher.model import GpuInfo
+from dispatcher.scheduler import Scheduler, now_ms
+from dispatcher.spec import build_spec
+from dispatcher.store import keys
+from dispatcher.store.jobs import cancel_job, read_job, write_jobs
+from dispatcher.store.nodes import write_heartbeat
+from dispatcher.store.scripts import Scripts
+
+
+def submit(client, ns, **kw):
+    kw.setdefault("command", ["true"])
+    spec = build_spec(user="alice", submit_ms=now_ms(), **kw)
+    (job_id,) = write_jobs(client, ns, [spec])
+    return job_id
+
+
+def beat(client, ns, name="n1", gpus=2):
+    write_heartbeat(client, ns, name, [GpuInfo(i, "NVIDIA A100-40GB", 40.0) for i in range(gpus)], 8, 64.0,
+                    now_ms())
+
+
+def test_submit_writes_the_record_and_both_indexes_atomically(client, ns):
+    a, b = submit(client, ns, gpus=1), submit(client, ns)
+    assert int(b) == int(a) + 1
+    assert client.zcard(keys.jobs_pending(ns)) == 2 and client.zcard(keys.jobs_all(ns)) == 2
+    job = read_job(client, ns, a)
+    assert (job["state"], job["attempt"], job["gpus_requested"], job["user"]) == ("pending", 0, 1, "alice")
+
+
+def test_commit_refuses_a_job_that_is_not_pending_or_whose_epoch_moved_or_whose_gpu_is_held(client, ns):
+    s = Scripts(client, ns)
+    a, b = submit(client, ns, gpus=1), submit(client, ns, gpus=1)
+    assert s.commit_placement(a, "n1", (0,), 0, now_ms()) == 1
+    assert s.commit_placement(a, "n1", (1,), 0, now_ms()) == -1  # no longer pending
+    assert s.commit_placement(b, "n1", (1,), 5, now_ms()) == -2  # epoch the plan saw is stale
+    assert s.commit_placement(b, "n1", (0,), 0, now_ms()) == -3  # GPU 0 is held by a
+    assert client.hgetall(keys.node_alloc(ns, "n1")) == {b"0": a.encode()}
+
+
+def test_a_stale_epoch_cannot_report_an_outcome(client, ns):
+    s = Scripts(client, ns)
+    a = submit(client, ns, gpus=1)
+    epoch = s.commit_placement(a, "n1", (0,), 0, now_ms())
+    assert s.mark_running(a, epoch, now_ms(), 123) == 1
+    assert s.finish(a, "n1", epoch, "pending", None, now_ms(), "requeued") == 1  # back to the queue, epoch + 1
+    assert s.finish(a, "n1", epoch, "succeeded", 0, now_ms()) == 0  # the old copy is fenced off
+    job = read_job(client, ns, a)
+    assert (job["state"], job["attempt"], job["epoch"]) == ("pending", 1, epoch + 1)
+    assert client.hlen(keys.node_alloc(ns, "n1")) == 0
+
+
+def test_cancel_ends_a_pending_job_and_flags_an_active_one(client, ns):
+    s = Scripts(client, ns)
+    a, b = submit(client, ns), submit(client, ns, gpus=1)
+    s.commit_placement(b, "n1", (0,), 0, now_ms())
+    assert cancel_job(s, client, ns, a, now_ms()) == "cancelled"
+    assert cancel_job(s, client, ns, b, now_ms()) == "requested"
+    assert read_job(client, ns, a)["state"] == "cancelled" and read_job(client, ns, b)["cancel_requested"]
+    assert cancel_job(s, client, ns, a, now_ms()) == "cancelled"  # already final: says so, changes nothing
+
+
+@pytest.mark.parametrize("garbage", [b"\xff\x00junk", msgpack.packb([1, 2, 3]), msgpack.packb({"v": 99}),
+                                     msgpack.packb({"v": 1, "cmd": "rm -rf /"}), b"x" * 300_000],
+                         ids=["not-msgpack", "not-a-map", "wrong-version", "missing-fields", "huge"])
+def test_a_malformed_record_is_quarantined_and_the_others_still_run(client, ns, garbage):
+    beat(client, ns)
+    good = submit(client, ns, gpus=1)
+    bad = submit(client, ns, gpus=1)
+    client.hset(keys.job(ns, bad), "spec", garbage)
+    plan = Scheduler(client, ns).cycle()
+    assert [p.job_id for p in plan.placements] == [good]
+    job = read_job(client, ns, bad)
+    assert job["state"] == "failed" and job["reason"].startswith("quarantined:"), job
+    assert client.zscore(keys.jobs_pending(ns), bad) is None
+    assert read_job(client, ns, good)["state"] == "assigned"
+
+
+def test_the_scheduler_places_on_live_nodes_only(client, ns):
+    write_heartbeat(client, ns, "old", [GpuInfo(0, "NVIDIA A100-40GB", 40.0)], 8, 64.0, now_ms() - 60_000)
+    job = submit(client, ns, gpus=1)
+    plan = Scheduler(client, ns).cycle()
+    assert plan.placements == () and "no live node" in plan.verdicts[0].reason
+    beat(client, ns, "fresh")
+    plan = Scheduler(client, ns).cycle()
+    assert [(p.job_id, p.node) for p in plan.placements] == [(job, "fresh")]
+
+
+def test_a_placement_enqueues_an_rq_job_with_plain_json_arguments(client, ns):
+    beat(client, ns)
+    job = submit(client, ns, gpus=1)
+    Scheduler(client, ns).cycle()
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    (rq_job,) = Queue(keys.rq_queue_name(ns, "n1"), connection=client, serializer=JSONSerializer).get_jobs()
+    assert rq_job.func_name == "workers.jobs.launch" and rq_job.args == [job, 1]
+    assert b"pickle" not in (client.hget(f"rq:job:{rq_job.id}", "data") or b"")

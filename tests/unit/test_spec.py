@@ -1,0 +1,72 @@
+"""Validating requests at the edge, and the msgpack codec."""
+
+import msgpack
+import pytest
+
+from dispatcher.errors import InvalidRequestError, MalformedRecord
+from dispatcher.spec import build_spec, parse_duration, parse_gpu_types, parse_priority
+from dispatcher.store.codec import decode_spec, encode_spec
+
+
+@pytest.mark.parametrize("text,seconds", [("90s", 90), ("15m", 900), ("2h", 7200), ("1h30m", 5400), ("1d", 86400),
+                                          ("45", 45), ("0.5h", 1800), (" 2H ", 7200)])
+def test_durations_read_like_people_write_them(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "", "-5m", "0", "1x", "h", "10m5", "inf", "nan"])
+def test_a_bad_duration_names_the_flag(text):
+    with pytest.raises(InvalidRequestError) as e:
+        parse_duration(text)
+    assert e.value.field == "--est"
+
+
+@pytest.mark.parametrize("text,expected", [("critical", "critical"), ("HIGH", "high"), ("medium", "normal"),
+                                           ("low", "low")])
+def test_priority_classes_and_their_aliases(text, expected):
+    assert parse_priority(text) == expected
+
+
+def test_gpu_types_accept_a_list_or_any():
+    assert parse_gpu_types("A100|H100") == ("A100", "H100")
+    assert parse_gpu_types("a100, h100") == ("a100", "h100")
+    assert parse_gpu_types("any") == () and parse_gpu_types(None) == ()
+
+
+@pytest.mark.parametrize("field,kwargs", [
+    ("--gpus", {"gpus": -1}), ("--gpus", {"gpus": 1.5}), ("--gpus", {"gpus": "x"}), ("--cpus", {"cpus": -2}),
+    ("--gpu-mem", {"gpu_mem_gb": "lots"}), ("--mem", {"mem_gb": -1}), ("--priority", {"priority": "urgent"}),
+    ("--name", {"name": "has space"}), ("--team", {"team": "a:b"}), ("--env", {"env": ["1BAD=x"]}),
+    ("COMMAND", {"command": []}), ("--grace", {"grace": "later"}),
+])
+def test_every_bad_field_is_refused_with_its_flag(field, kwargs):
+    base = dict(command=["true"], user="alice", submit_ms=1)
+    base.update(kwargs)
+    with pytest.raises(InvalidRequestError) as e:
+        build_spec(**base)
+    assert e.value.field == field
+
+
+def test_a_spec_survives_the_codec():
+    spec = build_spec(command=["python", "train.py", "--lr", "0.1"], user="alice", submit_ms=123, job_id="7",
+                      name="train", team="vision", env=["A=1", "B=x=y"], gpus=2, gpu_type="A100|H100",
+                      gpu_mem_gb="30", cpus=4, mem_gb=64, priority="high", est="2h", checkpointable=True,
+                      grace="1m")
+    assert decode_spec(encode_spec(spec)) == spec
+    assert spec.env == (("A", "1"), ("B", "x=y")) and spec.est_s == 7200 and spec.grace_s == 60
+
+
+@pytest.mark.parametrize("raw", [b"", b"\xc1", msgpack.packb("str"), msgpack.packb({"v": 2}),
+                                 msgpack.packb({"v": 1}), None])
+def test_the_codec_refuses_what_is_not_a_spec(raw):
+    with pytest.raises(MalformedRecord):
+        decode_spec(raw)
+
+
+def test_a_spec_with_a_wrong_type_inside_is_refused():
+    spec = build_spec(command=["true"], user="alice", submit_ms=1)
+    d = msgpack.unpackb(encode_spec(spec))
+    for field, value in [("gpus", -1), ("gpus", "2"), ("cmd", "true"), ("prio", "urgent"), ("est_s", -1)]:
+        bad = dict(d, **{field: value})
+        with pytest.raises(MalformedRecord):
+            decode_spec(msgpack.packb(bad))
