@@ -232,23 +232,17 @@ def logs(ctx, job_id, follow):
 @common
 def wait(ctx, job_ids, timeout):
     """Wait for jobs to end; exit 0 only if all succeeded."""
-    from .store.jobs import is_final, read_job
+    from .api import Client
+    from .store.jobs import read_job
 
-    deadline = None if timeout is None else time.monotonic() + timeout
-    states = {}
     for j in job_ids:
-        read_job(ctx.client, ctx.ns, j)
-    while True:
-        for j in job_ids:
-            if not is_final(states.get(j, "")):
-                states[j] = read_job(ctx.client, ctx.ns, j)["state"]
-        if all(is_final(s) for s in states.values()):
-            break
-        if deadline is not None and time.monotonic() > deadline:
-            left = [j for j, s in states.items() if not is_final(s)]
-            click.echo(f"dispatch: timed out after {timeout:g}s; still not done: {', '.join(left)}", err=True)
-            sys.exit(errors.EXIT_TIMEOUT)
-        time.sleep(0.2)
+        read_job(ctx.client, ctx.ns, j)  # JobNotFound before any waiting
+    client = Client(ctx.url, ctx.ns)
+    try:
+        states = client.wait(list(job_ids), timeout_s=timeout)
+    except TimeoutError as e:
+        click.echo(f"dispatch: {e}", err=True)
+        sys.exit(errors.EXIT_TIMEOUT)
     for j in job_ids:
         click.echo(f"{j}: {states[j]}")
     sys.exit(0 if all(s == "succeeded" for s in states.values()) else errors.EXIT_FAILED)

@@ -1,0 +1,81 @@
+"""The Python API: what `dispatch submit/show/cancel/wait` do, for programs.
+
+    from dispatcher.api import Client
+    c = Client()                         # the server `dispatch up` recorded, or DISPATCH_REDIS_URL
+    job = c.submit(["python", "train.py"], gpus=2, gpu_type="A100", priority="high", est="2h")
+    c.wait([job], timeout_s=3600)        # {'17': 'succeeded'}
+
+Requests are validated exactly as the CLI validates them (InvalidRequestError).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import time
+
+from .config import resolve_url
+from .spec import build_spec
+from .store import jobs as store_jobs
+from .store.connect import connect
+from .store.keys import DEFAULT_NS
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Client:
+    def __init__(self, url: str | None = None, ns: str = DEFAULT_NS):
+        self.url, self.ns = resolve_url(url), ns
+        self.redis = connect(self.url)
+        self._scripts = None
+
+    @property
+    def scripts(self):
+        if self._scripts is None:
+            from .store.scripts import Scripts
+
+            self._scripts = Scripts(self.redis, self.ns)
+        return self._scripts
+
+    def _spec(self, command, fields: dict):
+        fields = dict(fields)
+        fields.setdefault("user", os.environ.get("USER") or getpass.getuser())
+        fields.setdefault("cwd", os.getcwd())
+        if "gpu_mem" in fields:
+            fields["gpu_mem_gb"] = fields.pop("gpu_mem")
+        if "mem" in fields:
+            fields["mem_gb"] = fields.pop("mem")
+        return build_spec(command=command, submit_ms=_now_ms(), **fields)
+
+    def submit(self, command, **fields) -> str:
+        """Submit one job; fields are submit's flags (gpus=2, gpu_type='A100', est='2h', ...). Returns its id."""
+        return store_jobs.write_jobs(self.redis, self.ns, [self._spec(command, fields)])[0]
+
+    def submit_many(self, requests) -> list[str]:
+        """Submit many jobs in one transaction; `requests` are dicts with 'command' and submit's fields.
+        Every request is validated before anything is written: one bad request writes nothing."""
+        specs = [self._spec(r["command"], {k: v for k, v in r.items() if k != "command"}) for r in requests]
+        return store_jobs.write_jobs(self.redis, self.ns, specs)
+
+    def show(self, job_id: str) -> dict:
+        return store_jobs.read_job(self.redis, self.ns, str(job_id))
+
+    def cancel(self, job_id: str) -> str:
+        return store_jobs.cancel_job(self.scripts, self.redis, self.ns, str(job_id), _now_ms())
+
+    def wait(self, job_ids, timeout_s: float | None = None, poll_s: float = 0.2) -> dict[str, str]:
+        """Block until every job is final; returns id -> state. Raises TimeoutError past timeout_s."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        states: dict[str, str] = {}
+        while True:
+            for j in job_ids:
+                if not store_jobs.is_final(states.get(j, "")):
+                    states[j] = self.show(j)["state"]
+            if all(store_jobs.is_final(s) for s in states.values()):
+                return states
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"jobs not done after {timeout_s}s: "
+                                   f"{[j for j, s in states.items() if not store_jobs.is_final(s)]}")
+            time.sleep(poll_s)
