@@ -120,13 +120,14 @@ def cli():
 @click.option("--priority", default="normal", metavar="P", help="critical, high, normal or low.")
 @click.option("--est", default=None, metavar="DURATION", help="Estimated run time: 90s, 15m, 2h.")
 @click.option("--checkpointable", is_flag=True, help="The job can save a checkpoint and resume.")
+@click.option("--share", is_flag=True, help="May share its GPUs with other --share jobs, within --gpu-mem each.")
 @click.option("--grace", default="30s", metavar="DURATION", help="Time between SIGTERM and SIGKILL.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")
 @click.option("--cwd", default=None, help="Working directory on the node (default: the current one).")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @common
-def submit(ctx, name, user, team, gpus, gpu_type, gpu_mem, cpus, mem, priority, est, checkpointable, grace, env,
-           cwd, command):
+def submit(ctx, name, user, team, gpus, gpu_type, gpu_mem, cpus, mem, priority, est, checkpointable, share, grace,
+           env, cwd, command):
     """Submit a job: dispatch submit --gpus 2 --gpu-type A100 -- python train.py. Prints the job id."""
     from .spec import build_spec
     from .store.jobs import write_jobs
@@ -135,7 +136,7 @@ def submit(ctx, name, user, team, gpus, gpu_type, gpu_mem, cpus, mem, priority, 
         command=command, user=user or os.environ.get("USER") or getpass.getuser(), submit_ms=now_ms(), name=name,
         team=team, cwd=cwd if cwd is not None else os.getcwd(), env=env, gpus=gpus, gpu_type=gpu_type,
         gpu_mem_gb=gpu_mem, cpus=cpus, mem_gb=mem, priority=priority, est=est, checkpointable=checkpointable,
-        grace=grace)
+        grace=grace, share=share)
     (job_id,) = write_jobs(ctx.client, ctx.ns, [spec])
     click.echo(job_id)
 
@@ -279,6 +280,107 @@ def nodes(ctx, as_json):
         click.echo(f"warning: {p}", err=True)
 
 
+@cli.command()
+@click.argument("job_id")
+@json_flag
+@common
+def why(ctx, job_id, as_json):
+    """Why a job waits: its score terms, its rank, what blocks it, and the decisions about it."""
+    from .explain import explain
+
+    out = explain(ctx.client, ctx.ns, job_id)
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    job = out["job"]
+    click.echo(f"job {job['id']} ({job['name'] or 'no name'}, {job['user']}, {job['priority']}): {job['state']}"
+               + (f" on {job['node']} GPUs {job['gpus']}" if job["node"] else ""))
+    o = out.get("outcome")
+    if o:
+        total = sum(out["weights"].values()) or 1.0
+        if o.get("terms"):
+            parts = " + ".join(f"{k} {v:.1f}x{out['weights'].get(k, 0):g}" for k, v in o["terms"].items())
+            click.echo(f"  score {o['score']:.1f} = ({parts}) / {total:g}")
+        if o.get("rank"):
+            click.echo(f"  rank {o['rank']} of {out['pending']} pending, profile {out['profile']!r} "
+                       f"({out['policy_source']}), {out['live_nodes']} live nodes")
+        if o["code"] == "would_start":
+            click.echo(f"  would start now on {o['node']} GPUs {o['gpus']} ({o['reason']}); "
+                       "the scheduler places it at its next cycle")
+        else:
+            click.echo(f"  blocked ({o['code']}): {o['reason']}")
+    for r in out.get("reservations", []):
+        if r["job"] != job["id"]:
+            click.echo(f"  reservation: job {r['job']} holds {r['node']} GPUs {r['gpus']} from ~{r['starts_in_s']:g}s")
+    for d in out["decisions"]:
+        when = time.strftime("%H:%M:%S", time.localtime(d["time"]))
+        click.echo(f"  decision {when}: started on {d['node']} GPUs {d['gpus']}, score {d['score']:.1f}: {d['why']}")
+
+
+@cli.command()
+@click.option("--job", "job_id", default=None, help="Only decisions about this job.")
+@click.option("--limit", default=20, type=click.IntRange(1, 2000), show_default=True)
+@json_flag
+@common
+def decisions(ctx, job_id, limit, as_json):
+    """The scheduler's latest decisions: each start, its score breakdown and why it won."""
+    from .store.decisions import read_decisions
+
+    got = read_decisions(ctx.client, ctx.ns, job_id=job_id, limit=limit)
+    if as_json:
+        click.echo(json.dumps(got, indent=1))
+        return
+    rows = [[time.strftime("%H:%M:%S", time.localtime(d["time"])), d["job"], f"{d['node']}:{','.join(map(str, d['gpus']))}",
+             f"{d['score']:.1f}", " ".join(f"{k[:4]}={v:.0f}" for k, v in d["terms"].items()), d["profile"],
+             d["why"][:80]] for d in got]
+    click.echo(_table(rows, ["TIME", "JOB", "PLACED", "SCORE", "TERMS", "PROFILE", "WHY"]))
+
+
+@cli.group()
+def policy():
+    """Check a policy file, or show the policy in force."""
+
+
+@policy.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+def policy_check(path):
+    """Validate a policy file: exit 0 and a summary, or one line naming the bad key."""
+    from .policy_source import load_policy_file
+
+    pset, _ = load_policy_file(path)
+    for name, cfg in pset.profiles.items():
+        w = cfg.weights
+        step = 100.0 / 3 * w.get("priority", 0.0)
+        rest = 100.0 * sum(v for k, v in w.items() if k != "priority")
+        crossing = "classes never cross" if step > rest else "aging and the other terms can lift a job past a class"
+        click.echo(f"profile {name}: weights {w}; {crossing}")
+    for e in pset.schedule:
+        click.echo(f"schedule: {e.profile} from {e.from_min // 60:02d}:{e.from_min % 60:02d} to "
+                   f"{e.to_min // 60:02d}:{e.to_min % 60:02d}")
+    teams = next(iter(pset.profiles.values())).teams
+    for t, q in teams.items():
+        click.echo(f"team {t}: guarantee {q.guarantee_gpus} GPUs, limit {q.limit_gpus if q.limit_gpus is not None else 'none'}")
+    click.echo(f"{path}: ok")
+
+
+@policy.command("show")
+@json_flag
+@common
+def policy_show(ctx, as_json):
+    """The policy in force: the profile the scheduler runs now, with every setting."""
+    from .explain import policy_in_force
+    from .policy.profiles import describe
+
+    profile, config, source = policy_in_force(ctx.client, ctx.ns)
+    out = {"profile": profile, "source": source, "settings": describe(config)}
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    click.echo(f"profile {profile} from {source}")
+    for k, v in out["settings"].items():
+        click.echo(f"  {k}: {v}")
+
+
 # -- long-running parts ---------------------------------------------------------------------
 def _stop_on_signals(event) -> None:
     def handler(signum, frame):
@@ -287,18 +389,27 @@ def _stop_on_signals(event) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _policy_option(fn):
+    return click.option("--policy", "policy_path", envvar="DISPATCH_POLICY", default=None,
+                        type=click.Path(dir_okay=False),
+                        help="Policy file (TOML); reloaded when it changes. Default: built-in weights.")(fn)
+
+
 @cli.command()
+@_policy_option
 @common
-def scheduler(ctx):
+def scheduler(ctx, policy_path):
     """Run the scoring scheduler (one per cluster)."""
     import threading
 
+    from .policy_source import PolicySource
     from .scheduler import Scheduler
 
     _setup_logging(ctx.debug)
+    source = PolicySource(policy_path)
     stop = threading.Event()
     _stop_on_signals(stop)
-    sched = Scheduler(ctx.client, ctx.ns)
+    sched = Scheduler(ctx.client, ctx.ns, policy=source)
     click.echo(f"dispatch scheduler on {ctx.url} (namespace {ctx.ns})", err=True)
     sched.run(stop)
 
@@ -343,17 +454,20 @@ def worker(ctx, node, fake_gpus, cpus, mem_gb, work_dir):
 @click.option("--node", default=None, help="Name of the local node (default: the host name).")
 @click.option("--port", default=None, type=click.IntRange(1, 65535), help="Port of the embedded server.")
 @_node_options
+@_policy_option
 @common
-def up(ctx, node, port, fake_gpus, cpus, mem_gb, work_dir):
+def up(ctx, node, port, fake_gpus, cpus, mem_gb, work_dir, policy_path):
     """All in one: embedded Redis (unless --redis is given), the scheduler and a local node agent."""
     import socket
     import threading
 
     from .config import forget_server, record_server, state_dir
     from .embedded import EmbeddedServer
+    from .policy_source import PolicySource
     from .scheduler import Scheduler
 
     _setup_logging(ctx.debug)
+    source = PolicySource(policy_path)  # a bad policy file stops `up` before anything starts
     if not fake_gpus:  # fail before starting anything if this host has no GPUs to offer
         from workers.gpu import NvmlProbe
 
@@ -365,7 +479,7 @@ def up(ctx, node, port, fake_gpus, cpus, mem_gb, work_dir):
         record_server(server.url, os.getpid())
         click.echo(f"dispatch: embedded server on {server.url}, data in {server.data_dir}", err=True)
     stop = threading.Event()
-    sched = Scheduler(ctx.client, ctx.ns)
+    sched = Scheduler(ctx.client, ctx.ns, policy=source)
     sched_thread = threading.Thread(target=sched.run, args=(stop,), name="scheduler", daemon=True)
     sched_thread.start()
 

@@ -49,6 +49,7 @@ class JobSpec:
     checkpointable: bool = False
     grace_s: float = 30.0
     submit_ms: int = 0
+    share: bool = False  # may share GPUs with other sharing jobs, within gpu_mem_gb each
 
     @property
     def rank(self) -> int:
@@ -82,6 +83,8 @@ class NodeView:
     free_gpus: tuple[int, ...]
     free_cpus: int
     free_mem_gb: float
+    #: GPUs held only by sharing jobs: (index, GB their declared memory adds up to).
+    shared: tuple[tuple[int, float], ...] = ()
 
     def gpu(self, index: int) -> GpuInfo:
         for g in self.gpus:
@@ -122,6 +125,9 @@ class Placement:
     gpus: tuple[int, ...]
     score: float
     terms: dict[str, float] = field(default_factory=dict, compare=False)
+    rank: int = 0
+    reason: str = ""  # why it won, in words
+    share: bool = False
 
 
 class Code(str, Enum):
@@ -129,7 +135,10 @@ class Code(str, Enum):
 
     NO_FIT_NOW = "no_fit_now"  # would fit if resources were free
     NO_FIT_EVER = "no_fit_ever"  # no live node could ever hold it
+    LOWER_SCORE = "lower_score"  # fitted at the start of the cycle; higher-ranked jobs took the room
     RESERVED = "reserved"  # fits, but the GPUs are held for a higher-ranked job
+    OVER_LIMIT = "over_limit"  # its team is at its GPU limit
+    HELD_FOR_TEAM = "held_for_team"  # its team would borrow GPUs that teams below their guarantee need
     INVALID = "invalid"  # the record itself is unusable
 
 
@@ -140,6 +149,7 @@ class Verdict:
     reason: str
     score: float = 0.0
     rank: int = 0
+    terms: dict[str, float] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 It wakes on any message on keys.events (submit, finish, node change, cancel) and at
 least every tick; a burst of events is coalesced into one cycle. It keeps no state
-that a restart would lose: everything it needs is read from Redis each cycle.
+that a restart would lose: everything it needs is read from Redis each cycle. The
+policy comes from a PolicySource (a TOML file, reloaded when it changes); the one in
+force is published to Redis for `dispatch why` and `dispatch policy show`.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from dataclasses import dataclass
 
 from .config import Timing
 from .model import Plan
-from .policy import PolicyConfig, schedule
+from .policy_source import PolicySource
+from .policy import schedule
 from .store import keys
+from .store.decisions import write_decisions, write_policy
 from .store.scripts import Scripts
 from .store.snapshot import RedisPlanner, SpecCache, read_snapshot
 
@@ -34,30 +38,48 @@ class CycleStats:
 
 
 class Scheduler:
-    def __init__(self, client, ns: str = keys.DEFAULT_NS, *, policy: PolicyConfig | None = None,
+    def __init__(self, client, ns: str = keys.DEFAULT_NS, *, policy: PolicySource | None = None,
                  timing: Timing | None = None):
         self.client, self.ns = client, ns
-        self.policy = policy or PolicyConfig()
+        self.policy = policy or PolicySource(None)
         self.timing = timing or Timing()
         self.scripts = Scripts(client, ns)
         self.planner = RedisPlanner(client, ns, self.scripts)
         self.cache = SpecCache()
         self.stats = CycleStats()
+        self._published: tuple | None = None
+
+    def _publish_policy(self, profile: str, now: int) -> None:
+        state = (self.policy.version, profile)
+        if state != self._published:
+            write_policy(self.client, self.ns, self.policy.text, str(self.policy.path or "(built-in defaults)"),
+                         profile, now)
+            if self._published is not None:
+                log.info("policy profile in force: %s", profile)
+            self._published = state
 
     def cycle(self) -> Plan:
         """One scheduling cycle; returns the plan (placements refused at commit are replanned next cycle)."""
         t0 = time.perf_counter()
         now = now_ms()
+        self.policy.refresh()
+        profile, config = self.policy.current(now / 1000.0)
+        self._publish_policy(profile, now)
         read = read_snapshot(self.client, self.ns, now, self.timing.node_timeout_s, self.cache)
         self.planner.quarantine(read.bad_jobs, now)
-        plan = schedule(read.snapshot, now_ms=now, config=self.policy)
-        done = self.planner.commit(plan, read.epochs, now)
-        for p in plan.placements:
-            if any(j == p.job_id for j, _ in done):
-                log.info("start job %s on %s GPUs %s score %.1f %s", p.job_id, p.node, list(p.gpus),
-                         p.score, p.terms)
+        plan = schedule(read.snapshot, now_ms=now, config=config)
+        taken = self.planner.commit(plan, read.epochs, now)
+        if taken:
+            ok = {job_id for job_id, _ in taken}
+            started = [p for p in plan.placements if p.job_id in ok]
+            pipe = self.client.pipeline(transaction=False)
+            write_decisions(pipe, self.ns, started, now, profile)
+            pipe.execute()
+            for p in started:
+                log.info("start job %s on %s GPUs %s, score %.1f: %s", p.job_id, p.node, list(p.gpus), p.score,
+                         p.reason)
         self.stats.cycles += 1
-        self.stats.placed += len(done)
+        self.stats.placed += len(taken)
         self.stats.last_cycle_ms = (time.perf_counter() - t0) * 1000
         return plan
 

@@ -113,6 +113,7 @@ def build_spec(
     est: str | float | None = None,
     checkpointable: bool = False,
     grace=30.0,
+    share: bool = False,
 ) -> JobSpec:
     """Check every field of a request and return the spec; raises InvalidRequestError."""
     command = tuple(str(a) for a in (command or ()))
@@ -126,7 +127,7 @@ def build_spec(
         est_s = est if isinstance(est, (int, float)) and not isinstance(est, bool) else parse_duration(est)
         est_s = _number(est_s, "--est", lo=0.001, hi=1e9, integer=False)
     grace_s = parse_duration(grace, flag="--grace") if isinstance(grace, str) else grace
-    return JobSpec(
+    spec = JobSpec(
         id=job_id,
         command=command,
         name=_label(str(name or ""), "--name"),
@@ -144,4 +145,9 @@ def build_spec(
         checkpointable=bool(checkpointable),
         grace_s=_number(grace_s, "--grace", lo=0, hi=86400, integer=False),
         submit_ms=int(submit_ms),
+        share=bool(share),
     )
+    if spec.share and not (spec.gpus >= 1 and spec.gpu_mem_gb > 0):
+        raise InvalidRequestError("--share needs --gpus 1 or more and --gpu-mem GB (the memory it may use "
+                                  "on each GPU)", field="--share")
+    return spec

@@ -44,33 +44,52 @@ def fits_ever(job: JobSpec, node: NodeView) -> bool:
             and len(usable(job, node, (g.index for g in node.gpus))) >= job.gpus)
 
 
-def choose_gpus(job: JobSpec, node: NodeView, candidates: list[int]) -> tuple[int, ...]:
-    """Pick `job.gpus` GPUs out of usable `candidates`: the smallest memory that fits first
-    (keeping big GPUs for big jobs), then the lowest index. Assumes enough candidates."""
-    ranked = sorted(candidates, key=lambda i: (node.gpu(i).mem_total_gb, i))
-    return tuple(sorted(ranked[: job.gpus]))
+def choose_gpus(job: JobSpec, node: NodeView, candidates: list[int],
+                shared_used: dict[int, float] | None = None) -> tuple[int, ...]:
+    """Pick `job.gpus` GPUs out of usable `candidates`.
+
+    Exclusive jobs: the smallest memory that fits first (keeping big GPUs for big
+    jobs), then the lowest index. Sharing jobs: GPUs already shared first, the one
+    left fullest after this job first, so that sharing packs instead of spreading.
+    Assumes enough candidates.
+    """
+    if job.share and shared_used is not None:
+        def key(i):
+            left = node.gpu(i).mem_total_gb - shared_used.get(i, 0.0) - job.gpu_mem_gb
+            return (i not in shared_used, left, i)
+    else:
+        def key(i):
+            return (node.gpu(i).mem_total_gb, i)
+    return tuple(sorted(sorted(candidates, key=key)[: job.gpus]))
 
 
 def fit_score(job: JobSpec, node: NodeView, chosen: tuple[int, ...], free_gpus_after: int,
-              free_cpus_after: int) -> float:
+              free_cpus_after: int, *, ref_mem_gb: float = 0.0,
+              shared_used: dict[int, float] | None = None) -> float:
     """Best-fit packing score in [0, 100]; higher is a tighter fit.
 
-    packing = 1 - free_after / total, over GPUs for a GPU job and over CPUs for a
-    CPU-only job: filling a nearly full node keeps whole nodes free for big jobs.
-    memory  = mean over chosen GPUs of need / size (1 when the job states no need,
-    so that a job that asks for nothing is not pushed onto big GPUs for no reason).
-    score   = 100 * (0.7 * packing + 0.3 * memory)
+    GPU job:   packing = 1 - free GPUs after / GPUs on the node (a sharing job: the
+               mean fraction of its GPUs' memory in use after it lands);
+               memory  = mean over chosen GPUs of max(need, ref_mem_gb) / size, where
+               ref_mem_gb is the smallest GPU in the cluster, so a job that states
+               no need still prefers small GPUs and leaves big ones for big jobs.
+    CPU job:   packing = 1 - free CPUs after / CPUs on the node;
+               memory  = share of the node's GPUs already busy (1 on a node without
+               GPUs), so CPU-only work avoids stranding idle GPUs without CPUs.
+    score    = 100 * (0.7 * packing + 0.3 * memory)
     """
     if job.gpus:
-        packing = 1.0 - free_gpus_after / max(1, len(node.gpus))
-        if job.gpu_mem_gb:
-            memory = sum(job.gpu_mem_gb / max(node.gpu(i).mem_total_gb, 1e-9) for i in chosen) / len(chosen)
+        if job.share and shared_used is not None:
+            packing = sum(min(1.0, (shared_used.get(i, 0.0) + job.gpu_mem_gb) / node.gpu(i).mem_total_gb)
+                          for i in chosen) / len(chosen)
         else:
-            memory = 1.0
+            packing = 1.0 - free_gpus_after / max(1, len(node.gpus))
+        need = max(job.gpu_mem_gb, ref_mem_gb)
+        memory = (sum(need / max(node.gpu(i).mem_total_gb, 1e-9) for i in chosen) / len(chosen)) if need else 1.0
     else:
         packing = 1.0 - free_cpus_after / max(1, node.cpus)
-        memory = 1.0
-    return 100.0 * (0.7 * packing + 0.3 * min(1.0, memory))
+        memory = 1.0 - free_gpus_after / len(node.gpus) if node.gpus else 1.0
+    return 100.0 * (0.7 * max(0.0, packing) + 0.3 * min(1.0, max(0.0, memory)))
 
 
 def describe_need(job: JobSpec) -> str:
@@ -79,7 +98,7 @@ def describe_need(job: JobSpec) -> str:
     if job.gpus:
         kind = "|".join(job.gpu_types) or "GPU"
         mem = f" ≥{job.gpu_mem_gb:g} GB" if job.gpu_mem_gb else ""
-        parts.append(f"{job.gpus}x{kind}{mem}")
+        parts.append(f"{job.gpus}x{kind}{mem}{' shared' if job.share else ''}")
     parts.append(f"{job.cpus} CPU{'s' if job.cpus != 1 else ''}")
     if job.mem_gb:
         parts.append(f"{job.mem_gb:g} GB RAM")

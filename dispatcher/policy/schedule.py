@@ -1,19 +1,23 @@
 """schedule(snapshot, now_ms, config) -> Plan: the one entry point of the policy.
 
-One cycle starts every pending job that fits, best score first:
+One cycle starts every pending job that fits, best first:
 
 1. Jobs no live node could ever hold get NO_FIT_EVER and are set aside.
-2. Each job's static score (priority, aging, remaining time) is computed once;
-   jobs wait in one queue per user, best static score first.
-3. Dominant Resource Fairness picks the next job: among the heads of the user
-   queues, the best `static + w_fairness * fairness(user)`, where the fairness
-   term falls as the user's dominant share rises with every placement.
-4. The job goes to the node whose free GPUs fit it most tightly (type and
-   memory are hard constraints, all GPUs of a job on one node).
-5. The first `config.reservations` jobs that do not fit get a reservation on
-   the node whose GPUs free up first (by estimates); a later job may use those
-   GPUs only if its estimate says it ends before the reservation starts (EASY
-   backfill). Everything not started gets a Verdict with numbers.
+2. Starving jobs (waiting past their class's starvation bound) go first, oldest
+   first: each starts if it fits, else it gets a reservation.
+3. The rest wait in one queue per user, best static score first (priority
+   class, aging, remaining time). Dominant Resource Fairness picks the next job:
+   among the heads of the user queues, the best `static + fairness(user)`, where
+   the fairness term falls as the user's dominant share rises with every
+   placement. With the default weights the class term outweighs all others
+   together, so a higher class never waits behind a lower one for the same GPUs.
+4. Team limits and guarantees are checked; then the job goes to the node whose
+   free GPUs fit it most tightly (type and memory are hard constraints, all GPUs
+   of a job on one node; sharing jobs pack onto GPUs within their declared memory).
+5. The first `config.reservations` blocked GPU jobs get a reservation on the node
+   whose GPUs, CPUs and memory free up first (by estimates); a later job may use
+   reserved GPUs only if its estimate says it ends before the reservation starts
+   (EASY backfill). Everything not started gets a Verdict with numbers.
 
 Pure: no Redis, clock, OS or randomness; ties break on submit time, then id,
 then node name, so the same snapshot always gives the same plan.
@@ -31,29 +35,46 @@ from .fit import choose_gpus, describe_need, fit_score, fits_ever, usable
 from .score import dominant_share, fairness_term, priority_term, remaining_term, wait_term
 
 
+def id_key(job_id: str) -> tuple[int, str]:
+    """Numeric ids in numeric order ('9' before '10'); any string works."""
+    return (len(job_id), job_id)
+
+
+@dataclass
+class _Release:
+    end_ms: int
+    gpus: tuple[int, ...]
+    cpus: int
+    mem_gb: float
+
+
 @dataclass
 class _Node:
     view: NodeView
     free: set[int]
+    shared: dict[int, float]
     cpus: int
     mem_gb: float
-    releases: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)  # (end_ms, gpus)
+    releases: list[_Release] = field(default_factory=list)
     resv: Reservation | None = None
     resv_cpus: int = 0
     resv_mem_gb: float = 0.0
+    placed: list[str] = field(default_factory=list)
 
 
 def static_terms(spec: JobSpec, now_ms: int, config: PolicyConfig) -> dict[str, float]:
     """The score terms that do not depend on the node or on other jobs."""
     return {
         "priority": priority_term(spec.rank),
-        "wait": wait_term((now_ms - spec.submit_ms) / 1000.0, config.aging_horizon_s),
+        "wait": min(config.aging_cap, wait_term((now_ms - spec.submit_ms) / 1000.0, config.aging_horizon_s)),
         "remaining": remaining_term(spec.est_s, config.remaining_ref_s),
     }
 
 
-def _weighted(terms: dict[str, float], weights: dict[str, float]) -> float:
-    return sum(weights.get(k, 0.0) * v for k, v in terms.items())
+def weighted(terms: dict[str, float], weights: dict[str, float]) -> float:
+    """The weighted mean of the terms present: Σ w·t / Σ w over all weights, so 0..100."""
+    total = sum(weights.values()) or 1.0
+    return sum(weights.get(k, 0.0) * v for k, v in terms.items()) / total
 
 
 def _end_ms(spec: JobSpec, start_ms: int, now_ms: int, config: PolicyConfig) -> int:
@@ -65,71 +86,285 @@ def _end_ms(spec: JobSpec, start_ms: int, now_ms: int, config: PolicyConfig) -> 
     return now_ms + int(config.unknown_remaining_s * 1000)
 
 
-def _ends_before(spec: JobSpec, now_ms: int, deadline_ms: int) -> bool:
-    return spec.est_s is not None and now_ms + spec.est_s * 1000 <= deadline_ms
+def _backfills(spec: JobSpec, node: _Node, now_ms: int) -> bool:
+    """May `spec` use what `node`'s reservation holds? Only its own job, or one that ends before it starts."""
+    r = node.resv
+    return r is None or r.job_id == spec.id or (spec.est_s is not None and now_ms + spec.est_s * 1000 <= r.start_ms)
 
 
 def _candidates(spec: JobSpec, node: _Node, now_ms: int) -> list[int]:
-    """Free GPUs of `node` that `spec` may take now, honouring the node's reservation."""
-    gpus = usable(spec, node.view, sorted(node.free))
-    r = node.resv
-    if r is not None and r.job_id != spec.id and not _ends_before(spec, now_ms, r.start_ms):
-        gpus = [g for g in gpus if g not in r.gpus]
+    """GPUs of `node` that `spec` may take now, honouring the node's reservation."""
+    if spec.share:
+        pool = [i for i in sorted(set(node.free) | set(node.shared))
+                if node.view.gpu(i).mem_total_gb - node.shared.get(i, 0.0) + 1e-9 >= spec.gpu_mem_gb]
+    else:
+        pool = sorted(node.free)
+    gpus = usable(spec, node.view, pool)
+    if not _backfills(spec, node, now_ms):
+        gpus = [g for g in gpus if g not in node.resv.gpus]
     return gpus
 
 
 def _room(spec: JobSpec, node: _Node, now_ms: int) -> bool:
     """CPUs and memory; a reservation also holds the CPUs/memory its job needs."""
     cpus, mem = node.cpus, node.mem_gb
-    r = node.resv
-    if r is not None and r.job_id != spec.id and not _ends_before(spec, now_ms, r.start_ms):
+    if not _backfills(spec, node, now_ms):
         cpus -= min(node.resv_cpus, node.cpus)
         mem -= min(node.resv_mem_gb, node.mem_gb)
     return spec.cpus <= cpus and spec.mem_gb <= mem + 1e-9
 
 
 def _reserve(spec: JobSpec, nodes: list[_Node], now_ms: int) -> Reservation | None:
-    """Hold GPUs for a blocked job on the node where enough of them free up first."""
+    """Hold GPUs (and CPUs, memory) for a blocked job on the node where it could start first.
+
+    Each GPU is free at the latest end of the jobs holding it; CPUs and memory come
+    back as jobs end. The start is the first moment all three suffice.
+    """
     best: Reservation | None = None
     for node in nodes:
         if node.resv is not None or not fits_ever(spec, node.view):
             continue
-        have = usable(spec, node.view, sorted(node.free))
-        start = now_ms
-        for end_ms, gpus in sorted(node.releases):
-            if len(have) >= spec.gpus:
-                break
-            have += usable(spec, node.view, gpus)
-            start = end_ms
-        if len(have) < spec.gpus:
+        free_at = {i: now_ms for i in node.free}
+        for r in node.releases:
+            for g in r.gpus:
+                if g not in node.free:
+                    free_at[g] = max(free_at.get(g, now_ms), r.end_ms)
+        gpus = sorted(usable(spec, node.view, free_at), key=lambda g: (free_at[g], g))
+        if len(gpus) < spec.gpus:
             continue
-        if best is None or start < best.start_ms:
-            best = Reservation(spec.id, node.view.name, tuple(sorted(have[: spec.gpus])), start)
+        cpus, mem = node.cpus, node.mem_gb
+        start = None
+        for t in sorted({now_ms} | {r.end_ms for r in node.releases}):
+            cpus_t = cpus + sum(r.cpus for r in node.releases if r.end_ms <= t)
+            mem_t = mem + sum(r.mem_gb for r in node.releases if r.end_ms <= t)
+            ready = [g for g in gpus if free_at[g] <= t]
+            if len(ready) >= spec.gpus and cpus_t >= spec.cpus and mem_t + 1e-9 >= spec.mem_gb:
+                start = t
+                break
+        if start is not None and (best is None or start < best.start_ms):
+            best = Reservation(spec.id, node.view.name, tuple(sorted(gpus[: spec.gpus])), start)
     return best
 
 
-def _blocked_reason(spec: JobSpec, nodes: list[_Node], now_ms: int) -> tuple[Code, str]:
-    need = describe_need(spec)
-    best, best_free, blocker = None, -1, None
-    for node in nodes:
-        if not fits_ever(spec, node.view):
+@dataclass
+class _Teams:
+    """Team usage against guarantees and limits, in GPUs, kept current through the cycle."""
+
+    config: PolicyConfig
+    used: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def guarantee(self, team: str) -> int:
+        q = self.config.teams.get(team)
+        return q.guarantee_gpus if q else 0
+
+    def owed(self, team: str) -> int:
+        """GPUs `team` still needs to reach its guarantee, bounded by what it has waiting."""
+        return max(0, min(self.guarantee(team) - self.used[team], self.demand[team]))
+
+    def check(self, spec: JobSpec, free_gpus: int) -> tuple[Code, str] | None:
+        if not self.config.teams:
+            return None
+        team, g = spec.team, spec.gpus
+        q = self.config.teams.get(team)
+        if q and q.limit_gpus is not None and self.used[team] + g > q.limit_gpus:
+            return Code.OVER_LIMIT, (f"team {team} holds {self.used[team]} of its limit of {q.limit_gpus} GPUs; "
+                                     f"this job needs {g} more")
+        if g and self.used[team] + g > self.guarantee(team):
+            owed = {t: self.owed(t) for t in self.config.teams if t != team and self.owed(t)}
+            if owed and free_gpus - g < sum(owed.values()):
+                who = ", ".join(f"{t} needs {n}" for t, n in sorted(owed.items()))
+                return Code.HELD_FOR_TEAM, (f"team {team or '(none)'} would go past its guarantee of "
+                                            f"{self.guarantee(team)} GPUs; the {free_gpus} free GPUs are held for "
+                                            f"teams below their guarantee ({who})")
+        return None
+
+    def take(self, spec: JobSpec) -> None:
+        self.used[spec.team] += spec.gpus
+        self.demand[spec.team] = max(0, self.demand[spec.team] - spec.gpus)
+
+
+class _Cycle:
+    """The mutable state of one schedule() call."""
+
+    def __init__(self, snapshot: Snapshot, now_ms: int, config: PolicyConfig):
+        self.now, self.config, self.w = now_ms, config, config.weights
+        views = sorted(snapshot.nodes, key=lambda v: v.name)
+        self.views = views
+        self.nodes = [_Node(v, set(v.free_gpus), dict(v.shared), v.free_cpus, v.free_mem_gb) for v in views]
+        self.by_name = {n.view.name: n for n in self.nodes}
+        self.start = {n.view.name: (set(n.free), dict(n.shared), n.cpus, n.mem_gb) for n in self.nodes}
+        self.totals = (sum(len(v.gpus) for v in views), sum(v.cpus for v in views), sum(v.mem_gb for v in views))
+        self.ref_mem = min((g.mem_total_gb for v in views for g in v.gpus), default=0.0)
+        self.free_total = sum(len(n.free) for n in self.nodes)
+        self.usage: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+        self.teams = _Teams(config)
+        for r in snapshot.running:
+            u = self.usage[r.spec.user]
+            u[0] += len(r.gpus); u[1] += r.spec.cpus; u[2] += r.spec.mem_gb
+            self.teams.used[r.spec.team] += len(r.gpus)
+            if r.node in self.by_name:
+                self.by_name[r.node].releases.append(
+                    _Release(_end_ms(r.spec, r.started_ms, now_ms, config), r.gpus, r.spec.cpus, r.spec.mem_gb))
+        self.placements: list[Placement] = []
+        self.verdicts: list[Verdict] = []
+        self.reservations: list[Reservation] = []
+        self.terms: dict[str, dict[str, float]] = {}
+        self.rank = 0
+
+    def fair(self, user: str) -> float:
+        return fairness_term(dominant_share(tuple(self.usage[user]), self.totals))
+
+    # -- one job ----------------------------------------------------------------------------
+    def best_node(self, spec: JobSpec):
+        best = None
+        for node in self.nodes:
+            cands = _candidates(spec, node, self.now)
+            if len(cands) < spec.gpus or not _room(spec, node, self.now):
+                continue
+            chosen = choose_gpus(spec, node.view, cands, node.shared)
+            free_after = len(node.free - set(chosen))
+            fit = fit_score(spec, node.view, chosen, free_after, node.cpus - spec.cpus, ref_mem_gb=self.ref_mem,
+                            shared_used=node.shared)
+            if best is None or fit > best[0] + 1e-9:
+                best = (fit, node, chosen)
+        return best
+
+    def place(self, spec: JobSpec, terms: dict[str, float], why: str) -> bool:
+        """Place `spec` on its best node, or give it a verdict (and maybe a reservation). True if placed."""
+        self.rank += 1
+        team = self.teams.check(spec, self.free_total)
+        best = None if team else self.best_node(spec)
+        if best is None:
+            self.block(spec, terms, team)
+            return False
+        fit, node, chosen = best
+        terms["fit"] = fit
+        backfill = node.resv is not None and node.resv.job_id != spec.id and set(chosen) & set(node.resv.gpus)
+        if spec.share:
+            for g in chosen:
+                node.shared[g] = node.shared.get(g, 0.0) + spec.gpu_mem_gb
+        self.free_total -= len(node.free & set(chosen))
+        node.free -= set(chosen)
+        node.cpus -= spec.cpus
+        node.mem_gb -= spec.mem_gb
+        node.placed.append(spec.id)
+        node.releases.append(_Release(_end_ms(spec, self.now, self.now, self.config), chosen, spec.cpus,
+                                      spec.mem_gb))
+        u = self.usage[spec.user]
+        u[0] += len(chosen); u[1] += spec.cpus; u[2] += spec.mem_gb
+        self.teams.take(spec)
+        if backfill:
+            why += f"; backfilled: its estimate ends before job {node.resv.job_id}'s reservation"
+        self.placements.append(Placement(spec.id, node.view.name, chosen, round(weighted(terms, self.w), 3),
+                                         {k: round(v, 3) for k, v in terms.items()}, self.rank,
+                                         f"{why}; best fit on {node.view.name} ({fit:.0f}/100)", spec.share))
+        return True
+
+    def block(self, spec: JobSpec, terms: dict[str, float], team: tuple[Code, str] | None) -> None:
+        score = round(weighted(terms, self.w), 3)
+        code, reason = team if team else self.blocked_reason(spec)
+        if team is None and code in (Code.NO_FIT_NOW, Code.LOWER_SCORE) and spec.gpus and not spec.share and (
+                len(self.reservations) < self.config.reservations or self.starving(spec)):
+            resv = _reserve(spec, self.nodes, self.now)
+            if resv is not None:
+                node = self.by_name[resv.node]
+                node.resv, node.resv_cpus, node.resv_mem_gb = resv, spec.cpus, spec.mem_gb
+                self.reservations.append(resv)
+                reason += (f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} from "
+                           f"~{max(0, resv.start_ms - self.now) / 1000:.0f}s from now")
+        if self.starving(spec):
+            reason = f"starving ({self.starving(spec)}); " + reason
+        self.verdicts.append(Verdict(spec.id, code, reason, score, self.rank,
+                                     {k: round(v, 3) for k, v in terms.items()}))
+
+    def blocked_reason(self, spec: JobSpec) -> tuple[Code, str]:
+        need = describe_need(spec)
+        best, best_free, reserved_by = None, -1, None
+        for node in self.nodes:
+            if not fits_ever(spec, node.view):
+                continue
+            free = len(usable(spec, node.view, sorted(node.free)))
+            if node.resv is not None and not _backfills(spec, node, self.now):
+                unreserved = _candidates(spec, node, self.now)
+                if free >= spec.gpus and (len(unreserved) < spec.gpus or not _room(spec, node, self.now)) \
+                        and node.cpus >= spec.cpus and node.mem_gb + 1e-9 >= spec.mem_gb:
+                    reserved_by = node
+            if free > best_free:
+                best, best_free = node, free
+        if reserved_by is not None:
+            r = reserved_by.resv
+            est = "it has no estimate" if spec.est_s is None else f"its estimate {spec.est_s:g}s"
+            return Code.RESERVED, (f"needs {need}; {reserved_by.view.name} is reserved for job {r.job_id} from "
+                                   f"~{max(0, r.start_ms - self.now) / 1000:.0f}s from now, and {est} does not "
+                                   f"end before then")
+        took = self.took_its_room(spec)
+        if took:
+            node, jobs = took
+            return Code.LOWER_SCORE, (f"needs {need}; it fitted on {node} at the start of this cycle, but "
+                                      f"higher-ranked jobs took the room there (jobs {', '.join(jobs[-5:])})")
+        if best is None:
+            return Code.NO_FIT_NOW, f"needs {need}; no node has room now"
+        total = len(usable(spec, best.view, [g.index for g in best.view.gpus]))
+        return Code.NO_FIT_NOW, (f"needs {need}; best node {best.view.name} has {best_free} of {total} "
+                                 f"matching GPUs free, {best.cpus} CPUs free")
+
+    def took_its_room(self, spec: JobSpec):
+        """The first node where `spec` fitted before this cycle's placements, and who took it."""
+        for node in self.nodes:
+            if not node.placed:
+                continue
+            free, shared, cpus, mem = self.start[node.view.name]
+            pool = sorted(set(free) | set(shared)) if spec.share else sorted(free)
+            if spec.share:
+                pool = [i for i in pool if node.view.gpu(i).mem_total_gb - shared.get(i, 0.0) >= spec.gpu_mem_gb]
+            if len(usable(spec, node.view, pool)) >= spec.gpus and spec.cpus <= cpus and spec.mem_gb <= mem + 1e-9:
+                return node.view.name, node.placed
+        return None
+
+    def starving(self, spec: JobSpec) -> str:
+        bound = self.config.starvation_s.get(spec.priority)
+        waited = (self.now - spec.submit_ms) / 1000.0
+        if bound is None or waited <= bound:
+            return ""
+        return f"waited {waited:.0f}s, past the {spec.priority} bound of {bound:.0f}s"
+
+
+def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = None) -> Plan:
+    config = config or PolicyConfig()
+    c = _Cycle(snapshot, now_ms, config)
+    w = config.weights
+    w_total = sum(w.values()) or 1.0
+
+    ready, starving = [], []
+    for p in sorted(snapshot.pending, key=lambda p: (p.spec.submit_ms, id_key(p.spec.id))):
+        spec = p.spec
+        if not any(fits_ever(spec, v) for v in c.views):
+            c.verdicts.append(Verdict(spec.id, Code.NO_FIT_EVER, _never_reason(spec, c.views)))
             continue
-        free = len(usable(spec, node.view, sorted(node.free)))
-        if free >= spec.gpus and node.cpus >= spec.cpus and node.mem_gb + 1e-9 >= spec.mem_gb:
-            blocker = node  # would fit but for a reservation
-        if free > best_free:
-            best, best_free = node, free
-    if blocker is not None and blocker.resv is not None:
-        r = blocker.resv
-        est = "no estimate" if spec.est_s is None else f"its estimate {spec.est_s:g}s"
-        return Code.RESERVED, (f"needs {need}; {blocker.view.name} is reserved for job {r.job_id} "
-                               f"from ~{max(0, r.start_ms - now_ms) / 1000:.0f}s from now, and {est} "
-                               f"does not end before then")
-    if best is None:
-        return Code.NO_FIT_NOW, f"needs {need}; no node has room now"
-    total = len(usable(spec, best.view, [g.index for g in best.view.gpus]))
-    return Code.NO_FIT_NOW, (f"needs {need}; best node {best.view.name} has {best_free} of {total} "
-                             f"matching GPUs free, {best.cpus} CPUs free")
+        c.terms[spec.id] = static_terms(spec, now_ms, config)
+        c.teams.demand[spec.team] += spec.gpus
+        (starving if c.starving(spec) else ready).append(spec)
+
+    for spec in starving:  # oldest first, ahead of every class
+        terms = dict(c.terms[spec.id], fairness=c.fair(spec.user))
+        c.place(spec, terms, f"rank {c.rank + 1}: starving, {c.starving(spec)}")
+
+    queues: dict[str, list] = defaultdict(list)
+    for spec in ready:
+        queues[spec.user].append((-weighted(c.terms[spec.id], w), spec.submit_ms, id_key(spec.id), spec))
+    for q in queues.values():
+        heapq.heapify(q)
+    while queues:
+        user = min(queues, key=lambda u: (queues[u][0][0] - w.get("fairness", 0.0) * c.fair(u) / w_total,
+                                          queues[u][0][1], queues[u][0][2]))
+        spec = heapq.heappop(queues[user])[3]
+        if not queues[user]:
+            del queues[user]
+        terms = dict(c.terms[spec.id], fairness=c.fair(user))
+        c.place(spec, terms, f"rank {c.rank + 1}: the best score among the jobs left")
+
+    return Plan(tuple(c.placements), tuple(c.verdicts), tuple(c.reservations))
 
 
 def _never_reason(spec: JobSpec, views: list[NodeView]) -> str:
@@ -140,84 +375,3 @@ def _never_reason(spec: JobSpec, views: list[NodeView]) -> str:
     k = len(usable(spec, best, [g.index for g in best.gpus]))
     return (f"needs {need}; no live node could ever hold it (largest: {best.name} with {k} "
             f"matching GPUs, {best.cpus} CPUs, {best.mem_gb:g} GB RAM)")
-
-
-def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = None) -> Plan:
-    config = config or PolicyConfig()
-    w = config.weights
-    views = sorted(snapshot.nodes, key=lambda v: v.name)
-    nodes = [_Node(v, set(v.free_gpus), v.free_cpus, v.free_mem_gb) for v in views]
-    by_name = {n.view.name: n for n in nodes}
-    totals = (sum(len(v.gpus) for v in views), sum(v.cpus for v in views), sum(v.mem_gb for v in views))
-
-    usage: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    for r in snapshot.running:
-        u = usage[r.spec.user]
-        u[0] += len(r.gpus); u[1] += r.spec.cpus; u[2] += r.spec.mem_gb
-        if r.node in by_name:
-            by_name[r.node].releases.append((_end_ms(r.spec, r.started_ms, now_ms, config), r.gpus))
-
-    verdicts: list[Verdict] = []
-    queues: dict[str, list] = defaultdict(list)
-    terms_of: dict[str, dict[str, float]] = {}
-    for p in sorted(snapshot.pending, key=lambda p: (p.spec.submit_ms, p.spec.id)):
-        spec = p.spec
-        if not any(fits_ever(spec, v) for v in views):
-            verdicts.append(Verdict(spec.id, Code.NO_FIT_EVER, _never_reason(spec, views)))
-            continue
-        terms = static_terms(spec, now_ms, config)
-        terms_of[spec.id] = terms
-        queues[spec.user].append((-_weighted(terms, w), spec.submit_ms, spec.id, spec))
-    for q in queues.values():
-        heapq.heapify(q)
-
-    def fair(user: str) -> float:
-        return fairness_term(dominant_share(tuple(usage[user]), totals))
-
-    placements: list[Placement] = []
-    reservations: list[Reservation] = []
-    rank = 0
-    while queues:
-        user = max(queues, key=lambda u: (-queues[u][0][0] + w.get("fairness", 0.0) * fair(u),
-                                          -queues[u][0][1], queues[u][0][2]))
-        neg_static, _, job_id, spec = heapq.heappop(queues[user])
-        if not queues[user]:
-            del queues[user]
-        rank += 1
-        terms = dict(terms_of[job_id], fairness=fair(user))
-
-        best = None
-        for node in nodes:
-            cands = _candidates(spec, node, now_ms)
-            if len(cands) < spec.gpus or not _room(spec, node, now_ms):
-                continue
-            chosen = choose_gpus(spec, node.view, cands)
-            fit = fit_score(spec, node.view, chosen, len(node.free) - len(chosen), node.cpus - spec.cpus)
-            if best is None or fit > best[0]:
-                best = (fit, node, chosen)
-        if best is not None:
-            fit, node, chosen = best
-            terms["fit"] = fit
-            node.free -= set(chosen)
-            node.cpus -= spec.cpus
-            node.mem_gb -= spec.mem_gb
-            node.releases.append((_end_ms(spec, now_ms, now_ms, config), chosen))
-            u = usage[user]
-            u[0] += len(chosen); u[1] += spec.cpus; u[2] += spec.mem_gb
-            placements.append(Placement(job_id, node.view.name, chosen, round(_weighted(terms, w), 3),
-                                        {k: round(v, 3) for k, v in terms.items()}))
-            continue
-
-        score = round(_weighted(terms, w), 3)
-        code, reason = _blocked_reason(spec, nodes, now_ms)
-        if code is Code.NO_FIT_NOW and spec.gpus and len(reservations) < config.reservations:
-            resv = _reserve(spec, nodes, now_ms)
-            if resv is not None:
-                node = by_name[resv.node]
-                node.resv, node.resv_cpus, node.resv_mem_gb = resv, spec.cpus, spec.mem_gb
-                reservations.append(resv)
-                reason += (f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} from "
-                           f"~{max(0, resv.start_ms - now_ms) / 1000:.0f}s from now")
-        verdicts.append(Verdict(job_id, code, reason, score, rank))
-
-    return Plan(tuple(placements), tuple(verdicts), tuple(reservations))

@@ -23,6 +23,7 @@ def encode_spec(spec: JobSpec) -> bytes:
         "gpus": spec.gpus, "gpu_types": list(spec.gpu_types), "gpu_mem_gb": spec.gpu_mem_gb,
         "cpus": spec.cpus, "mem_gb": spec.mem_gb, "prio": spec.priority, "est_s": spec.est_s,
         "ckpt": spec.checkpointable, "grace_s": spec.grace_s, "submit_ms": spec.submit_ms,
+        "share": spec.share,
     })
 
 
@@ -62,6 +63,7 @@ def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
             gpu_mem_gb=float(d["gpu_mem_gb"]), cpus=d["cpus"], mem_gb=float(d["mem_gb"]),
             priority=d["prio"], est_s=None if d["est_s"] is None else float(d["est_s"]),
             checkpointable=bool(d["ckpt"]), grace_s=float(d["grace_s"]), submit_ms=d["submit_ms"],
+            share=bool(d.get("share", False)),
         )
     except KeyError as e:
         raise MalformedRecord(key, f"missing field {e.args[0]!r}") from None

@@ -14,8 +14,11 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:jobs:pending          | zset   | submit, scheduler, agent    | member removed when placed       |
 | <ns>:jobs:active           | zset   | scheduler, agent            | id -> assigned_ms while held     |
 | <ns>:node:<name>           | hash   | agent heartbeat             | info (msgpack), seen_ms          |
-| <ns>:node:<name>:alloc     | hash   | scheduler commit, release   | gpu index -> job id while held   |
+| <ns>:node:<name>:alloc     | hash   | scheduler commit, release   | gpu index -> job id while held,  |
+|                            |        |                             | or "~id,id" for sharing jobs     |
 | <ns>:nodes:heartbeat       | zset   | agent heartbeat             | name -> last seen ms             |
+| <ns>:decisions             | list   | scheduler (LPUSH, LTRIM)    | the latest DECISIONS_KEPT        |
+| <ns>:policy                | hash   | scheduler, on (re)load      | text, source, profile, loaded_ms |
 | <ns>:chan:events           | pubsub | everyone                    | wake-up only; losing one is fine |
 
 IDs may not contain ':' (checked at the edge).
@@ -58,6 +61,14 @@ def node_alloc(ns: str, name: str) -> str:
 
 def nodes_heartbeat(ns: str) -> str:
     return f"{ns}:nodes:heartbeat"
+
+
+def decisions(ns: str) -> str:
+    return f"{ns}:decisions"
+
+
+def policy(ns: str) -> str:
+    return f"{ns}:policy"
 
 
 def events(ns: str) -> str:

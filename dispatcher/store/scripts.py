@@ -18,11 +18,11 @@ class Scripts:
         self._s = {n: client.register_script(resources.files(__package__).joinpath(f"lua/{n}.lua").read_text())
                    for n in _NAMES}
 
-    def commit_placement(self, job_id, node, gpus, epoch, now_ms, *, client=None):
+    def commit_placement(self, job_id, node, gpus, epoch, now_ms, *, share=False, client=None):
         ns = self.ns
         return self._s["commit_placement"](
             keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_pending(ns), keys.jobs_active(ns)],
-            args=[job_id, node, ",".join(map(str, gpus)), epoch, now_ms], client=client)
+            args=[job_id, node, ",".join(map(str, gpus)), epoch, now_ms, "1" if share else "0"], client=client)
 
     def mark_running(self, job_id, epoch, now_ms, pid, *, client=None):
         return self._s["mark_running"](keys=[keys.job(self.ns, job_id)], args=[epoch, now_ms, pid], client=client)

@@ -81,17 +81,24 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
     cache.keep_only(pending_ids + active_ids)
 
     used: dict[str, list[float]] = {}
+    shared: dict[str, dict[int, float]] = {}
     for r in running:
         u = used.setdefault(r.node, [0, 0.0])
         u[0] += r.spec.cpus
         u[1] += r.spec.mem_gb
+        if r.spec.share:
+            on_node = shared.setdefault(r.node, {})
+            for g in r.gpus:
+                on_node[g] = on_node.get(g, 0.0) + r.spec.gpu_mem_gb
     views = []
     for n in live:
         cpus_used, mem_used = used.get(n.name, (0, 0.0))
         views.append(NodeView(
             name=n.name, gpus=n.gpus, cpus=n.cpus, mem_gb=n.mem_gb,
             free_gpus=tuple(g.index for g in n.gpus if g.index not in n.alloc),
-            free_cpus=max(0, n.cpus - int(cpus_used)), free_mem_gb=max(0.0, n.mem_gb - mem_used)))
+            free_cpus=max(0, n.cpus - int(cpus_used)), free_mem_gb=max(0.0, n.mem_gb - mem_used),
+            shared=tuple(sorted((g, m) for g, m in shared.get(n.name, {}).items()
+                                if n.alloc.get(g, "").startswith("~")))))
     return ReadResult(Snapshot(tuple(pending), tuple(running), tuple(views)), epochs, nodes, bad)
 
 
@@ -126,7 +133,7 @@ class RedisPlanner:
         by_node: dict[str, list] = {}
         for p in plan.placements:
             epoch = epochs[p.job_id]
-            self.scripts.commit_placement(p.job_id, p.node, p.gpus, epoch, now_ms, client=pipe)
+            self.scripts.commit_placement(p.job_id, p.node, p.gpus, epoch, now_ms, share=p.share, client=pipe)
             by_node.setdefault(p.node, []).append(self._queue_cls.prepare_data(
                 "workers.jobs.launch", args=[p.job_id, epoch + 1], timeout=-1, result_ttl=300,
                 failure_ttl=86400, description=f"dispatch job {p.job_id} attempt epoch {epoch + 1}"))

@@ -2,16 +2,24 @@
 -- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] pending zset   KEYS[4] active zset
 -- ARGV[1] job id     ARGV[2] node name         ARGV[3] GPU indices "0,1" ("" for none)
 -- ARGV[4] the epoch the plan saw               ARGV[5] now_ms
--- returns the new epoch (> 0); -1 job not pending; -2 epoch moved; -3 a GPU is already held
+-- ARGV[6] "1" if the job shares its GPUs (alloc value "~id1,id2"), else "0" (alloc value "id")
+-- returns the new epoch (> 0); -1 job not pending; -2 epoch moved; -3 a GPU is held
+-- (exclusively, or by sharers when this job wants it alone)
 if redis.call('HGET', KEYS[1], 'state') ~= 'pending' then return -1 end
 local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0') or 0
 if epoch ~= tonumber(ARGV[4]) then return -2 end
+local share = ARGV[6] == '1'
 local gpus = {}
 for g in string.gmatch(ARGV[3], '[^,]+') do
-  if redis.call('HEXISTS', KEYS[2], g) == 1 then return -3 end
-  gpus[#gpus + 1] = g
+  local held = redis.call('HGET', KEYS[2], g)
+  if held and not (share and string.sub(held, 1, 1) == '~') then return -3 end
+  gpus[#gpus + 1] = {g, held}
 end
-for _, g in ipairs(gpus) do redis.call('HSET', KEYS[2], g, ARGV[1]) end
+for _, gh in ipairs(gpus) do
+  local value = ARGV[1]
+  if share then value = gh[2] and (gh[2] .. ',' .. ARGV[1]) or ('~' .. ARGV[1]) end
+  redis.call('HSET', KEYS[2], gh[1], value)
+end
 epoch = epoch + 1
 redis.call('HSET', KEYS[1], 'state', 'assigned', 'node', ARGV[2], 'gpus', ARGV[3],
            'epoch', epoch, 'assigned_ms', ARGV[5], 'reason', '')

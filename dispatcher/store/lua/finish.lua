@@ -10,7 +10,17 @@ local state = redis.call('HGET', KEYS[1], 'state')
 if state ~= 'assigned' and state ~= 'running' then return 0 end
 local gpus = redis.call('HGET', KEYS[1], 'gpus') or ''
 for g in string.gmatch(gpus, '[^,]+') do
-  if redis.call('HGET', KEYS[2], g) == ARGV[1] then redis.call('HDEL', KEYS[2], g) end
+  local held = redis.call('HGET', KEYS[2], g)
+  if held == ARGV[1] then
+    redis.call('HDEL', KEYS[2], g)
+  elseif held and string.sub(held, 1, 1) == '~' then  -- shared: drop this job from the list
+    local rest = {}
+    for j in string.gmatch(string.sub(held, 2), '[^,]+') do
+      if j ~= ARGV[1] then rest[#rest + 1] = j end
+    end
+    if #rest == 0 then redis.call('HDEL', KEYS[2], g)
+    else redis.call('HSET', KEYS[2], g, '~' .. table.concat(rest, ',')) end
+  end
 end
 redis.call('ZREM', KEYS[3], ARGV[1])
 if ARGV[3] == 'pending' then

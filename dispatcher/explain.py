@@ -1,0 +1,57 @@
+"""`dispatch why JOB`: the policy run on a fresh snapshot, without committing anything.
+
+Like `nomad job plan`: the same schedule() the scheduler calls, under the policy
+the scheduler published, on what Redis holds right now. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .config import Timing
+from .errors import ConfigError
+from .policy import schedule
+from .policy.profiles import PolicySet, parse_policy
+from .policy_source import local_weekday_minute
+from .store.decisions import read_decisions, read_policy
+from .store.jobs import read_job
+from .store.snapshot import SpecCache, read_snapshot
+
+
+def policy_in_force(client, ns: str, t: float | None = None):
+    """(profile name, PolicyConfig, source) as the scheduler last published it; defaults if none did."""
+    published = read_policy(client, ns)
+    policy = PolicySet()
+    if published.get("text"):
+        try:
+            policy = parse_policy(published["text"])
+        except ConfigError:
+            pass  # the scheduler only publishes what parsed; a hand-edited key falls back to defaults
+    profile, config = policy.config_at(*local_weekday_minute(t))
+    return profile, config, published.get("source", "(built-in defaults; no scheduler has run)")
+
+
+def explain(client, ns: str, job_id: str) -> dict:
+    job = read_job(client, ns, job_id)
+    now = int(time.time() * 1000)
+    out = {"job": job, "decisions": read_decisions(client, ns, job_id=job_id, limit=10)}
+    if job["state"] != "pending":
+        return out
+    profile, config, source = policy_in_force(client, ns, now / 1000.0)
+    read = read_snapshot(client, ns, now, Timing().node_timeout_s, SpecCache())
+    plan = schedule(read.snapshot, now_ms=now, config=config)
+    out.update(profile=profile, policy_source=source, weights=config.weights,
+               pending=len(read.snapshot.pending), live_nodes=len(read.snapshot.nodes))
+    for p in plan.placements:
+        if p.job_id == job_id:
+            out["outcome"] = {"code": "would_start", "node": p.node, "gpus": list(p.gpus), "score": p.score,
+                              "terms": p.terms, "rank": p.rank, "reason": p.reason}
+    for v in plan.verdicts:
+        if v.job_id == job_id:
+            out["outcome"] = {"code": v.code.value, "score": v.score, "terms": v.terms, "rank": v.rank,
+                              "reason": v.reason}
+    out["reservations"] = [{"job": r.job_id, "node": r.node, "gpus": list(r.gpus),
+                            "starts_in_s": round(max(0, r.start_ms - now) / 1000, 1)} for r in plan.reservations]
+    if job_id in read.bad_jobs:
+        out["outcome"] = {"code": "invalid", "reason": read.bad_jobs[job_id]}
+    return out

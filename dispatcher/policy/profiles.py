@@ -1,0 +1,212 @@
+"""Policy files: TOML text -> named profiles, a time-of-day schedule, and teams.
+
+Pure: the caller reads the file and passes the local weekday and minute of the
+day; nothing here reads a clock or a disk. Every mistake raises ConfigError
+naming the key, e.g. `profiles.night.weights.wait: must be a number >= 0`.
+
+    default_profile = "day"             # used when no [[schedule]] entry matches
+    [defaults]                          # inherited by every profile
+    aging_horizon = "2h"
+    [profiles.day]
+    weights = { priority = 1.0, wait = 0.12, fairness = 0.10, remaining = 0.06, fit = 0.04 }
+    [profiles.night]                    # throughput: short jobs and tight packing first
+    weights = { priority = 1.0, wait = 0.05, fairness = 0.05, remaining = 0.15, fit = 0.10 }
+    [[schedule]]
+    profile = "night"
+    from = "20:00"                      # local time; may wrap past midnight
+    to = "08:00"
+    days = ["mon", "tue", "wed", "thu", "fri"]   # optional; default every day
+    [teams.vision]
+    guarantee_gpus = 4                  # capacity the team gets back first when it needs it
+    limit_gpus = 8                      # never more than this at once
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+
+from ..errors import ConfigError, InvalidRequestError
+from ..model import PRIORITIES
+from ..spec import parse_duration
+from .config import WEIGHT_TERMS, PolicyConfig, TeamQuota
+
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_DURATION_KEYS = {"aging_horizon": "aging_horizon_s", "remaining_ref": "remaining_ref_s",
+                  "unknown_remaining": "unknown_remaining_s"}
+_PROFILE_KEYS = set(_DURATION_KEYS) | {"weights", "aging_cap", "reservations", "starvation"}
+
+
+@dataclass(frozen=True)
+class ScheduleEntry:
+    profile: str
+    from_min: int
+    to_min: int
+    days: frozenset[int] = frozenset(range(7))
+
+    def matches(self, weekday: int, minute: int) -> bool:
+        if self.from_min <= self.to_min:
+            return weekday in self.days and self.from_min <= minute < self.to_min
+        # wraps past midnight: the part after midnight belongs to the day the window started
+        if minute >= self.from_min:
+            return weekday in self.days
+        return minute < self.to_min and (weekday - 1) % 7 in self.days
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    profiles: dict[str, PolicyConfig] = field(default_factory=lambda: {"default": PolicyConfig()})
+    default_profile: str = "default"
+    schedule: tuple[ScheduleEntry, ...] = ()
+
+    def config_at(self, weekday: int, minute: int) -> tuple[str, PolicyConfig]:
+        """The profile in force on `weekday` (0 = Monday) at `minute` past local midnight."""
+        for entry in self.schedule:
+            if entry.matches(weekday, minute):
+                return entry.profile, self.profiles[entry.profile]
+        return self.default_profile, self.profiles[self.default_profile]
+
+
+def _err(key: str, msg: str) -> ConfigError:
+    return ConfigError(f"{key}: {msg}", key=key)
+
+
+def _number(value, key: str, *, lo: float = 0.0, integer: bool = False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
+        raise _err(key, f"must be {'a whole number' if integer else 'a number'} >= {lo:g}, got {value!r}")
+    if value < lo:
+        raise _err(key, f"must be >= {lo:g}, got {value!r}")
+    return value
+
+
+def _duration(value, key: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(_number(value, key, lo=1e-9))
+    try:
+        return parse_duration(str(value), flag=key)
+    except InvalidRequestError:
+        raise _err(key, f"{value!r} is not a duration; use e.g. 90s, 15m, 2h") from None
+
+
+def _clock(value, key: str) -> int:
+    try:
+        h, m = str(value).split(":")
+        h, m = int(h), int(m)
+        if 0 <= h <= 24 and 0 <= m < 60 and h * 60 + m <= 1440:
+            return h * 60 + m
+    except ValueError:
+        pass
+    raise _err(key, f"{value!r} is not a time of day; use HH:MM, e.g. 20:00")
+
+
+def _profile(raw: dict, key: str, base: PolicyConfig) -> PolicyConfig:
+    if not isinstance(raw, dict):
+        raise _err(key, "must be a table")
+    unknown = set(raw) - _PROFILE_KEYS
+    if unknown:
+        raise _err(f"{key}.{sorted(unknown)[0]}", f"unknown setting; known: {', '.join(sorted(_PROFILE_KEYS))}")
+    changes: dict = {}
+    if "weights" in raw:
+        w = raw["weights"]
+        if not isinstance(w, dict):
+            raise _err(f"{key}.weights", "must be a table of term = weight")
+        for term, value in w.items():
+            if term not in WEIGHT_TERMS:
+                raise _err(f"{key}.weights.{term}", f"unknown term; known: {', '.join(WEIGHT_TERMS)}")
+            _number(value, f"{key}.weights.{term}")
+        weights = {**base.weights, **{k: float(v) for k, v in w.items()}}
+        if sum(weights.values()) <= 0:
+            raise _err(f"{key}.weights", "at least one weight must be above 0")
+        changes["weights"] = weights
+    for name, attr in _DURATION_KEYS.items():
+        if name in raw:
+            changes[attr] = _duration(raw[name], f"{key}.{name}")
+    if "aging_cap" in raw:
+        cap = _number(raw["aging_cap"], f"{key}.aging_cap")
+        if cap > 100:
+            raise _err(f"{key}.aging_cap", f"must be at most 100 (a term's range), got {cap!r}")
+        changes["aging_cap"] = float(cap)
+    if "reservations" in raw:
+        changes["reservations"] = _number(raw["reservations"], f"{key}.reservations", integer=True)
+    if "starvation" in raw:
+        s = raw["starvation"]
+        if not isinstance(s, dict):
+            raise _err(f"{key}.starvation", "must be a table of class = duration")
+        for cls in s:
+            if cls not in PRIORITIES:
+                raise _err(f"{key}.starvation.{cls}", f"unknown class; use {', '.join(PRIORITIES)}")
+        changes["starvation_s"] = {**base.starvation_s,
+                                   **{c: _duration(v, f"{key}.starvation.{c}") for c, v in s.items()}}
+    return replace(base, **changes)
+
+
+def _teams(raw, key: str = "teams") -> dict[str, TeamQuota]:
+    if not isinstance(raw, dict):
+        raise _err(key, "must be a table of teams")
+    teams = {}
+    for name, t in raw.items():
+        k = f"{key}.{name}"
+        if not isinstance(t, dict):
+            raise _err(k, "must be a table with guarantee_gpus and/or limit_gpus")
+        unknown = set(t) - {"guarantee_gpus", "limit_gpus"}
+        if unknown:
+            raise _err(f"{k}.{sorted(unknown)[0]}", "unknown setting; known: guarantee_gpus, limit_gpus")
+        g = _number(t.get("guarantee_gpus", 0), f"{k}.guarantee_gpus", integer=True)
+        lim = t.get("limit_gpus")
+        if lim is not None:
+            lim = _number(lim, f"{k}.limit_gpus", integer=True)
+            if lim < g:
+                raise _err(f"{k}.limit_gpus", f"{lim} is below guarantee_gpus {g}")
+        teams[name] = TeamQuota(guarantee_gpus=g, limit_gpus=lim)
+    return teams
+
+
+def parse_policy(text: str) -> PolicySet:
+    """Parse and validate a policy file's text. Raises ConfigError naming the bad key."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"not valid TOML: {e}", key="") from None
+    known = {"default_profile", "defaults", "profiles", "schedule", "teams"}
+    unknown = set(raw) - known
+    if unknown:
+        raise _err(sorted(unknown)[0], f"unknown section; known: {', '.join(sorted(known))}")
+    teams = _teams(raw.get("teams", {}))
+    base = _profile(raw.get("defaults", {}), "defaults", replace(PolicyConfig(), teams=teams))
+    profiles_raw = raw.get("profiles", {})
+    if not isinstance(profiles_raw, dict):
+        raise _err("profiles", "must be a table of profiles")
+    profiles = {name: _profile(p, f"profiles.{name}", base) for name, p in profiles_raw.items()}
+    if not profiles:
+        profiles = {"default": base}
+    default = raw.get("default_profile", "default" if "default" in profiles else next(iter(profiles)))
+    if default not in profiles:
+        raise _err("default_profile", f"no profile named {default!r}; profiles: {', '.join(profiles)}")
+    entries = []
+    sched = raw.get("schedule", [])
+    if not isinstance(sched, list):
+        raise _err("schedule", "must be an array of tables ([[schedule]])")
+    for i, e in enumerate(sched):
+        k = f"schedule[{i}]"
+        if not isinstance(e, dict) or set(e) - {"profile", "from", "to", "days"} or \
+                not {"profile", "from", "to"} <= set(e):
+            raise _err(k, "needs profile, from and to (and optionally days)")
+        if e["profile"] not in profiles:
+            raise _err(f"{k}.profile", f"no profile named {e['profile']!r}; profiles: {', '.join(profiles)}")
+        days = e.get("days", list(DAYS))
+        if not isinstance(days, list) or any(str(d).lower()[:3] not in DAYS for d in days):
+            raise _err(f"{k}.days", f"use day names: {', '.join(DAYS)}")
+        entries.append(ScheduleEntry(e["profile"], _clock(e["from"], f"{k}.from"), _clock(e["to"], f"{k}.to"),
+                                     frozenset(DAYS.index(str(d).lower()[:3]) for d in days)))
+    return PolicySet(profiles, default, tuple(entries))
+
+
+def describe(config: PolicyConfig) -> dict:
+    """A profile as plain data, for `dispatch policy show` and the decision log."""
+    out = {}
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if f.name == "teams":
+            value = {t: {"guarantee_gpus": q.guarantee_gpus, "limit_gpus": q.limit_gpus} for t, q in value.items()}
+        out[f.name] = value
+    return out

@@ -1,0 +1,53 @@
+"""The decision log (each start with its score breakdown and why it won) and the published policy."""
+
+from __future__ import annotations
+
+import msgpack
+
+from . import keys
+from .connect import text
+
+#: How many decisions the log keeps.
+DECISIONS_KEPT = 2000
+
+
+def write_decisions(pipe, ns: str, placements, now_ms: int, profile: str) -> None:
+    """Queue LPUSH + LTRIM of one entry per placement on `pipe` (part of the commit transaction)."""
+    if not placements:
+        return
+    entries = [msgpack.packb({"v": 1, "t_ms": now_ms, "job": p.job_id, "node": p.node, "gpus": list(p.gpus),
+                              "score": p.score, "terms": p.terms, "rank": p.rank, "why": p.reason,
+                              "profile": profile})
+               for p in placements]
+    pipe.lpush(keys.decisions(ns), *entries)
+    pipe.ltrim(keys.decisions(ns), 0, DECISIONS_KEPT - 1)
+
+
+def read_decisions(client, ns: str, *, job_id: str | None = None, limit: int = 50) -> list[dict]:
+    """Newest first. Entries that do not decode are skipped."""
+    out = []
+    for raw in client.lrange(keys.decisions(ns), 0, DECISIONS_KEPT - 1):
+        try:
+            d = msgpack.unpackb(raw, raw=False)
+        except Exception:
+            continue
+        if not isinstance(d, dict) or (job_id is not None and d.get("job") != job_id):
+            continue
+        d["time"] = d.pop("t_ms", 0) / 1000.0
+        d.pop("v", None)
+        out.append(d)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def write_policy(client, ns: str, text_: str, source: str, profile: str, loaded_ms: int) -> None:
+    client.hset(keys.policy(ns), mapping={"text": text_, "source": source, "profile": profile,
+                                          "loaded_ms": loaded_ms})
+
+
+def read_policy(client, ns: str) -> dict:
+    raw = client.hgetall(keys.policy(ns))
+    return {k.decode(): text(v) for k, v in raw.items()}
+
+
