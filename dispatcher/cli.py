@@ -121,13 +121,16 @@ def cli():
 @click.option("--est", default=None, metavar="DURATION", help="Estimated run time: 90s, 15m, 2h.")
 @click.option("--checkpointable", is_flag=True, help="The job can save a checkpoint and resume.")
 @click.option("--share", is_flag=True, help="May share its GPUs with other --share jobs, within --gpu-mem each.")
+@click.option("--min-gpus", default=None, metavar="N", help="Elastic: may be shrunk to N GPUs (needs --checkpointable).")
+@click.option("--preemptible", is_flag=True, help="May be killed (forced preemption) by any higher class.")
+@click.option("--checkpoint-signal", default="TERM", metavar="SIG", help="Signal that asks for a checkpoint.")
 @click.option("--grace", default="30s", metavar="DURATION", help="Time between SIGTERM and SIGKILL.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")
 @click.option("--cwd", default=None, help="Working directory on the node (default: the current one).")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @common
-def submit(ctx, name, user, team, gpus, gpu_type, gpu_mem, cpus, mem, priority, est, checkpointable, share, grace,
-           env, cwd, command):
+def submit(ctx, name, user, team, gpus, gpu_type, gpu_mem, cpus, mem, priority, est, checkpointable, share,
+           min_gpus, preemptible, checkpoint_signal, grace, env, cwd, command):
     """Submit a job: dispatch submit --gpus 2 --gpu-type A100 -- python train.py. Prints the job id."""
     from .spec import build_spec
     from .store.jobs import write_jobs
@@ -136,7 +139,7 @@ def submit(ctx, name, user, team, gpus, gpu_type, gpu_mem, cpus, mem, priority, 
         command=command, user=user or os.environ.get("USER") or getpass.getuser(), submit_ms=now_ms(), name=name,
         team=team, cwd=cwd if cwd is not None else os.getcwd(), env=env, gpus=gpus, gpu_type=gpu_type,
         gpu_mem_gb=gpu_mem, cpus=cpus, mem_gb=mem, priority=priority, est=est, checkpointable=checkpointable,
-        grace=grace, share=share)
+        grace=grace, share=share, min_gpus=min_gpus, preemptible=preemptible, checkpoint_signal=checkpoint_signal)
     (job_id,) = write_jobs(ctx.client, ctx.ns, [spec])
     click.echo(job_id)
 
@@ -434,7 +437,7 @@ def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir, before_shutdown=Non
                                   field="--node")
     probe = open_probe(fake_gpus)
     agent = NodeAgent(ctx.client, ctx.ns, node, probe, cpus=cpus, mem_gb=mem_gb,
-                      work_dir=work_dir or state_dir() / "node" / node)
+                      work_dir=work_dir or state_dir() / "node" / node, url=ctx.url)
     agent.run(before_shutdown)
 
 

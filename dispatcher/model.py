@@ -15,9 +15,9 @@ PRIORITIES = ("low", "normal", "high", "critical")
 PRIORITY_ALIASES = {"medium": "normal", "batch": "low", "interactive": "high"}
 
 #: Job states. `assigned` = placed by the scheduler, not yet started by its node.
-PENDING, ASSIGNED, RUNNING = "pending", "assigned", "running"
+PENDING, ASSIGNED, RUNNING, PREEMPTING = "pending", "assigned", "running", "preempting"
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
-ACTIVE_STATES = (ASSIGNED, RUNNING)
+ACTIVE_STATES = (ASSIGNED, RUNNING, PREEMPTING)
 FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED)
 
 #: Version of the job spec record; bump on an incompatible change.
@@ -50,6 +50,9 @@ class JobSpec:
     grace_s: float = 30.0
     submit_ms: int = 0
     share: bool = False  # may share GPUs with other sharing jobs, within gpu_mem_gb each
+    min_gpus: int | None = None  # elastic: may be shrunk to this many GPUs (None: not elastic)
+    preemptible: bool = False  # opts in to forced preemption by any higher class
+    checkpoint_signal: str = "TERM"  # sent to the process group to ask for a checkpoint
 
     @property
     def rank(self) -> int:
@@ -95,18 +98,26 @@ class NodeView:
 
 @dataclass(frozen=True)
 class RunningJob:
-    """A job holding resources (assigned or running)."""
+    """A job holding resources (assigned or running, or being preempted: `stopping`)."""
 
     spec: JobSpec
     node: str
     gpus: tuple[int, ...]
     started_ms: int
+    checkpoint_ms: int = 0  # when it last reported a checkpoint (0: never)
+    preempted_ms: int = 0  # when it was last preempted (0: never), for the cooldown
+    stopping: bool = False  # a preemption or cancel is under way; its GPUs come back soon
 
 
 @dataclass(frozen=True)
 class PendingJob:
     spec: JobSpec
     attempt: int = 0
+    since_ms: int | None = None  # what aging counts from (None: the submit time)
+
+    @property
+    def wait_from_ms(self) -> int:
+        return self.spec.submit_ms if self.since_ms is None else self.since_ms
 
 
 @dataclass(frozen=True)
@@ -163,7 +174,22 @@ class Reservation:
 
 
 @dataclass(frozen=True)
+class Preemption:
+    """Stop `job_id` (or shrink it to `keep_gpus`) so that `for_job` can start."""
+
+    job_id: str
+    node: str
+    mode: str  # "graceful" (checkpoint signal, grace, SIGKILL), "forced" (SIGKILL), "shrink"
+    gpus: tuple[int, ...]  # GPUs it gives up
+    for_job: str
+    reason: str
+    keep_gpus: tuple[int, ...] = ()  # shrink: the GPUs it keeps
+    lost_gpu_s: float = 0.0  # work lost: GPU-seconds since its last checkpoint (or start)
+
+
+@dataclass(frozen=True)
 class Plan:
     placements: tuple[Placement, ...] = ()
     verdicts: tuple[Verdict, ...] = ()
     reservations: tuple[Reservation, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()

@@ -68,16 +68,19 @@ class Scheduler:
         read = read_snapshot(self.client, self.ns, now, self.timing.node_timeout_s, self.cache)
         self.planner.quarantine(read.bad_jobs, now)
         plan = schedule(read.snapshot, now_ms=now, config=config)
-        taken = self.planner.commit(plan, read.epochs, now)
-        if taken:
+        taken, preempted = self.planner.commit(plan, read.epochs, now, config.keep_wait_on_requeue)
+        if taken or preempted:
             ok = {job_id for job_id, _ in taken}
             started = [p for p in plan.placements if p.job_id in ok]
             pipe = self.client.pipeline(transaction=False)
-            write_decisions(pipe, self.ns, started, now, profile)
+            write_decisions(pipe, self.ns, started, now, profile, preempted)
             pipe.execute()
             for p in started:
                 log.info("start job %s on %s GPUs %s, score %.1f: %s", p.job_id, p.node, list(p.gpus), p.score,
                          p.reason)
+            for pr in preempted:
+                log.info("preempt job %s on %s (%s) for job %s: %s", pr.job_id, pr.node, pr.mode, pr.for_job,
+                         pr.reason)
         self.stats.cycles += 1
         self.stats.placed += len(taken)
         self.stats.last_cycle_ms = (time.perf_counter() - t0) * 1000

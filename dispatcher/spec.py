@@ -62,6 +62,18 @@ def parse_gpu_types(text: str | None) -> tuple[str, ...]:
     return types
 
 
+#: Signals a job may ask for as its checkpoint signal.
+CHECKPOINT_SIGNALS = ("TERM", "INT", "USR1", "USR2", "HUP", "QUIT")
+
+
+def parse_signal(text: str) -> str:
+    name = str(text or "TERM").strip().upper().removeprefix("SIG")
+    if name not in CHECKPOINT_SIGNALS:
+        raise InvalidRequestError(f"--checkpoint-signal: {text!r} is not one of {', '.join(CHECKPOINT_SIGNALS)}",
+                                  field="--checkpoint-signal")
+    return name
+
+
 def parse_env(pairs: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     out = []
     for pair in pairs:
@@ -114,6 +126,9 @@ def build_spec(
     checkpointable: bool = False,
     grace=30.0,
     share: bool = False,
+    min_gpus=None,
+    preemptible: bool = False,
+    checkpoint_signal: str = "TERM",
 ) -> JobSpec:
     """Check every field of a request and return the spec; raises InvalidRequestError."""
     command = tuple(str(a) for a in (command or ()))
@@ -146,7 +161,15 @@ def build_spec(
         grace_s=_number(grace_s, "--grace", lo=0, hi=86400, integer=False),
         submit_ms=int(submit_ms),
         share=bool(share),
+        min_gpus=None if min_gpus in (None, "") else _number(min_gpus, "--min-gpus", lo=1, hi=MAX_GPUS, integer=True),
+        preemptible=bool(preemptible),
+        checkpoint_signal=parse_signal(checkpoint_signal),
     )
+    if spec.min_gpus is not None and spec.min_gpus > spec.gpus:
+        raise InvalidRequestError(f"--min-gpus: {spec.min_gpus} is more than --gpus {spec.gpus}", field="--min-gpus")
+    if spec.min_gpus is not None and not spec.checkpointable:
+        raise InvalidRequestError("--min-gpus: an elastic job is shrunk by checkpoint and restart; "
+                                  "add --checkpointable", field="--min-gpus")
     if spec.share and not (spec.gpus >= 1 and spec.gpu_mem_gb > 0):
         raise InvalidRequestError("--share needs --gpus 1 or more and --gpu-mem GB (the memory it may use "
                                   "on each GPU)", field="--share")

@@ -2,7 +2,8 @@
 
 The main thread runs an RQ SimpleWorker on the node's queue (JSON serializer, no
 pickle); a heartbeat thread writes GPU state every Timing.heartbeat_s and checks
-the running jobs for cancel and fencing. SIGINT/SIGTERM stop the worker; the
+the running jobs for fencing and reported checkpoints; a control thread reads the
+node's command stream (preempt, cancel, shrink; dispatcher/control.py). SIGINT/SIGTERM stop the worker; the
 agent then puts its running jobs back in the queue and deregisters the node.
 """
 
@@ -15,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+from dispatcher import control
 from dispatcher.config import Timing
 from dispatcher.store import keys
 from dispatcher.store.nodes import remove_node, write_heartbeat
@@ -34,13 +36,13 @@ def default_mem_gb() -> float:
 
 class NodeAgent:
     def __init__(self, client, ns: str, name: str, probe, *, cpus: int | None = None,
-                 mem_gb: float | None = None, work_dir: Path, timing: Timing | None = None):
+                 mem_gb: float | None = None, work_dir: Path, timing: Timing | None = None, url: str = ""):
         self.client, self.ns, self.name, self.probe = client, ns, name, probe
         self.cpus = cpus if cpus is not None else (os.cpu_count() or 1)
         self.mem_gb = mem_gb if mem_gb is not None else default_mem_gb()
         self.timing = timing or Timing()
         self.scripts = Scripts(client, ns)
-        self.supervisor = jobs.Supervisor(client, ns, name, self.scripts, Path(work_dir))
+        self.supervisor = jobs.Supervisor(client, ns, name, self.scripts, Path(work_dir), url)
         self._stop = threading.Event()
         self._last_gpus = None
 
@@ -59,6 +61,20 @@ class NodeAgent:
             except Exception as e:  # keep beating through Redis hiccups
                 log.warning("heartbeat failed: %s", e)
 
+    def _control_loop(self) -> None:
+        """Commands left unfinished by an earlier agent of this node first, then new ones as they come."""
+        pending = True
+        while not self._stop.is_set():
+            try:
+                control.ensure_group(self.client, self.ns, self.name)
+                for entry_id, cmd in control.read(self.client, self.ns, self.name, pending=pending):
+                    self.supervisor.handle(entry_id, cmd)
+                pending = False
+            except Exception as e:  # Redis away: keep trying; unfinished commands wait in the stream
+                log.warning("control channel: %s", e)
+                pending = True
+                self._stop.wait(1.0)
+
     def run(self, before_shutdown=None) -> None:
         """Blocks until SIGINT/SIGTERM (RQ's warm shutdown), then cleans up.
 
@@ -74,6 +90,7 @@ class NodeAgent:
         self.heartbeat()
         beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         beat.start()
+        threading.Thread(target=self._control_loop, name="control", daemon=True).start()
         # RQ blocks in BLPOP for minutes: its connection must not have redis-py's 5 s read timeout.
         rq_client = clone(self.client, socket_timeout=None)
         queue = Queue(keys.rq_queue_name(self.ns, self.name), connection=rq_client, serializer=JSONSerializer)

@@ -4,8 +4,9 @@ RQ delivers `launch(job_id, epoch)` from the node's queue to the node agent's RQ
 worker, in the agent's own process. `launch` hands the job to the Supervisor and
 returns once the job's process has started, so one RQ worker can start many jobs
 and no fork of Python is paid per job. The supervisor streams each job's output
-into Redis and a file, and writes the outcome with the epoch it was given: a
-write with a stale epoch is refused by finish.lua, and the copy is killed.
+into Redis and a file, carries out control commands (preempt, shrink, cancel),
+and writes the outcome with the epoch it was given: a write with a stale epoch is
+refused by finish.lua, and the copy is killed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dispatcher.model import CANCELLED, FAILED, PENDING, SUCCEEDED
+from dispatcher import control
+from dispatcher.model import CANCELLED, FAILED, PENDING, SUCCEEDED, JobSpec
 from dispatcher.store import keys
 from dispatcher.store.codec import decode_spec
 from dispatcher.store.connect import text
@@ -29,6 +31,10 @@ log = logging.getLogger("dispatch.agent")
 
 #: The supervisor of this process, set by the node agent.
 _supervisor: "Supervisor | None" = None
+
+#: A job touches this file in its DISPATCH_CHECKPOINT_DIR to report a checkpoint
+#: (the same as running `dispatch checkpointed`).
+CHECKPOINT_FILE = "CHECKPOINTED"
 
 
 def launch(job_id: str, epoch: int) -> str:
@@ -47,15 +53,19 @@ class Running:
     job_id: str
     epoch: int
     proc: subprocess.Popen
-    grace_s: float
-    stopping: str = ""  # "", "cancel", "stale", "requeue"
+    spec: JobSpec
+    ckpt_dir: Path
+    stopping: str = ""  # "", "cancel", "stale", "requeue", "preempt", "shrink"
+    command: dict = field(default_factory=dict)  # the control command being carried out
+    acks: list = field(default_factory=list)  # control stream ids to ack once the job is down
+    ckpt_seen: float = 0.0
     thread: threading.Thread | None = field(default=None, repr=False)
 
 
 class Supervisor:
-    def __init__(self, client, ns: str, node: str, scripts, work_dir: Path):
+    def __init__(self, client, ns: str, node: str, scripts, work_dir: Path, url: str = ""):
         self.client, self.ns, self.node, self.scripts = client, ns, node, scripts
-        self.work_dir = work_dir
+        self.work_dir, self.url = work_dir, url
         self.running: dict[str, Running] = {}
         self.lock = threading.Lock()
 
@@ -79,18 +89,23 @@ class Supervisor:
         gpu_list = text(gpus)
         ckpt = self.work_dir / "checkpoints" / job_id
         ckpt.mkdir(parents=True, exist_ok=True)
+        n_attempt = int(text(attempt) or 0)
         env = dict(os.environ)
         env.update(dict(spec.env))
         env.update({
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA's indices = NVML's indices
             "CUDA_VISIBLE_DEVICES": gpu_list,
             "DISPATCH_JOB_ID": job_id,
+            "DISPATCH_EPOCH": str(epoch),
             "DISPATCH_NODE": self.node,
             "DISPATCH_GPUS": str(len([g for g in gpu_list.split(",") if g])),
-            "DISPATCH_ATTEMPT": text(attempt) or "0",
+            "DISPATCH_ATTEMPT": str(n_attempt),
             "DISPATCH_CHECKPOINT_DIR": str(ckpt),
-            "DISPATCH_RESUME": "1" if int(text(attempt) or 0) > 0 else "0",
+            "DISPATCH_RESUME": "1" if n_attempt > 0 else "0",
+            "DISPATCH_NAMESPACE": self.ns,
         })
+        if self.url:
+            env["DISPATCH_REDIS_URL"] = self.url
         cwd = spec.cwd or None
         if cwd and not os.path.isdir(cwd):
             self._finish(job_id, epoch, FAILED, None, f"working directory {cwd} does not exist on node {self.node}")
@@ -106,10 +121,12 @@ class Supervisor:
             self._finish(job_id, epoch, FAILED, 127, msg)
             return "failed"
         started = self.scripts.mark_running(job_id, epoch, now_ms(), proc.pid)
-        run = Running(job_id, epoch, proc, spec.grace_s)
+        ckpt_file = ckpt / CHECKPOINT_FILE
+        run = Running(job_id, epoch, proc, spec, ckpt,
+                      ckpt_seen=ckpt_file.stat().st_mtime if ckpt_file.exists() else 0.0)
         if started != 1:
             run.stopping = "stale" if started == 0 else "cancel"
-            self._kill(run, grace_s=0)
+            self._signal(run, grace_s=0)
         with self.lock:
             self.running[job_id] = run
         run.thread = threading.Thread(target=self._watch, args=(run, log_path), name=f"job-{job_id}", daemon=True)
@@ -134,13 +151,33 @@ class Supervisor:
         code = run.proc.wait()
         with self.lock:
             self.running.pop(run.job_id, None)
+        try:
+            self._ended(run, code)
+        finally:
+            for entry_id in run.acks:
+                control.ack(self.client, self.ns, self.node, entry_id)
+
+    def _ended(self, run: Running, code: int) -> None:
+        cmd = run.command
         if run.stopping == "stale":
             log.warning("job %s: stale copy (epoch %d) stopped; outcome not reported", run.job_id, run.epoch)
-            return
-        if run.stopping == "cancel":
-            self._finish(run.job_id, run.epoch, CANCELLED, code, "cancelled by user")
+        elif run.stopping == "cancel":
+            self._finish(run.job_id, run.epoch, CANCELLED, code, cmd.get("reason") or "cancelled by user")
         elif run.stopping == "requeue":
-            self._finish(run.job_id, run.epoch, PENDING, None, f"node {self.node} agent stopped; requeued")
+            self._finish(run.job_id, run.epoch, PENDING, None, f"node {self.node} agent stopped; requeued",
+                         checkpointable=run.spec.checkpointable)
+        elif run.stopping == "preempt":
+            self._finish(run.job_id, run.epoch, PENDING, None,
+                         f"preempted ({cmd.get('mode')}) by {cmd.get('by')}: {cmd.get('reason', '')}",
+                         preempted=True, keep_wait=bool(cmd.get("keep_wait", True)),
+                         checkpointable=run.spec.checkpointable)
+        elif run.stopping == "shrink":
+            keep = [int(g) for g in cmd.get("keep", [])]
+            epoch = self.scripts.shrink(run.job_id, self.node, run.epoch, keep, now_ms())
+            self.client.publish(keys.events(self.ns), b"finish")
+            if epoch:
+                log.info("job %s shrunk to GPUs %s; restarting", run.job_id, keep)
+                self.launch(run.job_id, int(epoch))
         elif code == 0:
             self._finish(run.job_id, run.epoch, SUCCEEDED, 0, "")
         elif code < 0:
@@ -148,19 +185,23 @@ class Supervisor:
         else:
             self._finish(run.job_id, run.epoch, FAILED, code, f"exit code {code}")
 
-    def _finish(self, job_id, epoch, state, exit_code, reason) -> None:
-        ok = self.scripts.finish(job_id, self.node, epoch, state, exit_code, now_ms(), reason)
+    def _finish(self, job_id, epoch, state, exit_code, reason, *, preempted=False, keep_wait=True,
+                checkpointable=False) -> None:
+        ok = self.scripts.finish(job_id, self.node, epoch, state, exit_code, now_ms(), reason, preempted=preempted,
+                                 keep_wait=keep_wait, checkpointable=checkpointable)
         self.client.publish(keys.events(self.ns), b"finish")
         if ok != 1:
             log.warning("job %s: outcome %s refused (epoch %d is stale)", job_id, state, epoch)
 
     # -- stopping ----------------------------------------------------------------------------
-    def _kill(self, run: Running, grace_s: float) -> None:
-        """SIGTERM the job's process group, then SIGKILL what is left after grace_s (in a thread)."""
+    def _signal(self, run: Running, grace_s: float, first: signal.Signals = signal.SIGTERM) -> None:
+        """Send `first` to the job's process group, then SIGKILL what is left after grace_s (in a thread)."""
         def go():
             try:
-                os.killpg(run.proc.pid, signal.SIGTERM)
+                os.killpg(run.proc.pid, first)
             except ProcessLookupError:
+                return
+            if first == signal.SIGKILL:
                 return
             deadline = time.monotonic() + grace_s
             while time.monotonic() < deadline and run.proc.poll() is None:
@@ -171,22 +212,61 @@ class Supervisor:
                 pass
         threading.Thread(target=go, name=f"kill-{run.job_id}", daemon=True).start()
 
-    def check(self) -> None:
-        """Once a heartbeat: stop jobs whose epoch moved (fenced) or that were cancelled."""
+    def handle(self, entry_id, cmd: dict) -> None:
+        """Carry out one control command; it is acked once the job is down (or at once if moot)."""
+        kind, job_id = cmd.get("type"), str(cmd.get("job", ""))
         with self.lock:
-            runs = [r for r in self.running.values() if not r.stopping]
+            run = self.running.get(job_id)
+        if kind not in control.COMMANDS:
+            log.error("unknown control command %r for job %s; dropped", kind, job_id)
+        elif run is None or run.stopping == "stale" or (cmd.get("epoch") is not None
+                                                        and int(cmd["epoch"]) != run.epoch):
+            log.info("control %s for job %s: not running here at epoch %s; nothing to do", kind, job_id,
+                     cmd.get("epoch"))
+        elif run.stopping:  # already on its way down: this command is done when it is
+            run.acks.append(entry_id)
+            if kind == "cancel":  # a cancel wins over a requeue
+                run.stopping, run.command = "cancel", cmd
+            return
+        else:
+            run.acks.append(entry_id)
+            run.command = cmd
+            if kind == "cancel":
+                run.stopping = "cancel"
+                self._signal(run, run.spec.grace_s)
+            elif cmd.get("mode") == "forced":
+                run.stopping = "preempt"
+                self._signal(run, 0, signal.SIGKILL)
+            else:
+                run.stopping = "shrink" if kind == "shrink" else "preempt"
+                sig = getattr(signal, f"SIG{run.spec.checkpoint_signal}", signal.SIGTERM)
+                self._signal(run, run.spec.grace_s, sig)
+            log.info("job %s: %s %s by %s", job_id, kind, cmd.get("mode", ""), cmd.get("by", "a user"))
+            return
+        control.ack(self.client, self.ns, self.node, entry_id)
+
+    def check(self) -> None:
+        """Once a heartbeat: stop copies whose epoch moved (fenced), and record checkpoints reported
+        by touching DISPATCH_CHECKPOINT_DIR/CHECKPOINTED."""
+        with self.lock:
+            runs = [r for r in self.running.values() if r.stopping != "stale"]
         if not runs:
             return
         pipe = self.client.pipeline(transaction=False)
         for r in runs:
-            pipe.hmget(keys.job(self.ns, r.job_id), "epoch", "cancel_ms")
-        for r, (epoch, cancel_ms) in zip(runs, pipe.execute()):
+            pipe.hget(keys.job(self.ns, r.job_id), "epoch")
+        for r, epoch in zip(runs, pipe.execute()):
             if text(epoch) != str(r.epoch):
                 r.stopping = "stale"
-                self._kill(r, grace_s=0)
-            elif cancel_ms:
-                r.stopping = "cancel"
-                self._kill(r, grace_s=r.grace_s)
+                self._signal(r, 0, signal.SIGKILL)
+                continue
+            try:
+                mtime = (r.ckpt_dir / CHECKPOINT_FILE).stat().st_mtime
+            except OSError:
+                continue
+            if mtime > r.ckpt_seen:
+                r.ckpt_seen = mtime
+                self.scripts.checkpointed(r.job_id, r.epoch, int(mtime * 1000))
 
     def stop_all(self, timeout_s: float = 10.0) -> None:
         """Agent shutdown: stop every job and put it back in the queue."""
@@ -195,7 +275,7 @@ class Supervisor:
         for r in runs:
             if not r.stopping:
                 r.stopping = "requeue"
-            self._kill(r, grace_s=min(r.grace_s, timeout_s))
+            self._signal(r, min(r.spec.grace_s, timeout_s))
         for r in runs:
             if r.thread is not None:
                 r.thread.join(timeout_s + 1)

@@ -47,3 +47,16 @@ class PolicyConfig:
     starvation_s: dict[str, float] = field(default_factory=_default_starvation)
     #: Per team: guarantee and limit, in GPUs. Teams not listed have neither.
     teams: dict[str, TeamQuota] = field(default_factory=dict)
+    #: Preempt running jobs of lower classes for a blocked job.
+    preemption: bool = True
+    #: A non-checkpointable job may be killed (forced) only by a job this many classes above it,
+    #: unless it opted in with --preemptible. 2: critical may kill normal and low, high may kill low.
+    forced_min_gap: int = 2
+    #: A job preempted once is not preempted again for this long.
+    preempt_cooldown_s: float = 600.0
+    #: No job is preempted before it has run this long (Slurm's PreemptExemptTime).
+    min_run_s: float = 30.0
+    #: At most this many blocked jobs start preemptions in one cycle.
+    preemptors_per_cycle: int = 4
+    #: A preempted job keeps its original submit time for aging (False: its wait restarts).
+    keep_wait_on_requeue: bool = True

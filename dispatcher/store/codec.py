@@ -23,13 +23,28 @@ def encode_spec(spec: JobSpec) -> bytes:
         "gpus": spec.gpus, "gpu_types": list(spec.gpu_types), "gpu_mem_gb": spec.gpu_mem_gb,
         "cpus": spec.cpus, "mem_gb": spec.mem_gb, "prio": spec.priority, "est_s": spec.est_s,
         "ckpt": spec.checkpointable, "grace_s": spec.grace_s, "submit_ms": spec.submit_ms,
-        "share": spec.share,
+        "share": spec.share, "min_gpus": spec.min_gpus, "preemptible": spec.preemptible,
+        "ckpt_sig": spec.checkpoint_signal,
     })
 
 
 def _check(cond: bool, key: str, what: str) -> None:
     if not cond:
         raise MalformedRecord(key, what)
+
+
+def _opt_int(value, key: str):
+    _check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0), key,
+           "bad min_gpus")
+    return value
+
+
+def _signal(value, key: str) -> str:
+    from ..spec import CHECKPOINT_SIGNALS
+
+    value = "TERM" if value is None else value
+    _check(value in CHECKPOINT_SIGNALS, key, f"bad checkpoint signal {value!r}")
+    return value
 
 
 def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
@@ -63,7 +78,8 @@ def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
             gpu_mem_gb=float(d["gpu_mem_gb"]), cpus=d["cpus"], mem_gb=float(d["mem_gb"]),
             priority=d["prio"], est_s=None if d["est_s"] is None else float(d["est_s"]),
             checkpointable=bool(d["ckpt"]), grace_s=float(d["grace_s"]), submit_ms=d["submit_ms"],
-            share=bool(d.get("share", False)),
+            share=bool(d.get("share", False)), min_gpus=_opt_int(d.get("min_gpus"), key),
+            preemptible=bool(d.get("preemptible", False)), checkpoint_signal=_signal(d.get("ckpt_sig"), key),
         )
     except KeyError as e:
         raise MalformedRecord(key, f"missing field {e.args[0]!r}") from None

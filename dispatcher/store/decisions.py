@@ -11,14 +11,19 @@ from .connect import text
 DECISIONS_KEPT = 2000
 
 
-def write_decisions(pipe, ns: str, placements, now_ms: int, profile: str) -> None:
-    """Queue LPUSH + LTRIM of one entry per placement on `pipe` (part of the commit transaction)."""
-    if not placements:
-        return
-    entries = [msgpack.packb({"v": 1, "t_ms": now_ms, "job": p.job_id, "node": p.node, "gpus": list(p.gpus),
-                              "score": p.score, "terms": p.terms, "rank": p.rank, "why": p.reason,
-                              "profile": profile})
+def write_decisions(pipe, ns: str, placements, now_ms: int, profile: str, preemptions=()) -> None:
+    """Queue LPUSH + LTRIM of one entry per start and per preemption on `pipe`."""
+    entries = [msgpack.packb({"v": 1, "kind": "start", "t_ms": now_ms, "job": p.job_id, "node": p.node,
+                              "gpus": list(p.gpus), "score": p.score, "terms": p.terms, "rank": p.rank,
+                              "why": p.reason, "profile": profile})
                for p in placements]
+    entries += [msgpack.packb({"v": 1, "kind": "preempt", "t_ms": now_ms, "job": pr.job_id, "node": pr.node,
+                               "gpus": list(pr.gpus), "mode": pr.mode, "for_job": pr.for_job,
+                               "lost_gpu_s": pr.lost_gpu_s, "why": pr.reason, "profile": profile,
+                               "score": 0.0, "terms": {}})
+                for pr in preemptions]
+    if not entries:
+        return
     pipe.lpush(keys.decisions(ns), *entries)
     pipe.ltrim(keys.decisions(ns), 0, DECISIONS_KEPT - 1)
 
@@ -31,8 +36,9 @@ def read_decisions(client, ns: str, *, job_id: str | None = None, limit: int = 5
             d = msgpack.unpackb(raw, raw=False)
         except Exception:
             continue
-        if not isinstance(d, dict) or (job_id is not None and d.get("job") != job_id):
+        if not isinstance(d, dict) or (job_id is not None and job_id not in (d.get("job"), d.get("for_job"))):
             continue
+        d.setdefault("kind", "start")
         d["time"] = d.pop("t_ms", 0) / 1000.0
         d.pop("v", None)
         out.append(d)

@@ -19,7 +19,8 @@ from .connect import text
 LOG_MAXLEN = 10_000
 
 _FIELDS = ("state", "node", "gpus", "attempt", "epoch", "submit_ms", "assigned_ms", "started_ms",
-           "finished_ms", "exit_code", "reason", "cancel_ms")
+           "finished_ms", "exit_code", "reason", "cancel_ms", "preemptions", "gpu_s_lost", "preempted_by",
+           "preempt_mode", "preempt_reason", "last_preempted_ms", "checkpoint_ms")
 
 
 def write_jobs(client, ns: str, specs: list[JobSpec]) -> list[str]:
@@ -79,6 +80,14 @@ def job_view(job_id: str, raw: dict) -> dict:
         "exit_code": int(f["exit_code"]) if f["exit_code"] not in ("", None) else None,
         "reason": f["reason"],
         "cancel_requested": bool(f["cancel_ms"]),
+        "min_gpus": spec.min_gpus if spec else None,
+        "preemptions": int(f["preemptions"] or 0),
+        "gpu_s_lost": round(float(f["gpu_s_lost"] or 0), 1),
+        "preempted_by": f["preempted_by"] or None,
+        "preempt_mode": f["preempt_mode"] or None,
+        "preempt_reason": f["preempt_reason"] or None,
+        "last_preempted_at": secs("last_preempted_ms"),
+        "checkpoint_at": secs("checkpoint_ms"),
     }
     return view
 
@@ -127,6 +136,11 @@ def cancel_job(scripts, client, ns: str, job_id: str, now_ms: int, reason: str =
     if code == 1:
         return "cancelled"
     if code == 2:
+        from .. import control
+
+        node, epoch = client.hmget(keys.job(ns, job_id), "node", "epoch")
+        control.send(client, ns, text(node), {"type": "cancel", "job": job_id, "epoch": int(epoch or 0),
+                                              "reason": reason})
         return "requested"
     return text(client.hget(keys.job(ns, job_id), "state"))
 

@@ -14,6 +14,8 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:jobs:pending          | zset   | submit, scheduler, agent    | member removed when placed       |
 | <ns>:jobs:active           | zset   | scheduler, agent            | id -> assigned_ms while held     |
 | <ns>:node:<name>           | hash   | agent heartbeat             | info (msgpack), seen_ms          |
+| <ns>:node:<name>:control   | stream | scheduler, CLI (XADD)       | commands to the agent; group     |
+|                            |        |                             | "agents", acked when carried out |
 | <ns>:node:<name>:alloc     | hash   | scheduler commit, release   | gpu index -> job id while held,  |
 |                            |        |                             | or "~id,id" for sharing jobs     |
 | <ns>:nodes:heartbeat       | zset   | agent heartbeat             | name -> last seen ms             |
@@ -57,6 +59,10 @@ def node(ns: str, name: str) -> str:
 
 def node_alloc(ns: str, name: str) -> str:
     return f"{ns}:node:{name}:alloc"
+
+
+def node_control(ns: str, name: str) -> str:
+    return f"{ns}:node:{name}:control"
 
 
 def nodes_heartbeat(ns: str) -> str:

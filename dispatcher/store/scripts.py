@@ -9,7 +9,11 @@ from importlib import resources
 
 from . import keys
 
-_NAMES = ("commit_placement", "mark_running", "finish", "cancel")
+_NAMES = ("commit_placement", "mark_running", "finish", "cancel", "mark_preempting", "shrink", "checkpointed")
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"
 
 
 class Scripts:
@@ -22,18 +26,33 @@ class Scripts:
         ns = self.ns
         return self._s["commit_placement"](
             keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_pending(ns), keys.jobs_active(ns)],
-            args=[job_id, node, ",".join(map(str, gpus)), epoch, now_ms, "1" if share else "0"], client=client)
+            args=[job_id, node, ",".join(map(str, gpus)), epoch, now_ms, _flag(share)], client=client)
 
     def mark_running(self, job_id, epoch, now_ms, pid, *, client=None):
         return self._s["mark_running"](keys=[keys.job(self.ns, job_id)], args=[epoch, now_ms, pid], client=client)
 
-    def finish(self, job_id, node, epoch, state, exit_code, now_ms, reason="", *, client=None):
+    def finish(self, job_id, node, epoch, state, exit_code, now_ms, reason="", *, preempted=False,
+               keep_wait=True, checkpointable=False, client=None):
+        """End the job (state succeeded/failed/cancelled) or requeue it (state 'pending')."""
         ns = self.ns
         return self._s["finish"](
             keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns)],
-            args=[job_id, epoch, state, "" if exit_code is None else exit_code, now_ms, reason], client=client)
+            args=[job_id, epoch, state, "" if exit_code is None else exit_code, now_ms, reason, _flag(preempted),
+                  _flag(keep_wait), _flag(checkpointable)], client=client)
 
     def cancel(self, job_id, now_ms, reason, *, client=None):
         ns = self.ns
         return self._s["cancel"](keys=[keys.job(ns, job_id), keys.jobs_pending(ns)],
                                  args=[job_id, now_ms, reason], client=client)
+
+    def mark_preempting(self, job_id, epoch, now_ms, by, mode, why, *, client=None):
+        return self._s["mark_preempting"](keys=[keys.job(self.ns, job_id)], args=[epoch, now_ms, by, mode, why],
+                                          client=client)
+
+    def shrink(self, job_id, node, epoch, keep_gpus, now_ms, *, client=None):
+        ns = self.ns
+        return self._s["shrink"](keys=[keys.job(ns, job_id), keys.node_alloc(ns, node)],
+                                 args=[job_id, epoch, ",".join(map(str, keep_gpus)), now_ms], client=client)
+
+    def checkpointed(self, job_id, epoch, at_ms, *, client=None):
+        return self._s["checkpointed"](keys=[keys.job(self.ns, job_id)], args=[epoch, at_ms], client=client)

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 
 from ..errors import MalformedRecord
-from ..model import FAILED, NodeView, PendingJob, Plan, RunningJob, Snapshot
+from ..model import FAILED, NodeView, PendingJob, Plan, Preemption, RunningJob, Snapshot
 from . import keys
 from .codec import decode_spec
 from .connect import text
@@ -38,7 +38,7 @@ class SpecCache:
 @dataclass(frozen=True)
 class ReadResult:
     snapshot: Snapshot
-    epochs: dict[str, int]  # pending job id -> epoch the plan is based on
+    epochs: dict[str, int]  # pending and active job id -> epoch the plan is based on
     nodes: list[NodeRecord]
     bad_jobs: dict[str, str]  # job id -> why its record is unusable
 
@@ -46,7 +46,8 @@ class ReadResult:
 def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: SpecCache) -> ReadResult:
     nodes, _ = read_nodes(client, ns)
     live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
-    pending_ids = [text(i) for i in client.zrange(keys.jobs_pending(ns), 0, -1)]
+    pending = client.zrange(keys.jobs_pending(ns), 0, -1, withscores=True)
+    pending_ids = [text(i) for i, _ in pending]
     active_ids = [text(i) for i in client.zrange(keys.jobs_active(ns), 0, -1)]
 
     pipe = client.pipeline(transaction=False)
@@ -54,30 +55,33 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
         pipe.hmget(keys.job(ns, job_id), "epoch", "attempt", "state",
                    "spec" if job_id not in cache.specs else "state")
     for job_id in active_ids:
-        pipe.hmget(keys.job(ns, job_id), "node", "gpus", "assigned_ms",
-                   "spec" if job_id not in cache.specs else "state")
+        pipe.hmget(keys.job(ns, job_id), "node", "gpus", "assigned_ms", "started_ms", "state", "epoch",
+                   "checkpoint_ms", "last_preempted_ms", "spec" if job_id not in cache.specs else "state")
     replies = pipe.execute()
 
-    pending, epochs, bad = [], {}, {}
-    for job_id, (epoch, attempt, state, raw) in zip(pending_ids, replies):
+    pending_jobs, epochs, bad = [], {}, {}
+    for (job_id, since), (epoch, attempt, state, raw) in zip(zip(pending_ids, (s for _, s in pending)), replies):
         if text(state) != "pending":
             continue  # moved on since the index was read
         try:
             spec = cache.get(job_id, raw)
-            pending.append(PendingJob(spec, int(attempt or 0)))
+            pending_jobs.append(PendingJob(spec, int(attempt or 0), int(since)))
             epochs[job_id] = int(epoch or 0)
         except (MalformedRecord, ValueError) as e:
             bad[job_id] = str(e)
     running = []
-    for job_id, (node, gpus, assigned_ms, raw) in zip(active_ids, replies[len(pending_ids):]):
+    for job_id, reply in zip(active_ids, replies[len(pending_ids):]):
+        node, gpus, assigned_ms, started_ms, state, epoch, ckpt_ms, preempted_ms, raw = reply
         try:
             spec = cache.get(job_id, raw)
         except MalformedRecord:
             continue
         if spec is None:
             continue
+        epochs[job_id] = int(epoch or 0)
         running.append(RunningJob(spec, text(node), tuple(int(g) for g in text(gpus).split(",") if g),
-                                  int(assigned_ms or now_ms)))
+                                  int(started_ms or assigned_ms or now_ms), int(ckpt_ms or 0),
+                                  int(preempted_ms or 0), text(state) == "preempting"))
     cache.keep_only(pending_ids + active_ids)
 
     used: dict[str, list[float]] = {}
@@ -99,7 +103,7 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
             free_cpus=max(0, n.cpus - int(cpus_used)), free_mem_gb=max(0.0, n.mem_gb - mem_used),
             shared=tuple(sorted((g, m) for g, m in shared.get(n.name, {}).items()
                                 if n.alloc.get(g, "").startswith("~")))))
-    return ReadResult(Snapshot(tuple(pending), tuple(running), tuple(views)), epochs, nodes, bad)
+    return ReadResult(Snapshot(tuple(pending_jobs), tuple(running), tuple(views)), epochs, nodes, bad)
 
 
 class RedisPlanner:
@@ -127,9 +131,25 @@ class RedisPlanner:
                                                      serializer=self._serializer)
         return q
 
-    def commit(self, plan: Plan, epochs: dict[str, int], now_ms: int) -> list[tuple[str, int]]:
-        """Returns (job id, new epoch) for placements that took; logs the ones refused."""
+    def commit(self, plan: Plan, epochs: dict[str, int], now_ms: int,
+               keep_wait: bool = True) -> tuple[list[tuple[str, int]], list[Preemption]]:
+        """Returns (job id, new epoch) for placements that took, and the preemptions that took.
+
+        Each preemption marks the victim `preempting` (mark_preempting.lua, refused if it is no
+        longer running at the epoch the plan saw) and queues the command on its node's control
+        stream in the same transaction; an agent ignores a command whose epoch is stale.
+        """
+        from .. import control
+
         pipe = self.client.pipeline(transaction=True)
+        for pr in plan.preemptions:
+            epoch = epochs[pr.job_id]
+            self.scripts.mark_preempting(pr.job_id, epoch, now_ms, f"job {pr.for_job}", pr.mode, pr.reason,
+                                         client=pipe)
+            control.send(pipe, self.ns, pr.node, {
+                "type": "shrink" if pr.mode == "shrink" else "preempt", "job": pr.job_id, "epoch": epoch,
+                "mode": pr.mode, "keep": list(pr.keep_gpus), "by": f"job {pr.for_job}", "reason": pr.reason,
+                "keep_wait": keep_wait})
         by_node: dict[str, list] = {}
         for p in plan.placements:
             epoch = epochs[p.job_id]
@@ -143,9 +163,12 @@ class RedisPlanner:
                 pipe.hset(keys.job(self.ns, v.job_id), "reason", v.reason)
         for node, datas in by_node.items():
             self._queue(node).enqueue_many(datas, pipeline=pipe)
-        if plan.placements:
+        if plan.placements or plan.preemptions:
             pipe.publish(keys.events(self.ns), b"placed")
         replies = pipe.execute() if len(pipe) else []
+        n = len(plan.preemptions)
+        preempted = [pr for pr, code in zip(plan.preemptions, replies[0:2 * n:2]) if code == 1]
+        replies = replies[2 * n:]
         done = []
         for p, code in zip(plan.placements, replies):
             if isinstance(code, int) and code > 0:
@@ -153,7 +176,7 @@ class RedisPlanner:
                 self._reasons.pop(p.job_id, None)
             else:
                 log.info("placement of job %s on %s refused (code %s); will replan", p.job_id, p.node, code)
-        return done
+        return done, preempted
 
     def quarantine(self, bad: dict[str, str], now_ms: int) -> None:
         """Malformed job records leave the queue as failed, with the reason; nothing else is touched."""

@@ -10,7 +10,7 @@ if state == 'pending' then
   redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished_ms', ARGV[2], 'reason', ARGV[3])
   return 1
 end
-if state == 'assigned' or state == 'running' then
+if state == 'assigned' or state == 'running' or state == 'preempting' then
   redis.call('HSET', KEYS[1], 'cancel_ms', ARGV[2])
   return 2
 end

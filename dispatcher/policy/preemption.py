@@ -1,0 +1,134 @@
+"""Victim choice: the cheapest set of running jobs whose GPUs let a blocked job start.
+
+Pure. A running job V may be preempted for a blocked job P when
+
+- V is of a lower class than P, or P's team is below its guarantee and V's team
+  is above its own (reclaim of borrowed GPUs, same class allowed);
+- V has run at least `min_run_s` and was not preempted within `preempt_cooldown_s`;
+- V is checkpointable (graceful: checkpoint signal, grace period, SIGKILL), or
+  may be killed outright (forced): it opted in with --preemptible, or P is at
+  least `forced_min_gap` classes above it;
+- V is elastic (min_gpus below what it holds) and checkpointable: it may instead
+  be shrunk, giving up only the GPUs needed.
+
+Cost, compared in order: the victims' highest class (lower first), how many are
+killed without a checkpoint, GPU-seconds of work lost (since each victim's last
+checkpoint, else its start), GPUs taken beyond the need. Jobs already stopping
+count as free GPUs: a blocked job never preempts twice for the same room.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model import JobSpec, Preemption, RunningJob
+from .config import PolicyConfig
+from .fit import gpu_usable
+
+
+@dataclass(frozen=True)
+class _Option:
+    job: RunningJob
+    mode: str
+    release: tuple[int, ...]  # GPUs usable by the preemptor that this option frees
+    lost_gpu_s: float
+
+    def cost(self) -> tuple:
+        return (self.job.spec.rank, self.mode == "forced", self.lost_gpu_s, len(self.release), self.job.spec.id)
+
+
+def lost_gpu_s(r: RunningJob, now_ms: int) -> float:
+    """GPU-seconds since the job's last checkpoint (since its start if it never reported one,
+    or if it cannot resume from one)."""
+    since = max(r.started_ms, r.checkpoint_ms) if r.spec.checkpointable else r.started_ms
+    return max(0.0, (now_ms - since) / 1000.0) * len(r.gpus)
+
+
+def victim_mode(p: JobSpec, v: RunningJob, now_ms: int, config: PolicyConfig, reclaim: bool) -> str | None:
+    """'graceful', 'forced' or None: may `v` be preempted for `p`, and how."""
+    gap = p.rank - v.spec.rank
+    if v.stopping or not (gap >= 1 or (reclaim and gap >= 0)):
+        return None
+    if (now_ms - v.started_ms) / 1000.0 < config.min_run_s:
+        return None
+    if v.preempted_ms and (now_ms - v.preempted_ms) / 1000.0 < config.preempt_cooldown_s:
+        return None
+    if v.spec.checkpointable:
+        return "graceful"
+    if v.spec.preemptible or gap >= config.forced_min_gap:
+        return "forced"
+    return None
+
+
+def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: list[int], free_cpus: int,
+                   free_mem_gb: float, now_ms: int, config: PolicyConfig, reclaimable) -> tuple[tuple, list] | None:
+    """The cheapest victims on one node, as (cost, [Preemption]); None if no set lets `p` start.
+
+    `free_usable` are the node's free GPUs `p` may use; `reclaimable(v)` says whether
+    v's team is borrowing from a team `p` belongs to.
+    """
+    stopping = [r for r in running if r.stopping]
+    have = set(free_usable) | {g for r in stopping for g in r.gpus if gpu_usable(p, node, g)}
+    cpus = free_cpus + sum(r.spec.cpus for r in stopping)
+    mem = free_mem_gb + sum(r.spec.mem_gb for r in stopping)
+    if len(have) >= p.gpus and cpus >= p.cpus and mem + 1e-9 >= p.mem_gb:
+        return (), []  # the room is already coming back: nothing more to stop
+
+    options = []
+    for r in running:
+        mode = victim_mode(p, r, now_ms, config, reclaimable(r))
+        if mode is None:
+            continue
+        usable_gpus = tuple(g for g in r.gpus if gpu_usable(p, node, g))
+        if r.spec.min_gpus is not None and r.spec.checkpointable and len(r.gpus) > r.spec.min_gpus \
+                and usable_gpus and not p.cpus > cpus:
+            spare = min(len(r.gpus) - r.spec.min_gpus, len(usable_gpus))
+            options.append(_Option(r, "shrink", usable_gpus[-spare:], lost_gpu_s(r, now_ms)))
+        options.append(_Option(r, mode, usable_gpus, lost_gpu_s(r, now_ms)))
+    options.sort(key=_Option.cost)
+
+    chosen: list[_Option] = []
+    for o in options:
+        if len(have) >= p.gpus and cpus >= p.cpus and mem + 1e-9 >= p.mem_gb:
+            break
+        if any(c.job.spec.id == o.job.spec.id for c in chosen):
+            continue
+        adds_gpus = len(have) < p.gpus and bool(set(o.release) - have)
+        adds_room = o.mode != "shrink" and (cpus < p.cpus or mem + 1e-9 < p.mem_gb)
+        if not (adds_gpus or adds_room):
+            continue
+        release = o.release
+        if o.mode == "shrink":  # give up only what is still needed
+            release = tuple(sorted(set(o.release) - have))[: p.gpus - len(have)]
+            o = _Option(o.job, "shrink", release, o.lost_gpu_s)
+        chosen.append(o)
+        have |= set(release)
+        if o.mode != "shrink":
+            cpus += o.job.spec.cpus
+            mem += o.job.spec.mem_gb
+    if not (len(have) >= p.gpus and cpus >= p.cpus and mem + 1e-9 >= p.mem_gb):
+        return None
+
+    # drop victims that turned out unnecessary, most expensive first
+    for o in sorted(chosen, key=_Option.cost, reverse=True):
+        rest_have = have - set(o.release)
+        rest_cpus = cpus - (o.job.spec.cpus if o.mode != "shrink" else 0)
+        rest_mem = mem - (o.job.spec.mem_gb if o.mode != "shrink" else 0)
+        if len(rest_have) >= p.gpus and rest_cpus >= p.cpus and rest_mem + 1e-9 >= p.mem_gb:
+            chosen.remove(o)
+            have, cpus, mem = rest_have, rest_cpus, rest_mem
+
+    preemptions = []
+    for o in chosen:
+        j = o.job
+        keep = tuple(g for g in j.gpus if g not in o.release) if o.mode == "shrink" else ()
+        gave = o.release if o.mode == "shrink" else j.gpus
+        what = {"graceful": "checkpoint and requeue", "forced": "killed and requeued",
+                "shrink": f"shrink from {len(j.gpus)} to {len(keep)} GPUs"}[o.mode]
+        why = "reclaim for team below its guarantee" if p.rank == j.spec.rank else \
+            f"{p.priority} job {p.id} outranks {j.spec.priority}"
+        preemptions.append(Preemption(j.spec.id, j.node, o.mode, tuple(gave), p.id, f"{why}: {what}", keep,
+                                      round(o.lost_gpu_s, 1)))
+    cost = (max(o.job.spec.rank for o in chosen), sum(o.mode == "forced" for o in chosen),
+            sum(o.lost_gpu_s for o in chosen), max(0, len(have) - p.gpus))
+    return cost, preemptions

@@ -1,0 +1,9 @@
+-- A job reports that it saved a checkpoint (dispatch checkpointed, or the CHECKPOINTED file).
+-- KEYS[1] job hash
+-- ARGV[1] the job's epoch   ARGV[2] when the checkpoint was saved, ms
+-- returns 1 recorded; 0 stale epoch or job not running
+if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[1] then return 0 end
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'running' and state ~= 'preempting' then return 0 end
+redis.call('HSET', KEYS[1], 'checkpoint_ms', ARGV[2])
+return 1

@@ -1,0 +1,10 @@
+-- Start preempting (or shrinking) a running job; its node agent carries it out.
+-- KEYS[1] job hash
+-- ARGV[1] epoch the plan saw   ARGV[2] now_ms   ARGV[3] who asked (job id or operator)
+-- ARGV[4] mode: graceful | forced | shrink   ARGV[5] why
+-- returns 1 marked; 0 not running at that epoch (ended, moved, or already stopping)
+if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'preempting', 'preempting_ms', ARGV[2], 'preempted_by', ARGV[3],
+           'preempt_mode', ARGV[4], 'preempt_reason', ARGV[5])
+return 1

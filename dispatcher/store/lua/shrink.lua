@@ -1,0 +1,27 @@
+-- A shrunk job checkpointed and stopped: keep some of its GPUs, free the rest, give it a new epoch
+-- so that its node agent restarts it on the kept GPUs.
+-- KEYS[1] job hash   KEYS[2] node alloc hash
+-- ARGV[1] job id     ARGV[2] epoch the agent was given   ARGV[3] GPUs kept "0,1"   ARGV[4] now_ms
+-- returns the new epoch (> 0); 0 stale (epoch moved or not being preempted)
+if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[2] then return 0 end
+if redis.call('HGET', KEYS[1], 'state') ~= 'preempting' then return 0 end
+local keep = {}
+for g in string.gmatch(ARGV[3], '[^,]+') do keep[g] = true end
+local gpus = redis.call('HGET', KEYS[1], 'gpus') or ''
+local now = tonumber(ARGV[4])
+local since = tonumber(redis.call('HGET', KEYS[1], 'started_ms') or ARGV[4]) or now
+local ckpt = tonumber(redis.call('HGET', KEYS[1], 'checkpoint_ms') or '0') or 0
+if ckpt > since then since = ckpt end
+local n = 0
+for g in string.gmatch(gpus, '[^,]+') do
+  n = n + 1
+  if not keep[g] and redis.call('HGET', KEYS[2], g) == ARGV[1] then redis.call('HDEL', KEYS[2], g) end
+end
+redis.call('HINCRBY', KEYS[1], 'preemptions', 1)
+redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s_lost', math.max(0, now - since) * n / 1000)
+redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HSET', KEYS[1], 'state', 'assigned', 'gpus', ARGV[3], 'assigned_ms', ARGV[4],
+           'last_preempted_ms', ARGV[4], 'reason', 'shrunk to ' .. ARGV[3])
+redis.call('HDEL', KEYS[1], 'started_ms', 'pid', 'preempting_ms')
+return epoch
