@@ -202,6 +202,31 @@ def cancel(ctx, job_ids):
 
 @cli.command()
 @click.argument("job_id")
+@click.option("--force", is_flag=True, help="Kill it even if it cannot checkpoint (its work since start is lost).")
+@common
+def preempt(ctx, job_id, force):
+    """Preempt a running job: checkpoint signal, grace, SIGKILL; it goes back to the queue."""
+    from .store.jobs import preempt_job
+
+    who = os.environ.get("USER") or getpass.getuser()
+    mode = preempt_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms(), force=force, by=f"operator {who}")
+    click.echo(f"{job_id}: {mode} preemption sent to its node")
+
+
+@cli.command()
+@common
+def checkpointed(ctx):
+    """From inside a job: report that it just saved a checkpoint (less work lost if preempted)."""
+    job_id, epoch = os.environ.get("DISPATCH_JOB_ID"), os.environ.get("DISPATCH_EPOCH")
+    if not job_id or not epoch:
+        raise InvalidRequestError("run this inside a dispatch job: DISPATCH_JOB_ID and DISPATCH_EPOCH are not set",
+                                  field="DISPATCH_JOB_ID")
+    if ctx.scripts.checkpointed(job_id, epoch, now_ms()) != 1:
+        raise errors.InvalidStateError(job_id, "not running at this epoch", "record a checkpoint for")
+
+
+@cli.command()
+@click.argument("job_id")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 @common
 def logs(ctx, job_id, follow):

@@ -33,8 +33,12 @@ from .config import WEIGHT_TERMS, PolicyConfig, TeamQuota
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _DURATION_KEYS = {"aging_horizon": "aging_horizon_s", "remaining_ref": "remaining_ref_s",
-                  "unknown_remaining": "unknown_remaining_s"}
-_PROFILE_KEYS = set(_DURATION_KEYS) | {"weights", "aging_cap", "reservations", "starvation"}
+                  "unknown_remaining": "unknown_remaining_s", "preempt_cooldown": "preempt_cooldown_s",
+                  "min_run": "min_run_s"}
+_INT_KEYS = {"reservations": "reservations", "forced_min_gap": "forced_min_gap",
+             "preemptors_per_cycle": "preemptors_per_cycle"}
+_BOOL_KEYS = {"preemption": "preemption", "keep_wait_on_requeue": "keep_wait_on_requeue"}
+_PROFILE_KEYS = set(_DURATION_KEYS) | set(_INT_KEYS) | set(_BOOL_KEYS) | {"weights", "aging_cap", "starvation"}
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,9 @@ def _number(value, key: str, *, lo: float = 0.0, integer: bool = False):
 
 def _duration(value, key: str) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(_number(value, key, lo=1e-9))
+        return float(_number(value, key, lo=0.0))
+    if str(value).strip() in ("0", "0s"):
+        return 0.0
     try:
         return parse_duration(str(value), flag=key)
     except InvalidRequestError:
@@ -126,8 +132,14 @@ def _profile(raw: dict, key: str, base: PolicyConfig) -> PolicyConfig:
         if cap > 100:
             raise _err(f"{key}.aging_cap", f"must be at most 100 (a term's range), got {cap!r}")
         changes["aging_cap"] = float(cap)
-    if "reservations" in raw:
-        changes["reservations"] = _number(raw["reservations"], f"{key}.reservations", integer=True)
+    for name, attr in _INT_KEYS.items():
+        if name in raw:
+            changes[attr] = _number(raw[name], f"{key}.{name}", integer=True)
+    for name, attr in _BOOL_KEYS.items():
+        if name in raw:
+            if not isinstance(raw[name], bool):
+                raise _err(f"{key}.{name}", f"must be true or false, got {raw[name]!r}")
+            changes[attr] = raw[name]
     if "starvation" in raw:
         s = raw["starvation"]
         if not isinstance(s, dict):

@@ -14,10 +14,14 @@ One cycle starts every pending job that fits, best first:
 4. Team limits and guarantees are checked; then the job goes to the node whose
    free GPUs fit it most tightly (type and memory are hard constraints, all GPUs
    of a job on one node; sharing jobs pack onto GPUs within their declared memory).
-5. The first `config.reservations` blocked GPU jobs get a reservation on the node
-   whose GPUs, CPUs and memory free up first (by estimates); a later job may use
-   reserved GPUs only if its estimate says it ends before the reservation starts
-   (EASY backfill). Everything not started gets a Verdict with numbers.
+5. A blocked job may preempt running jobs of lower classes (or, to reclaim a
+   team's guarantee, borrowers): the cheapest victims on one node
+   (preemption.py), at most `preemptors_per_cycle` preemptors a cycle. It then
+   holds a reservation on the GPUs they free.
+6. The first `config.reservations` other blocked GPU jobs get a reservation on the
+   node whose GPUs, CPUs and memory free up first (by estimates); a later job may
+   use reserved GPUs only if its estimate says it ends before the reservation
+   starts (EASY backfill). Everything not started gets a Verdict with numbers.
 
 Pure: no Redis, clock, OS or randomness; ties break on submit time, then id,
 then node name, so the same snapshot always gives the same plan.
@@ -29,9 +33,12 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..model import Code, JobSpec, NodeView, Placement, Plan, Reservation, Snapshot, Verdict
+from dataclasses import replace
+
+from ..model import Code, JobSpec, NodeView, Placement, Plan, Preemption, Reservation, RunningJob, Snapshot, Verdict
 from .config import PolicyConfig
-from .fit import choose_gpus, describe_need, fit_score, fits_ever, usable
+from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_usable, usable
+from .preemption import choose_victims
 from .score import dominant_share, fairness_term, priority_term, remaining_term, wait_term
 
 
@@ -92,14 +99,20 @@ def _backfills(spec: JobSpec, node: _Node, now_ms: int) -> bool:
     return r is None or r.job_id == spec.id or (spec.est_s is not None and now_ms + spec.est_s * 1000 <= r.start_ms)
 
 
-def _candidates(spec: JobSpec, node: _Node, now_ms: int) -> list[int]:
-    """GPUs of `node` that `spec` may take now, honouring the node's reservation."""
+def _pool(spec: JobSpec, node: _Node) -> list[int]:
+    """GPUs of `node` that `spec` could take now, reservations aside: free ones, and for a
+    sharing job also GPUs other sharers hold with enough memory left."""
     if spec.share:
         pool = [i for i in sorted(set(node.free) | set(node.shared))
                 if node.view.gpu(i).mem_total_gb - node.shared.get(i, 0.0) + 1e-9 >= spec.gpu_mem_gb]
     else:
         pool = sorted(node.free)
-    gpus = usable(spec, node.view, pool)
+    return usable(spec, node.view, pool)
+
+
+def _candidates(spec: JobSpec, node: _Node, now_ms: int) -> list[int]:
+    """GPUs of `node` that `spec` may take now, honouring the node's reservation."""
+    gpus = _pool(spec, node)
     if not _backfills(spec, node, now_ms):
         gpus = [g for g in gpus if g not in node.resv.gpus]
     return gpus
@@ -206,9 +219,14 @@ class _Cycle:
             if r.node in self.by_name:
                 self.by_name[r.node].releases.append(
                     _Release(_end_ms(r.spec, r.started_ms, now_ms, config), r.gpus, r.spec.cpus, r.spec.mem_gb))
+        self.running_on: dict[str, list[RunningJob]] = defaultdict(list)
+        for r in snapshot.running:
+            self.running_on[r.node].append(r)
         self.placements: list[Placement] = []
         self.verdicts: list[Verdict] = []
         self.reservations: list[Reservation] = []
+        self.preemptions: list[Preemption] = []
+        self.preemptors = 0
         self.terms: dict[str, dict[str, float]] = {}
         self.rank = 0
 
@@ -264,7 +282,15 @@ class _Cycle:
     def block(self, spec: JobSpec, terms: dict[str, float], team: tuple[Code, str] | None) -> None:
         score = round(weighted(terms, self.w), 3)
         code, reason = team if team else self.blocked_reason(spec)
-        if team is None and code in (Code.NO_FIT_NOW, Code.LOWER_SCORE) and spec.gpus and not spec.share and (
+        preempting = None
+        if team is None and code in (Code.NO_FIT_NOW, Code.LOWER_SCORE, Code.RESERVED) and not spec.share \
+                and self.config.preemption and self.preemptors < self.config.preemptors_per_cycle:
+            preempting = self.preempt_for(spec)
+        if preempting is not None:
+            victims = ", ".join(f"job {p.job_id} ({p.mode})" for p in preempting) or "jobs already stopping"
+            resv = self.by_name[self.reservations[-1].node].resv
+            reason += f"; preempting {victims} on {resv.node}; holds GPUs {list(resv.gpus)} until they are down"
+        elif team is None and code in (Code.NO_FIT_NOW, Code.LOWER_SCORE) and spec.gpus and not spec.share and (
                 len(self.reservations) < self.config.reservations or self.starving(spec)):
             resv = _reserve(spec, self.nodes, self.now)
             if resv is not None:
@@ -278,13 +304,46 @@ class _Cycle:
         self.verdicts.append(Verdict(spec.id, code, reason, score, self.rank,
                                      {k: round(v, 3) for k, v in terms.items()}))
 
+    def preempt_for(self, spec: JobSpec) -> list[Preemption] | None:
+        """Choose victims for blocked `spec` on the node where they cost least; reserve what they free."""
+        def reclaimable(v: RunningJob) -> bool:
+            t = self.teams
+            return bool(self.config.teams) and t.used[spec.team] < t.guarantee(spec.team) \
+                and t.used[v.spec.team] > t.guarantee(v.spec.team)
+
+        best = None
+        for node in self.nodes:
+            if (node.resv is not None and node.resv.job_id != spec.id) or not fits_ever(spec, node.view):
+                continue
+            free_usable = usable(spec, node.view, sorted(node.free))
+            got = choose_victims(spec, node.view, self.running_on[node.view.name], free_usable, node.cpus,
+                                 node.mem_gb, self.now, self.config, reclaimable)
+            if got is not None and (best is None or (got[0], node.view.name) < best[0]):
+                best = ((got[0], node.view.name), node, got[1])
+        if best is None:
+            return None
+        _, node, victims = best
+        self.preemptors += 1
+        self.preemptions.extend(victims)
+        by_id = {p.job_id: p for p in victims}
+        on_node = self.running_on[node.view.name]
+        for i, r in enumerate(on_node):
+            if r.spec.id in by_id:
+                on_node[i] = replace(r, stopping=True)
+        coming = [g for r in on_node if r.stopping for g in r.gpus if gpu_usable(spec, node.view, g)]
+        gpus = usable(spec, node.view, sorted(node.free)) + [g for g in coming if g not in node.free]
+        resv = Reservation(spec.id, node.view.name, tuple(sorted(gpus[: spec.gpus])), self.now)
+        node.resv, node.resv_cpus, node.resv_mem_gb = resv, spec.cpus, spec.mem_gb
+        self.reservations.append(resv)
+        return victims
+
     def blocked_reason(self, spec: JobSpec) -> tuple[Code, str]:
         need = describe_need(spec)
         best, best_free, reserved_by = None, -1, None
         for node in self.nodes:
             if not fits_ever(spec, node.view):
                 continue
-            free = len(usable(spec, node.view, sorted(node.free)))
+            free = len(_pool(spec, node))
             if node.resv is not None and not _backfills(spec, node, self.now):
                 unreserved = _candidates(spec, node, self.now)
                 if free >= spec.gpus and (len(unreserved) < spec.gpus or not _room(spec, node, self.now)) \
@@ -364,7 +423,7 @@ def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = N
         terms = dict(c.terms[spec.id], fairness=c.fair(user))
         c.place(spec, terms, f"rank {c.rank + 1}: the best score among the jobs left")
 
-    return Plan(tuple(c.placements), tuple(c.verdicts), tuple(c.reservations))
+    return Plan(tuple(c.placements), tuple(c.verdicts), tuple(c.reservations), tuple(c.preemptions))
 
 
 def _never_reason(spec: JobSpec, views: list[NodeView]) -> str:

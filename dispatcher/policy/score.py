@@ -1,7 +1,7 @@
 """The terms of the dynamic score. Each is a pure function with a range of [0, 100].
 
-score = Σ weight[term] * term, weights from PolicyConfig (they sum to 1 by default,
-so the score is in [0, 100] too). The fit term is computed in fit.fit_score.
+score = Σ weight[term] * term / Σ weight, weights from PolicyConfig, so the score is in
+[0, 100] too (schedule.weighted). The fit term is computed in fit.fit_score.
 """
 
 from __future__ import annotations

@@ -161,3 +161,23 @@ def read_log(client, ns: str, job_id: str, after: str = "-", *, block_ms: int | 
 
 def is_final(state: str) -> bool:
     return state in FINAL_STATES
+
+
+def preempt_job(scripts, client, ns: str, job_id: str, now_ms: int, *, force: bool, by: str) -> str:
+    """An operator's preemption: graceful for a checkpointable job, forced with `force`. Returns the mode."""
+    from .. import control
+    from ..errors import InvalidRequestError, InvalidStateError
+
+    job = read_job(client, ns, job_id)
+    if job["state"] != "running":
+        raise InvalidStateError(job_id, job["state"], "preempt")
+    if not job["checkpointable"] and not force:
+        raise InvalidRequestError(f"job {job_id} is not checkpointable: preempting it loses its work; "
+                                  "add --force to kill and requeue it", field="--force")
+    mode = "forced" if force else "graceful"
+    reason = f"preempted by {by}"
+    if scripts.mark_preempting(job_id, job["epoch"], now_ms, by, mode, reason) != 1:
+        raise InvalidStateError(job_id, read_job(client, ns, job_id)["state"], "preempt")
+    control.send(client, ns, job["node"], {"type": "preempt", "job": job_id, "epoch": job["epoch"], "mode": mode,
+                                           "by": by, "reason": reason, "keep_wait": True})
+    return mode

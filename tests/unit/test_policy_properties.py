@@ -1,14 +1,16 @@
 """Properties of schedule() over random snapshots (hypothesis).
 
 A snapshot is a few nodes with random GPU families, counts and memory, some GPUs
-(and CPUs and memory) held by running jobs with random estimates, and a random
-queue of pending jobs with random constraints, priorities, estimates and waits.
+(and CPUs and memory) held by running jobs with random estimates -- some of them
+sharing jobs, which leave their GPU shared rather than taken -- and a random queue of
+pending jobs with random constraints, priorities, estimates, waits (some past their
+class's starvation bound) and GPU sharing.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import given, settings
@@ -30,7 +32,10 @@ PROPERTY_SETTINGS = settings(max_examples=200, deadline=None)
 
 @st.composite
 def nodes_and_running(draw, index: int):
-    """One node (maybe GPU-less) plus the running jobs that hold its held GPUs, CPUs and memory."""
+    """One node (maybe GPU-less) plus the running jobs that hold its held GPUs, CPUs and memory.
+
+    Some held GPUs are held only by a sharing job: they are in `shared` (with the memory it
+    declared), not in `free_gpus`."""
     name = f"n{index}"
     gpus: list[GpuInfo] = []
     for kind, mem in draw(st.lists(st.sampled_from(GPU_KINDS), min_size=0, max_size=2)):
@@ -42,18 +47,28 @@ def nodes_and_running(draw, index: int):
     held_cpus = draw(st.integers(0, cpus))
     held_mem = float(draw(st.integers(0, int(mem_gb))))
     running: list[RunningJob] = []
-    if held or held_cpus or held_mem:
-        # split the held GPUs between one or two running jobs; the first also holds the CPUs and memory
-        cut = draw(st.integers(0, len(held)))
-        for k, part in enumerate([held[:cut], held[cut:]]):
+    shared: list[tuple[int, float]] = []
+    for i in sorted(draw(st.sets(st.sampled_from(held))) if held else []):
+        declared = float(draw(st.integers(1, int(gpus[i].mem_total_gb))))
+        spec = JobSpec(id=f"s-{name}-{i}", command=("true",), user=draw(st.sampled_from(USERS)), gpus=1,
+                       gpu_mem_gb=declared, share=True, cpus=0,
+                       est_s=draw(st.one_of(st.none(), st.integers(1, 3000).map(float))))
+        running.append(RunningJob(spec, name, (i,), NOW_MS - draw(st.integers(0, 2000)) * 1000))
+        shared.append((i, declared))
+    held_whole = [i for i in held if i not in dict(shared)]
+    if held_whole or held_cpus or held_mem:
+        # split the other held GPUs between one or two running jobs; the first also holds the CPUs and memory
+        cut = draw(st.integers(0, len(held_whole)))
+        for k, part in enumerate([held_whole[:cut], held_whole[cut:]]):
             if k and not part:
                 continue
             spec = JobSpec(id=f"r-{name}-{k}", command=("true",), user=draw(st.sampled_from(USERS)),
                            gpus=len(part), cpus=held_cpus if k == 0 else 0, mem_gb=held_mem if k == 0 else 0.0,
                            est_s=draw(st.one_of(st.none(), st.integers(1, 3000).map(float))))
             running.append(RunningJob(spec, name, tuple(part), NOW_MS - draw(st.integers(0, 2000)) * 1000))
-    view = NodeView(name, tuple(gpus), cpus, mem_gb, tuple(g.index for g in gpus if g.index not in held),
-                    cpus - held_cpus, mem_gb - held_mem)
+    taken = set(held_whole) | set(dict(shared))
+    view = NodeView(name, tuple(gpus), cpus, mem_gb, tuple(g.index for g in gpus if g.index not in taken),
+                    cpus - held_cpus, mem_gb - held_mem, tuple(shared))
     return view, running
 
 
@@ -61,15 +76,18 @@ def nodes_and_running(draw, index: int):
 def pending_job(draw, index: int):
     gpus = draw(st.integers(0, 4))
     types = tuple(draw(st.lists(st.sampled_from(WANTED_TYPES), max_size=2, unique=True))) if gpus else ()
+    gpu_mem_gb = float(draw(st.sampled_from([0, 0, 10, 16, 24, 40, 80]))) if gpus else 0.0
     return PendingJob(JobSpec(
         id=f"j{index:02d}", command=("true",), user=draw(st.sampled_from(USERS)),
-        gpus=gpus, gpu_types=types,
-        gpu_mem_gb=float(draw(st.sampled_from([0, 0, 10, 16, 24, 40, 80]))) if gpus else 0.0,
+        gpus=gpus, gpu_types=types, gpu_mem_gb=gpu_mem_gb,
+        # spec.py allows sharing only with a per-GPU memory need
+        share=bool(gpu_mem_gb) and draw(st.booleans()),
         cpus=draw(st.integers(1, 16)), mem_gb=float(draw(st.sampled_from([0, 0, 8, 32, 128]))),
         priority=draw(st.sampled_from(["low", "normal", "high", "critical"])),
         # spec.py rejects estimates under 1 ms, so 0 is not a valid input
         est_s=draw(st.one_of(st.none(), st.integers(1, 20000).map(float))),
-        submit_ms=NOW_MS - draw(st.integers(-10, 20000)) * 1000))
+        # up to ~28 h: past every class's default starvation bound (30 min .. 24 h)
+        submit_ms=NOW_MS - draw(st.one_of(st.integers(-10, 20000), st.integers(20000, 100000))) * 1000))
 
 
 @st.composite
@@ -109,13 +127,39 @@ def specs_of(snap: Snapshot) -> dict[str, JobSpec]:
 
 
 def no_gpu_is_placed_twice_and_no_placement_uses_a_held_gpu(snap, plan):
+    """Sharing jobs excepted: several may land on one GPU, free or already shared (but never
+    one that an exclusive job takes or holds)."""
+    specs = specs_of(snap)
     views = {v.name: v for v in snap.nodes}
-    taken = Counter((p.node, g) for p in plan.placements for g in p.gpus)
-    twice = [k for k, n in taken.items() if n > 1]
+    on: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for p in plan.placements:
+        for g in p.gpus:
+            on[(p.node, g)].append(p.job_id)
+    sharers = {k: all(specs[j].share for j in ids) for k, ids in on.items()}
+    twice = [(k, ids) for k, ids in on.items() if len(ids) > 1 and not sharers[k]]
     assert not twice, f"GPUs placed more than once: {twice}; placements {plan.placements}"
-    not_free = [(node, g) for node, g in taken if g not in views[node].free_gpus]
-    free = [(v.name, v.free_gpus) for v in snap.nodes]
-    assert not not_free, f"placements on held or unknown GPUs: {not_free}; free {free}"
+    not_free = [(node, g) for node, g in on if g not in views[node].free_gpus
+                and not (sharers[(node, g)] and g in dict(views[node].shared))]
+    free = [(v.name, v.free_gpus, v.shared) for v in snap.nodes]
+    assert not not_free, f"placements on held or unknown GPUs: {not_free}; free (and shared) {free}"
+
+
+def a_shared_gpu_never_holds_more_memory_than_it_has(snap, plan):
+    """What sharing jobs declare on one GPU (those running plus those placed) fits its memory;
+    a placement is marked shared exactly when its job shares."""
+    specs = specs_of(snap)
+    views = {v.name: v for v in snap.nodes}
+    load = {(v.name, i): gb for v in snap.nodes for i, gb in v.shared}
+    placed_on = set()
+    for p in plan.placements:
+        assert p.share is specs[p.job_id].share, f"{p.job_id} placed with share={p.share}, spec {specs[p.job_id].share}"
+        if p.share:
+            for g in p.gpus:
+                load[(p.node, g)] = load.get((p.node, g), 0.0) + specs[p.job_id].gpu_mem_gb
+                placed_on.add((p.node, g))
+    over = [(n, g, load[(n, g)], views[n].gpu(g).mem_total_gb) for n, g in sorted(placed_on)
+            if load[(n, g)] > views[n].gpu(g).mem_total_gb + 1e-9]
+    assert not over, f"shared GPUs past their memory (node, GPU, GB declared, GB it has): {over}"
 
 
 def placed_cpus_and_memory_never_exceed_what_each_node_has_free(snap, plan):
@@ -196,7 +240,11 @@ def a_placement_on_reserved_gpus_is_estimated_to_end_before_the_reservation_star
 def reservations_hold_free_or_releasing_gpus_that_fit_their_job(snap, plan):
     specs = specs_of(snap)
     views = {v.name: v for v in snap.nodes}
-    assert len(plan.reservations) <= PolicyConfig().reservations, f"reservations {plan.reservations}"
+    config = PolicyConfig()
+    starving = sum(1 for p in snap.pending
+                   if NOW_MS - p.spec.submit_ms > config.starvation_s.get(p.spec.priority, float("inf")) * 1000)
+    # EASY's one reservation, plus one for each starving job (served ahead of every class)
+    assert len(plan.reservations) <= config.reservations + starving, f"reservations {plan.reservations}"
     for r in plan.reservations:
         spec, node = specs[r.job_id], views[r.node]
         assert len(r.gpus) == spec.gpus and len(set(r.gpus)) == spec.gpus, f"{r} for a {spec.gpus}-GPU job"
@@ -208,31 +256,103 @@ def reservations_hold_free_or_releasing_gpus_that_fit_their_job(snap, plan):
                 f"{r.job_id} wants {spec.gpu_types} >= {spec.gpu_mem_gb} GB, reserved {gpu.name}"
 
 
-def a_job_left_waiting_with_no_fit_now_does_not_fit_what_the_plan_leaves_free(snap, plan):
-    """Work conservation: later placements only shrink what is free, so a NO_FIT_NOW job that fits
-    the leftovers would also have fitted when it was picked."""
+@dataclass
+class _Room:
+    """What one node has left: free GPUs, GB declared on shared GPUs, CPUs, memory."""
+
+    free: set[int]
+    shared: dict[int, float]
+    cpus: int
+    mem_gb: float
+
+    def gpus_for(self, spec: JobSpec, node: NodeView) -> list[int]:
+        """The GPUs `spec` could take: free ones, and for a sharing job shared ones with its memory left."""
+        pool = set(self.free)
+        if spec.share:
+            pool |= {g for g, gb in self.shared.items() if node.gpu(g).mem_total_gb - gb + 1e-9 >= spec.gpu_mem_gb}
+        return [g for g in sorted(pool) if gpu_usable(spec, node, g)]
+
+    def fits(self, spec: JobSpec, node: NodeView) -> bool:
+        return (len(self.gpus_for(spec, node)) >= spec.gpus and spec.cpus <= self.cpus
+                and spec.mem_gb <= self.mem_gb + 1e-9)
+
+
+def _at_the_start(node: NodeView) -> _Room:
+    return _Room(set(node.free_gpus), dict(node.shared), node.free_cpus, node.free_mem_gb)
+
+
+def _left_after(snap: Snapshot, plan: Plan) -> dict[str, _Room]:
     specs = specs_of(snap)
-    free = {v.name: set(v.free_gpus) for v in snap.nodes}
-    cpus = {v.name: v.free_cpus for v in snap.nodes}
-    mem = {v.name: v.free_mem_gb for v in snap.nodes}
+    rooms = {v.name: _at_the_start(v) for v in snap.nodes}
     for p in plan.placements:
-        free[p.node] -= set(p.gpus)
-        cpus[p.node] -= specs[p.job_id].cpus
-        mem[p.node] -= specs[p.job_id].mem_gb
+        room, spec = rooms[p.node], specs[p.job_id]
+        room.free -= set(p.gpus)
+        if spec.share:
+            for g in p.gpus:
+                room.shared[g] = room.shared.get(g, 0.0) + spec.gpu_mem_gb
+        room.cpus -= spec.cpus
+        room.mem_gb -= spec.mem_gb
+    return rooms
+
+
+def a_job_left_waiting_with_no_fit_now_does_not_fit_what_the_plan_leaves_free(snap, plan):
+    """Work conservation: later placements only shrink what is free, so a NO_FIT_NOW (or LOWER_SCORE)
+    job that fits the leftovers would also have fitted when it was picked (or been RESERVED)."""
+    specs = specs_of(snap)
+    left = _left_after(snap, plan)
     for v in plan.verdicts:
-        if v.code is not Code.NO_FIT_NOW:
+        if v.code not in (Code.NO_FIT_NOW, Code.LOWER_SCORE):
             continue
         spec = specs[v.job_id]
         for node in snap.nodes:
-            n = node.name
-            matching = [g for g in sorted(free[n]) if gpu_usable(spec, node, g)]
-            fits = len(matching) >= spec.gpus and spec.cpus <= cpus[n] and spec.mem_gb <= mem[n] + 1e-9
-            assert not fits, (f"{v.job_id} ({describe_need(spec)}) got NO_FIT_NOW, but {n} has GPUs {matching}, "
-                              f"{cpus[n]} CPUs and {mem[n]:g} GB left")
+            room = left[node.name]
+            assert not room.fits(spec, node), (
+                f"{v.job_id} ({describe_need(spec)}) got {v.code.name}, but {node.name} has GPUs "
+                f"{room.gpus_for(spec, node)}, {room.cpus} CPUs and {room.mem_gb:g} GB left: {v.reason}")
+
+
+def _fits_at_the_start(spec: JobSpec, node: NodeView) -> bool:
+    return _at_the_start(node).fits(spec, node)
+
+
+def lower_score_goes_to_jobs_that_fitted_at_the_start_and_no_fit_now_to_those_that_did_not(snap, plan):
+    """LOWER_SCORE: the room was there when the cycle began and higher-ranked jobs took it;
+    NO_FIT_NOW: no node had the room, whatever this cycle placed."""
+    specs = specs_of(snap)
+    for v in plan.verdicts:
+        if v.code not in (Code.NO_FIT_NOW, Code.LOWER_SCORE):
+            continue
+        spec = specs[v.job_id]
+        fitted = [n.name for n in snap.nodes if _fits_at_the_start(spec, n)]
+        if v.code is Code.LOWER_SCORE:
+            assert fitted, f"{v.job_id} ({describe_need(spec)}) got LOWER_SCORE but fitted no node at the start"
+        else:
+            assert not fitted, (f"{v.job_id} ({describe_need(spec)}) got NO_FIT_NOW but fitted {fitted} at the "
+                                f"start of the cycle: {v.reason}")
+
+
+def _starving(spec: JobSpec) -> bool:
+    bound = PolicyConfig().starvation_s.get(spec.priority)
+    return bound is not None and (NOW_MS - spec.submit_ms) / 1000.0 > bound
+
+
+def starving_jobs_are_ranked_before_every_other_job_and_told_so(snap, plan):
+    """A job waiting past its class's bound is picked before every job that is not, whatever the
+    classes, and its placement or verdict says it is starving (jobs set aside as NO_FIT_EVER excepted)."""
+    specs = specs_of(snap)
+    ranked = [(x.rank, x.job_id, x.reason) for x in plan.placements]
+    ranked += [(v.rank, v.job_id, v.reason) for v in plan.verdicts if v.code is not Code.NO_FIT_EVER]
+    starving = [(r, j) for r, j, _ in ranked if _starving(specs[j])]
+    others = [(r, j) for r, j, _ in ranked if not _starving(specs[j])]
+    if starving and others:
+        assert max(starving) < min(others), f"starving jobs at ranks {sorted(starving)}, others at {sorted(others)}"
+    untold = [(j, why) for r, j, why in ranked if _starving(specs[j]) and "starving" not in why]
+    assert not untold, f"starving jobs whose reason does not say so: {untold}"
 
 
 PROPERTIES = [
     no_gpu_is_placed_twice_and_no_placement_uses_a_held_gpu,
+    a_shared_gpu_never_holds_more_memory_than_it_has,
     placed_cpus_and_memory_never_exceed_what_each_node_has_free,
     every_placement_has_the_gpu_count_type_and_memory_the_job_asked_for,
     every_pending_job_is_either_placed_or_has_exactly_one_verdict,
@@ -243,6 +363,8 @@ PROPERTIES = [
     a_placement_on_reserved_gpus_is_estimated_to_end_before_the_reservation_starts,
     reservations_hold_free_or_releasing_gpus_that_fit_their_job,
     a_job_left_waiting_with_no_fit_now_does_not_fit_what_the_plan_leaves_free,
+    lower_score_goes_to_jobs_that_fitted_at_the_start_and_no_fit_now_to_those_that_did_not,
+    starving_jobs_are_ranked_before_every_other_job_and_told_so,
 ]
 
 
@@ -265,16 +387,67 @@ def test_each_property_holds_on_the_seed_snapshot(prop):
 
 
 # --- the checks themselves catch what they claim to ------------------------------------
-# The seed plan: JOB-004 on n2 GPU 0, JOB-001 on n1 GPU 0, JOB-005 (CPU-only) on n1,
-# JOB-003 on n1 GPU 2 (V100); JOB-006 NO_FIT_EVER; JOB-002 NO_FIT_NOW with a
-# reservation of n1 GPUs (0, 1) from +15 s.
+# The seed plan: JOB-004 on n2 GPU 0 (the 80 GB A100), JOB-001 on n1 GPU 0, JOB-005
+# (CPU-only, 4 CPUs) on n2 (whose GPUs are then all busy), JOB-003 on n1 GPU 2 (V100);
+# JOB-006 NO_FIT_EVER; JOB-002 LOWER_SCORE (both n1 A100s were free at the start) with
+# a reservation of n1 GPUs (0, 1) from +15 s. The breakages below find the jobs by id in
+# the plan, so they break their property wherever the policy puts them.
 
 def _moved(plan: Plan, job_id: str, **kw) -> Plan:
     return replace(plan, placements=tuple(replace(p, **kw) if p.job_id == job_id else p for p in plan.placements))
 
 
-def _n1_with_4_free_cpus(snap: Snapshot) -> Snapshot:
-    return replace(snap, nodes=tuple(replace(v, free_cpus=4) if v.name == "n1" else v for v in snap.nodes))
+def _one_cpu_fewer_free_than_placed(snap: Snapshot, plan: Plan) -> Snapshot:
+    """The snapshot with the node of JOB-005 (the 4-CPU job) given one CPU fewer than its placements use."""
+    specs = specs_of(snap)
+    node = next(p.node for p in plan.placements if p.job_id == "JOB-005")
+    used = sum(specs[p.job_id].cpus for p in plan.placements if p.node == node)
+    return replace(snap, nodes=tuple(replace(v, free_cpus=used - 1) if v.name == node else v for v in snap.nodes))
+
+
+def _one_gb_less_free_than_placed(snap: Snapshot, plan: Plan) -> tuple[Snapshot, Plan]:
+    """JOB-005 given 8 GB of RAM, and its node 1 GB less free than that."""
+    snap = replace(snap, pending=tuple(replace(p, spec=replace(p.spec, mem_gb=8.0)) if p.spec.id == "JOB-005" else p
+                                       for p in snap.pending))
+    node = next(p.node for p in plan.placements if p.job_id == "JOB-005")
+    return replace(snap, nodes=tuple(replace(v, free_mem_gb=7.0) if v.name == node else v for v in snap.nodes)), plan
+
+
+def _sharing(snap: Snapshot, job_id: str) -> Snapshot:
+    """The snapshot with `job_id` a sharing job."""
+    return replace(snap, pending=tuple(replace(p, spec=replace(p.spec, share=True)) if p.spec.id == job_id else p
+                                       for p in snap.pending))
+
+
+def _job_001_shares_a_gpu_past_its_memory(snap: Snapshot, plan: Plan) -> tuple[Snapshot, Plan]:
+    """JOB-001 (20 GB) made a sharing job on n1 GPU 0 (40 GB), which sharing jobs already fill with 25 GB."""
+    snap = _sharing(snap, "JOB-001")
+    snap = replace(snap, nodes=tuple(replace(v, free_gpus=tuple(g for g in v.free_gpus if g != 0), shared=((0, 25.0),))
+                                     if v.name == "n1" else v for v in snap.nodes))
+    return snap, _moved(plan, "JOB-001", node="n1", gpus=(0,), share=True)
+
+
+def _job_002_starving(snap: Snapshot, plan: Plan) -> tuple[Snapshot, Plan]:
+    """JOB-002 (low) waiting 25 h, past the low bound of 24 h, with the plan made for that snapshot."""
+    snap = replace(snap, pending=tuple(replace(p, spec=replace(p.spec, submit_ms=NOW_MS - 25 * 3600 * 1000))
+                                       if p.spec.id == "JOB-002" else p for p in snap.pending))
+    return snap, plan_for(snap)
+
+
+def _starving_job_002_ranked_last(snap: Snapshot, plan: Plan) -> tuple[Snapshot, Plan]:
+    snap, plan = _job_002_starving(snap, plan)   # it starts on n1 GPUs (0, 1), at rank 1
+    return snap, _moved(plan, "JOB-002", rank=99)
+
+
+def _starving_job_002_not_told(snap: Snapshot, plan: Plan) -> tuple[Snapshot, Plan]:
+    snap, plan = _job_002_starving(snap, plan)
+    return snap, _moved(plan, "JOB-002", reason="rank 1: made up")
+
+
+def _lower_score_for_job_006(snap: Snapshot, plan: Plan) -> Plan:
+    """JOB-006 (an H100 job no node has) judged LOWER_SCORE instead of NO_FIT_EVER."""
+    return replace(plan, verdicts=tuple(replace(v, code=Code.LOWER_SCORE) if v.job_id == "JOB-006" else v
+                                        for v in plan.verdicts))
 
 
 BROKEN = [
@@ -282,8 +455,16 @@ BROKEN = [
      lambda s, p: (s, _moved(p, "JOB-003", gpus=(0,)))),                      # n1 GPU 0 twice
     (no_gpu_is_placed_twice_and_no_placement_uses_a_held_gpu,
      lambda s, p: (s, _moved(p, "JOB-004", gpus=(1,)))),                      # n2 GPU 1 is held by R
+    (no_gpu_is_placed_twice_and_no_placement_uses_a_held_gpu,                 # a sharing job beside an exclusive one
+     lambda s, p: (_sharing(s, "JOB-003"), _moved(p, "JOB-003", node="n1", gpus=(0,), share=True))),
+    (a_shared_gpu_never_holds_more_memory_than_it_has,
+     _job_001_shares_a_gpu_past_its_memory),                                  # 25 + 20 GB on a 40 GB GPU
+    (a_shared_gpu_never_holds_more_memory_than_it_has,
+     lambda s, p: (s, _moved(p, "JOB-003", share=True))),                     # shared, but JOB-003 does not share
     (placed_cpus_and_memory_never_exceed_what_each_node_has_free,
-     lambda s, p: (_n1_with_4_free_cpus(s), p)),                              # 1 + 4 + 1 CPUs on n1 > 4
+     lambda s, p: (_one_cpu_fewer_free_than_placed(s, p), p)),                # JOB-005's node: 1 CPU short
+    (placed_cpus_and_memory_never_exceed_what_each_node_has_free,
+     _one_gb_less_free_than_placed),                                          # JOB-005's node: 1 GB short
     (every_placement_has_the_gpu_count_type_and_memory_the_job_asked_for,
      lambda s, p: (s, _moved(p, "JOB-003", gpus=(1,)))),                      # a V100 job on an A100
     (every_placement_has_the_gpu_count_type_and_memory_the_job_asked_for,
@@ -307,6 +488,16 @@ BROKEN = [
     (a_job_left_waiting_with_no_fit_now_does_not_fit_what_the_plan_leaves_free,
      lambda s, p: (s, replace(p, placements=tuple(x for x in p.placements if x.job_id != "JOB-005"),
                               verdicts=p.verdicts + (Verdict("JOB-005", Code.NO_FIT_NOW, "made up"),)))),
+    (a_job_left_waiting_with_no_fit_now_does_not_fit_what_the_plan_leaves_free,
+     lambda s, p: (s, replace(p, placements=tuple(x for x in p.placements if x.job_id != "JOB-005"),
+                              verdicts=p.verdicts + (Verdict("JOB-005", Code.LOWER_SCORE, "made up"),)))),
+    (lower_score_goes_to_jobs_that_fitted_at_the_start_and_no_fit_now_to_those_that_did_not,
+     lambda s, p: (s, _lower_score_for_job_006(s, p))),                       # JOB-006 never fitted
+    (lower_score_goes_to_jobs_that_fitted_at_the_start_and_no_fit_now_to_those_that_did_not,
+     lambda s, p: (s, replace(p, verdicts=tuple(replace(v, code=Code.NO_FIT_NOW) if v.job_id == "JOB-002" else v
+                                                for v in p.verdicts)))),      # JOB-002 fitted n1's A100s
+    (starving_jobs_are_ranked_before_every_other_job_and_told_so, _starving_job_002_ranked_last),
+    (starving_jobs_are_ranked_before_every_other_job_and_told_so, _starving_job_002_not_told),
 ]
 
 

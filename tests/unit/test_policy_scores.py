@@ -1,4 +1,5 @@
-"""Table-driven tests of the score terms (policy/score.py) and the fit helpers (policy/fit.py).
+"""Table-driven tests of the score terms (policy/score.py), the fit helpers (policy/fit.py) and
+how the terms combine (policy/schedule.py `weighted`: the weighted mean over all weights).
 
 Pure: no Redis, no clock. Every expected number has its arithmetic next to it.
 """
@@ -10,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.model import GpuInfo, NodeView
-from dispatcher.policy.config import PolicyConfig
+from dispatcher.policy.config import WEIGHT_TERMS, PolicyConfig
 from dispatcher.policy.fit import choose_gpus, fit_score, fits_ever, gpu_family_matches, gpu_usable
+from dispatcher.policy.schedule import weighted
 from dispatcher.policy.score import dominant_share, fairness_term, priority_term, remaining_term, wait_term
 from tests.builders import make_job, make_node
 
@@ -189,41 +191,100 @@ def test_choose_gpus_takes_the_smallest_memory_then_the_lowest_index(job, candid
     assert got == want, f"choose_gpus(.., {candidates}) = {got}, want {want}"
 
 
+# --- choose_gpus for sharing jobs ------------------------------------------------------
+
+TWO_A100 = make_node("s2").gpus(2, "A100", 40).obj()
+
+
+@pytest.mark.parametrize("mem_gb, candidates, shared_used, want", [
+    (15, [0, 1], {1: 20.0}, (1,)),            # GPU 1 is already shared: (False, 40-20-15=5, 1) < (True, 25, 0)
+    (15, [0, 1], {0: 10.0, 1: 20.0}, (1,)),   # both shared: the one left fullest, GPU 1 (5 GB) before GPU 0 (15 GB)
+    (15, [0, 1], {0: 20.0, 1: 10.0}, (0,)),   # same, mirrored, so the index cannot be what decides
+    (15, [0, 1], {}, (0,)),                   # nothing shared yet: equal, the lowest index
+    (15, [0], {1: 20.0}, (0,)),               # only the given candidates are used
+], ids=["an_already_shared_gpu_goes_first", "the_gpu_left_fullest_goes_first", "the_fullest_wins_whatever_its_index",
+        "with_nothing_shared_the_lowest_index_wins", "only_the_given_candidates_are_used"])
+def test_choose_gpus_packs_a_sharing_job_onto_the_fullest_shared_gpu(mem_gb, candidates, shared_used, want):
+    job = make_job("j").gpus(1, mem_gb=mem_gb)._set(share=True).obj()
+    got = choose_gpus(job, TWO_A100, candidates, shared_used)
+    assert got == want, f"choose_gpus(share {mem_gb} GB, {candidates}, shared {shared_used}) = {got}, want {want}"
+
+
 # --- fit_score -------------------------------------------------------------------------
 
 FOUR_A100 = make_node("n4").gpus(4, "A100", 40).cpus(32).obj()
 FOUR_V100 = make_node("v4").gpus(4, "V100", 16).cpus(32).obj()
+NO_GPUS = make_node("c8").cpus(8).obj()
+ONE_A100 = make_node("s1").gpus(1, "A100", 40).obj()
 
 
-@pytest.mark.parametrize("job, node, chosen, gpus_after, cpus_after, want", [
-    # 100 * (0.7 * (1 - 0/4) + 0.3 * 1): fills the node, no memory need
-    (make_job("j").gpus(1), FOUR_A100, (0,), 0, 31, 100.0),
+def _share(job):
+    return job._set(share=True)
+
+
+@pytest.mark.parametrize("job, node, chosen, gpus_after, cpus_after, kw, want", [
+    # 100 * (0.7 * (1 - 0/4) + 0.3 * 1): fills the node, no memory need and no reference size
+    (make_job("j").gpus(1), FOUR_A100, (0,), 0, 31, {}, 100.0),
     # 100 * (0.7 * (1 - 3/4) + 0.3 * 20/40) = 17.5 + 15
-    (make_job("j").gpus(1, mem_gb=20), FOUR_A100, (0,), 3, 31, 32.5),
+    (make_job("j").gpus(1, mem_gb=20), FOUR_A100, (0,), 3, 31, {}, 32.5),
     # 100 * (0.7 * (1 - 3/4) + 0.3 * 15/40) = 17.5 + 11.25
-    (make_job("j").gpus(1, mem_gb=15), FOUR_A100, (0,), 3, 31, 28.75),
+    (make_job("j").gpus(1, mem_gb=15), FOUR_A100, (0,), 3, 31, {}, 28.75),
     # 100 * (0.7 * (1 - 2/4) + 0.3 * 10/16) = 35 + 18.75
-    (make_job("j").gpus(2, mem_gb=10), FOUR_V100, (0, 1), 2, 30, 53.75),
+    (make_job("j").gpus(2, mem_gb=10), FOUR_V100, (0, 1), 2, 30, {}, 53.75),
     # 100 * (0.7 * (1 - 4/4) + 0.3 * 1): nothing packed (cannot happen in a plan, but bounded)
-    (make_job("j").gpus(1), FOUR_A100, (0,), 4, 31, 30.0),
-    # CPU-only: 100 * (0.7 * (1 - 24/32) + 0.3 * 1) = 17.5 + 30
-    (make_job("j").gpus(0).cpus(8), FOUR_A100, (), 4, 24, 47.5),
-    # CPU-only, fills the CPUs: 100 * (0.7 * (1 - 0/32) + 0.3)
-    (make_job("j").gpus(0).cpus(32), FOUR_A100, (), 4, 0, 100.0),
+    (make_job("j").gpus(1), FOUR_A100, (0,), 4, 31, {}, 30.0),
     # a GPU bigger than asked for never lowers memory below need/size: 100 * (0.7 * 1 + 0.3 * 16/16)
-    (make_job("j").gpus(1, mem_gb=16), FOUR_V100, (0,), 0, 31, 100.0),
+    (make_job("j").gpus(1, mem_gb=16), FOUR_V100, (0,), 0, 31, {}, 100.0),
+    # no stated need, smallest GPU in the cluster 16 GB: need = max(0, 16) -> 100 * (0.7 * (1 - 3/4) + 0.3 * 16/40)
+    # = 17.5 + 12
+    (make_job("j").gpus(1), FOUR_A100, (0,), 3, 31, {"ref_mem_gb": 16}, 29.5),
+    # the same job on a 16 GB GPU that fills its node: 100 * (0.7 * 1 + 0.3 * 16/16)
+    (make_job("j").gpus(1), FOUR_V100, (0,), 0, 31, {"ref_mem_gb": 16}, 100.0),
+    # a need below the reference counts as the reference: max(10, 16) -> 100 * (0.7 * 1/4 + 0.3 * 16/40) = 17.5 + 12
+    (make_job("j").gpus(1, mem_gb=10), FOUR_A100, (0,), 3, 31, {"ref_mem_gb": 16}, 29.5),
+    # a need above the reference is the need: max(20, 16) -> 100 * (0.7 * 1/4 + 0.3 * 20/40) = 17.5 + 15
+    (make_job("j").gpus(1, mem_gb=20), FOUR_A100, (0,), 3, 31, {"ref_mem_gb": 16}, 32.5),
+    # CPU-only, every GPU idle: 100 * (0.7 * (1 - 24/32) + 0.3 * (1 - 4/4)) = 17.5 + 0
+    (make_job("j").gpus(0).cpus(8), FOUR_A100, (), 4, 24, {}, 17.5),
+    # CPU-only filling the CPUs of a node whose GPUs all idle: 100 * (0.7 * (1 - 0/32) + 0.3 * 0) -- strands 4 GPUs
+    (make_job("j").gpus(0).cpus(32), FOUR_A100, (), 4, 0, {}, 70.0),
+    # CPU-only, 3 of 4 GPUs busy: 100 * (0.7 * (1 - 24/32) + 0.3 * (1 - 1/4)) = 17.5 + 22.5
+    (make_job("j").gpus(0).cpus(8), FOUR_A100, (), 1, 24, {}, 40.0),
+    # CPU-only, every GPU busy: 100 * (0.7 * (1 - 24/32) + 0.3 * (1 - 0/4)) = 17.5 + 30
+    (make_job("j").gpus(0).cpus(8), FOUR_A100, (), 0, 24, {}, 47.5),
+    # CPU-only on a node without GPUs: memory part 1 -> 100 * (0.7 * (1 - 4/8) + 0.3) = 35 + 30
+    (make_job("j").gpus(0).cpus(4), NO_GPUS, (), 0, 4, {}, 65.0),
+    # sharing, onto a 40 GB GPU already holding 15 GB: packing (15 + 15)/40 = 0.75, memory 15/40
+    # -> 100 * (0.7 * 0.75 + 0.3 * 0.375) = 52.5 + 11.25
+    (_share(make_job("j").gpus(1, mem_gb=15)), ONE_A100, (0,), 0, 31, {"shared_used": {0: 15.0}}, 63.75),
+    # sharing, onto a GPU nobody shares yet: packing 15/40 = 0.375 -> 100 * (0.7 * 0.375 + 0.3 * 0.375) = 26.25 + 11.25
+    (_share(make_job("j").gpus(1, mem_gb=15)), ONE_A100, (0,), 0, 31, {"shared_used": {}}, 37.5),
+    # sharing past the GPU's memory is clamped (cannot happen in a plan): min(1, 45/40) -> 100 * (0.7 + 0.3 * 15/40)
+    (_share(make_job("j").gpus(1, mem_gb=15)), ONE_A100, (0,), 0, 31, {"shared_used": {0: 30.0}}, 81.25),
 ], ids=["a_gpu_job_filling_the_node_scores_100", "a_20gb_job_on_a_fresh_40gb_node", "a_15gb_job_on_a_fresh_40gb_node",
         "a_two_gpu_job_on_half_a_v100_node", "nothing_packed_leaves_only_the_memory_part",
-        "a_cpu_only_job_packs_over_cpus", "a_cpu_only_job_filling_the_cpus_scores_100",
-        "an_exact_memory_fit_scores_full_memory"])
-def test_fit_score_is_70_percent_packing_and_30_percent_memory(job, node, chosen, gpus_after, cpus_after, want):
-    got = fit_score(job.obj(), node, chosen, gpus_after, cpus_after)
-    assert close(got, want), f"fit_score = {got}, want {want}"
+        "an_exact_memory_fit_scores_full_memory", "no_stated_need_uses_the_smallest_gpu_of_the_cluster",
+        "no_stated_need_on_the_smallest_gpu_scores_full_memory", "a_need_below_the_reference_counts_as_the_reference",
+        "a_need_above_the_reference_is_the_need", "a_cpu_only_job_on_idle_gpus_gets_no_memory_part",
+        "a_cpu_only_job_filling_the_cpus_beside_idle_gpus_scores_70", "a_cpu_only_job_beside_busy_gpus_scores_more",
+        "a_cpu_only_job_beside_all_busy_gpus_gets_the_full_memory_part",
+        "a_cpu_only_job_on_a_gpu_less_node_gets_the_full_memory_part", "a_sharing_job_packs_over_gpu_memory",
+        "a_sharing_job_on_an_unshared_gpu_packs_less", "an_overfull_shared_gpu_is_clamped"])
+def test_fit_score_is_70_percent_packing_and_30_percent_memory(job, node, chosen, gpus_after, cpus_after, kw, want):
+    got = fit_score(job.obj(), node, chosen, gpus_after, cpus_after, **kw)
+    assert close(got, want), f"fit_score(.., {kw}) = {got}, want {want}"
+
+
+def test_a_cpu_only_job_fits_a_node_with_busy_gpus_better_than_one_with_idle_gpus():
+    job = make_job("j").gpus(0).cpus(8).obj()
+    busy = fit_score(job, FOUR_A100, (), 0, 24)   # 17.5 + 30
+    idle = fit_score(job, FOUR_A100, (), 4, 24)   # 17.5 + 0
+    assert busy > idle, f"beside busy GPUs {busy}, beside idle GPUs {idle}: should prefer the busy node"
 
 
 @st.composite
 def _fit_case(draw):
-    total = draw(st.integers(1, 8))
+    total = draw(st.integers(0, 8))
     mem = draw(st.sampled_from([16.0, 24.0, 40.0, 80.0]))
     cpus = draw(st.integers(1, 64))
     node = NodeView("n", tuple(GpuInfo(i, f"NVIDIA A100-{mem:g}GB", mem) for i in range(total)), cpus, 256.0,
@@ -231,19 +292,60 @@ def _fit_case(draw):
     n = draw(st.integers(0, total))
     need = draw(st.sampled_from([0.0, 1.0, mem / 2, mem]))
     job_cpus = draw(st.integers(1, cpus))
-    job = make_job("j").gpus(n, mem_gb=need if n else 0.0).cpus(job_cpus).obj()
+    share = bool(n) and draw(st.booleans())
+    job = make_job("j").gpus(n, mem_gb=need if n else 0.0).cpus(job_cpus)._set(share=share).obj()
     free_before = draw(st.integers(n, total))
-    return job, node, tuple(range(n)), free_before - n, cpus - job_cpus
+    kw = {"ref_mem_gb": draw(st.sampled_from([0.0, 16.0, 24.0, mem]))}
+    if share:
+        kw["shared_used"] = {i: draw(st.sampled_from([0.0, need, mem - need])) for i in range(n)}
+    return job, node, tuple(range(n)), free_before - n, cpus - job_cpus, kw
 
 
 @settings(max_examples=200, deadline=None)
 @given(_fit_case())
 def test_fit_score_is_always_within_0_and_100(case):
-    job, node, chosen, gpus_after, cpus_after = case
-    got = fit_score(job, node, chosen, gpus_after, cpus_after)
-    assert 0.0 <= got <= 100.0, f"fit_score({job.gpus} GPUs, {gpus_after} GPUs/{cpus_after} CPUs left) = {got}"
+    job, node, chosen, gpus_after, cpus_after, kw = case
+    got = fit_score(job, node, chosen, gpus_after, cpus_after, **kw)
+    assert 0.0 <= got <= 100.0, (f"fit_score({job.gpus} GPUs, share {job.share}, {gpus_after} GPUs/{cpus_after} "
+                                 f"CPUs left, {kw}) = {got}")
 
 
-def test_default_weights_sum_to_one_so_the_score_stays_within_0_and_100():
-    weights = PolicyConfig().weights
-    assert close(sum(weights.values()), 1.0), f"weights {weights} sum to {sum(weights.values())}"
+# --- weights ---------------------------------------------------------------------------
+
+def test_default_weights_make_one_class_step_outweigh_every_other_term_at_its_maximum():
+    # one class step is 100/3 = 33.3 points of the priority term; every other term is at most 100
+    w = PolicyConfig().weights
+    step = priority_term(1) - priority_term(0)
+    others = sum(v for k, v in w.items() if k != "priority")
+    assert step * w["priority"] > 100.0 * others, (f"a class step is worth {step * w['priority']:.3f}, the other "
+                                                   f"terms at most {100.0 * others:.3f}: classes could cross ({w})")
+
+
+def test_default_weights_cover_every_score_term():
+    assert set(PolicyConfig().weights) == set(WEIGHT_TERMS), f"weights {PolicyConfig().weights}, terms {WEIGHT_TERMS}"
+
+
+@pytest.mark.parametrize("terms, want", [
+    # every term at 100: (1.0 + 0.12 + 0.10 + 0.06 + 0.04) * 100 / 1.32
+    ({"priority": 100, "wait": 100, "fairness": 100, "remaining": 100, "fit": 100}, 100.0),
+    # every term at 0
+    ({"priority": 0, "wait": 0, "fairness": 0, "remaining": 0, "fit": 0}, 0.0),
+    # a term that is absent counts as 0 but its weight still divides: 100 * (1.32 - 0.04) / 1.32
+    ({"priority": 100, "wait": 100, "fairness": 100, "remaining": 100}, 96.970),
+    # priority alone: 1.0 * 33.333 / 1.32
+    ({"priority": 33.333}, 25.252),
+    # a term with no weight is ignored: 0.12 * 50 / 1.32
+    ({"wait": 50, "unknown": 100}, 4.545),
+], ids=["all_terms_at_100_score_100", "all_terms_at_0_score_0", "a_missing_fit_term_lowers_the_score",
+        "the_class_alone", "unweighted_terms_are_ignored"])
+def test_the_score_is_the_weighted_mean_over_all_weights(terms, want):
+    got = weighted(terms, PolicyConfig().weights)
+    assert close(got, want), f"weighted({terms}) = {got}, want {want}"
+
+
+@pytest.mark.parametrize("priority, bound_s", [
+    ("critical", 1800.0), ("high", 7200.0), ("normal", 8 * 3600.0), ("low", 24 * 3600.0),
+], ids=["critical_starves_after_30_minutes", "high_after_2_hours", "normal_after_8_hours", "low_after_24_hours"])
+def test_default_starvation_bounds_per_class(priority, bound_s):
+    got = PolicyConfig().starvation_s.get(priority)
+    assert got == bound_s, f"starvation bound of {priority} is {got}, want {bound_s}"
