@@ -52,6 +52,8 @@ def explain(client, ns: str, job_id: str) -> dict:
                               "reason": v.reason}
     out["reservations"] = [{"job": r.job_id, "node": r.node, "gpus": list(r.gpus),
                             "starts_in_s": round(max(0, r.start_ms - now) / 1000, 1)} for r in plan.reservations]
+    if "outcome" not in out and plan.rest:
+        out["outcome"] = {"code": "no_fit_now", "reason": plan.rest_reason, "rank": None}
     if job_id in read.bad_jobs:
         out["outcome"] = {"code": "invalid", "reason": read.bad_jobs[job_id]}
     return out

@@ -107,6 +107,18 @@ class RunningJob:
     checkpoint_ms: int = 0  # when it last reported a checkpoint (0: never)
     preempted_ms: int = 0  # when it was last preempted (0: never), for the cooldown
     stopping: bool = False  # a preemption or cancel is under way; its GPUs come back soon
+    attained_gpu_s: float = 0.0  # GPU-seconds received in earlier attempts
+
+    def attained_at(self, now_ms: int) -> float:
+        """GPU-seconds received so far, this run included."""
+        return self.attained_gpu_s + max(0, now_ms - self.started_ms) / 1000.0 * len(self.gpus)
+
+    def remaining_s(self, now_ms: int) -> float | None:
+        """Its estimate less the time it has run; None without an estimate or past it."""
+        if self.spec.est_s is None:
+            return None
+        left = self.spec.est_s - max(0, now_ms - self.started_ms) / 1000.0
+        return left if left > 0 else None
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,7 @@ class PendingJob:
     spec: JobSpec
     attempt: int = 0
     since_ms: int | None = None  # what aging counts from (None: the submit time)
+    attained_gpu_s: float = 0.0  # GPU-seconds received in earlier attempts
 
     @property
     def wait_from_ms(self) -> int:
@@ -193,3 +206,7 @@ class Plan:
     verdicts: tuple[Verdict, ...] = ()
     reservations: tuple[Reservation, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
+    #: Jobs ranked below the point where nothing more could start get no Verdict of their own:
+    #: `rest` counts them and `rest_reason` says why they wait.
+    rest: int = 0
+    rest_reason: str = ""

@@ -68,7 +68,8 @@ class Scheduler:
         read = read_snapshot(self.client, self.ns, now, self.timing.node_timeout_s, self.cache)
         self.planner.quarantine(read.bad_jobs, now)
         plan = schedule(read.snapshot, now_ms=now, config=config)
-        taken, preempted = self.planner.commit(plan, read.epochs, now, config.keep_wait_on_requeue)
+        taken, preempted = self.planner.commit(plan, read.epochs, now, config.keep_wait_on_requeue,
+                                               [p.spec.id for p in read.snapshot.pending])
         if taken or preempted:
             ok = {job_id for job_id, _ in taken}
             started = [p for p in plan.placements if p.job_id in ok]

@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 #: The score terms a weight can be given to, in the order they are reported.
-WEIGHT_TERMS = ("priority", "wait", "fairness", "remaining", "fit")
+WEIGHT_TERMS = ("priority", "wait", "fairness", "remaining", "fit", "attained")
 
 
 def _default_weights() -> dict[str, float]:
     """Priority 1.0 against 0.32 for the rest: one class step (33.3 points x 1.0) outweighs every
     other term at its maximum (100 x 0.32), so classes never cross by score; within a class,
     waiting, fair share, short jobs and tight packing decide, in that order of weight."""
-    return {"priority": 1.0, "wait": 0.12, "fairness": 0.10, "remaining": 0.06, "fit": 0.04}
+    return {"priority": 1.0, "wait": 0.12, "fairness": 0.10, "remaining": 0.06, "fit": 0.04, "attained": 0.0}
 
 
 def _default_starvation() -> dict[str, float]:
@@ -60,3 +60,10 @@ class PolicyConfig:
     preemptors_per_cycle: int = 4
     #: A preempted job keeps its original submit time for aging (False: its wait restarts).
     keep_wait_on_requeue: bool = True
+    #: Who may preempt whom: "class" (a lower priority class), "remaining" (a job with more
+    #: estimated time left, as SRTF), "attained" (a job in a lower least-attained-service tier, as Tiresias).
+    preempt_by: str = "class"
+    #: Least-attained-service tiers, in GPU-seconds received (the "attained" term and preempt_by).
+    las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
+    #: Strict order: once a job is blocked, no later job starts (YARN-CS style head-of-line blocking).
+    head_of_line: bool = False

@@ -2,8 +2,10 @@
 
 Pure. A running job V may be preempted for a blocked job P when
 
-- V is of a lower class than P, or P's team is below its guarantee and V's team
-  is above its own (reclaim of borrowed GPUs, same class allowed);
+- V ranks below P by `config.preempt_by`: a lower class ("class", the default),
+  more estimated time left ("remaining", as SRTF), or a later least-attained-
+  service tier ("attained", as Tiresias); or P's team is below its guarantee and
+  V's team is above its own (reclaim of borrowed GPUs, same class allowed);
 - V has run at least `min_run_s` and was not preempted within `preempt_cooldown_s`;
 - V is checkpointable (graceful: checkpoint signal, grace period, SIGKILL), or
   may be killed outright (forced): it opted in with --preemptible, or P is at
@@ -26,15 +28,41 @@ from .config import PolicyConfig
 from .fit import gpu_usable
 
 
+def _tier(attained_gpu_s: float, config: PolicyConfig) -> int:
+    return sum(1 for t in config.las_thresholds_gpu_s if attained_gpu_s >= t)
+
+
+def standing(v: RunningJob, now_ms: int, config: PolicyConfig) -> float:
+    """How strongly a running job holds its GPUs under preempt_by; lower is preempted first."""
+    if config.preempt_by == "remaining":
+        left = v.remaining_s(now_ms)
+        return -(left if left is not None else float("inf"))
+    if config.preempt_by == "attained":
+        return -_tier(v.attained_at(now_ms), config)
+    return v.spec.rank
+
+
+def outranks(p: JobSpec, p_attained_gpu_s: float, v: RunningJob, now_ms: int, config: PolicyConfig) -> int:
+    """How far pending `p` outranks running `v` under preempt_by (> 0: it does)."""
+    if config.preempt_by == "remaining":
+        left = v.remaining_s(now_ms)
+        mine = p.est_s if p.est_s is not None else float("inf")
+        return 1 if (left is None and mine != float("inf")) or (left is not None and mine < left) else 0
+    if config.preempt_by == "attained":
+        return _tier(v.attained_at(now_ms), config) - _tier(p_attained_gpu_s, config)
+    return p.rank - v.spec.rank
+
+
 @dataclass(frozen=True)
 class _Option:
     job: RunningJob
     mode: str
     release: tuple[int, ...]  # GPUs usable by the preemptor that this option frees
     lost_gpu_s: float
+    standing: float
 
     def cost(self) -> tuple:
-        return (self.job.spec.rank, self.mode == "forced", self.lost_gpu_s, len(self.release), self.job.spec.id)
+        return (self.standing, self.mode == "forced", self.lost_gpu_s, len(self.release), self.job.spec.id)
 
 
 def lost_gpu_s(r: RunningJob, now_ms: int) -> float:
@@ -44,9 +72,10 @@ def lost_gpu_s(r: RunningJob, now_ms: int) -> float:
     return max(0.0, (now_ms - since) / 1000.0) * len(r.gpus)
 
 
-def victim_mode(p: JobSpec, v: RunningJob, now_ms: int, config: PolicyConfig, reclaim: bool) -> str | None:
+def victim_mode(p: JobSpec, v: RunningJob, now_ms: int, config: PolicyConfig, reclaim: bool,
+                p_attained_gpu_s: float = 0.0) -> str | None:
     """'graceful', 'forced' or None: may `v` be preempted for `p`, and how."""
-    gap = p.rank - v.spec.rank
+    gap = outranks(p, p_attained_gpu_s, v, now_ms, config)
     if v.stopping or not (gap >= 1 or (reclaim and gap >= 0)):
         return None
     if (now_ms - v.started_ms) / 1000.0 < config.min_run_s:
@@ -55,13 +84,14 @@ def victim_mode(p: JobSpec, v: RunningJob, now_ms: int, config: PolicyConfig, re
         return None
     if v.spec.checkpointable:
         return "graceful"
-    if v.spec.preemptible or gap >= config.forced_min_gap:
+    if v.spec.preemptible or (config.preempt_by == "class" and gap >= config.forced_min_gap):
         return "forced"
     return None
 
 
 def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: list[int], free_cpus: int,
-                   free_mem_gb: float, now_ms: int, config: PolicyConfig, reclaimable) -> tuple[tuple, list] | None:
+                   free_mem_gb: float, now_ms: int, config: PolicyConfig, reclaimable,
+                   p_attained_gpu_s: float = 0.0) -> tuple[tuple, list] | None:
     """The cheapest victims on one node, as (cost, [Preemption]); None if no set lets `p` start.
 
     `free_usable` are the node's free GPUs `p` may use; `reclaimable(v)` says whether
@@ -76,15 +106,16 @@ def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: lis
 
     options = []
     for r in running:
-        mode = victim_mode(p, r, now_ms, config, reclaimable(r))
+        mode = victim_mode(p, r, now_ms, config, reclaimable(r), p_attained_gpu_s)
         if mode is None:
             continue
         usable_gpus = tuple(g for g in r.gpus if gpu_usable(p, node, g))
+        holds = standing(r, now_ms, config)
         if r.spec.min_gpus is not None and r.spec.checkpointable and len(r.gpus) > r.spec.min_gpus \
                 and usable_gpus and not p.cpus > cpus:
             spare = min(len(r.gpus) - r.spec.min_gpus, len(usable_gpus))
-            options.append(_Option(r, "shrink", usable_gpus[-spare:], lost_gpu_s(r, now_ms)))
-        options.append(_Option(r, mode, usable_gpus, lost_gpu_s(r, now_ms)))
+            options.append(_Option(r, "shrink", usable_gpus[-spare:], lost_gpu_s(r, now_ms), holds))
+        options.append(_Option(r, mode, usable_gpus, lost_gpu_s(r, now_ms), holds))
     options.sort(key=_Option.cost)
 
     chosen: list[_Option] = []
@@ -100,7 +131,7 @@ def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: lis
         release = o.release
         if o.mode == "shrink":  # give up only what is still needed
             release = tuple(sorted(set(o.release) - have))[: p.gpus - len(have)]
-            o = _Option(o.job, "shrink", release, o.lost_gpu_s)
+            o = _Option(o.job, "shrink", release, o.lost_gpu_s, o.standing)
         chosen.append(o)
         have |= set(release)
         if o.mode != "shrink":
@@ -125,10 +156,14 @@ def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: lis
         gave = o.release if o.mode == "shrink" else j.gpus
         what = {"graceful": "checkpoint and requeue", "forced": "killed and requeued",
                 "shrink": f"shrink from {len(j.gpus)} to {len(keep)} GPUs"}[o.mode]
-        why = "reclaim for team below its guarantee" if p.rank == j.spec.rank else \
-            f"{p.priority} job {p.id} outranks {j.spec.priority}"
+        if config.preempt_by != "class":
+            why = f"job {p.id} outranks it by {config.preempt_by}"
+        elif p.rank == j.spec.rank:
+            why = "reclaim for team below its guarantee"
+        else:
+            why = f"{p.priority} job {p.id} outranks {j.spec.priority}"
         preemptions.append(Preemption(j.spec.id, j.node, o.mode, tuple(gave), p.id, f"{why}: {what}", keep,
                                       round(o.lost_gpu_s, 1)))
-    cost = (max(o.job.spec.rank for o in chosen), sum(o.mode == "forced" for o in chosen),
+    cost = (max(o.standing for o in chosen), sum(o.mode == "forced" for o in chosen),
             sum(o.lost_gpu_s for o in chosen), max(0, len(have) - p.gpus))
     return cost, preemptions

@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 
 from dataclasses import replace
 
-from ..model import Code, JobSpec, NodeView, Placement, Plan, Preemption, Reservation, RunningJob, Snapshot, Verdict
+from ..model import (Code, JobSpec, NodeView, PendingJob, Placement, Plan, Preemption, Reservation, RunningJob,
+                     Snapshot, Verdict)
 from .config import PolicyConfig
 from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_usable, usable
 from .preemption import choose_victims
-from .score import dominant_share, fairness_term, priority_term, remaining_term, wait_term
+from .score import attained_term, dominant_share, fairness_term, priority_term, remaining_term, wait_term
 
 
 def id_key(job_id: str) -> tuple[int, str]:
@@ -69,13 +70,17 @@ class _Node:
     placed: list[str] = field(default_factory=list)
 
 
-def static_terms(spec: JobSpec, now_ms: int, config: PolicyConfig) -> dict[str, float]:
+def static_terms(job: PendingJob, now_ms: int, config: PolicyConfig) -> dict[str, float]:
     """The score terms that do not depend on the node or on other jobs."""
-    return {
+    spec = job.spec
+    terms = {
         "priority": priority_term(spec.rank),
-        "wait": min(config.aging_cap, wait_term((now_ms - spec.submit_ms) / 1000.0, config.aging_horizon_s)),
+        "wait": min(config.aging_cap, wait_term((now_ms - job.wait_from_ms) / 1000.0, config.aging_horizon_s)),
         "remaining": remaining_term(spec.est_s, config.remaining_ref_s),
     }
+    if config.weights.get("attained"):
+        terms["attained"] = attained_term(job.attained_gpu_s, config.las_thresholds_gpu_s)
+    return terms
 
 
 def weighted(terms: dict[str, float], weights: dict[str, float]) -> float:
@@ -227,8 +232,27 @@ class _Cycle:
         self.reservations: list[Reservation] = []
         self.preemptions: list[Preemption] = []
         self.preemptors = 0
+        self.rest, self.rest_reason = 0, ""
+        self.cpu_jobs_left = 0
+        self.min_running_rank = min((r.spec.rank for r in snapshot.running if not r.stopping), default=99)
+        self.attained = {p.spec.id: p.attained_gpu_s for p in snapshot.pending}
         self.terms: dict[str, dict[str, float]] = {}
         self.rank = 0
+
+    def exhausted(self, spec: JobSpec) -> bool:
+        """Nothing a GPU job could still do this cycle: no free GPU, no reservation or preemption left.
+        Then it and every job ranked below it keep waiting with one shared reason (Plan.rest)."""
+        return (spec.gpus > 0 and not spec.share and self.free_total == 0 and not any(n.shared for n in self.nodes)
+                and len(self.reservations) >= self.config.reservations and not self.may_preempt(spec)
+                and not self.cpu_jobs_left)
+
+    def may_preempt(self, spec: JobSpec) -> bool:
+        """Could `spec` still start a preemption this cycle? (A cheap, conservative test.)"""
+        if not self.config.preemption or self.preemptors >= self.config.preemptors_per_cycle:
+            return False
+        if self.config.preempt_by != "class" or self.config.teams:
+            return True
+        return self.min_running_rank < spec.rank
 
     def fair(self, user: str) -> float:
         return fairness_term(dominant_share(tuple(self.usage[user]), self.totals))
@@ -317,7 +341,7 @@ class _Cycle:
                 continue
             free_usable = usable(spec, node.view, sorted(node.free))
             got = choose_victims(spec, node.view, self.running_on[node.view.name], free_usable, node.cpus,
-                                 node.mem_gb, self.now, self.config, reclaimable)
+                                 node.mem_gb, self.now, self.config, reclaimable, self.attained.get(spec.id, 0.0))
             if got is not None and (best is None or (got[0], node.view.name) < best[0]):
                 best = ((got[0], node.view.name), node, got[1])
         if best is None:
@@ -396,12 +420,13 @@ def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = N
     w_total = sum(w.values()) or 1.0
 
     ready, starving = [], []
+    never = _NeverFit(c.views)
     for p in sorted(snapshot.pending, key=lambda p: (p.spec.submit_ms, id_key(p.spec.id))):
         spec = p.spec
-        if not any(fits_ever(spec, v) for v in c.views):
+        if never.check(spec):
             c.verdicts.append(Verdict(spec.id, Code.NO_FIT_EVER, _never_reason(spec, c.views)))
             continue
-        c.terms[spec.id] = static_terms(spec, now_ms, config)
+        c.terms[spec.id] = static_terms(p, now_ms, config)
         c.teams.demand[spec.team] += spec.gpus
         (starving if c.starving(spec) else ready).append(spec)
 
@@ -409,21 +434,60 @@ def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = N
         terms = dict(c.terms[spec.id], fairness=c.fair(spec.user))
         c.place(spec, terms, f"rank {c.rank + 1}: starving, {c.starving(spec)}")
 
+    c.cpu_jobs_left = sum(1 for spec in ready if spec.gpus == 0 or spec.share)
     queues: dict[str, list] = defaultdict(list)
     for spec in ready:
         queues[spec.user].append((-weighted(c.terms[spec.id], w), spec.submit_ms, id_key(spec.id), spec))
     for q in queues.values():
         heapq.heapify(q)
-    while queues:
-        user = min(queues, key=lambda u: (queues[u][0][0] - w.get("fairness", 0.0) * c.fair(u) / w_total,
-                                          queues[u][0][1], queues[u][0][2]))
-        spec = heapq.heappop(queues[user])[3]
-        if not queues[user]:
-            del queues[user]
-        terms = dict(c.terms[spec.id], fairness=c.fair(user))
-        c.place(spec, terms, f"rank {c.rank + 1}: the best score among the jobs left")
+    w_fair = w.get("fairness", 0.0) / w_total
 
-    return Plan(tuple(c.placements), tuple(c.verdicts), tuple(c.reservations), tuple(c.preemptions))
+    def user_key(u: str):
+        head = queues[u][0]
+        return (head[0] - w_fair * c.fair(u), head[1], head[2], u)
+
+    # users ordered by the key of their best job; only the picked user's key changes with a pick
+    users = [user_key(u) for u in queues]
+    heapq.heapify(users)
+    blocked_by = None  # head-of-line blocking: the first job that could not start
+    while users:
+        user = heapq.heappop(users)[3]
+        spec = heapq.heappop(queues[user])[3]
+        if queues[user]:
+            heapq.heappush(users, user_key(user))
+        if spec.gpus == 0 or spec.share:
+            c.cpu_jobs_left -= 1
+        terms = dict(c.terms[spec.id], fairness=c.fair(user))
+        if blocked_by is not None:
+            c.rank += 1
+            c.verdicts.append(Verdict(spec.id, Code.LOWER_SCORE, f"strict order: waits behind job {blocked_by}",
+                                      round(weighted(terms, w), 3), c.rank, terms))
+            continue
+        if c.exhausted(spec):
+            c.rest = sum(len(q) for q in queues.values()) + 1
+            c.rest_reason = (f"no free GPU in the cluster; {c.rank} jobs rank ahead of the "
+                             f"{c.rest} waiting behind them")
+            break
+        placed = c.place(spec, terms, f"rank {c.rank + 1}: the best score among the jobs left")
+        if not placed and config.head_of_line:
+            blocked_by = spec.id
+
+    return Plan(tuple(c.placements), tuple(c.verdicts), tuple(c.reservations), tuple(c.preemptions),
+                c.rest, c.rest_reason)
+
+
+class _NeverFit:
+    """fits_ever over all nodes, remembered per request shape (most jobs share a few shapes)."""
+
+    def __init__(self, views: list[NodeView]):
+        self.views, self.memo = views, {}
+
+    def check(self, spec: JobSpec) -> bool:
+        key = (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = not any(fits_ever(spec, v) for v in self.views)
+        return got
 
 
 def _never_reason(spec: JobSpec, views: list[NodeView]) -> str:

@@ -36,3 +36,10 @@ def fairness_term(dominant_share: float) -> float:
 def dominant_share(used: tuple[float, float, float], total: tuple[float, float, float]) -> float:
     """max over (GPUs, CPUs, memory) of used / total, ignoring resources the cluster lacks."""
     return max((u / t for u, t in zip(used, total) if t > 0), default=0.0)
+
+
+def attained_term(attained_gpu_s: float, thresholds_gpu_s) -> float:
+    """Least attained service, discretized (Tiresias): 100 * (1 - tier / tiers), where tier is how
+    many thresholds the job's received GPU-seconds have passed. 100 for a fresh job."""
+    tier = sum(1 for t in thresholds_gpu_s if attained_gpu_s >= t)
+    return 100.0 * (1.0 - tier / max(1, len(thresholds_gpu_s)))

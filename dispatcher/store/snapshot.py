@@ -131,8 +131,8 @@ class RedisPlanner:
                                                      serializer=self._serializer)
         return q
 
-    def commit(self, plan: Plan, epochs: dict[str, int], now_ms: int,
-               keep_wait: bool = True) -> tuple[list[tuple[str, int]], list[Preemption]]:
+    def commit(self, plan: Plan, epochs: dict[str, int], now_ms: int, keep_wait: bool = True,
+               pending_ids=()) -> tuple[list[tuple[str, int]], list[Preemption]]:
         """Returns (job id, new epoch) for placements that took, and the preemptions that took.
 
         Each preemption marks the victim `preempting` (mark_preempting.lua, refused if it is no
@@ -157,10 +157,14 @@ class RedisPlanner:
             by_node.setdefault(p.node, []).append(self._queue_cls.prepare_data(
                 "workers.jobs.launch", args=[p.job_id, epoch + 1], timeout=-1, result_ttl=300,
                 failure_ttl=86400, description=f"dispatch job {p.job_id} attempt epoch {epoch + 1}"))
-        for v in plan.verdicts:
-            if self._reasons.get(v.job_id) != v.reason:
-                self._reasons[v.job_id] = v.reason
-                pipe.hset(keys.job(self.ns, v.job_id), "reason", v.reason)
+        reasons = [(v.job_id, v.reason) for v in plan.verdicts]
+        if plan.rest:
+            judged = {p.job_id for p in plan.placements} | {v.job_id for v in plan.verdicts}
+            reasons += [(j, plan.rest_reason) for j in pending_ids if j not in judged]
+        for job_id, reason in reasons:
+            if self._reasons.get(job_id) != reason:
+                self._reasons[job_id] = reason
+                pipe.hset(keys.job(self.ns, job_id), "reason", reason)
         for node, datas in by_node.items():
             self._queue(node).enqueue_many(datas, pipeline=pipe)
         if plan.placements or plan.preemptions:

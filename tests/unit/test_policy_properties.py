@@ -188,14 +188,28 @@ def every_placement_has_the_gpu_count_type_and_memory_the_job_asked_for(snap, pl
 
 
 def every_pending_job_is_either_placed_or_has_exactly_one_verdict(snap, plan):
+    """...or is one of the `rest` jobs ranked below the point where nothing more could start,
+    which then must all be GPU jobs in a cluster with no free GPU."""
     placed = Counter(p.job_id for p in plan.placements)
     judged = Counter(v.job_id for v in plan.verdicts)
     ids = set(specs_of(snap))
+    unjudged = []
     for job_id in ids:
         outcomes = (placed[job_id], judged[job_id])
-        assert outcomes in ((1, 0), (0, 1)), f"{job_id}: placed {outcomes[0]}x, {outcomes[1]} verdicts"
+        assert outcomes in ((1, 0), (0, 1), (0, 0)), f"{job_id}: placed {outcomes[0]}x, {outcomes[1]} verdicts"
+        if outcomes == (0, 0):
+            unjudged.append(job_id)
+    assert len(unjudged) == plan.rest, f"{len(unjudged)} jobs without an outcome, plan.rest says {plan.rest}"
+    if plan.rest:
+        assert plan.rest_reason and all(specs_of(snap)[j].gpus > 0 for j in unjudged), plan.rest_reason
+        assert not left_free_gpus(snap, plan), f"rest {unjudged} while GPUs {left_free_gpus(snap, plan)} are free"
     strangers = (set(placed) | set(judged)) - ids
     assert not strangers, f"plan names jobs that were not pending: {strangers}"
+
+
+def left_free_gpus(snap, plan) -> list[tuple[str, int]]:
+    taken = {(p.node, g) for p in plan.placements for g in p.gpus}
+    return [(v.name, g) for v in snap.nodes for g in v.free_gpus if (v.name, g) not in taken]
 
 
 def no_fit_ever_is_given_exactly_to_jobs_no_node_could_ever_hold(snap, plan):
