@@ -527,6 +527,26 @@ def up(ctx, node, port, fake_gpus, cpus, mem_gb, work_dir, policy_path):
         click.echo("dispatch: stopped", err=True)
 
 
+@cli.command()
+@click.option("--csv", "as_csv", is_flag=True, required=True, help="Print finished jobs in the trace format.")
+@click.option("--since", default=None, metavar="DURATION", help="Only jobs submitted this long ago or later (e.g. 7d).")
+@common
+def history(ctx, as_csv, since):
+    """Finished jobs in the trace format, to replay a lab's own week with `dispatch simulate`."""
+    from .cli_lab import history_csv
+
+    click.echo(history_csv(ctx.client, ctx.ns, since), nl=False)
+
+
+def _register_lab() -> None:
+    from .cli_lab import simulate
+
+    cli.add_command(simulate)
+
+
+_register_lab()
+
+
 def main() -> None:
     debug = "--debug" in sys.argv
     try:

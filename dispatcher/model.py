@@ -90,6 +90,8 @@ class NodeView:
     shared: tuple[tuple[int, float], ...] = ()
 
     def gpu(self, index: int) -> GpuInfo:
+        if 0 <= index < len(self.gpus) and self.gpus[index].index == index:  # the usual layout
+            return self.gpus[index]
         for g in self.gpus:
             if g.index == index:
                 return g
@@ -152,6 +154,8 @@ class Placement:
     rank: int = 0
     reason: str = ""  # why it won, in words
     share: bool = False
+    #: A gang spread over whole nodes (PolicyConfig.gang_across_nodes): the other nodes and their GPUs.
+    extra: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 class Code(str, Enum):

@@ -43,8 +43,10 @@ class PolicyConfig:
     reservations: int = 1
     #: What the policy assumes for a running job with no estimate, or one past its estimate.
     unknown_remaining_s: float = 86400.0
-    #: Per class: a job waiting longer than this is served before every other job (start or reservation).
+    #: Per class: a job waiting longer than this is served before every other job, oldest first.
     starvation_s: dict[str, float] = field(default_factory=_default_starvation)
+    #: How many starving jobs that do not fit get a reservation (oldest first), beyond `reservations`.
+    starvation_reservations: int = 1
     #: Per team: guarantee and limit, in GPUs. Teams not listed have neither.
     teams: dict[str, TeamQuota] = field(default_factory=dict)
     #: Preempt running jobs of lower classes for a blocked job.
@@ -67,3 +69,6 @@ class PolicyConfig:
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     #: Strict order: once a job is blocked, no later job starts (YARN-CS style head-of-line blocking).
     head_of_line: bool = False
+    #: A job larger than any node may run on several whole nodes at once (the simulator's gangs;
+    #: node agents run single-node jobs only, so the live scheduler leaves this off).
+    gang_across_nodes: bool = False

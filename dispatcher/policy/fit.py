@@ -35,13 +35,16 @@ def gpu_usable(job: JobSpec, node: NodeView, index: int) -> bool:
 
 
 def usable(job: JobSpec, node: NodeView, indices) -> list[int]:
+    if not job.gpu_types and not job.gpu_mem_gb:  # any GPU will do
+        return list(indices)
     return [i for i in indices if gpu_usable(job, node, i)]
 
 
 def fits_ever(job: JobSpec, node: NodeView) -> bool:
     """Could `job` run on `node` if the node were empty?"""
-    return (job.cpus <= node.cpus and job.mem_gb <= node.mem_gb + 1e-9
-            and len(usable(job, node, (g.index for g in node.gpus))) >= job.gpus)
+    if job.cpus > node.cpus or job.mem_gb > node.mem_gb + 1e-9 or job.gpus > len(node.gpus):
+        return False
+    return len(usable(job, node, (g.index for g in node.gpus))) >= job.gpus
 
 
 def choose_gpus(job: JobSpec, node: NodeView, candidates: list[int],

@@ -7,6 +7,7 @@ Pure. A running job V may be preempted for a blocked job P when
   service tier ("attained", as Tiresias); or P's team is below its guarantee and
   V's team is above its own (reclaim of borrowed GPUs, same class allowed);
 - V has run at least `min_run_s` and was not preempted within `preempt_cooldown_s`;
+- V does not share its GPUs (preempting one sharer frees no whole GPU);
 - V is checkpointable (graceful: checkpoint signal, grace period, SIGKILL), or
   may be killed outright (forced): it opted in with --preemptible, or P is at
   least `forced_min_gap` classes above it;
@@ -76,8 +77,8 @@ def victim_mode(p: JobSpec, v: RunningJob, now_ms: int, config: PolicyConfig, re
                 p_attained_gpu_s: float = 0.0) -> str | None:
     """'graceful', 'forced' or None: may `v` be preempted for `p`, and how."""
     gap = outranks(p, p_attained_gpu_s, v, now_ms, config)
-    if v.stopping or not (gap >= 1 or (reclaim and gap >= 0)):
-        return None
+    if v.stopping or v.spec.share or not (gap >= 1 or (reclaim and gap >= 0)):
+        return None  # a sharing job frees no whole GPU: its neighbours stay
     if (now_ms - v.started_ms) / 1000.0 < config.min_run_s:
         return None
     if v.preempted_ms and (now_ms - v.preempted_ms) / 1000.0 < config.preempt_cooldown_s:
@@ -97,7 +98,7 @@ def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: lis
     `free_usable` are the node's free GPUs `p` may use; `reclaimable(v)` says whether
     v's team is borrowing from a team `p` belongs to.
     """
-    stopping = [r for r in running if r.stopping]
+    stopping = [r for r in running if r.stopping and not r.spec.share]
     have = set(free_usable) | {g for r in stopping for g in r.gpus if gpu_usable(p, node, g)}
     cpus = free_cpus + sum(r.spec.cpus for r in stopping)
     mem = free_mem_gb + sum(r.spec.mem_gb for r in stopping)

@@ -30,13 +30,13 @@ then node name, so the same snapshot always gives the same plan.
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from dataclasses import replace
 
-from ..model import (Code, JobSpec, NodeView, PendingJob, Placement, Plan, Preemption, Reservation, RunningJob,
-                     Snapshot, Verdict)
+from ..model import (PRIORITIES, Code, JobSpec, NodeView, PendingJob, Placement, Plan, Preemption, Reservation,
+                     RunningJob, Snapshot, Verdict)
 from .config import PolicyConfig
 from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_usable, usable
 from .preemption import choose_victims
@@ -233,18 +233,35 @@ class _Cycle:
         self.preemptions: list[Preemption] = []
         self.preemptors = 0
         self.rest, self.rest_reason = 0, ""
-        self.cpu_jobs_left = 0
-        self.min_running_rank = min((r.spec.rank for r in snapshot.running if not r.stopping), default=99)
+        self.pending: dict[str, PendingJob] = {}
+        self.starving_reserved = 0
+        self.resv_tries = 0  # reservations tried for blocked jobs (EASY's quota counts tries)
+        self.min_running_rank = min((r.spec.rank for r in snapshot.running), default=99)
+        self.largest_node = max((len(v.gpus) for v in views), default=0)
+        self.refresh_free()
+        self.start_max_free = self.max_free
         self.attained = {p.spec.id: p.attained_gpu_s for p in snapshot.pending}
-        self.terms: dict[str, dict[str, float]] = {}
         self.rank = 0
 
-    def exhausted(self, spec: JobSpec) -> bool:
-        """Nothing a GPU job could still do this cycle: no free GPU, no reservation or preemption left.
-        Then it and every job ranked below it keep waiting with one shared reason (Plan.rest)."""
-        return (spec.gpus > 0 and not spec.share and self.free_total == 0 and not any(n.shared for n in self.nodes)
-                and len(self.reservations) >= self.config.reservations and not self.may_preempt(spec)
-                and not self.cpu_jobs_left)
+    def static(self, spec: JobSpec) -> dict[str, float]:
+        return static_terms(self.pending[spec.id], self.now, self.config)
+
+    def nothing_more(self, sizes: Counter, classes: Counter) -> bool:
+        """Could no job left in the queues do anything this cycle? True when the smallest request
+        left needs more GPUs than any node has free, no reservation is left to give, and none of them
+        could preempt. Then they all keep waiting with one shared reason (Plan.rest)."""
+        smallest = min((g for g, n in sizes.items() if n > 0), default=None)
+        if smallest is None or smallest <= self.max_free or self.config.head_of_line:
+            return False
+        if self.resv_tries < self.config.reservations or any(n.shared for n in self.nodes):
+            return False
+        if self.config.preemption and self.preemptors < self.config.preemptors_per_cycle:
+            if self.config.preempt_by != "class" or self.config.teams:
+                return False
+            top = max((r for r, n in classes.items() if n > 0), default=-1)
+            if top > self.min_running_rank:
+                return False
+        return not (self.config.gang_across_nodes and smallest > self.largest_node)
 
     def may_preempt(self, spec: JobSpec) -> bool:
         """Could `spec` still start a preemption this cycle? (A cheap, conservative test.)"""
@@ -276,7 +293,11 @@ class _Cycle:
         """Place `spec` on its best node, or give it a verdict (and maybe a reservation). True if placed."""
         self.rank += 1
         team = self.teams.check(spec, self.free_total)
+        if team is None and self.quick_block(spec, terms):
+            return False
         best = None if team else self.best_node(spec)
+        if best is None and team is None and self.is_gang(spec):
+            return self.place_gang(spec, terms, why)
         if best is None:
             self.block(spec, terms, team)
             return False
@@ -288,6 +309,7 @@ class _Cycle:
                 node.shared[g] = node.shared.get(g, 0.0) + spec.gpu_mem_gb
         self.free_total -= len(node.free & set(chosen))
         node.free -= set(chosen)
+        self.refresh_free()
         node.cpus -= spec.cpus
         node.mem_gb -= spec.mem_gb
         node.placed.append(spec.id)
@@ -303,24 +325,122 @@ class _Cycle:
                                          f"{why}; best fit on {node.view.name} ({fit:.0f}/100)", spec.share))
         return True
 
+    def quick_block(self, spec: JobSpec, terms: dict[str, float]) -> bool:
+        """The common cases under load, in O(1): more GPUs than any node has free (NO_FIT_NOW), or
+        than any node has free outside reservations while the job cannot backfill (RESERVED), with
+        nothing else (a reservation to take, a preemption, a gang) to try. Gives the verdict."""
+        if spec.share or spec.gpus <= self.max_open or self.resv_tries < self.config.reservations \
+                or self.may_preempt(spec) or self.is_gang(spec) \
+                or (self.starving(spec) and self.starving_reserved < self.config.starvation_reservations):
+            return False
+        if spec.gpus <= self.max_free:  # only reserved GPUs could hold it
+            if spec.gpu_types or spec.gpu_mem_gb or any(
+                    n.resv is not None and len(n.free) >= spec.gpus and _backfills(spec, n, self.now)
+                    for n in self.nodes):
+                return False
+            code, reason = self.blocked_reason(spec)
+        elif spec.gpus <= self.start_max_free and (took := self.took_its_room(spec)):
+            code, reason = Code.LOWER_SCORE, self.lower_score_reason(spec, *took)
+        else:
+            code, reason = Code.NO_FIT_NOW, f"needs {describe_need(spec)}; no node has more than {self.max_free} GPUs free"
+        self.verdicts.append(Verdict(spec.id, code, reason, round(weighted(terms, self.w), 3), self.rank,
+                                     {k: round(v, 3) for k, v in terms.items()}))
+        return True
+
+    def refresh_free(self) -> None:
+        """Most GPUs free on one node, and most free outside any reservation (for quick_block)."""
+        self.max_free = max((len(n.free) for n in self.nodes), default=0)
+        self.max_open = max((len(n.free - set(n.resv.gpus)) if n.resv else len(n.free) for n in self.nodes),
+                            default=0)
+
+    def is_gang(self, spec: JobSpec) -> bool:
+        return self.config.gang_across_nodes and spec.gpus > self.largest_node and not spec.share
+
+    def place_gang(self, spec: JobSpec, terms: dict[str, float], why: str) -> bool:
+        """A job larger than any node: whole free nodes, fewest first (by name), or a reservation."""
+        chosen, have = [], 0
+        for node in self.nodes:
+            if have >= spec.gpus:
+                break
+            if len(node.free) == len(node.view.gpus) and _whole_node_usable(spec, node.view) \
+                    and _backfills(spec, node, self.now) and node.cpus >= 1:
+                chosen.append(node)
+                have += len(node.view.gpus)
+        if have < spec.gpus:
+            score = round(weighted(terms, self.w), 3)
+            reason = f"needs {describe_need(spec)} on whole nodes; {have} GPUs are on whole free nodes"
+            if self.resv_tries < self.config.reservations or self.starving_resv_left(spec):
+                self.resv_tries += 1
+                start = self.reserve_gang(spec)
+                if start is not None:
+                    reason += f"; holds whole nodes from ~{max(0, start - self.now) / 1000:.0f}s from now"
+            self.verdicts.append(Verdict(spec.id, Code.NO_FIT_NOW, reason, score, self.rank,
+                                         {k: round(v, 3) for k, v in terms.items()}))
+            return False
+        pieces = []
+        end = _end_ms(spec, self.now, self.now, self.config)
+        for node in chosen:
+            gpus = tuple(sorted(node.free))
+            pieces.append((node.view.name, gpus))
+            self.free_total -= len(gpus)
+            node.free = set()
+            node.placed.append(spec.id)
+            node.releases.append(_Release(end, gpus, 0, 0.0))
+        self.refresh_free()
+        u = self.usage[spec.user]
+        u[0] += have; u[1] += spec.cpus; u[2] += spec.mem_gb
+        self.teams.take(spec)
+        terms["fit"] = 100.0
+        self.placements.append(Placement(spec.id, pieces[0][0], pieces[0][1], round(weighted(terms, self.w), 3),
+                                         {k: round(v, 3) for k, v in terms.items()}, self.rank,
+                                         f"{why}; a gang on {len(pieces)} whole nodes", False, tuple(pieces[1:])))
+        return True
+
+    def reserve_gang(self, spec: JobSpec) -> int | None:
+        """Hold the whole nodes that come free first; returns when the gang could start."""
+        ready = []
+        for node in self.nodes:
+            if node.resv is None and _whole_node_usable(spec, node.view):
+                ends = [r.end_ms for r in node.releases]
+                ready.append((max(ends) if ends and len(node.free) < len(node.view.gpus) else self.now,
+                              node.view.name, node))
+        ready.sort(key=lambda x: (x[0], x[1]))
+        have, picked = 0, []
+        for at, _, node in ready:
+            if have >= spec.gpus:
+                break
+            picked.append((at, node))
+            have += len(node.view.gpus)
+        if have < spec.gpus:
+            return None
+        start = max(at for at, _ in picked)
+        for _, node in picked:
+            resv = Reservation(spec.id, node.view.name, tuple(g.index for g in node.view.gpus), start)
+            node.resv, node.resv_cpus, node.resv_mem_gb = resv, 0, 0.0
+            self.reservations.append(resv)
+        self.refresh_free()
+        return start
+
     def block(self, spec: JobSpec, terms: dict[str, float], team: tuple[Code, str] | None) -> None:
         score = round(weighted(terms, self.w), 3)
         code, reason = team if team else self.blocked_reason(spec)
         preempting = None
         if team is None and code in (Code.NO_FIT_NOW, Code.LOWER_SCORE, Code.RESERVED) and not spec.share \
-                and self.config.preemption and self.preemptors < self.config.preemptors_per_cycle:
+                and self.may_preempt(spec):
             preempting = self.preempt_for(spec)
         if preempting is not None:
             victims = ", ".join(f"job {p.job_id} ({p.mode})" for p in preempting) or "jobs already stopping"
             resv = self.by_name[self.reservations[-1].node].resv
             reason += f"; preempting {victims} on {resv.node}; holds GPUs {list(resv.gpus)} until they are down"
         elif team is None and code in (Code.NO_FIT_NOW, Code.LOWER_SCORE) and spec.gpus and not spec.share and (
-                len(self.reservations) < self.config.reservations or self.starving(spec)):
+                self.resv_tries < self.config.reservations or self.starving_resv_left(spec)):
+            self.resv_tries += 1
             resv = _reserve(spec, self.nodes, self.now)
             if resv is not None:
                 node = self.by_name[resv.node]
                 node.resv, node.resv_cpus, node.resv_mem_gb = resv, spec.cpus, spec.mem_gb
                 self.reservations.append(resv)
+                self.refresh_free()
                 reason += (f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} from "
                            f"~{max(0, resv.start_ms - self.now) / 1000:.0f}s from now")
         if self.starving(spec):
@@ -354,11 +474,13 @@ class _Cycle:
         for i, r in enumerate(on_node):
             if r.spec.id in by_id:
                 on_node[i] = replace(r, stopping=True)
-        coming = [g for r in on_node if r.stopping for g in r.gpus if gpu_usable(spec, node.view, g)]
+        coming = [g for r in on_node if r.stopping and not r.spec.share for g in r.gpus
+                  if gpu_usable(spec, node.view, g) and g not in node.shared]
         gpus = usable(spec, node.view, sorted(node.free)) + [g for g in coming if g not in node.free]
         resv = Reservation(spec.id, node.view.name, tuple(sorted(gpus[: spec.gpus])), self.now)
         node.resv, node.resv_cpus, node.resv_mem_gb = resv, spec.cpus, spec.mem_gb
         self.reservations.append(resv)
+        self.refresh_free()
         return victims
 
     def blocked_reason(self, spec: JobSpec) -> tuple[Code, str]:
@@ -383,14 +505,17 @@ class _Cycle:
                                    f"end before then")
         took = self.took_its_room(spec)
         if took:
-            node, jobs = took
-            return Code.LOWER_SCORE, (f"needs {need}; it fitted on {node} at the start of this cycle, but "
-                                      f"higher-ranked jobs took the room there (jobs {', '.join(jobs[-5:])})")
+            return Code.LOWER_SCORE, self.lower_score_reason(spec, *took)
         if best is None:
             return Code.NO_FIT_NOW, f"needs {need}; no node has room now"
         total = len(usable(spec, best.view, [g.index for g in best.view.gpus]))
         return Code.NO_FIT_NOW, (f"needs {need}; best node {best.view.name} has {best_free} of {total} "
                                  f"matching GPUs free, {best.cpus} CPUs free")
+
+    @staticmethod
+    def lower_score_reason(spec: JobSpec, node: str, jobs: list[str]) -> str:
+        return (f"needs {describe_need(spec)}; it fitted on {node} at the start of this cycle, but "
+                f"higher-ranked jobs took the room there (jobs {', '.join(jobs[-5:])})")
 
     def took_its_room(self, spec: JobSpec):
         """The first node where `spec` fitted before this cycle's placements, and who took it."""
@@ -405,6 +530,13 @@ class _Cycle:
                 return node.view.name, node.placed
         return None
 
+    def starving_resv_left(self, spec: JobSpec) -> bool:
+        """A starving job may take one of the starvation reservations (oldest first) while any are left."""
+        if not self.starving(spec) or self.starving_reserved >= self.config.starvation_reservations:
+            return False
+        self.starving_reserved += 1
+        return True
+
     def starving(self, spec: JobSpec) -> str:
         bound = self.config.starvation_s.get(spec.priority)
         waited = (self.now - spec.submit_ms) / 1000.0
@@ -413,31 +545,72 @@ class _Cycle:
         return f"waited {waited:.0f}s, past the {spec.priority} bound of {bound:.0f}s"
 
 
+def static_scorer(now_ms: int, config: PolicyConfig):
+    """A fast PendingJob -> score of its static terms (what weighted(static_terms(...)) gives),
+    for ranking every pending job every cycle."""
+    w = config.weights
+    total = sum(w.values()) or 1.0
+    wp, ww, wr, wa = (w.get(k, 0.0) / total for k in ("priority", "wait", "remaining", "attained"))
+    prio = {p: priority_term(i) for i, p in enumerate(PRIORITIES)}
+    cap, horizon, ref = config.aging_cap, config.aging_horizon_s, config.remaining_ref_s
+    tiers = config.las_thresholds_gpu_s
+
+    def score(p: PendingJob) -> float:
+        spec = p.spec
+        s = wp * prio[spec.priority]
+        if ww:
+            s += ww * min(cap, wait_term((now_ms - p.wait_from_ms) / 1000.0, horizon))
+        if wr:
+            s += wr * (50.0 if spec.est_s is None else 100.0 * ref / (ref + max(0.0, spec.est_s)))
+        if wa:
+            s += wa * attained_term(p.attained_gpu_s, tiers)
+        return s
+    return score
+
+
 def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = None) -> Plan:
     config = config or PolicyConfig()
     c = _Cycle(snapshot, now_ms, config)
     w = config.weights
     w_total = sum(w.values()) or 1.0
+    score = static_scorer(now_ms, config)
 
-    ready, starving = [], []
-    never = _NeverFit(c.views)
-    for p in sorted(snapshot.pending, key=lambda p: (p.spec.submit_ms, id_key(p.spec.id))):
+    starving = []
+    queues: dict[str, list] = defaultdict(list)
+    hopeless: dict[str, list] = defaultdict(list)  # more GPUs than any node has free, and nothing else to try
+    never = _NeverFit(c.views, config.gang_across_nodes)
+    for p in snapshot.pending:
         spec = p.spec
         if never.check(spec):
             c.verdicts.append(Verdict(spec.id, Code.NO_FIT_EVER, _never_reason(spec, c.views)))
             continue
-        c.terms[spec.id] = static_terms(p, now_ms, config)
+        c.pending[spec.id] = p
         c.teams.demand[spec.team] += spec.gpus
-        (starving if c.starving(spec) else ready).append(spec)
+        if c.starving(spec):
+            starving.append(spec)
+            continue
+        entry = (-score(p), spec.submit_ms, id_key(spec.id), spec)
+        if spec.gpus > c.start_max_free and not spec.share and not c.is_gang(spec) and not c.may_preempt(spec) \
+                and not config.head_of_line:
+            hopeless[spec.user].append(entry)
+        else:
+            queues[spec.user].append(entry)
+    c.verdicts.sort(key=lambda v: id_key(v.job_id))
 
-    for spec in starving:  # oldest first, ahead of every class
-        terms = dict(c.terms[spec.id], fairness=c.fair(spec.user))
+    for spec in sorted(starving, key=lambda s: (s.submit_ms, id_key(s.id))):  # oldest first, ahead of all
+        terms = dict(c.static(spec), fairness=c.fair(spec.user))
         c.place(spec, terms, f"rank {c.rank + 1}: starving, {c.starving(spec)}")
 
-    c.cpu_jobs_left = sum(1 for spec in ready if spec.gpus == 0 or spec.share)
-    queues: dict[str, list] = defaultdict(list)
-    for spec in ready:
-        queues[spec.user].append((-weighted(c.terms[spec.id], w), spec.submit_ms, id_key(spec.id), spec))
+    # the best few hopeless jobs of each user still compete for the reservation; the rest just wait
+    keep = config.reservations + 1 if config.reservations else 0
+    for user, entries in hopeless.items():
+        best = heapq.nsmallest(keep, entries) if keep else []
+        if best:
+            queues[user].extend(best)
+        c.rest += len(entries) - len(best)
+
+    sizes = Counter(0 if e[3].share else e[3].gpus for q in queues.values() for e in q)
+    classes = Counter(e[3].rank for q in queues.values() for e in q)
     for q in queues.values():
         heapq.heapify(q)
     w_fair = w.get("fairness", 0.0) / w_total
@@ -451,26 +624,27 @@ def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = N
     heapq.heapify(users)
     blocked_by = None  # head-of-line blocking: the first job that could not start
     while users:
+        if c.nothing_more(sizes, classes):
+            c.rest += sum(len(q) for q in queues.values())
+            break
         user = heapq.heappop(users)[3]
         spec = heapq.heappop(queues[user])[3]
         if queues[user]:
             heapq.heappush(users, user_key(user))
-        if spec.gpus == 0 or spec.share:
-            c.cpu_jobs_left -= 1
-        terms = dict(c.terms[spec.id], fairness=c.fair(user))
+        sizes[0 if spec.share else spec.gpus] -= 1
+        classes[spec.rank] -= 1
+        terms = dict(c.static(spec), fairness=c.fair(user))
         if blocked_by is not None:
             c.rank += 1
             c.verdicts.append(Verdict(spec.id, Code.LOWER_SCORE, f"strict order: waits behind job {blocked_by}",
                                       round(weighted(terms, w), 3), c.rank, terms))
             continue
-        if c.exhausted(spec):
-            c.rest = sum(len(q) for q in queues.values()) + 1
-            c.rest_reason = (f"no free GPU in the cluster; {c.rank} jobs rank ahead of the "
-                             f"{c.rest} waiting behind them")
-            break
         placed = c.place(spec, terms, f"rank {c.rank + 1}: the best score among the jobs left")
         if not placed and config.head_of_line:
             blocked_by = spec.id
+    if c.rest:
+        c.rest_reason = (f"no node has room for it this cycle (at most {c.max_free} GPUs free on one node); "
+                         f"{c.rank} jobs were considered before it")
 
     return Plan(tuple(c.placements), tuple(c.verdicts), tuple(c.reservations), tuple(c.preemptions),
                 c.rest, c.rest_reason)
@@ -479,15 +653,23 @@ def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = N
 class _NeverFit:
     """fits_ever over all nodes, remembered per request shape (most jobs share a few shapes)."""
 
-    def __init__(self, views: list[NodeView]):
-        self.views, self.memo = views, {}
+    def __init__(self, views: list[NodeView], gangs: bool):
+        self.views, self.gangs, self.memo = views, gangs, {}
 
     def check(self, spec: JobSpec) -> bool:
         key = (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb)
         got = self.memo.get(key)
         if got is None:
-            got = self.memo[key] = not any(fits_ever(spec, v) for v in self.views)
+            got = not any(fits_ever(spec, v) for v in self.views)
+            if got and self.gangs and spec.gpus and not spec.share:
+                got = sum(len(v.gpus) for v in self.views if _whole_node_usable(spec, v)) < spec.gpus
+            self.memo[key] = got
         return got
+
+
+def _whole_node_usable(spec: JobSpec, view: NodeView) -> bool:
+    """May a gang member of `spec` take this node whole (every GPU of the right type and memory)?"""
+    return bool(view.gpus) and len(usable(spec, view, [g.index for g in view.gpus])) == len(view.gpus)
 
 
 def _never_reason(spec: JobSpec, views: list[NodeView]) -> str:

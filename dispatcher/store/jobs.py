@@ -181,3 +181,14 @@ def preempt_job(scripts, client, ns: str, job_id: str, now_ms: int, *, force: bo
     control.send(client, ns, job["node"], {"type": "preempt", "job": job_id, "epoch": job["epoch"], "mode": mode,
                                            "by": by, "reason": reason, "keep_wait": True})
     return mode
+
+
+def read_history(client, ns: str, since_ms: int | None = None) -> list[dict]:
+    """Jobs that ran to an end (succeeded or failed, with start and finish times), oldest first."""
+    lo = since_ms if since_ms is not None else "-inf"
+    ids = [text(i) for i in client.zrangebyscore(keys.jobs_all(ns), lo, "+inf")]
+    out = []
+    for i in range(0, len(ids), 1000):
+        out += [j for j in read_jobs(client, ns, ids[i:i + 1000])
+                if j["state"] in ("succeeded", "failed") and j["started_at"] and j["finished_at"]]
+    return out

@@ -3,7 +3,8 @@
 import pytest
 
 from dispatcher.errors import InvalidRequestError, NoGpuError
-from workers.gpu import NvmlProbe, parse_fake_gpus
+from dispatcher.gpuspec import parse_fake_gpus
+from workers.gpu import NvmlProbe
 
 
 def test_fake_gpus_read_count_type_and_memory():

@@ -21,8 +21,8 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def test_the_policy_package_imports_nothing_from_redis_rq_pynvml_time_or_os():
-    files = sorted((ROOT / "dispatcher" / "policy").rglob("*.py"))
+def test_the_policy_and_simulator_packages_import_nothing_from_redis_rq_pynvml_time_or_os():
+    files = sorted((ROOT / "dispatcher" / "policy").rglob("*.py")) + sorted((ROOT / "dispatcher" / "sim").rglob("*.py"))
     assert files
     bad = {str(f.relative_to(ROOT)): sorted(_imports(f) & FORBIDDEN) for f in files if _imports(f) & FORBIDDEN}
     assert bad == {}

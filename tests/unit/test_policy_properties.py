@@ -188,8 +188,7 @@ def every_placement_has_the_gpu_count_type_and_memory_the_job_asked_for(snap, pl
 
 
 def every_pending_job_is_either_placed_or_has_exactly_one_verdict(snap, plan):
-    """...or is one of the `rest` jobs ranked below the point where nothing more could start,
-    which then must all be GPU jobs in a cluster with no free GPU."""
+    """...or is one of the `rest` jobs, which must each need more GPUs than any node has left free."""
     placed = Counter(p.job_id for p in plan.placements)
     judged = Counter(v.job_id for v in plan.verdicts)
     ids = set(specs_of(snap))
@@ -200,9 +199,14 @@ def every_pending_job_is_either_placed_or_has_exactly_one_verdict(snap, plan):
         if outcomes == (0, 0):
             unjudged.append(job_id)
     assert len(unjudged) == plan.rest, f"{len(unjudged)} jobs without an outcome, plan.rest says {plan.rest}"
-    if plan.rest:
-        assert plan.rest_reason and all(specs_of(snap)[j].gpus > 0 for j in unjudged), plan.rest_reason
-        assert not left_free_gpus(snap, plan), f"rest {unjudged} while GPUs {left_free_gpus(snap, plan)} are free"
+    if plan.rest:  # each needs more GPUs than any node has left free
+        free = Counter(node for node, _ in left_free_gpus(snap, plan))
+        most = max(free.values(), default=0)
+        assert plan.rest_reason, plan.rest_reason
+        for j in unjudged:
+            spec = specs_of(snap)[j]
+            assert not spec.share and spec.gpus > most, f"{j} needs {spec.gpus} GPUs, left without a verdict " \
+                                                         f"while a node has {most} free"
     strangers = (set(placed) | set(judged)) - ids
     assert not strangers, f"plan names jobs that were not pending: {strangers}"
 

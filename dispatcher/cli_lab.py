@@ -1,0 +1,91 @@
+"""`dispatch simulate` and `dispatch history`: the policy lab's commands (registered in cli.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from .errors import InvalidRequestError
+
+
+@click.command()
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--gpus", type=click.IntRange(1, 10_000_000), default=None, help="Untyped GPUs, in nodes of --gpus-per-node.")
+@click.option("--gpus-per-node", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--nodes", "nodes_spec", default=None, metavar="SPEC",
+              help="Typed nodes: NODESxGPUSxTYPE-MEMGB, comma-separated, e.g. 2x8xA100-80GB,2x8xV100-32GB.")
+@click.option("--policy", default="dispatch", show_default=True, metavar="NAME|FILE",
+              help="A built-in policy or a policy file (.toml) the live scheduler accepts.")
+@click.option("--compare", default=None, metavar="NAME,NAME,...",
+              help="Policies to compare: dispatch, fifo, fifo-strict, fifo-easy, priority, drf, sjf, srtf, las, or files.")
+@click.option("--est-error", default="lognormal:1", show_default=True, metavar="SPEC",
+              help="What users' estimates look like: lognormal:SIGMA, history, oracle or none.")
+@click.option("--ckpt-cost", default="30s,30s", show_default=True, metavar="SAVE,RESTORE",
+              help="Checkpoint save and restore time a preemption costs.")
+@click.option("--time-scale", type=click.FloatRange(0.001, 1000), default=1.0, show_default=True,
+              help="Divide submit times by this (2 = arrivals twice as dense).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@click.option("--plot", default=None, metavar="FILE.png", help="Write JCT CDF, queue and utilization plots.")
+def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error, ckpt_cost, time_scale, seed,
+             as_json, plot):
+    """Replay a job trace through the live scheduler's policy code, and compare policies."""
+    import random
+    from dataclasses import replace
+    from pathlib import Path
+
+    from .policy_source import load_policy_file
+    from .sim.compare import simulate as run, table
+    from .sim.engine import make_nodes
+    from .sim.policies import resolve
+    from .sim.workload import EstimateModel, parse_trace
+    from .spec import parse_duration
+
+    try:
+        text = Path(trace).read_text()
+    except OSError as e:
+        raise InvalidRequestError(f"cannot read trace {trace}: {e.strerror or e}", field="TRACE") from None
+    jobs = parse_trace(text, name=trace)
+    if time_scale != 1.0:
+        jobs = [replace(j, submit_s=j.submit_s / time_scale) for j in jobs]
+    nodes = make_nodes(nodes_spec, gpus, gpus_per_node)
+    names = [n.strip() for n in (compare or policy).split(",") if n.strip()]
+    files = {n: load_policy_file(n)[0] for n in names if n.endswith(".toml")}
+    policies = [resolve(n, files) for n in names]
+    save, _, restore = ckpt_cost.partition(",")
+    save_s = 0.0 if save.strip() in ("0", "0s") else parse_duration(save, flag="--ckpt-cost")
+    restore_s = 0.0 if restore.strip() in ("", "0", "0s") else parse_duration(restore, flag="--ckpt-cost")
+    t0 = time.perf_counter()
+    out = run(jobs, nodes, policies, estimates=EstimateModel.parse(est_error), make_rng=random.Random, seed=seed,
+              ckpt_save_s=save_s, ckpt_restore_s=restore_s)
+    out["wall_s"] = round(time.perf_counter() - t0, 2)
+    if plot:
+        from .sim.report import plot as draw
+
+        draw(out, plot)
+    results = out.pop("results")
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+    else:
+        click.echo(table(out))
+        click.echo(f"simulated in {out['wall_s']}s" + (f"; plot in {plot}" if plot else ""))
+    out["results"] = results
+
+
+def history_csv(client, ns: str, since: str | None) -> str:
+    """Finished jobs in the trace format (submit times from the first one exported)."""
+    from .sim.workload import TraceJob, format_trace
+    from .spec import parse_duration
+    from .store.jobs import read_history
+
+    since_ms = None
+    if since:
+        since_ms = int((time.time() - parse_duration(since, flag="--since")) * 1000)
+    rows = read_history(client, ns, since_ms)
+    first = min((r["submitted_at"] for r in rows), default=0.0)
+    jobs = [TraceJob(r["id"], round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
+                     round(max(0.001, r["finished_at"] - r["started_at"]), 3), tuple(r["gpu_types"]), r["priority"])
+            for r in rows]
+    return format_trace(jobs)

@@ -1,0 +1,261 @@
+"""The discrete-event simulator: an event heap, a manual clock, and policy.schedule.
+
+Events are arrivals, finishes and the end of a checkpoint save. After the events
+of one instant are applied, the engine builds a Snapshot exactly as the live
+scheduler reads one from Redis, calls schedule(), and applies the Plan the way
+the live planner and node agents would: placements start jobs, graceful
+preemptions hold the victim's GPUs for the checkpoint save and requeue it with
+its progress kept, forced ones requeue it at once with its progress lost. A
+job resumed from a checkpoint pays the restore time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+from ..model import GpuInfo, JobSpec, NodeView, PendingJob, RunningJob, Snapshot
+from ..policy import schedule
+from ..policy.config import PolicyConfig
+from .workload import EstimateModel, TraceJob
+
+ARRIVE, FINISH, SAVED = 0, 1, 2
+
+
+@dataclass
+class SimJob:
+    trace: TraceJob
+    spec: JobSpec
+    work_left_s: float  # true run time still to do
+    since_s: float  # what aging counts from
+    state: str = "future"  # future, pending, running, stopping, done
+    token: int = 0  # bumps on every start/stop; stale FINISH events carry an old one
+    node_gpus: list = field(default_factory=list)  # [(node, (gpus...))]
+    started_s: float = 0.0
+    run_start_s: float = 0.0  # when this attempt started
+    restore_s: float = 0.0  # restore time this attempt pays first
+    first_start_s: float | None = None
+    end_s: float | None = None
+    attempts: int = 0
+    preemptions: int = 0
+    lost_gpu_s: float = 0.0
+    attained_gpu_s: float = 0.0
+
+
+@dataclass
+class SimResult:
+    policy: str
+    jobs: list[SimJob]
+    total_gpus: int
+    timeline: list[tuple[float, int, int, int]]  # (t, pending, busy GPUs, fragmented GPUs)
+    cycles: int
+    unfinished: int
+    starts: list[tuple[float, str, str, tuple[int, ...], int]]  # (t, job, node, GPUs, rank in its cycle)
+
+
+class HistoryPredictor:
+    """Median duration of finished jobs: same user and size, else same user, else everyone."""
+
+    def __init__(self):
+        self.by_key: dict = defaultdict(list)
+
+    def observe(self, job: TraceJob) -> None:
+        for key in ((job.user, job.gpus), (job.user,), ()):
+            self.by_key[key].append(job.duration_s)
+
+    def predict(self, job: TraceJob) -> float | None:
+        for key in ((job.user, job.gpus), (job.user,), ()):
+            seen = self.by_key.get(key)
+            if seen and len(seen) >= (3 if key else 1):
+                return statistics.median(seen[-200:])
+        return None
+
+
+def make_nodes(spec: str | None, gpus: int | None, gpus_per_node: int = 8) -> list[tuple[str, tuple[GpuInfo, ...]]]:
+    """`--nodes 2x8xA100-80GB,2x8xV100-32GB` or `--gpus 256 --gpus-per-node 8` -> [(name, gpus)].
+    A node of mixed GPUs joins its parts with '+': `1x2xA100-40GB+2xV100-16GB`."""
+    from ..errors import InvalidRequestError
+    from ..gpuspec import parse_fake_gpus
+
+    nodes = []
+    if spec:
+        for part in (p.strip() for p in spec.split(",")):
+            count, sep, rest = part.partition("x")
+            if not sep or not count.isdigit() or int(count) < 1:
+                raise InvalidRequestError(f"--nodes: {part!r} is not NODESxGPUSxTYPE, e.g. 2x8xA100-80GB",
+                                          field="--nodes")
+            node_gpus = tuple(parse_fake_gpus(rest.replace("+", ","), flag="--nodes"))
+            kind = node_gpus[0].name.replace("NVIDIA ", "").lower().replace(" ", "-")
+            for _ in range(int(count)):
+                nodes.append((f"{kind}-{len(nodes):03d}", node_gpus))
+    elif gpus:
+        if gpus < 1 or gpus_per_node < 1:
+            raise InvalidRequestError("--gpus and --gpus-per-node must be at least 1", field="--gpus")
+        full, left = divmod(gpus, gpus_per_node)
+        for size in [gpus_per_node] * full + ([left] if left else []):
+            nodes.append((f"n{len(nodes):03d}",
+                          tuple(GpuInfo(i, "NVIDIA GPU-80GB", 80.0) for i in range(size))))
+    else:
+        raise InvalidRequestError("give the cluster: --gpus N [--gpus-per-node 8] or --nodes SPEC", field="--gpus")
+    return nodes
+
+
+class Engine:
+    """`config` is a PolicyConfig, or a function of the simulated time in seconds that gives one
+    (a policy file's time-of-day profiles; t = 0 is a Monday, 00:00)."""
+
+    def __init__(self, trace: list[TraceJob], nodes, config, *, name: str = "policy",
+                 estimates: EstimateModel = EstimateModel(), rng=None, ckpt_save_s: float = 30.0,
+                 ckpt_restore_s: float = 30.0, cpus_per_node: int = 1_000_000, mem_per_node_gb: float = 1e9):
+        self.config_at = config if callable(config) else (lambda _t: config)
+        self.name, self.config, self.estimates = name, self.config_at(0.0), estimates
+        self.ckpt_save_s, self.ckpt_restore_s = ckpt_save_s, ckpt_restore_s
+        self.rng = rng  # a random.Random, seeded by the caller; only lognormal estimates draw from it
+        self.nodes = {n: gpus for n, gpus in nodes}
+        self.free = {n: set(g.index for g in gpus) for n, gpus in nodes}
+        self.cpus, self.mem = cpus_per_node, mem_per_node_gb
+        self.total_gpus = sum(len(g) for g in self.nodes.values())
+        self.history = HistoryPredictor()
+        self.jobs: dict[str, SimJob] = {}
+        self.events: list = []
+        self.seq = 0
+        for t in trace:
+            spec = JobSpec(id=t.job_id, command=("sim",), name=t.job_id, user=t.user or "anonymous", gpus=t.gpus,
+                           gpu_types=t.gpu_types, priority=t.priority, submit_ms=int(t.submit_s * 1000),
+                           checkpointable=True, cpus=0)
+            self.jobs[t.job_id] = SimJob(t, spec, t.duration_s, t.submit_s)
+            self.push(t.submit_s, ARRIVE, t.job_id, 0)
+        self.pending: dict[str, PendingJob] = {}
+        self.running: dict[str, SimJob] = {}
+        self.timeline: list[tuple[float, int, int, int]] = []
+        self.starts: list = []
+        self.cycles = 0
+
+    def push(self, t: float, kind: int, job_id: str, token: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, job_id, token))
+
+    # -- estimates ------------------------------------------------------------------------------
+    def estimate(self, job: SimJob) -> float | None:
+        kind = self.estimates.kind
+        if kind == "oracle":
+            return max(1.0, job.work_left_s)
+        if kind == "none":
+            return None
+        if kind == "history":
+            return self.history.predict(job.trace)
+        if job.spec.est_s is None or job.attempts == 0:  # one draw per job, kept across attempts
+            return job.trace.duration_s * math.exp(self.rng.gauss(0.0, self.estimates.sigma))
+        return job.spec.est_s
+
+    def enqueue(self, job: SimJob, now: float) -> None:
+        est = self.estimate(job)
+        job.spec = replace(job.spec, est_s=None if est is None else max(1.0, est))
+        job.state = "pending"
+        self.pending[job.spec.id] = PendingJob(job.spec, job.attempts, int(job.since_s * 1000), job.attained_gpu_s)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        while self.events:
+            now = self.events[0][0]
+            changed = False
+            while self.events and self.events[0][0] == now:
+                _, kind, _, job_id, token = heapq.heappop(self.events)
+                job = self.jobs[job_id]
+                if kind == ARRIVE:
+                    self.enqueue(job, now)
+                    changed = True
+                elif token == job.token and kind == FINISH and job.state == "running":
+                    self.release(job, now)
+                    job.state, job.end_s, job.work_left_s = "done", now, 0.0
+                    self.history.observe(job.trace)
+                    changed = True
+                elif token == job.token and kind == SAVED and job.state == "stopping":
+                    self.release(job, now)
+                    self.requeue(job, now, keep_progress=True)
+                    changed = True
+            if changed:
+                self.cycle(now)
+        unfinished = sum(1 for j in self.jobs.values() if j.state != "done")
+        return SimResult(self.name, list(self.jobs.values()), self.total_gpus, self.timeline, self.cycles,
+                         unfinished, self.starts)
+
+    def release(self, job: SimJob, now: float) -> None:
+        for node, gpus in job.node_gpus:
+            self.free[node] |= set(gpus)
+        ran = max(0.0, now - job.run_start_s)
+        job.attained_gpu_s += ran * job.spec.gpus
+        job.node_gpus = []
+        self.running.pop(job.spec.id, None)
+
+    def requeue(self, job: SimJob, now: float, *, keep_progress: bool) -> None:
+        if not keep_progress:  # forced: everything since this attempt began is lost
+            job.lost_gpu_s += max(0.0, now - job.run_start_s) * job.spec.gpus
+        job.preemptions += 1
+        job.attempts += 1
+        job.token += 1
+        if not self.config.keep_wait_on_requeue:
+            job.since_s = now
+        self.enqueue(job, now)
+
+    def snapshot(self, now_ms: int) -> Snapshot:
+        views = []
+        for name, gpus in self.nodes.items():
+            views.append(NodeView(name, gpus, self.cpus, self.mem, tuple(sorted(self.free[name])), self.cpus,
+                                  self.mem))
+        running = []
+        for job in self.running.values():
+            for node, gpus in job.node_gpus:
+                running.append(RunningJob(job.spec, node, gpus, int(job.started_s * 1000), 0,
+                                          0 if not job.preemptions else int(job.started_s * 1000),
+                                          job.state == "stopping", job.attained_gpu_s))
+        return Snapshot(tuple(self.pending.values()), tuple(running), tuple(views))
+
+    def cycle(self, now: float) -> None:
+        now_ms = int(round(now * 1000))
+        self.config = self.config_at(now)
+        plan = schedule(self.snapshot(now_ms), now_ms=now_ms, config=self.config)
+        self.cycles += 1
+        freed = False
+        for pr in plan.preemptions:
+            victim = self.jobs[pr.job_id]
+            if victim.state != "running":
+                continue
+            done = max(0.0, now - victim.run_start_s - victim.restore_s)
+            victim.token += 1
+            if pr.mode == "forced":
+                self.release(victim, now)
+                self.requeue(victim, now, keep_progress=False)
+                freed = True
+            else:  # graceful (and shrink, which trace jobs never ask for): save, then requeue
+                victim.work_left_s = max(0.0, victim.work_left_s - done)
+                victim.state = "stopping"
+                self.push(now + self.ckpt_save_s, SAVED, victim.spec.id, victim.token)
+        for p in plan.placements:
+            job = self.jobs[p.job_id]
+            pieces = [(p.node, p.gpus)] + list(p.extra)
+            for node, gpus in pieces:
+                self.free[node] -= set(gpus)
+            job.node_gpus = pieces
+            job.state = "running"
+            job.token += 1
+            job.restore_s = self.ckpt_restore_s if job.preemptions else 0.0
+            job.started_s = job.run_start_s = now
+            if job.first_start_s is None:
+                job.first_start_s = now
+            self.pending.pop(p.job_id, None)
+            self.running[p.job_id] = job
+            self.starts.append((now, p.job_id, p.node, p.gpus, p.rank))
+            self.push(now + job.restore_s + job.work_left_s, FINISH, p.job_id, job.token)
+        busy = self.total_gpus - sum(len(f) for f in self.free.values())
+        head = next((v for v in sorted(plan.verdicts, key=lambda v: v.rank) if v.rank), None)
+        frag = 0
+        if head is not None and self.pending:
+            frag = sum(len(f) for f in self.free.values())  # free GPUs the best waiting job cannot use
+        self.timeline.append((now, len(self.pending), busy, frag))
+        if freed:
+            self.cycle(now)
+

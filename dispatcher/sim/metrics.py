@@ -1,0 +1,90 @@
+"""Metrics of a simulated run: completion times, queueing delay, utilization, fairness.
+
+Definitions (seconds unless named otherwise):
+- JCT = end - submit.  Queueing delay = JCT - the job's true duration: all the time
+  it was not making progress (waiting, and checkpoint save/restore after preemptions).
+- makespan = last end - first submit.  utilization = busy GPU-time / (GPUs x makespan).
+- fragmentation = GPU-time that was free while the best-ranked waiting job could not
+  start, / (GPUs x makespan): GPUs free but unusable by the head job.
+- jain_fairness = Jain's index over users' mean slowdowns (JCT / duration): 1 is equal.
+- gpu_hours_lost = work killed by forced preemptions + checkpoint save and restore time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from ..model import PRIORITIES
+
+
+def pct(values, q: float) -> float:
+    """The q-th percentile by nearest rank (q in 0..100); 0 for no values."""
+    if not values:
+        return 0.0
+    v = sorted(values)
+    return v[min(len(v) - 1, max(0, int(round(q / 100.0 * (len(v) - 1)))))]
+
+
+def jain(values) -> float:
+    values = [x for x in values if x > 0]
+    if not values:
+        return 1.0
+    return sum(values) ** 2 / (len(values) * sum(x * x for x in values))
+
+
+def _waits(jobs):
+    return [j.end_s - j.trace.submit_s - j.trace.duration_s for j in jobs]
+
+
+def _summary(jobs) -> dict:
+    waits = _waits(jobs)
+    jcts = [j.end_s - j.trace.submit_s for j in jobs]
+    return {"jobs": len(jobs), "avg_jct_s": round(statistics.fmean(jcts), 1) if jcts else 0.0,
+            "avg_wait_s": round(statistics.fmean(waits), 1) if waits else 0.0,
+            "p99_wait_s": round(pct(waits, 99), 1)}
+
+
+def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float) -> dict:
+    done = [j for j in result.jobs if j.end_s is not None]
+    jcts = [j.end_s - j.trace.submit_s for j in done]
+    waits = _waits(done)
+    start = min((j.trace.submit_s for j in result.jobs), default=0.0)
+    end = max((j.end_s for j in done), default=start)
+    makespan = max(1e-9, end - start)
+    busy = frag = 0.0
+    tl = result.timeline
+    for (t, _, b, f), (t2, _, _, _) in zip(tl, tl[1:] + [(end, 0, 0, 0)]):
+        busy += b * max(0.0, t2 - t)
+        frag += f * max(0.0, t2 - t)
+    cap = result.total_gpus * makespan
+    by_user, by_class = defaultdict(list), defaultdict(list)
+    for j in done:
+        by_user[j.trace.user or "anonymous"].append(j)
+        by_class[j.trace.priority].append(j)
+    slowdowns = {u: statistics.fmean((j.end_s - j.trace.submit_s) / j.trace.duration_s for j in js)
+                 for u, js in by_user.items()}
+    preemptions = sum(j.preemptions for j in result.jobs)
+    lost_s = sum(j.lost_gpu_s + j.preemptions * (ckpt_save_s + ckpt_restore_s) * j.trace.gpus
+                 for j in result.jobs)
+    big = [j for j in done if j.trace.gpus >= 8]
+    return {
+        "jobs": len(result.jobs),
+        "finished": len(done),
+        "avg_jct_s": round(statistics.fmean(jcts), 1) if jcts else 0.0,
+        "p50_jct_s": round(pct(jcts, 50), 1),
+        "p99_jct_s": round(pct(jcts, 99), 1),
+        "avg_wait_s": round(statistics.fmean(waits), 1) if waits else 0.0,
+        "p99_wait_s": round(pct(waits, 99), 1),
+        "makespan_s": round(makespan, 1),
+        "utilization": round(busy / cap, 4) if cap else 0.0,
+        "fragmentation": round(frag / cap, 4) if cap else 0.0,
+        "jain_fairness": round(jain(slowdowns.values()), 4),
+        "preemptions": preemptions,
+        "gpu_hours_lost": round(lost_s / 3600.0, 2),
+        "p99_wait_8plus_gpus_s": round(pct(_waits(big), 99), 1),
+        "cycles": result.cycles,
+        "per_class": {c: _summary(by_class[c]) for c in reversed(PRIORITIES) if by_class.get(c)},
+        "per_user": {u: dict(_summary(js), avg_slowdown=round(slowdowns[u], 2))
+                     for u, js in sorted(by_user.items())},
+    }
