@@ -43,9 +43,10 @@ class PolicyConfig:
     reservations: int = 1
     #: What the policy assumes for a running job with no estimate, or one past its estimate.
     unknown_remaining_s: float = 86400.0
-    #: Per class: a job waiting longer than this is served before every other job, oldest first.
+    #: Per class: a job waiting longer than this is starving.
     starvation_s: dict[str, float] = field(default_factory=_default_starvation)
-    #: How many starving jobs that do not fit get a reservation (oldest first), beyond `reservations`.
+    #: How many of the oldest starving jobs are served before every other job each cycle: each starts
+    #: if it fits, else holds a reservation (beyond `reservations`).
     starvation_reservations: int = 1
     #: Per team: guarantee and limit, in GPUs. Teams not listed have neither.
     teams: dict[str, TeamQuota] = field(default_factory=dict)

@@ -586,10 +586,10 @@ def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = N
             continue
         c.pending[spec.id] = p
         c.teams.demand[spec.team] += spec.gpus
-        if c.starving(spec):
-            starving.append(spec)
-            continue
         entry = (-score(p), spec.submit_ms, id_key(spec.id), spec)
+        if c.starving(spec):
+            starving.append((spec.submit_ms, id_key(spec.id), spec, entry))
+            continue
         if spec.gpus > c.start_max_free and not spec.share and not c.is_gang(spec) and not c.may_preempt(spec) \
                 and not config.head_of_line:
             hopeless[spec.user].append(entry)
@@ -597,7 +597,12 @@ def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = N
             queues[spec.user].append(entry)
     c.verdicts.sort(key=lambda v: id_key(v.job_id))
 
-    for spec in sorted(starving, key=lambda s: (s.submit_ms, id_key(s.id))):  # oldest first, ahead of all
+    # the oldest starving jobs go first, ahead of every class: each starts, or holds a reservation;
+    # the other starving jobs keep their place by score (so a long backlog does not turn into FIFO)
+    starving.sort(key=lambda x: (x[0], x[1]))
+    for _, _, spec, entry in starving[config.starvation_reservations:]:
+        queues[spec.user].append(entry)
+    for _, _, spec, _ in starving[:config.starvation_reservations]:
         terms = dict(c.static(spec), fairness=c.fair(spec.user))
         c.place(spec, terms, f"rank {c.rank + 1}: starving, {c.starving(spec)}")
 

@@ -118,8 +118,12 @@ def test_sharing_jobs_run_together_on_one_gpu(cli):
     cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB")
     cli.start("scheduler")
     jobs = [cli.submit("--share", "--gpus", "1", "--gpu-mem", "15", "--", "sh", "-c",
-                       "echo gpu=$CUDA_VISIBLE_DEVICES; sleep 2") for _ in range(3)]
-    cli.wait_for(lambda: sum(cli.show(j)["state"] == "running" for j in jobs) == 2, what="two sharers running")
-    assert [cli.show(j)["state"] for j in jobs].count("pending") == 1  # 3 x 15 GB > 40 GB
+                       "echo gpu=$CUDA_VISIBLE_DEVICES; sleep 4") for _ in range(3)]
+
+    def states():
+        return sorted(j["state"] for j in json.loads(cli.run("queue", "--json").stdout))
+
+    # one read of the queue: two sharers run, the third waits (3 x 15 GB > 40 GB)
+    cli.wait_for(lambda: states() == ["pending", "running", "running"], what="two sharers running, one waiting")
     assert cli.run("wait", *jobs, "--timeout", "30").returncode == 0
     assert all("gpu=0" in cli.run("logs", j).stdout for j in jobs)

@@ -40,7 +40,8 @@ def test_a_critical_job_preempts_exactly_one_checkpointable_low_job_which_resume
     assert cli.run("wait", crit, *lows, "--timeout", "60").returncode == 0
     shown = {j: cli.show(j) for j in lows}
     victims = [j for j, s in shown.items() if s["preemptions"]]
-    assert len(victims) == 1, {j: s["preemptions"] for j, s in shown.items()}
+    assert len(victims) == 1, ({j: (s["preemptions"], s["preempted_by"], s["preempt_reason"]) for j, s in shown.items()},
+                               cli.run("decisions", "--json").stdout)
     (victim,) = victims
     log = cli.run("logs", victim).stdout
     assert "checkpointed at step" in log and "resumed at step" in log and "attempt 1" in log, log

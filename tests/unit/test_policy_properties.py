@@ -355,16 +355,21 @@ def _starving(spec: JobSpec) -> bool:
 
 
 def starving_jobs_are_ranked_before_every_other_job_and_told_so(snap, plan):
-    """A job waiting past its class's bound is picked before every job that is not, whatever the
-    classes, and its placement or verdict says it is starving (jobs set aside as NO_FIT_EVER excepted)."""
+    """The oldest `starvation_reservations` jobs waiting past their class's bound are picked before
+    every other job, whatever the classes, and their placement or verdict says they are starving
+    (jobs set aside as NO_FIT_EVER excepted); other starving jobs keep their place by score."""
     specs = specs_of(snap)
+    k = PolicyConfig().starvation_reservations
     ranked = [(x.rank, x.job_id, x.reason) for x in plan.placements]
     ranked += [(v.rank, v.job_id, v.reason) for v in plan.verdicts if v.code is not Code.NO_FIT_EVER]
-    starving = [(r, j) for r, j, _ in ranked if _starving(specs[j])]
-    others = [(r, j) for r, j, _ in ranked if not _starving(specs[j])]
-    if starving and others:
-        assert max(starving) < min(others), f"starving jobs at ranks {sorted(starving)}, others at {sorted(others)}"
-    untold = [(j, why) for r, j, why in ranked if _starving(specs[j]) and "starving" not in why]
+    never = {v.job_id for v in plan.verdicts if v.code is Code.NO_FIT_EVER}
+    oldest = sorted((s.submit_ms, (len(s.id), s.id)) for s in specs.values() if _starving(s) and s.id not in never)
+    first = {j for _, (_, j) in oldest[:k]}
+    served = [(r, j) for r, j, _ in ranked if j in first]
+    others = [(r, j) for r, j, _ in ranked if j not in first]
+    if served and others:
+        assert max(served) < min(others), f"oldest starving jobs at ranks {sorted(served)}, others at {sorted(others)}"
+    untold = [(j, why) for r, j, why in ranked if j in first and "starving" not in why]
     assert not untold, f"starving jobs whose reason does not say so: {untold}"
 
 
