@@ -9,16 +9,18 @@ WEIGHT_TERMS = ("priority", "wait", "fairness", "remaining", "fit", "attained")
 
 
 def _default_weights() -> dict[str, float]:
-    """Priority 1.0 against 0.32 for the rest: one class step (33.3 points x 1.0) outweighs every
-    other term at its maximum (100 x 0.32), so classes never cross by score; within a class,
-    waiting, fair share, short jobs and tight packing decide, in that order of weight."""
-    return {"priority": 1.0, "wait": 0.12, "fairness": 0.10, "remaining": 0.06, "fit": 0.04, "attained": 0.0}
+    """Priority 1.0 against 0.30 for the rest: one class step (33.3 points x 1.0) outweighs every
+    other term at its maximum (100 x 0.30), so classes never cross by score. Within a class the
+    remaining-time term leads (short jobs first, by estimate), which the Philly-trace sweep in
+    docs/simulator.md chose: 0.33x FIFO's average JCT with log-normal (sigma 1) estimate errors."""
+    return {"priority": 1.0, "wait": 0.02, "fairness": 0.02, "remaining": 0.25, "fit": 0.01, "attained": 0.0}
 
 
 def _default_starvation() -> dict[str, float]:
-    """Past these waits a job is served before every class (seed 000: keep a low job's longest wait
-    under half its SLA; these assume SLAs of 1 h, 4 h, 16 h and 48 h)."""
-    return {"critical": 1800.0, "high": 7200.0, "normal": 8 * 3600.0, "low": 24 * 3600.0}
+    """Past these waits a job is starving, and the oldest starving job is served before every other
+    job (it starts, or holds a reservation). Longer bounds for lower classes (seed 000: keep a low
+    job's longest wait under half its SLA; these assume SLAs of 1 h, 4 h, 4 days and 8 days)."""
+    return {"critical": 1800.0, "high": 7200.0, "normal": 2 * 86400.0, "low": 4 * 86400.0}
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class PolicyConfig:
     #: The most the wait term can reach, 0..100.
     aging_cap: float = 100.0
     #: A job estimated to run this long gets half the remaining-time term.
-    remaining_ref_s: float = 3600.0
+    remaining_ref_s: float = 600.0
     #: How many blocked jobs at the head of the order get a reservation (EASY backfill: 1).
     reservations: int = 1
     #: What the policy assumes for a running job with no estimate, or one past its estimate.

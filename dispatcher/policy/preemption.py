@@ -2,9 +2,10 @@
 
 Pure. A running job V may be preempted for a blocked job P when
 
-- V ranks below P by `config.preempt_by`: a lower class ("class", the default),
-  more estimated time left ("remaining", as SRTF), or a later least-attained-
-  service tier ("attained", as Tiresias); or P's team is below its guarantee and
+- V ranks below P by `config.preempt_by`: a lower class ("class"), more
+  estimated time left ("remaining", as SRTF), a later least-attained-service tier
+  ("attained", as Tiresias), or a lower class or the same class and a later tier
+  ("class+attained"); or P's team is below its guarantee and
   V's team is above its own (reclaim of borrowed GPUs, same class allowed);
 - V has run at least `min_run_s` and was not preempted within `preempt_cooldown_s`;
 - V does not share its GPUs (preempting one sharer frees no whole GPU);
@@ -35,6 +36,8 @@ def _tier(attained_gpu_s: float, config: PolicyConfig) -> int:
 
 def standing(v: RunningJob, now_ms: int, config: PolicyConfig) -> float:
     """How strongly a running job holds its GPUs under preempt_by; lower is preempted first."""
+    if config.preempt_by == "class+attained":
+        return v.spec.rank * 100 - _tier(v.attained_at(now_ms), config)
     if config.preempt_by == "remaining":
         left = v.remaining_s(now_ms)
         return -(left if left is not None else float("inf"))
@@ -45,6 +48,11 @@ def standing(v: RunningJob, now_ms: int, config: PolicyConfig) -> float:
 
 def outranks(p: JobSpec, p_attained_gpu_s: float, v: RunningJob, now_ms: int, config: PolicyConfig) -> int:
     """How far pending `p` outranks running `v` under preempt_by (> 0: it does)."""
+    if config.preempt_by == "class+attained":  # a higher class, or the same class and a lower LAS tier
+        gap = p.rank - v.spec.rank
+        if gap:
+            return gap
+        return 1 if _tier(v.attained_at(now_ms), config) > _tier(p_attained_gpu_s, config) else 0
     if config.preempt_by == "remaining":
         left = v.remaining_s(now_ms)
         mine = p.est_s if p.est_s is not None else float("inf")
@@ -85,7 +93,7 @@ def victim_mode(p: JobSpec, v: RunningJob, now_ms: int, config: PolicyConfig, re
         return None
     if v.spec.checkpointable:
         return "graceful"
-    if v.spec.preemptible or (config.preempt_by == "class" and gap >= config.forced_min_gap):
+    if v.spec.preemptible or (config.preempt_by.startswith("class") and p.rank - v.spec.rank >= config.forced_min_gap):
         return "forced"
     return None
 
@@ -123,8 +131,13 @@ def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: lis
     for o in options:
         if len(have) >= p.gpus and cpus >= p.cpus and mem + 1e-9 >= p.mem_gb:
             break
-        if any(c.job.spec.id == o.job.spec.id for c in chosen):
-            continue
+        earlier = next((c for c in chosen if c.job.spec.id == o.job.spec.id), None)
+        if earlier is not None:
+            if earlier.mode != "shrink" or o.mode == "shrink":
+                continue
+            # shrinking it was not enough: stop it whole instead
+            chosen.remove(earlier)
+            have -= set(earlier.release)
         adds_gpus = len(have) < p.gpus and bool(set(o.release) - have)
         adds_room = o.mode != "shrink" and (cpus < p.cpus or mem + 1e-9 < p.mem_gb)
         if not (adds_gpus or adds_room):

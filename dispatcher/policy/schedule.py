@@ -236,6 +236,7 @@ class _Cycle:
         self.pending: dict[str, PendingJob] = {}
         self.starving_reserved = 0
         self.resv_tries = 0  # reservations tried for blocked jobs (EASY's quota counts tries)
+        self.failed_preempt: dict[tuple, float] = {}
         self.min_running_rank = min((r.spec.rank for r in snapshot.running), default=99)
         self.largest_node = max((len(v.gpus) for v in views), default=0)
         self.refresh_free()
@@ -448,8 +449,32 @@ class _Cycle:
         self.verdicts.append(Verdict(spec.id, code, reason, score, self.rank,
                                      {k: round(v, 3) for k, v in terms.items()}))
 
+    def strength(self, spec: JobSpec) -> float:
+        """How strongly a blocked job may preempt under preempt_by; higher preempts more."""
+        mode = self.config.preempt_by
+        if mode == "remaining":
+            return -(spec.est_s if spec.est_s is not None else float("inf"))
+        att = self.pending[spec.id].attained_gpu_s if spec.id in self.pending else 0.0
+        tier = sum(1 for t in self.config.las_thresholds_gpu_s if att >= t)
+        if mode == "attained":
+            return -tier
+        if mode == "class+attained":
+            return spec.rank * 100 - tier
+        return spec.rank
+
     def preempt_for(self, spec: JobSpec) -> list[Preemption] | None:
-        """Choose victims for blocked `spec` on the node where they cost least; reserve what they free."""
+        """Choose victims for blocked `spec` on the node where they cost least; reserve what they free.
+        A search that failed for a request shape fails for every job of that shape that is no
+        stronger (victims only become fewer within a cycle), so it is not repeated."""
+        shape = (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb, spec.team)
+        if not self.config.teams and self.strength(spec) <= self.failed_preempt.get(shape, float("-inf")):
+            return None
+        got = self._preempt_for(spec)
+        if got is None:
+            self.failed_preempt[shape] = max(self.failed_preempt.get(shape, float("-inf")), self.strength(spec))
+        return got
+
+    def _preempt_for(self, spec: JobSpec) -> list[Preemption] | None:
         def reclaimable(v: RunningJob) -> bool:
             t = self.teams
             return bool(self.config.teams) and t.used[spec.team] < t.guarantee(spec.team) \
@@ -471,11 +496,12 @@ class _Cycle:
         self.preemptions.extend(victims)
         by_id = {p.job_id: p for p in victims}
         on_node = self.running_on[node.view.name]
+        already = [g for r in on_node if r.stopping and not r.spec.share for g in r.gpus]
         for i, r in enumerate(on_node):
             if r.spec.id in by_id:
                 on_node[i] = replace(r, stopping=True)
-        coming = [g for r in on_node if r.stopping and not r.spec.share for g in r.gpus
-                  if gpu_usable(spec, node.view, g) and g not in node.shared]
+        released = already + [g for p in victims for g in p.gpus]  # a shrink gives up only some
+        coming = [g for g in released if gpu_usable(spec, node.view, g) and g not in node.shared]
         gpus = usable(spec, node.view, sorted(node.free)) + [g for g in coming if g not in node.free]
         resv = Reservation(spec.id, node.view.name, tuple(sorted(gpus[: spec.gpus])), self.now)
         node.resv, node.resv_cpus, node.resv_mem_gb = resv, spec.cpus, spec.mem_gb

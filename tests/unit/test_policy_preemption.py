@@ -92,11 +92,11 @@ def test_a_critical_job_on_a_full_node_gracefully_preempts_one_low_job_and_reser
      [running_job("v", "low", 0, node="n2")],
      [critical("first"), make_job("c").gpus(1).priority("high")],
      Code.LOWER_SCORE),
-    # n1's free GPU is reserved for the starving 2-GPU low job L (it cannot preempt the normal job x);
-    # c (no estimate, so no backfill) is RESERVED there and preempts on n2 instead
+    # n1's free GPU is reserved for the 2-GPU low job L, starving (97 h, past the low bound of 4 days), which
+    # cannot preempt the normal job x; c (no estimate, so no backfill) is RESERVED there and preempts on n2 instead
     ([full_node("n1", 2, free=(0,)), full_node("n2", 1)],
      [running_job("x", "normal", 1, node="n1"), running_job("v", "low", 0, node="n2")],
-     [make_job("L").gpus(2).priority("low").waited(25 * 3600), critical("c")],
+     [make_job("L").gpus(2).priority("low").waited(97 * 3600), critical("c")],
      Code.RESERVED),
 ], ids=["lower-score-job-preempts", "reserved-job-preempts-on-another-node"])
 def test_a_job_blocked_by_higher_ranked_jobs_or_a_reservation_may_preempt_too(nodes, running, pending, want_code):
@@ -323,8 +323,6 @@ def test_an_elastic_checkpointable_victim_is_shrunk_by_only_the_gpus_needed(vict
             f"reason {plan.preemptions[0].reason!r}"
 
 
-@pytest.mark.xfail(strict=True, reason="policy bug: preempt_for marks a shrunk victim stopping and counts all of "
-                                       "its GPUs as coming back, so the reservation may hold a GPU it keeps")
 def test_the_preemptor_of_a_shrunk_job_reserves_the_gpu_it_gives_up_not_one_it_keeps():
     plan = plan_of([critical("c")], [full_node()], [running_job("e", "low", 0, 1, min_gpus=1)])
     assert preempted(plan) == [("e", "n1", "shrink", (1,), "c", (0,), 200.0)], f"preemptions {preempted(plan)}"
@@ -332,9 +330,6 @@ def test_the_preemptor_of_a_shrunk_job_reserves_the_gpu_it_gives_up_not_one_it_k
     assert plan.reservations == want, f"reservations {plan.reservations}, want {want}"
 
 
-@pytest.mark.xfail(strict=True, reason="policy bug: choose_victims takes the shrink option first and then skips "
-                                       "the same job's full stop, so a shrink too small for the need means no "
-                                       "preemption at all")
 def test_an_elastic_job_is_stopped_whole_when_shrinking_it_cannot_free_enough():
     # e may go down to 1 GPU, but the critical job needs both: stopping e whole is the only way
     plan = plan_of([critical("c", 2)], [full_node()], [running_job("e", "low", 0, 1, min_gpus=1)])

@@ -86,8 +86,8 @@ def pending_job(draw, index: int):
         priority=draw(st.sampled_from(["low", "normal", "high", "critical"])),
         # spec.py rejects estimates under 1 ms, so 0 is not a valid input
         est_s=draw(st.one_of(st.none(), st.integers(1, 20000).map(float))),
-        # up to ~28 h: past every class's default starvation bound (30 min .. 24 h)
-        submit_ms=NOW_MS - draw(st.one_of(st.integers(-10, 20000), st.integers(20000, 100000))) * 1000))
+        # up to ~4.6 days: past every class's default starvation bound (30 min .. 4 days)
+        submit_ms=NOW_MS - draw(st.one_of(st.integers(-10, 20000), st.integers(20000, 400000))) * 1000))
 
 
 @st.composite
@@ -261,8 +261,16 @@ def reservations_hold_free_or_releasing_gpus_that_fit_their_job(snap, plan):
     config = PolicyConfig()
     starving = sum(1 for p in snap.pending
                    if NOW_MS - p.spec.submit_ms > config.starvation_s.get(p.spec.priority, float("inf")) * 1000)
-    # EASY's one reservation, plus one for each starving job (served ahead of every class)
-    assert len(plan.reservations) <= config.reservations + starving, f"reservations {plan.reservations}"
+    # a job that preempts holds one reservation on the GPUs its victims free, at most preemptors_per_cycle of them
+    preemptors = {p.for_job for p in plan.preemptions}
+    assert len(preemptors) <= config.preemptors_per_cycle, f"{len(preemptors)} preemptors: {sorted(preemptors)}"
+    held = Counter(r.job_id for r in plan.reservations if r.job_id in preemptors)
+    assert all(n == 1 for n in held.values()), f"preemptors with several reservations: {held}"
+    # the rest: EASY's one reservation, plus one for each of the oldest starving jobs served ahead of every
+    # class (starvation_reservations of them); other starving jobs keep their place and get no extra one
+    others = [r for r in plan.reservations if r.job_id not in preemptors]
+    assert len(others) <= config.reservations + min(starving, config.starvation_reservations), \
+        f"reservations {plan.reservations} ({starving} starving, preemptors {sorted(preemptors)})"
     for r in plan.reservations:
         spec, node = specs[r.job_id], views[r.node]
         assert len(r.gpus) == spec.gpus and len(set(r.gpus)) == spec.gpus, f"{r} for a {spec.gpus}-GPU job"
@@ -451,8 +459,8 @@ def _job_001_shares_a_gpu_past_its_memory(snap: Snapshot, plan: Plan) -> tuple[S
 
 
 def _job_002_starving(snap: Snapshot, plan: Plan) -> tuple[Snapshot, Plan]:
-    """JOB-002 (low) waiting 25 h, past the low bound of 24 h, with the plan made for that snapshot."""
-    snap = replace(snap, pending=tuple(replace(p, spec=replace(p.spec, submit_ms=NOW_MS - 25 * 3600 * 1000))
+    """JOB-002 (low) waiting 97 h, past the low bound of 4 days, with the plan made for that snapshot."""
+    snap = replace(snap, pending=tuple(replace(p, spec=replace(p.spec, submit_ms=NOW_MS - 97 * 3600 * 1000))
                                        if p.spec.id == "JOB-002" else p for p in snap.pending))
     return snap, plan_for(snap)
 

@@ -1,9 +1,10 @@
 """Scenario tests of schedule(): one cycle over a hand-built snapshot, asserting on the Plan.
 
-Default weights: priority 1.0, wait 0.12, fairness 0.10, remaining 0.06, fit 0.04 (sum 1.32);
-the score is the weighted mean Σ w·t / 1.32 over the terms present (a blocked job has no fit
-term). Aging horizon 7200 s, remaining reference 3600 s; the smallest GPU in the cluster is the
-reference memory of a job that states none. Scores in comments use them.
+Default weights: priority 1.0, wait 0.02, fairness 0.02, remaining 0.25, fit 0.01, attained 0
+(sum 1.30); the score is the weighted mean Σ w·t / 1.30 over the terms present (a blocked job has
+no fit term). Aging horizon 7200 s, remaining reference 600 s; the smallest GPU in the cluster is
+the reference memory of a job that states none. Default starvation bounds: critical 30 min,
+high 2 h, normal 2 days, low 4 days. Scores in comments use them.
 """
 
 from __future__ import annotations
@@ -78,19 +79,19 @@ def test_seed_cycle_gives_the_blocked_two_a100_job_lower_score_and_a_reservation
 
 @pytest.mark.parametrize("job_id, want", [
     # all jobs are alice's; the reference memory is 16 GB (the V100s)
-    # priority 1.0*100 + wait 0.12*0 + fairness 0.10*100 + remaining 0.06*(100*3600/3610 = 99.723)
-    #   + fit 0.04*(100*(0.7*(1-3/4) + 0.3*max(15,16)/40) = 17.5 + 12 = 29.5)
-    # = (100 + 0 + 10 + 5.983 + 1.18) / 1.32 = 117.163 / 1.32
-    ("JOB-004", 88.760),
-    # 1.0*66.667 + 0.12*(100*30/7200 = 0.417) + 0.10*(100*(1 - 1/4) = 75) + 0.06*(100*3600/3615 = 99.585)
-    #   + 0.04*(100*(0.7*(1-2/4) + 0.3*max(20,16)/40) = 35 + 15 = 50)
-    # = (66.667 + 0.05 + 7.5 + 5.975 + 2) / 1.32 = 82.192 / 1.32
-    ("JOB-001", 62.266),
-    # 1.0*33.333 + 0.12*(100*10/7200 = 0.139) + 0.10*(100*(1 - 2/4) = 50) + 0.06*(100*3600/3630 = 99.174)
-    #   + 0.04*(100*(0.7*(1-1/4) + 0.3*max(10,16)/16) = 52.5 + 30 = 82.5)
-    # = (33.333 + 0.017 + 5 + 5.950 + 3.3) / 1.32 = 47.600 / 1.32
-    ("JOB-003", 36.061),
-], ids=["critical_job_scores_88_760", "high_job_scores_62_266", "normal_job_scores_36_061"])
+    # priority 1.0*100 + wait 0.02*0 + fairness 0.02*100 + remaining 0.25*(100*600/610 = 98.361)
+    #   + fit 0.01*(100*(0.7*(1-3/4) + 0.3*max(15,16)/40) = 17.5 + 12 = 29.5)
+    # = (100 + 0 + 2 + 24.590 + 0.295) / 1.30 = 126.885 / 1.30
+    ("JOB-004", 97.604),
+    # 1.0*66.667 + 0.02*(100*30/7200 = 0.417) + 0.02*(100*(1 - 1/4) = 75) + 0.25*(100*600/615 = 97.561)
+    #   + 0.01*(100*(0.7*(1-2/4) + 0.3*max(20,16)/40) = 35 + 15 = 50)
+    # = (66.667 + 0.008 + 1.5 + 24.390 + 0.5) / 1.30 = 93.065 / 1.30
+    ("JOB-001", 71.589),
+    # 1.0*33.333 + 0.02*(100*10/7200 = 0.139) + 0.02*(100*(1 - 2/4) = 50) + 0.25*(100*600/630 = 95.238)
+    #   + 0.01*(100*(0.7*(1-1/4) + 0.3*max(10,16)/16) = 52.5 + 30 = 82.5)
+    # = (33.333 + 0.003 + 1 + 23.810 + 0.825) / 1.30 = 58.971 / 1.30
+    ("JOB-003", 45.362),
+], ids=["critical_job_scores_97_604", "high_job_scores_71_589", "normal_job_scores_45_362"])
 def test_seed_cycle_scores_each_placement_by_the_weighted_terms(job_id, want):
     plan = plan_of(seed_jobs(), [seed_node()])
     got = {p.job_id: p.score for p in plan.placements}[job_id]
@@ -99,9 +100,9 @@ def test_seed_cycle_scores_each_placement_by_the_weighted_terms(job_id, want):
 
 def test_seed_cycle_scores_the_blocked_job_without_a_fit_term():
     plan = plan_of(seed_jobs(), [seed_node()])
-    # 1.0*0 + 0.12*(100*20/7200 = 0.278) + 0.10*(100*(1 - 3/4) = 25) + 0.06*(100*3600/3660 = 98.361), no fit term
-    # = (0 + 0.033 + 2.5 + 5.902) / 1.32 = 8.435 / 1.32 (the fit weight still divides)
-    want = 6.390
+    # 1.0*0 + 0.02*(100*20/7200 = 0.278) + 0.02*(100*(1 - 3/4) = 25) + 0.25*(100*600/660 = 90.909), no fit term
+    # = (0 + 0.006 + 0.5 + 22.727) / 1.30 = 23.233 / 1.30 (the fit weight still divides)
+    want = 17.871
     got = verdict_of(plan, "JOB-002").score
     assert got == pytest.approx(want, abs=1e-3), f"JOB-002 scored {got}, want {want}"
 
@@ -348,7 +349,7 @@ def test_drf_places_gpu_heavy_and_cpu_heavy_users_within_one_job_of_each_other()
 def test_drf_prefers_the_user_with_the_smaller_dominant_share():
     node = make_node("n1").gpus(8).held(0, 1, 2, 3, 4, 5)
     running = [make_job(f"r{i}").gpus(1).user("heavy").running_on("n1", i) for i in range(6)]
-    # same static score; fairness: heavy 0.10*100*(1 - 6/8) / 1.32 = 1.894, light 0.10*100 / 1.32 = 7.576
+    # same static score; fairness: heavy 0.02*100*(1 - 6/8) / 1.30 = 0.385, light 0.02*100 / 1.30 = 1.538
     jobs = [make_job("a-heavy").gpus(2).user("heavy"), make_job("b-light").gpus(2).user("light")]
     plan = plan_of(jobs, [node], running)
     assert set(placed(plan)) == {"b-light"}, f"placed {placed(plan)}, want b-light"
@@ -357,8 +358,8 @@ def test_drf_prefers_the_user_with_the_smaller_dominant_share():
 def test_priority_outweighs_the_fairness_of_an_idle_user():
     node = make_node("n1").gpus(4).held(0, 1)
     running = [make_job(f"r{i}").gpus(1).user("heavy").running_on("n1", i) for i in range(2)]
-    # heavy critical: (1.0*100 + 0.10*(100*(1 - 2/4) = 50) + 0.06*50) / 1.32 = 108 / 1.32 = 81.818
-    # light normal:   (1.0*33.333 + 0.10*100 + 0.06*50) / 1.32 = 46.333 / 1.32 = 35.101
+    # heavy critical: (1.0*100 + 0.02*(100*(1 - 2/4) = 50) + 0.25*50) / 1.30 = 113.5 / 1.30 = 87.308
+    # light normal:   (1.0*33.333 + 0.02*100 + 0.25*50) / 1.30 = 47.833 / 1.30 = 36.795
     jobs = [make_job("crit").gpus(2).priority("critical").user("heavy"), make_job("norm").gpus(2).user("light")]
     plan = plan_of(jobs, [node], running)
     assert set(placed(plan)) == {"crit"}, f"placed {placed(plan)}, want crit"
@@ -535,16 +536,18 @@ def test_a_sharing_job_held_back_by_a_reservation_is_told_so(sharer_est_s):
 # --- starvation ------------------------------------------------------------------------
 
 HOUR = 3600
+DAY = 24 * HOUR
 
 
 @pytest.mark.parametrize("priority, waited_s, starving", [
-    ("low", 25 * HOUR, True),         # past the 24 h bound
-    ("low", 23 * HOUR, False),        # not yet: the critical job's class wins
-    ("normal", 9 * HOUR, True),       # past 8 h
-    ("normal", 7 * HOUR, False),
-    ("high", 3 * HOUR, True),         # past 2 h
-], ids=["a_low_job_past_24h_goes_first", "a_low_job_at_23h_still_waits", "a_normal_job_past_8h_goes_first",
-        "a_normal_job_at_7h_still_waits", "a_high_job_past_2h_goes_first"])
+    ("low", 4 * DAY + HOUR, True),      # past the 4-day bound
+    ("low", 4 * DAY - HOUR, False),     # not yet: the critical job's class wins
+    ("normal", 2 * DAY + HOUR, True),   # past 2 days
+    ("normal", 2 * DAY - HOUR, False),
+    ("high", 3 * HOUR, True),           # past 2 h
+], ids=["a_low_job_past_4_days_goes_first", "a_low_job_just_under_4_days_still_waits",
+        "a_normal_job_past_2_days_goes_first", "a_normal_job_just_under_2_days_still_waits",
+        "a_high_job_past_2h_goes_first"])
 def test_a_starving_job_is_served_before_a_fresh_critical_job(priority, waited_s, starving):
     old = make_job("old").gpus(1).priority(priority).waited(waited_s).user("olga")
     crit = make_job("crit").gpus(1).priority("critical").user("carl")
@@ -557,8 +560,8 @@ def test_a_starving_job_is_served_before_a_fresh_critical_job(priority, waited_s
 
 
 @pytest.mark.parametrize("waited_s, want_resv", [
-    (25 * HOUR, True),     # starving: a reservation even with reservations=0
-    (1 * HOUR, False),     # not starving: none, as configured
+    (4 * DAY + HOUR, True),  # starving (past the low bound of 4 days): a reservation even with reservations=0
+    (1 * HOUR, False),       # not starving: none, as configured
 ], ids=["a_starving_blocked_job_gets_a_reservation_beyond_the_configured_count",
         "a_blocked_job_that_is_not_starving_gets_none"])
 def test_a_starving_job_that_does_not_fit_reserves_gpus(waited_s, want_resv):
@@ -581,8 +584,8 @@ def test_a_starving_job_that_does_not_fit_reserves_gpus(waited_s, want_resv):
     (None, None, 0),
     # everything else favours the normal job: wait 100 (capped), est 1 s, an idle user; the high job has a
     # huge estimate and its user holds 7 of 8 GPUs.
-    # normal: (33.333 + 0.12*100 + 0.10*100 + 0.06*(100*3600/3601 = 99.972) + 0.04*fit) / 1.32 <= 65.332 / 1.32
-    # high:   (66.667 + 0 + 0.10*(100*(1 - 7/8) = 12.5) + 0.06*(~0) + 0.04*fit) / 1.32 >= 67.917 / 1.32
+    # normal: (33.333 + 0.02*100 + 0.02*100 + 0.25*(100*600/601 = 99.834) + 0.01*fit) / 1.30 <= 63.292 / 1.30
+    # high:   (66.667 + 0 + 0.02*(100*(1 - 7/8) = 12.5) + 0.25*(~0) + 0.01*fit) / 1.30 >= 66.917 / 1.30
     (1, 10 ** 9, 7),
 ], ids=["plain", "every_other_term_favours_the_normal_job"])
 def test_a_higher_class_always_ranks_above_a_lower_one_with_the_default_weights(normal_est_s, high_est_s,

@@ -326,16 +326,16 @@ def test_default_weights_cover_every_score_term():
 
 
 @pytest.mark.parametrize("terms, want", [
-    # every term at 100: (1.0 + 0.12 + 0.10 + 0.06 + 0.04) * 100 / 1.32
+    # every term at 100: (1.0 + 0.02 + 0.02 + 0.25 + 0.01) * 100 / 1.30 (attained has weight 0)
     ({"priority": 100, "wait": 100, "fairness": 100, "remaining": 100, "fit": 100}, 100.0),
     # every term at 0
     ({"priority": 0, "wait": 0, "fairness": 0, "remaining": 0, "fit": 0}, 0.0),
-    # a term that is absent counts as 0 but its weight still divides: 100 * (1.32 - 0.04) / 1.32
-    ({"priority": 100, "wait": 100, "fairness": 100, "remaining": 100}, 96.970),
-    # priority alone: 1.0 * 33.333 / 1.32
-    ({"priority": 33.333}, 25.252),
-    # a term with no weight is ignored: 0.12 * 50 / 1.32
-    ({"wait": 50, "unknown": 100}, 4.545),
+    # a term that is absent counts as 0 but its weight still divides: 100 * (1.30 - 0.01) / 1.30 = 129 / 1.30
+    ({"priority": 100, "wait": 100, "fairness": 100, "remaining": 100}, 99.231),
+    # priority alone: 1.0 * 33.333 / 1.30
+    ({"priority": 33.333}, 25.641),
+    # a term with no weight is ignored: 0.02 * 50 / 1.30 = 1 / 1.30
+    ({"wait": 50, "unknown": 100}, 0.769),
 ], ids=["all_terms_at_100_score_100", "all_terms_at_0_score_0", "a_missing_fit_term_lowers_the_score",
         "the_class_alone", "unweighted_terms_are_ignored"])
 def test_the_score_is_the_weighted_mean_over_all_weights(terms, want):
@@ -344,8 +344,8 @@ def test_the_score_is_the_weighted_mean_over_all_weights(terms, want):
 
 
 @pytest.mark.parametrize("priority, bound_s", [
-    ("critical", 1800.0), ("high", 7200.0), ("normal", 8 * 3600.0), ("low", 24 * 3600.0),
-], ids=["critical_starves_after_30_minutes", "high_after_2_hours", "normal_after_8_hours", "low_after_24_hours"])
+    ("critical", 1800.0), ("high", 7200.0), ("normal", 2 * 86400.0), ("low", 4 * 86400.0),
+], ids=["critical_starves_after_30_minutes", "high_after_2_hours", "normal_after_2_days", "low_after_4_days"])
 def test_default_starvation_bounds_per_class(priority, bound_s):
     got = PolicyConfig().starvation_s.get(priority)
     assert got == bound_s, f"starvation bound of {priority} is {got}, want {bound_s}"
