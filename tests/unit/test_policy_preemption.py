@@ -602,7 +602,7 @@ def test_every_preemption_follows_the_rules(case):
             f"preemptor {p.for_job} has reservation {r}, want one on {p.node} from now"
 
     # every preemptor (including those waiting only on jobs already stopping) holds GPUs it can use
-    # that are free or coming back on that node; shrunk jobs are left out (see the xfail test above)
+    # that are free or coming back on that node (a shrunk job gives back only the GPUs it gave up)
     said = [v for v in plan.verdicts if "; preempting " in v.reason]
     assert len(said) <= config.preemptors_per_cycle, f"{len(said)} verdicts say preempting"
     for verdict in said:
@@ -614,8 +614,6 @@ def test_every_preemption_follows_the_rules(case):
         view = views[r.node]
         assert all(gpu_usable(job, view, g) for g in r.gpus), f"{job.id} reserved unusable GPUs {r.gpus}"
         mine = [p for p in plan.preemptions if p.for_job == job.id]
-        if any(p.mode == "shrink" for p in mine):
-            continue
         coming = set(view.free_gpus) | {g for p in mine for g in p.gpus} \
             | {g for x in snap.running if x.node == r.node and x.stopping for g in x.gpus}
         assert set(r.gpus) <= coming, f"{job.id} reserved {r.gpus} on {r.node}; free or coming back: {sorted(coming)}"
