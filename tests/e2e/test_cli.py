@@ -120,3 +120,21 @@ def test_up_needs_no_redis_and_other_commands_find_it(tmp_path):
 
     with pytest.raises(DispatchConnectionError):
         connect(url)  # the embedded server stopped with it
+
+
+def test_history_exports_finished_jobs_that_the_simulator_replays(cli, tmp_path):
+    from dispatcher.sim.workload import parse_trace
+
+    cli.start("worker", "--node", "n1", "--fake-gpus", "2xA100-40GB")
+    cli.start("scheduler")
+    done = [cli.submit("--gpus", "1", "--gpu-type", "A100", "--priority", "high", "--", "sleep", "0.3"),
+            cli.submit("--user", "bob", "--", "true")]
+    assert cli.run("wait", *done, "--timeout", "30").returncode == 0
+    cli.submit("--gpus", "4", "--", "true")  # never runs: not history
+    text = cli.run("history", "--csv").stdout
+    jobs = parse_trace(text)
+    assert [j.job_id for j in jobs] == done and jobs[0].gpus == 1 and jobs[0].gpu_types == ("A100",)
+    assert jobs[0].priority == "high" and jobs[1].user == "bob" and 0.2 < jobs[0].duration_s < 5
+    (tmp_path / "mine.csv").write_text(text)
+    out = cli.run("simulate", str(tmp_path / "mine.csv"), "--nodes", "1x2xA100-40GB", "--json")
+    assert json.loads(out.stdout)["policies"]["dispatch"]["finished"] == 2
