@@ -381,7 +381,21 @@ def starving_jobs_are_ranked_before_every_other_job_and_told_so(snap, plan):
     assert not untold, f"starving jobs whose reason does not say so: {untold}"
 
 
+def a_higher_class_is_never_considered_after_a_lower_one_that_started(snap, plan):
+    """With the default weights classes never cross: a job left waiting was considered before every
+    job of a lower class that started, unless that one was served first as starving."""
+    specs = specs_of(snap)
+    for p in plan.placements:
+        if "starving" in p.reason:
+            continue
+        for v in plan.verdicts:
+            if v.code is not Code.NO_FIT_EVER and specs[v.job_id].rank > specs[p.job_id].rank:
+                assert v.rank < p.rank, (f"{v.job_id} ({specs[v.job_id].priority}, rank {v.rank}) waits behind "
+                                         f"{p.job_id} ({specs[p.job_id].priority}, rank {p.rank}): {v.reason}")
+
+
 PROPERTIES = [
+    a_higher_class_is_never_considered_after_a_lower_one_that_started,
     no_gpu_is_placed_twice_and_no_placement_uses_a_held_gpu,
     a_shared_gpu_never_holds_more_memory_than_it_has,
     placed_cpus_and_memory_never_exceed_what_each_node_has_free,
