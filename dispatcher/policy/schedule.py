@@ -587,7 +587,7 @@ def static_scorer(now_ms: int, config: PolicyConfig):
         if ww:
             s += ww * min(cap, wait_term((now_ms - p.wait_from_ms) / 1000.0, horizon))
         if wr:
-            s += wr * (50.0 if spec.est_s is None else 100.0 * ref / (ref + max(0.0, spec.est_s)))
+            s += wr * remaining_term(spec.est_s, ref)
         if wa:
             s += wa * attained_term(p.attained_gpu_s, tiers)
         return s

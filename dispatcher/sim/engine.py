@@ -41,6 +41,7 @@ class SimJob:
     end_s: float | None = None
     attempts: int = 0
     preemptions: int = 0
+    last_preempted_s: float = 0.0
     lost_gpu_s: float = 0.0
     attained_gpu_s: float = 0.0
 
@@ -195,6 +196,7 @@ class Engine:
         if not keep_progress:  # forced: everything since this attempt began is lost
             job.lost_gpu_s += max(0.0, now - job.run_start_s) * job.spec.gpus
         job.preemptions += 1
+        job.last_preempted_s = now
         job.attempts += 1
         job.token += 1
         if not self.config.keep_wait_on_requeue:
@@ -210,7 +212,7 @@ class Engine:
         for job in self.running.values():
             for node, gpus in job.node_gpus:
                 running.append(RunningJob(job.spec, node, gpus, int(job.started_s * 1000), 0,
-                                          0 if not job.preemptions else int(job.started_s * 1000),
+                                          int(job.last_preempted_s * 1000) if job.preemptions else 0,
                                           job.state == "stopping", job.attained_gpu_s))
         return Snapshot(tuple(self.pending.values()), tuple(running), tuple(views))
 
