@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 
 from ..errors import MalformedRecord
-from ..model import FAILED, NodeView, PendingJob, Plan, Preemption, RunningJob, Snapshot
+from ..model import ACTIVE_STATES, FAILED, NodeView, PendingJob, Plan, Preemption, RunningJob, Snapshot
 from . import keys
 from .codec import decode_spec
 from .connect import text
@@ -46,9 +46,12 @@ class ReadResult:
 def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: SpecCache) -> ReadResult:
     nodes, _ = read_nodes(client, ns)
     live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
-    pending = client.zrange(keys.jobs_pending(ns), 0, -1, withscores=True)
+    index = client.pipeline(transaction=True)  # one consistent view of both indexes
+    index.zrange(keys.jobs_pending(ns), 0, -1, withscores=True)
+    index.zrange(keys.jobs_active(ns), 0, -1)
+    pending, active = index.execute()
     pending_ids = [text(i) for i, _ in pending]
-    active_ids = [text(i) for i in client.zrange(keys.jobs_active(ns), 0, -1)]
+    active_ids = [text(i) for i in active]
 
     pipe = client.pipeline(transaction=False)
     for job_id in pending_ids:
@@ -72,6 +75,8 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
     running = []
     for job_id, reply in zip(active_ids, replies[len(pending_ids):]):
         node, gpus, assigned_ms, started_ms, state, epoch, ckpt_ms, preempted_ms, raw = reply
+        if text(state) not in ACTIVE_STATES:
+            continue  # ended or requeued since the index was read: it holds nothing now
         try:
             spec = cache.get(job_id, raw)
         except MalformedRecord:
@@ -84,7 +89,11 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
                                   int(preempted_ms or 0), text(state) == "preempting"))
     cache.keep_only(pending_ids + active_ids)
 
+    # what is free comes from the job records read above, not from the alloc hashes read earlier:
+    # a job that ended between the two reads must not leave its GPUs looking held (the commit
+    # script still checks the alloc hash, so a GPU taken meanwhile only costs a replan)
     used: dict[str, list[float]] = {}
+    held: dict[str, set[int]] = {}
     shared: dict[str, dict[int, float]] = {}
     for r in running:
         u = used.setdefault(r.node, [0, 0.0])
@@ -94,15 +103,18 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
             on_node = shared.setdefault(r.node, {})
             for g in r.gpus:
                 on_node[g] = on_node.get(g, 0.0) + r.spec.gpu_mem_gb
+        else:
+            held.setdefault(r.node, set()).update(r.gpus)
     views = []
     for n in live:
         cpus_used, mem_used = used.get(n.name, (0, 0.0))
         views.append(NodeView(
             name=n.name, gpus=n.gpus, cpus=n.cpus, mem_gb=n.mem_gb,
-            free_gpus=tuple(g.index for g in n.gpus if g.index not in n.alloc),
+            free_gpus=tuple(g.index for g in n.gpus
+                            if g.index not in held.get(n.name, ()) and g.index not in shared.get(n.name, {})),
             free_cpus=max(0, n.cpus - int(cpus_used)), free_mem_gb=max(0.0, n.mem_gb - mem_used),
             shared=tuple(sorted((g, m) for g, m in shared.get(n.name, {}).items()
-                                if n.alloc.get(g, "").startswith("~")))))
+                                if g not in held.get(n.name, ())))))
     return ReadResult(Snapshot(tuple(pending_jobs), tuple(running), tuple(views)), epochs, nodes, bad)
 
 

@@ -40,8 +40,10 @@ def test_a_critical_job_preempts_exactly_one_checkpointable_low_job_which_resume
     assert cli.run("wait", crit, *lows, "--timeout", "60").returncode == 0
     shown = {j: cli.show(j) for j in lows}
     victims = [j for j, s in shown.items() if s["preemptions"]]
-    assert len(victims) == 1, ({j: (s["preemptions"], s["preempted_by"], s["preempt_reason"]) for j, s in shown.items()},
-                               cli.run("decisions", "--json").stdout)
+    if len(victims) != 1:
+        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(cli.home.glob("*.log")))
+        (cli.home.parent / "preempt-failure.txt").write_text(logs)
+    assert len(victims) == 1, {j: (s["preemptions"], s["preempted_by"], s["preempt_reason"]) for j, s in shown.items()}
     (victim,) = victims
     log = cli.run("logs", victim).stdout
     assert "checkpointed at step" in log and "resumed at step" in log and "attempt 1" in log, log
