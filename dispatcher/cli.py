@@ -538,13 +538,9 @@ def history(ctx, as_csv, since):
     click.echo(history_csv(ctx.client, ctx.ns, since), nl=False)
 
 
-def _register_lab() -> None:
-    from .cli_lab import simulate
+from .cli_lab import simulate  # noqa: E402  (imports nothing heavy at module level)
 
-    cli.add_command(simulate)
-
-
-_register_lab()
+cli.add_command(simulate)
 
 
 def main() -> None:

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 
 from ..model import GpuInfo, JobSpec, NodeView, PendingJob, RunningJob, Snapshot
 from ..policy import schedule
-from ..policy.config import PolicyConfig
 from .workload import EstimateModel, TraceJob
 
 ARRIVE, FINISH, SAVED = 0, 1, 2

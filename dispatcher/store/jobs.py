@@ -101,13 +101,6 @@ def read_job(client, ns: str, job_id: str) -> dict:
     return job_view(job_id, raw)
 
 
-def read_spec(client, ns: str, job_id: str) -> JobSpec:
-    raw = client.hget(keys.job(ns, job_id), "spec")
-    if raw is None:
-        raise JobNotFound(job_id)
-    return decode_spec(raw, key=keys.job(ns, job_id))
-
-
 def read_jobs(client, ns: str, job_ids: list[str]) -> list[dict]:
     pipe = client.pipeline(transaction=False)
     for job_id in job_ids:
