@@ -125,12 +125,14 @@ def cli():
 @click.option("--preemptible", is_flag=True, help="May be killed (forced preemption) by any higher class.")
 @click.option("--checkpoint-signal", default="TERM", metavar="SIG", help="Signal that asks for a checkpoint.")
 @click.option("--grace", default="30s", metavar="DURATION", help="Time between SIGTERM and SIGKILL.")
+@click.option("--retries", default="3", metavar="N",
+              help="Reruns after an attempt is lost with its node (agent or host died); then the job fails.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")
 @click.option("--cwd", default=None, help="Working directory on the node (default: the current one).")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @common
 def submit(ctx, name, user, team, gpus, gpu_type, gpu_mem, cpus, mem, priority, est, checkpointable, share,
-           min_gpus, preemptible, checkpoint_signal, grace, env, cwd, command):
+           min_gpus, preemptible, checkpoint_signal, grace, retries, env, cwd, command):
     """Submit a job: dispatch submit --gpus 2 --gpu-type A100 -- python train.py. Prints the job id."""
     from .spec import build_spec
     from .store.jobs import write_jobs
@@ -139,7 +141,8 @@ def submit(ctx, name, user, team, gpus, gpu_type, gpu_mem, cpus, mem, priority, 
         command=command, user=user or os.environ.get("USER") or getpass.getuser(), submit_ms=now_ms(), name=name,
         team=team, cwd=cwd if cwd is not None else os.getcwd(), env=env, gpus=gpus, gpu_type=gpu_type,
         gpu_mem_gb=gpu_mem, cpus=cpus, mem_gb=mem, priority=priority, est=est, checkpointable=checkpointable,
-        grace=grace, share=share, min_gpus=min_gpus, preemptible=preemptible, checkpoint_signal=checkpoint_signal)
+        grace=grace, share=share, min_gpus=min_gpus, preemptible=preemptible, checkpoint_signal=checkpoint_signal,
+        retries=retries)
     (job_id,) = write_jobs(ctx.client, ctx.ns, [spec])
     click.echo(job_id)
 
@@ -181,10 +184,17 @@ def show(ctx, job_id, as_json):
     if as_json:
         click.echo(json.dumps(job, indent=1))
         return
+    def at(v):
+        return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(v))} ({v:.3f})" if v else "-"
+
+    attempts = job.pop("attempts", [])
     for k, v in job.items():
         if k.endswith("_at") and v:
-            v = f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(v))} ({v:.3f})"
+            v = at(v)
         click.echo(f"{k:>16}: {v if v not in (None, '', []) else '-'}")
+    for a in attempts:
+        click.echo(f"{'attempt ' + str(a['attempt']):>16}: {a['outcome']} on {a['node'] or '-'} GPUs {a['gpus']}, "
+                   f"{at(a['started_at'])} to {at(a['ended_at'])}" + (f": {a['reason']}" if a["reason"] else ""))
 
 
 @cli.command()
@@ -287,7 +297,7 @@ def nodes(ctx, as_json):
 
     found, problems = read_nodes(ctx.client, ctx.ns)
     now = now_ms()
-    timeout = Timing().node_timeout_s
+    timeout = Timing.from_env().node_timeout_s
     out = [{
         "name": n.name, "alive": n.alive(now, timeout), "seen_s_ago": round((now - n.seen_ms) / 1000, 1),
         "cpus": n.cpus, "mem_gb": n.mem_gb,
@@ -430,6 +440,7 @@ def scheduler(ctx, policy_path):
     """Run the scoring scheduler (one per cluster)."""
     import threading
 
+    from .config import Timing
     from .policy_source import PolicySource
     from .scheduler import Scheduler
 
@@ -437,8 +448,9 @@ def scheduler(ctx, policy_path):
     source = PolicySource(policy_path)
     stop = threading.Event()
     _stop_on_signals(stop)
-    sched = Scheduler(ctx.client, ctx.ns, policy=source)
-    click.echo(f"dispatch scheduler on {ctx.url} (namespace {ctx.ns})", err=True)
+    sched = Scheduler(ctx.client, ctx.ns, policy=source, timing=Timing.from_env())
+    click.echo(f"dispatch scheduler on {ctx.url} (namespace {ctx.ns}); leads while it holds the lease, "
+               "else stands by", err=True)
     sched.run(stop)
 
 
@@ -453,7 +465,7 @@ def _node_options(fn):
 
 
 def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir, before_shutdown=None):
-    from .config import state_dir
+    from .config import Timing, state_dir
     from workers.agent import NodeAgent
     from workers.gpu import open_probe
 
@@ -462,7 +474,7 @@ def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir, before_shutdown=Non
                                   field="--node")
     probe = open_probe(fake_gpus)
     agent = NodeAgent(ctx.client, ctx.ns, node, probe, cpus=cpus, mem_gb=mem_gb,
-                      work_dir=work_dir or state_dir() / "node" / node, url=ctx.url)
+                      work_dir=work_dir or state_dir() / "node" / node, timing=Timing.from_env(), url=ctx.url)
     agent.run(before_shutdown)
 
 
@@ -489,7 +501,7 @@ def up(ctx, node, port, fake_gpus, cpus, mem_gb, work_dir, policy_path):
     import socket
     import threading
 
-    from .config import forget_server, record_server, state_dir
+    from .config import Timing, forget_server, record_server, state_dir
     from .embedded import EmbeddedServer
     from .policy_source import PolicySource
     from .scheduler import Scheduler
@@ -507,7 +519,7 @@ def up(ctx, node, port, fake_gpus, cpus, mem_gb, work_dir, policy_path):
         record_server(server.url, os.getpid())
         click.echo(f"dispatch: embedded server on {server.url}, data in {server.data_dir}", err=True)
     stop = threading.Event()
-    sched = Scheduler(ctx.client, ctx.ns, policy=source)
+    sched = Scheduler(ctx.client, ctx.ns, policy=source, timing=Timing.from_env())
     sched_thread = threading.Thread(target=sched.run, args=(stop,), name="scheduler", daemon=True)
     sched_thread.start()
 

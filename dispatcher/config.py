@@ -59,9 +59,43 @@ def resolve_url(flag: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Timing:
+    """The clocks of failure handling (docs/guarantees.md). Scheduler and node agents must agree;
+    each may be set from the environment: DISPATCH_HEARTBEAT_S, DISPATCH_NODE_TIMEOUT_S,
+    DISPATCH_TICK_S, DISPATCH_LEASE_S."""
+
     #: How often a node agent heartbeats, and checks its jobs for cancel/fencing.
     heartbeat_s: float = 1.0
-    #: A node whose heartbeat is older than this is not offered new work.
+    #: A node whose heartbeat is older than this is not offered new work, and once the scheduler
+    #: has itself seen no new heartbeat from it for this long it is dead: its jobs are requeued.
     node_timeout_s: float = 10.0
     #: The scheduler runs a cycle at least this often, events or not.
     tick_s: float = 1.0
+    #: The scheduler leader's lease; a standby takes over at most this long after the leader stops.
+    lease_s: float = 5.0
+
+    @property
+    def fence_s(self) -> float:
+        """A node agent that could not heartbeat for this long kills its jobs itself (they are about
+        to be rerun elsewhere): well inside node_timeout_s, so two copies never run at once."""
+        return max(self.heartbeat_s * 2, self.node_timeout_s * 0.6)
+
+    @classmethod
+    def from_env(cls) -> "Timing":
+        def get(name: str, default: float) -> float:
+            raw = os.environ.get(name)
+            if raw is None or raw == "":
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                value = -1.0
+            if not value > 0:
+                from .errors import ConfigError
+
+                raise ConfigError(f"{name}={raw!r} must be a positive number of seconds", key=name)
+            return value
+
+        d = cls()
+        return cls(heartbeat_s=get("DISPATCH_HEARTBEAT_S", d.heartbeat_s),
+                   node_timeout_s=get("DISPATCH_NODE_TIMEOUT_S", d.node_timeout_s),
+                   tick_s=get("DISPATCH_TICK_S", d.tick_s), lease_s=get("DISPATCH_LEASE_S", d.lease_s))

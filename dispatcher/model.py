@@ -53,6 +53,7 @@ class JobSpec:
     min_gpus: int | None = None  # elastic: may be shrunk to this many GPUs (None: not elastic)
     preemptible: bool = False  # opts in to forced preemption by any higher class
     checkpoint_signal: str = "TERM"  # sent to the process group to ask for a checkpoint
+    retries: int = 3  # attempts lost with their node that are rerun before the job fails
 
     @property
     def rank(self) -> int:

@@ -2,7 +2,10 @@
 
 It wakes on any message on keys.events (submit, finish, node change, cancel) and at
 least every tick; a burst of events is coalesced into one cycle. It keeps no state
-that a restart would lose: everything it needs is read from Redis each cycle. The
+that a restart would lose: everything it needs is read from Redis each cycle.
+Several may run: one leads, through a lease with a fencing token that every write
+it commits carries (store/leader.py); the others stand by and take over when the
+lease lapses. The leader requeues the jobs of dead nodes (liveness.py). The
 policy comes from a PolicySource (a TOML file, reloaded when it changes); the one in
 force is published to Redis for `dispatch why` and `dispatch policy show`.
 """
@@ -15,11 +18,13 @@ import time
 from dataclasses import dataclass
 
 from .config import Timing
+from .liveness import HeartbeatWatch, lost_jobs, requeue_lost
 from .model import Plan
 from .policy_source import PolicySource
 from .policy import schedule
 from .store import keys
 from .store.decisions import write_decisions, write_policy
+from .store.leader import Lease
 from .store.scripts import Scripts
 from .store.snapshot import RedisPlanner, SpecCache, read_snapshot
 
@@ -34,16 +39,19 @@ def now_ms() -> int:
 class CycleStats:
     cycles: int = 0
     placed: int = 0
+    requeued_lost: int = 0
     last_cycle_ms: float = 0.0
 
 
 class Scheduler:
     def __init__(self, client, ns: str = keys.DEFAULT_NS, *, policy: PolicySource | None = None,
-                 timing: Timing | None = None):
+                 timing: Timing | None = None, holder: str | None = None):
         self.client, self.ns = client, ns
         self.policy = policy or PolicySource(None)
         self.timing = timing or Timing()
         self.scripts = Scripts(client, ns)
+        self.lease = Lease(client, ns, self.scripts, self.timing.lease_s, holder)
+        self.watch: HeartbeatWatch | None = None  # while leading
         self.planner = RedisPlanner(client, ns, self.scripts)
         self.cache = SpecCache()
         self.stats = CycleStats()
@@ -58,8 +66,29 @@ class Scheduler:
                 log.info("policy profile in force: %s", profile)
             self._published = state
 
+    @property
+    def leading(self) -> bool:
+        return self.watch is not None
+
+    def _lead(self) -> bool:
+        """Acquire or renew the lease; False while another scheduler leads."""
+        token = self.lease.hold()
+        if not token:
+            if self.watch is not None:
+                log.warning("lost the scheduler lease; standing by")
+            self.watch = None
+            return False
+        if self.watch is None:
+            log.info("leading the scheduling of namespace %s (fencing token %d)", self.ns, token)
+            self.watch = HeartbeatWatch(self.timing.node_timeout_s)
+            self._published = None
+        return True
+
     def cycle(self) -> Plan:
-        """One scheduling cycle; returns the plan (placements refused at commit are replanned next cycle)."""
+        """One scheduling cycle; returns the plan (placements refused at commit are replanned next cycle).
+        A standby (another scheduler holds the lease) does nothing and returns an empty plan."""
+        if not self._lead():
+            return Plan()
         t0 = time.perf_counter()
         now = now_ms()
         self.policy.refresh()
@@ -67,9 +96,15 @@ class Scheduler:
         self._publish_policy(profile, now)
         read = read_snapshot(self.client, self.ns, now, self.timing.node_timeout_s, self.cache)
         self.planner.quarantine(read.bad_jobs, now)
+        self.watch.observe({n.name: n.seen_ms for n in read.nodes})
+        lost = lost_jobs(read.snapshot.running, self.watch)
+        if lost:  # their GPUs are gone with the node; plan again once they are back in the queue
+            self.stats.requeued_lost += requeue_lost(self.scripts, lost, read.epochs, now)
+            self.client.publish(keys.events(self.ns), b"lost")
+            return Plan()
         plan = schedule(read.snapshot, now_ms=now, config=config)
         taken, preempted = self.planner.commit(plan, read.epochs, now, config.keep_wait_on_requeue,
-                                               [p.spec.id for p in read.snapshot.pending])
+                                               [p.spec.id for p in read.snapshot.pending], fence=self.lease.fence)
         if taken or preempted:
             ok = {job_id for job_id, _ in taken}
             started = [p for p in plan.placements if p.job_id in ok]
@@ -117,3 +152,7 @@ class Scheduler:
                 backoff = min(backoff * 2, 5.0)
         if pubsub is not None:
             pubsub.close()
+        try:
+            self.lease.release()  # a standby takes over at once, not after the TTL
+        except redis.exceptions.RedisError:
+            pass

@@ -129,6 +129,7 @@ def build_spec(
     min_gpus=None,
     preemptible: bool = False,
     checkpoint_signal: str = "TERM",
+    retries=3,
 ) -> JobSpec:
     """Check every field of a request and return the spec; raises InvalidRequestError."""
     command = tuple(str(a) for a in (command or ()))
@@ -164,6 +165,7 @@ def build_spec(
         min_gpus=None if min_gpus in (None, "") else _number(min_gpus, "--min-gpus", lo=1, hi=MAX_GPUS, integer=True),
         preemptible=bool(preemptible),
         checkpoint_signal=parse_signal(checkpoint_signal),
+        retries=_number(retries, "--retries", lo=0, hi=100, integer=True),
     )
     if spec.min_gpus is not None and spec.min_gpus > spec.gpus:
         raise InvalidRequestError(f"--min-gpus: {spec.min_gpus} is more than --gpus {spec.gpus}", field="--min-gpus")

@@ -5,6 +5,11 @@ pickle); a heartbeat thread writes GPU state every Timing.heartbeat_s and checks
 the running jobs for fencing and reported checkpoints; a control thread reads the
 node's command stream (preempt, cancel, shrink; dispatcher/control.py). SIGINT/SIGTERM stop the worker; the
 agent then puts its running jobs back in the queue and deregisters the node.
+
+Failures (docs/guarantees.md): on start the agent kills what an earlier agent of
+this node left running and requeues the jobs Redis still shows on this node; when
+it cannot heartbeat for Timing.fence_s it kills its jobs itself, since the
+scheduler reruns them elsewhere once the node is silent for node_timeout_s.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class NodeAgent:
         self.supervisor = jobs.Supervisor(client, ns, name, self.scripts, Path(work_dir), url)
         self._stop = threading.Event()
         self._last_gpus = None
+        self._last_beat = time.monotonic()  # the last heartbeat Redis took
 
     def heartbeat(self) -> None:
         gpus = self.probe.gpus()
@@ -57,9 +63,46 @@ class NodeAgent:
         while not self._stop.wait(self.timing.heartbeat_s):
             try:
                 self.heartbeat()
+                self._last_beat = time.monotonic()
+                self.supervisor.flush_outbox()
                 self.supervisor.check()
             except Exception as e:  # keep beating through Redis hiccups
-                log.warning("heartbeat failed: %s", e)
+                silent = time.monotonic() - self._last_beat
+                log.warning("heartbeat failed (%.0fs without one): %s", silent, e)
+                if silent > self.timing.fence_s:
+                    self.supervisor.fence_all(f"node {self.name} could not reach Redis for {silent:.0f}s")
+
+    def recover(self) -> list[str]:
+        """Before taking work: kill what an earlier agent of this node left running, and put back in
+        the queue the jobs Redis still shows on this node (that agent died without saying so).
+        A job that had started counts the attempt as lost (its retry budget); returns their ids."""
+        from dispatcher.store.codec import decode_spec
+        from dispatcher.store.connect import text
+
+        self.supervisor.kill_leftovers()
+        ids = [text(i) for i in self.client.zrange(keys.jobs_active(self.ns), 0, -1)]
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(keys.job(self.ns, job_id), "node", "epoch", "spec")
+        requeued = []
+        for job_id, (node, epoch, raw) in zip(ids, pipe.execute()):
+            if text(node) != self.name:
+                continue
+            try:
+                spec = decode_spec(raw, key=keys.job(self.ns, job_id))
+                retries, ckpt = spec.retries, spec.checkpointable
+            except Exception:
+                retries, ckpt = 0, False
+            ok = self.scripts.finish(job_id, self.name, int(text(epoch) or 0), "pending", None,
+                                     int(time.time() * 1000), f"node {self.name} agent restarted; attempt lost",
+                                     checkpointable=ckpt, lost_retries=retries)
+            if ok == 1:
+                requeued.append(job_id)
+        if requeued:
+            log.warning("requeued %d jobs an earlier agent of node %s left: %s", len(requeued), self.name,
+                        ", ".join(requeued))
+            self.client.publish(keys.events(self.ns), b"finish")
+        return requeued
 
     def _control_loop(self) -> None:
         """Commands left unfinished by an earlier agent of this node first, then new ones as they come."""
@@ -87,6 +130,7 @@ class NodeAgent:
         from dispatcher.store.connect import clone
 
         jobs._supervisor = self.supervisor
+        self.recover()
         self.heartbeat()
         beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         beat.start()

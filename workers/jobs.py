@@ -7,16 +7,23 @@ and no fork of Python is paid per job. The supervisor streams each job's output
 into Redis and a file, carries out control commands (preempt, shrink, cancel),
 and writes the outcome with the epoch it was given: a write with a stale epoch is
 refused by finish.lua, and the copy is killed.
+
+Nothing a job leaves behind outlives its agent for long: each job process gets
+PR_SET_PDEATHSIG (SIGKILL when the agent dies), its process group is recorded in
+the work directory so that the next agent of the node kills what is left, and an
+outcome that cannot be written (Redis away) waits in an outbox until it can.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +42,18 @@ _supervisor: "Supervisor | None" = None
 #: A job touches this file in its DISPATCH_CHECKPOINT_DIR to report a checkpoint
 #: (the same as running `dispatch checkpointed`).
 CHECKPOINT_FILE = "CHECKPOINTED"
+
+_PR_SET_PDEATHSIG = 1
+try:  # resolved in the agent, so the forked child makes one plain call and nothing else
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
+
+
+def _die_with_agent() -> None:
+    """In the job's process, before exec: SIGKILL it when the agent's spawning thread dies."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def launch(job_id: str, epoch: int) -> str:
@@ -55,7 +74,7 @@ class Running:
     proc: subprocess.Popen
     spec: JobSpec
     ckpt_dir: Path
-    stopping: str = ""  # "", "cancel", "stale", "requeue", "preempt", "shrink"
+    stopping: str = ""  # "", "cancel", "stale", "requeue", "preempt", "shrink", "fenced"
     command: dict = field(default_factory=dict)  # the control command being carried out
     acks: list = field(default_factory=list)  # control stream ids to ack once the job is down
     ckpt_seen: float = 0.0
@@ -68,6 +87,11 @@ class Supervisor:
         self.work_dir, self.url = work_dir, url
         self.running: dict[str, Running] = {}
         self.lock = threading.Lock()
+        self.outbox: list[tuple[tuple, dict]] = []  # outcomes Redis did not take yet, oldest first
+        # every job process is forked by this one long-lived thread: PDEATHSIG fires when the
+        # forking *thread* ends, so it must not be a job's watcher thread
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="spawn")
+        self.pid_dir = work_dir / "pids"
 
     # -- starting ---------------------------------------------------------------------------
     def launch(self, job_id: str, epoch: int) -> str:
@@ -113,13 +137,16 @@ class Supervisor:
         log_path = self.work_dir / "logs" / f"{job_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            proc = subprocess.Popen(list(spec.command), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = self._spawner.submit(
+                subprocess.Popen, list(spec.command), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_die_with_agent).result()
         except OSError as e:
             msg = f"cannot start {spec.command[0]!r}: {e.strerror or e}"
             append_log(self.client, self.ns, job_id, (msg + "\n").encode())
             self._finish(job_id, epoch, FAILED, 127, msg)
             return "failed"
+        self._record_pid(job_id, epoch, proc.pid)
         started = self.scripts.mark_running(job_id, epoch, now_ms(), proc.pid)
         ckpt_file = ckpt / CHECKPOINT_FILE
         run = Running(job_id, epoch, proc, spec, ckpt,
@@ -151,11 +178,13 @@ class Supervisor:
         code = run.proc.wait()
         with self.lock:
             self.running.pop(run.job_id, None)
+        self._forget_pid(run.job_id, run.epoch)
         try:
             self._ended(run, code)
-        finally:
             for entry_id in run.acks:
                 control.ack(self.client, self.ns, self.node, entry_id)
+        except Exception as e:  # Redis away: the outcome waits in the outbox; commands stay unacked
+            log.warning("job %s: could not record its end yet (%s)", run.job_id, e)
 
     def _ended(self, run: Running, code: int) -> None:
         cmd = run.command
@@ -163,6 +192,10 @@ class Supervisor:
             log.warning("job %s: stale copy (epoch %d) stopped; outcome not reported", run.job_id, run.epoch)
         elif run.stopping == "cancel":
             self._finish(run.job_id, run.epoch, CANCELLED, code, cmd.get("reason") or "cancelled by user")
+        elif run.stopping == "fenced":
+            self._finish(run.job_id, run.epoch, PENDING, None,
+                         f"node {self.node} was cut off from Redis; its copy was killed and the attempt lost",
+                         checkpointable=run.spec.checkpointable, lost_retries=run.spec.retries)
         elif run.stopping == "requeue":
             self._finish(run.job_id, run.epoch, PENDING, None, f"node {self.node} agent stopped; requeued",
                          checkpointable=run.spec.checkpointable)
@@ -185,13 +218,81 @@ class Supervisor:
         else:
             self._finish(run.job_id, run.epoch, FAILED, code, f"exit code {code}")
 
-    def _finish(self, job_id, epoch, state, exit_code, reason, *, preempted=False, keep_wait=True,
-                checkpointable=False) -> None:
-        ok = self.scripts.finish(job_id, self.node, epoch, state, exit_code, now_ms(), reason, preempted=preempted,
-                                 keep_wait=keep_wait, checkpointable=checkpointable)
+    def _finish(self, job_id, epoch, state, exit_code, reason, **kw) -> None:
+        """Record an outcome (finish.lua, fenced by the epoch). If Redis cannot take it now, it waits
+        in the outbox, with the time it happened, and flush_outbox() writes it later."""
+        kw.setdefault("at_ms", now_ms())
+        try:
+            self._write_outcome(job_id, epoch, state, exit_code, reason, **kw)
+        except Exception:
+            with self.lock:
+                self.outbox.append(((job_id, epoch, state, exit_code, reason), kw))
+            raise
+
+    def _write_outcome(self, job_id, epoch, state, exit_code, reason, *, at_ms, **kw) -> None:
+        ok = self.scripts.finish(job_id, self.node, epoch, state, exit_code, at_ms, reason, **kw)
         self.client.publish(keys.events(self.ns), b"finish")
         if ok != 1:
             log.warning("job %s: outcome %s refused (epoch %d is stale)", job_id, state, epoch)
+
+    def flush_outbox(self) -> None:
+        """Write the outcomes that waited for Redis, oldest first; stops at the first failure."""
+        while True:
+            with self.lock:
+                if not self.outbox:
+                    return
+                args, kw = self.outbox[0]
+            self._write_outcome(*args, **kw)
+            with self.lock:
+                self.outbox.pop(0)
+            log.info("job %s: outcome %s recorded after Redis came back", args[0], args[2])
+
+    # -- what an earlier agent of this node left --------------------------------------------
+    def _record_pid(self, job_id: str, epoch: int, pid: int) -> None:
+        self.pid_dir.mkdir(parents=True, exist_ok=True)
+        (self.pid_dir / job_id).write_text(f"{pid} {epoch}")
+
+    def _forget_pid(self, job_id: str, epoch: int) -> None:
+        path = self.pid_dir / job_id
+        try:
+            if path.read_text().split()[1] == str(epoch):
+                path.unlink()
+        except (OSError, IndexError):
+            pass
+
+    def kill_leftovers(self) -> list[str]:
+        """At agent start: kill the process groups of jobs an earlier agent of this node started
+        (killed -9, it could not stop them). A recorded pid counts only while its process still
+        carries that job's DISPATCH_JOB_ID and epoch, so a reused pid is never killed."""
+        killed = []
+        for path in sorted(self.pid_dir.glob("*")) if self.pid_dir.is_dir() else []:
+            try:
+                pid, epoch = (int(x) for x in path.read_text().split())
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except (OSError, ValueError):
+                environ = []
+                pid = epoch = None
+            if f"DISPATCH_JOB_ID={path.name}".encode() in environ and f"DISPATCH_EPOCH={epoch}".encode() in environ:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                    killed.append(path.name)
+                    log.warning("killed job %s (pid %d), left running by an earlier agent of this node",
+                                path.name, pid)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            path.unlink(missing_ok=True)
+        return killed
+
+    def fence_all(self, why: str) -> int:
+        """This node was cut off from Redis for too long: its jobs are about to be (or were) rerun
+        elsewhere, so kill every copy now. Returns how many were stopped."""
+        with self.lock:
+            runs = [r for r in self.running.values() if r.stopping not in ("stale", "fenced")]
+        for r in runs:
+            r.stopping = "fenced"
+            self._signal(r, 0, signal.SIGKILL)
+            log.warning("job %s: killed, %s", r.job_id, why)
+        return len(runs)
 
     # -- stopping ----------------------------------------------------------------------------
     def _signal(self, run: Running, grace_s: float, first: signal.Signals = signal.SIGTERM) -> None:
@@ -228,6 +329,9 @@ class Supervisor:
             if kind == "cancel":  # a cancel wins over a requeue
                 run.stopping, run.command = "cancel", cmd
             return
+        elif kind in ("preempt", "shrink") and not self._marked_preempting(run):
+            log.warning("control %s for job %s: its record is not marked preempting at epoch %d; ignored",
+                        kind, job_id, run.epoch)
         else:
             run.acks.append(entry_id)
             run.command = cmd
@@ -244,6 +348,12 @@ class Supervisor:
             log.info("job %s: %s %s by %s", job_id, kind, cmd.get("mode", ""), cmd.get("by", "a user"))
             return
         control.ack(self.client, self.ns, self.node, entry_id)
+
+    def _marked_preempting(self, run: Running) -> bool:
+        """A preempt command counts only if its mark took (mark_preempting.lua): a scheduler that lost
+        its lease, or a plan that went stale, sends the command but its mark is refused."""
+        state, epoch = self.client.hmget(keys.job(self.ns, run.job_id), "state", "epoch")
+        return text(state) == "preempting" and text(epoch) == str(run.epoch)
 
     def check(self) -> None:
         """Once a heartbeat: stop copies whose epoch moved (fenced), and record checkpoints reported
@@ -279,3 +389,8 @@ class Supervisor:
         for r in runs:
             if r.thread is not None:
                 r.thread.join(timeout_s + 1)
+        try:
+            self.flush_outbox()
+        except Exception as e:
+            log.warning("%d job outcomes could not be recorded before shutdown: %s", len(self.outbox), e)
+        self._spawner.shutdown(wait=False)

@@ -24,7 +24,7 @@ def encode_spec(spec: JobSpec) -> bytes:
         "cpus": spec.cpus, "mem_gb": spec.mem_gb, "prio": spec.priority, "est_s": spec.est_s,
         "ckpt": spec.checkpointable, "grace_s": spec.grace_s, "submit_ms": spec.submit_ms,
         "share": spec.share, "min_gpus": spec.min_gpus, "preemptible": spec.preemptible,
-        "ckpt_sig": spec.checkpoint_signal,
+        "ckpt_sig": spec.checkpoint_signal, "retries": spec.retries,
     })
 
 
@@ -36,6 +36,12 @@ def _check(cond: bool, key: str, what: str) -> None:
 def _opt_int(value, key: str):
     _check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0), key,
            "bad min_gpus")
+    return value
+
+
+def _retries(value, key: str) -> int:
+    value = 3 if value is None else value
+    _check(isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100, key, "bad retries")
     return value
 
 
@@ -80,6 +86,7 @@ def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
             checkpointable=bool(d["ckpt"]), grace_s=float(d["grace_s"]), submit_ms=d["submit_ms"],
             share=bool(d.get("share", False)), min_gpus=_opt_int(d.get("min_gpus"), key),
             preemptible=bool(d.get("preemptible", False)), checkpoint_signal=_signal(d.get("ckpt_sig"), key),
+            retries=_retries(d.get("retries"), key),
         )
     except KeyError as e:
         raise MalformedRecord(key, f"missing field {e.args[0]!r}") from None

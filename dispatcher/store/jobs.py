@@ -20,7 +20,7 @@ LOG_MAXLEN = 10_000
 
 _FIELDS = ("state", "node", "gpus", "attempt", "epoch", "submit_ms", "assigned_ms", "started_ms",
            "finished_ms", "exit_code", "reason", "cancel_ms", "preemptions", "gpu_s_lost", "preempted_by",
-           "preempt_mode", "preempt_reason", "last_preempted_ms", "checkpoint_ms")
+           "preempt_mode", "preempt_reason", "last_preempted_ms", "checkpoint_ms", "lost")
 
 
 def write_jobs(client, ns: str, specs: list[JobSpec]) -> list[str]:
@@ -88,6 +88,8 @@ def job_view(job_id: str, raw: dict) -> dict:
         "preempt_reason": f["preempt_reason"] or None,
         "last_preempted_at": secs("last_preempted_ms"),
         "checkpoint_at": secs("checkpoint_ms"),
+        "retries": spec.retries if spec else None,
+        "lost": int(f["lost"] or 0),
     }
     return view
 
@@ -95,10 +97,37 @@ def job_view(job_id: str, raw: dict) -> dict:
 def read_job(client, ns: str, job_id: str) -> dict:
     if ":" in job_id or not job_id:
         raise JobNotFound(job_id)
-    raw = client.hgetall(keys.job(ns, job_id))
+    pipe = client.pipeline(transaction=True)
+    pipe.hgetall(keys.job(ns, job_id))
+    pipe.lrange(keys.job_attempts(ns, job_id), 0, -1)
+    raw, attempts = pipe.execute()
     if not raw:
         raise JobNotFound(job_id)
-    return job_view(job_id, raw)
+    view = job_view(job_id, raw)
+    view["attempts"] = [attempt_view(a) for a in attempts]
+    return view
+
+
+def attempt_view(raw: bytes) -> dict:
+    """One ended attempt, as finish.lua recorded it (times in epoch seconds)."""
+    import msgpack
+
+    try:
+        a = msgpack.unpackb(raw, raw=False)
+        if not isinstance(a, dict):
+            raise ValueError
+    except Exception:
+        return {"outcome": "unreadable attempt record"}
+
+    def secs(name):
+        v = a.get(name)
+        return v / 1000.0 if isinstance(v, (int, float)) and v else None
+
+    return {"attempt": a.get("attempt"), "node": a.get("node") or None,
+            "gpus": [int(g) for g in str(a.get("gpus") or "").split(",") if g.isdigit()],
+            "started_at": secs("started_ms") or secs("assigned_ms"), "ended_at": secs("ended_ms"),
+            "outcome": a.get("outcome"), "reason": a.get("reason") or "",
+            "exit_code": int(a["exit_code"]) if str(a.get("exit_code", "")).lstrip("-").isdigit() else None}
 
 
 def read_jobs(client, ns: str, job_ids: list[str]) -> list[dict]:

@@ -8,8 +8,9 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:seq:job               | string | submit (INCR)               | forever                          |
 | <ns>:job:<id>              | hash   | submit, scheduler, agent    | until purged                     |
 |   fields: spec (msgpack JobSpec), state, node, gpus ("0,1"), attempt, epoch,               |
-|   submit_ms, assigned_ms, started_ms, finished_ms, exit_code, reason                        |
+|   submit_ms, assigned_ms, started_ms, finished_ms, exit_code, reason, lost (node failures) |
 | <ns>:job:<id>:log          | stream | agent (XADD, MAXLEN ~)      | until purged                     |
+| <ns>:job:<id>:attempts     | list   | finish.lua (RPUSH)          | one msgpack map per ended attempt|
 | <ns>:jobs:all              | zset   | submit; id -> submit_ms     | until purged                     |
 | <ns>:jobs:pending          | zset   | submit, scheduler, agent    | member removed when placed       |
 | <ns>:jobs:active           | zset   | scheduler, agent            | id -> assigned_ms while held     |
@@ -21,6 +22,8 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:nodes:heartbeat       | zset   | agent heartbeat             | name -> last seen ms             |
 | <ns>:decisions             | list   | scheduler (LPUSH, LTRIM)    | the latest DECISIONS_KEPT        |
 | <ns>:policy                | hash   | scheduler, on (re)load      | text, source, profile, loaded_ms |
+| <ns>:scheduler:leader      | string | leading scheduler (lease)   | "<token> <holder>", TTL lease_s  |
+| <ns>:scheduler:token       | string | lease.lua (INCR)            | fencing tokens, forever          |
 | <ns>:chan:events           | pubsub | everyone                    | wake-up only; losing one is fine |
 
 IDs may not contain ':' (checked at the edge).
@@ -39,6 +42,10 @@ def job(ns: str, job_id: str) -> str:
 
 def job_log(ns: str, job_id: str) -> str:
     return f"{ns}:job:{job_id}:log"
+
+
+def job_attempts(ns: str, job_id: str) -> str:
+    return f"{ns}:job:{job_id}:attempts"
 
 
 def jobs_all(ns: str) -> str:
@@ -75,6 +82,14 @@ def decisions(ns: str) -> str:
 
 def policy(ns: str) -> str:
     return f"{ns}:policy"
+
+
+def scheduler_leader(ns: str) -> str:
+    return f"{ns}:scheduler:leader"
+
+
+def scheduler_token(ns: str) -> str:
+    return f"{ns}:scheduler:token"
 
 
 def events(ns: str) -> str:

@@ -9,7 +9,8 @@ from importlib import resources
 
 from . import keys
 
-_NAMES = ("commit_placement", "mark_running", "finish", "cancel", "mark_preempting", "shrink", "checkpointed")
+_NAMES = ("commit_placement", "mark_running", "finish", "cancel", "mark_preempting", "shrink", "checkpointed",
+          "lease")
 
 
 def _flag(value: bool) -> str:
@@ -22,32 +23,36 @@ class Scripts:
         self._s = {n: client.register_script(resources.files(__package__).joinpath(f"lua/{n}.lua").read_text())
                    for n in _NAMES}
 
-    def commit_placement(self, job_id, node, gpus, epoch, now_ms, *, share=False, client=None):
+    def commit_placement(self, job_id, node, gpus, epoch, now_ms, *, share=False, fence="", client=None):
         ns = self.ns
         return self._s["commit_placement"](
-            keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_pending(ns), keys.jobs_active(ns)],
-            args=[job_id, node, ",".join(map(str, gpus)), epoch, now_ms, _flag(share)], client=client)
+            keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_pending(ns), keys.jobs_active(ns),
+                  keys.scheduler_leader(ns)],
+            args=[job_id, node, ",".join(map(str, gpus)), epoch, now_ms, _flag(share), fence], client=client)
 
     def mark_running(self, job_id, epoch, now_ms, pid, *, client=None):
         return self._s["mark_running"](keys=[keys.job(self.ns, job_id)], args=[epoch, now_ms, pid], client=client)
 
     def finish(self, job_id, node, epoch, state, exit_code, now_ms, reason="", *, preempted=False,
-               keep_wait=True, checkpointable=False, client=None):
-        """End the job (state succeeded/failed/cancelled) or requeue it (state 'pending')."""
+               keep_wait=True, checkpointable=False, lost_retries=None, client=None):
+        """End the job (state succeeded/failed/cancelled) or requeue it (state 'pending').
+        `lost_retries`: the attempt was lost with its node; the job's retry budget."""
         ns = self.ns
         return self._s["finish"](
-            keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns)],
+            keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
+                  keys.job_attempts(ns, job_id)],
             args=[job_id, epoch, state, "" if exit_code is None else exit_code, now_ms, reason, _flag(preempted),
-                  _flag(keep_wait), _flag(checkpointable)], client=client)
+                  _flag(keep_wait), _flag(checkpointable), "" if lost_retries is None else int(lost_retries)],
+            client=client)
 
     def cancel(self, job_id, now_ms, reason, *, client=None):
         ns = self.ns
         return self._s["cancel"](keys=[keys.job(ns, job_id), keys.jobs_pending(ns)],
                                  args=[job_id, now_ms, reason], client=client)
 
-    def mark_preempting(self, job_id, epoch, now_ms, by, mode, why, *, client=None):
-        return self._s["mark_preempting"](keys=[keys.job(self.ns, job_id)], args=[epoch, now_ms, by, mode, why],
-                                          client=client)
+    def mark_preempting(self, job_id, epoch, now_ms, by, mode, why, *, fence="", client=None):
+        return self._s["mark_preempting"](keys=[keys.job(self.ns, job_id), keys.scheduler_leader(self.ns)],
+                                          args=[epoch, now_ms, by, mode, why, fence], client=client)
 
     def shrink(self, job_id, node, epoch, keep_gpus, now_ms, *, client=None):
         ns = self.ns
@@ -56,3 +61,8 @@ class Scripts:
 
     def checkpointed(self, job_id, epoch, at_ms, *, client=None):
         return self._s["checkpointed"](keys=[keys.job(self.ns, job_id)], args=[epoch, at_ms], client=client)
+
+    def lease(self, holder, ttl_ms, op, *, client=None):
+        ns = self.ns
+        return self._s["lease"](keys=[keys.scheduler_leader(ns), keys.scheduler_token(ns)], args=[holder, ttl_ms, op],
+                                client=client)

@@ -144,12 +144,13 @@ class RedisPlanner:
         return q
 
     def commit(self, plan: Plan, epochs: dict[str, int], now_ms: int, keep_wait: bool = True,
-               pending_ids=()) -> tuple[list[tuple[str, int]], list[Preemption]]:
+               pending_ids=(), fence: str = "") -> tuple[list[tuple[str, int]], list[Preemption]]:
         """Returns (job id, new epoch) for placements that took, and the preemptions that took.
 
         Each preemption marks the victim `preempting` (mark_preempting.lua, refused if it is no
         longer running at the epoch the plan saw) and queues the command on its node's control
         stream in the same transaction; an agent ignores a command whose epoch is stale.
+        `fence` is the leader's lease value: once another scheduler leads, both scripts refuse (-4).
         """
         from .. import control
 
@@ -157,7 +158,7 @@ class RedisPlanner:
         for pr in plan.preemptions:
             epoch = epochs[pr.job_id]
             self.scripts.mark_preempting(pr.job_id, epoch, now_ms, f"job {pr.for_job}", pr.mode, pr.reason,
-                                         client=pipe)
+                                         fence=fence, client=pipe)
             control.send(pipe, self.ns, pr.node, {
                 "type": "shrink" if pr.mode == "shrink" else "preempt", "job": pr.job_id, "epoch": epoch,
                 "mode": pr.mode, "keep": list(pr.keep_gpus), "by": f"job {pr.for_job}", "reason": pr.reason,
@@ -165,7 +166,8 @@ class RedisPlanner:
         by_node: dict[str, list] = {}
         for p in plan.placements:
             epoch = epochs[p.job_id]
-            self.scripts.commit_placement(p.job_id, p.node, p.gpus, epoch, now_ms, share=p.share, client=pipe)
+            self.scripts.commit_placement(p.job_id, p.node, p.gpus, epoch, now_ms, share=p.share, fence=fence,
+                                          client=pipe)
             by_node.setdefault(p.node, []).append(self._queue_cls.prepare_data(
                 "workers.jobs.launch", args=[p.job_id, epoch + 1], timeout=-1, result_ttl=300,
                 failure_ttl=86400, description=f"dispatch job {p.job_id} attempt epoch {epoch + 1}"))

@@ -83,10 +83,11 @@ def test_a_malformed_record_is_quarantined_and_the_others_still_run(client, ns, 
 def test_the_scheduler_places_on_live_nodes_only(client, ns):
     write_heartbeat(client, ns, "old", [GpuInfo(0, "NVIDIA A100-40GB", 40.0)], 8, 64.0, now_ms() - 60_000)
     job = submit(client, ns, gpus=1)
-    plan = Scheduler(client, ns).cycle()
+    sched = Scheduler(client, ns)
+    plan = sched.cycle()
     assert plan.placements == () and "no live node" in plan.verdicts[0].reason
     beat(client, ns, "fresh")
-    plan = Scheduler(client, ns).cycle()
+    plan = sched.cycle()
     assert [(p.job_id, p.node) for p in plan.placements] == [(job, "fresh")]
 
 

@@ -1,10 +1,13 @@
 -- Place one pending job on a node: hold its GPUs and mark it assigned.
 -- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] pending zset   KEYS[4] active zset
+-- KEYS[5] scheduler leader key
 -- ARGV[1] job id     ARGV[2] node name         ARGV[3] GPU indices "0,1" ("" for none)
 -- ARGV[4] the epoch the plan saw               ARGV[5] now_ms
 -- ARGV[6] "1" if the job shares its GPUs (alloc value "~id1,id2"), else "0" (alloc value "id")
+-- ARGV[7] the leader's fencing value ("<token> <holder>"; "" = not checked, for tests)
 -- returns the new epoch (> 0); -1 job not pending; -2 epoch moved; -3 a GPU is held
--- (exclusively, or by sharers when this job wants it alone)
+-- (exclusively, or by sharers when this job wants it alone); -4 the caller no longer leads
+if ARGV[7] ~= '' and redis.call('GET', KEYS[5]) ~= ARGV[7] then return -4 end
 if redis.call('HGET', KEYS[1], 'state') ~= 'pending' then return -1 end
 local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0') or 0
 if epoch ~= tonumber(ARGV[4]) then return -2 end

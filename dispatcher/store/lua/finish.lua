@@ -1,16 +1,21 @@
--- A job ended, or goes back to the queue: free what it held, record the outcome.
+-- A job ended, or goes back to the queue: free what it held, record the outcome and the attempt.
 -- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] active zset   KEYS[4] pending zset
+-- KEYS[5] the job's attempts list
 -- ARGV[1] job id     ARGV[2] epoch the writer was given   ARGV[3] new state
 -- ARGV[4] exit code ("" if none)   ARGV[5] now_ms   ARGV[6] reason
 -- ARGV[7] "1" if this requeue is a preemption   ARGV[8] "1" to keep the original submit time for aging
 -- ARGV[9] "1" if the job is checkpointable (work lost counts from its last checkpoint)
+-- ARGV[10] "" normally; for an attempt lost with its node, the job's retry budget: a lost attempt
+--   that had started counts in `lost`, and past the budget the job fails instead of going back
 -- New state 'pending' puts the job back in the queue: attempt + 1, epoch + 1 (fencing any copy
--- still running); a preemption also counts preemptions, last_preempted_ms and gpu_s_lost.
+-- still running); a preemption or a lost attempt also counts gpu_s_lost.
 -- returns 1 done; 0 stale write refused (epoch moved or job not active)
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[2] then return 0 end
 local state = redis.call('HGET', KEYS[1], 'state')
 if state ~= 'assigned' and state ~= 'running' and state ~= 'preempting' then return 0 end
-local gpus = redis.call('HGET', KEYS[1], 'gpus') or ''
+local now = tonumber(ARGV[5])
+local f = redis.call('HMGET', KEYS[1], 'gpus', 'node', 'attempt', 'assigned_ms', 'started_ms', 'checkpoint_ms')
+local gpus = f[1] or ''
 local ngpus = 0
 for g in string.gmatch(gpus, '[^,]+') do
   ngpus = ngpus + 1
@@ -27,27 +32,48 @@ for g in string.gmatch(gpus, '[^,]+') do
   end
 end
 redis.call('ZREM', KEYS[3], ARGV[1])
-if ARGV[3] == 'pending' then
+local new_state, reason = ARGV[3], ARGV[6]
+local outcome = new_state
+local lost = ARGV[10] ~= '' and state ~= 'assigned'  -- an attempt that never started lost nothing
+if new_state == 'pending' then
+  outcome = 'requeued'
+  if ARGV[7] == '1' then outcome = 'preempted' end
+  if ARGV[10] ~= '' then outcome = 'lost' end
+end
+if ARGV[7] == '1' or lost then
+  local since = tonumber(f[5] or ARGV[5]) or now
+  if ARGV[9] == '1' then
+    local ckpt = tonumber(f[6] or '0') or 0
+    if ckpt > since then since = ckpt end
+  end
+  redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s_lost', math.max(0, now - since) * ngpus / 1000)
+end
+if lost then
+  local n = redis.call('HINCRBY', KEYS[1], 'lost', 1)
+  if n > tonumber(ARGV[10]) then
+    new_state = 'failed'
+    reason = reason .. '; gave up after ' .. n .. ' lost attempts (retries ' .. ARGV[10] .. ')'
+  end
+end
+redis.call('RPUSH', KEYS[5], cmsgpack.pack({
+  attempt = tonumber(f[3] or '0') or 0, epoch = tonumber(ARGV[2]), node = f[2] or '', gpus = gpus,
+  assigned_ms = tonumber(f[4] or '0') or 0, started_ms = tonumber(f[5] or '0') or 0, ended_ms = now,
+  outcome = outcome, reason = reason, exit_code = ARGV[4]}))
+if new_state == 'pending' then
   if ARGV[7] == '1' then
-    local now = tonumber(ARGV[5])
-    local since = tonumber(redis.call('HGET', KEYS[1], 'started_ms') or ARGV[5]) or now
-    if ARGV[9] == '1' then
-      local ckpt = tonumber(redis.call('HGET', KEYS[1], 'checkpoint_ms') or '0') or 0
-      if ckpt > since then since = ckpt end
-    end
     redis.call('HINCRBY', KEYS[1], 'preemptions', 1)
-    redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s_lost', math.max(0, now - since) * ngpus / 1000)
     redis.call('HSET', KEYS[1], 'last_preempted_ms', ARGV[5])
   end
   redis.call('HINCRBY', KEYS[1], 'attempt', 1)
   redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-  redis.call('HSET', KEYS[1], 'state', 'pending', 'node', '', 'gpus', '', 'reason', ARGV[6])
+  redis.call('HSET', KEYS[1], 'state', 'pending', 'node', '', 'gpus', '', 'reason', reason)
   redis.call('HDEL', KEYS[1], 'started_ms', 'assigned_ms', 'pid', 'preempting_ms', 'cancel_ms')
   local score = ARGV[5]
   if ARGV[8] == '1' then score = redis.call('HGET', KEYS[1], 'submit_ms') or ARGV[5] end
   redis.call('ZADD', KEYS[4], score, ARGV[1])
 else
-  redis.call('HSET', KEYS[1], 'state', ARGV[3], 'exit_code', ARGV[4], 'finished_ms', ARGV[5],
-             'reason', ARGV[6])
+  if ARGV[10] ~= '' then redis.call('HINCRBY', KEYS[1], 'epoch', 1) end  -- fence a copy cut off with its node
+  redis.call('HSET', KEYS[1], 'state', new_state, 'exit_code', ARGV[4], 'finished_ms', ARGV[5],
+             'reason', reason)
 end
 return 1

@@ -1,0 +1,68 @@
+"""Which nodes are dead, as the leading scheduler sees them, and what happens to their jobs.
+
+A node is dead when the scheduler has itself watched for `node_timeout_s`, on its
+own monotonic clock, without seeing the node's heartbeat value change. Watching
+starts when the scheduler starts leading, so a scheduler (or Redis) restart gives
+every node a full timeout to beat again, and no clock skew between hosts can make
+a live node look dead. The jobs a dead node held are requeued through finish.lua
+as lost attempts (epoch + 1, which fences any copy still running there; the retry
+budget of each job bounds the reruns). The node agent, for its part, kills its own
+jobs once it has failed to heartbeat for `Timing.fence_s`, which is shorter than
+the timeout: a node cut off by a partition has stopped its copies before they run
+elsewhere (docs/guarantees.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from .model import RunningJob
+
+log = logging.getLogger("dispatch.scheduler")
+
+
+class HeartbeatWatch:
+    def __init__(self, timeout_s: float, clock=time.monotonic):
+        self.timeout_s, self.clock = timeout_s, clock
+        self._seen: dict[str, tuple[int | None, float]] = {}  # node -> (heartbeat value, when it last changed)
+
+    def observe(self, beats: dict[str, int]) -> None:
+        """The heartbeat values read this cycle (node -> seen_ms, as the agent wrote it)."""
+        now = self.clock()
+        for name, seen in beats.items():
+            last = self._seen.get(name)
+            if last is None or last[0] != seen:
+                self._seen[name] = (seen, now)
+
+    def silent_s(self, name: str) -> float:
+        """How long this scheduler has watched the node without a new heartbeat."""
+        now = self.clock()
+        if name not in self._seen:  # a node with no heartbeat record: the watch starts now
+            self._seen[name] = (None, now)
+        return now - self._seen[name][1]
+
+    def dead(self, name: str) -> bool:
+        return self.silent_s(name) > self.timeout_s
+
+
+def lost_jobs(running: list[RunningJob], watch: HeartbeatWatch) -> list[tuple[RunningJob, float]]:
+    """Jobs held by dead nodes, with how long their node has been silent."""
+    out = []
+    for r in running:
+        if watch.dead(r.node):
+            out.append((r, watch.silent_s(r.node)))
+    return out
+
+
+def requeue_lost(scripts, lost: list[tuple[RunningJob, float]], epochs: dict[str, int], now_ms: int) -> int:
+    """Put the dead nodes' jobs back in the queue (or fail those out of retries); returns how many."""
+    done = 0
+    for r, silent in lost:
+        reason = f"node {r.node} lost: no heartbeat for {silent:.0f}s"
+        ok = scripts.finish(r.spec.id, r.node, epochs[r.spec.id], "pending", None, now_ms, reason,
+                            checkpointable=r.spec.checkpointable, lost_retries=r.spec.retries)
+        if ok == 1:
+            done += 1
+            log.warning("job %s: %s; requeued (retry budget %d)", r.spec.id, reason, r.spec.retries)
+    return done
