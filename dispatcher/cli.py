@@ -493,10 +493,13 @@ def worker(ctx, node, fake_gpus, cpus, mem_gb, work_dir):
 @cli.command()
 @click.option("--node", default=None, help="Name of the local node (default: the host name).")
 @click.option("--port", default=None, type=click.IntRange(1, 65535), help="Port of the embedded server.")
+@click.option("--fsync", default="everysec", type=click.Choice(["everysec", "always"]),
+              help="Embedded server: append-only file synced every second (default) or on every write "
+                   "(docs/guarantees.md).")
 @_node_options
 @_policy_option
 @common
-def up(ctx, node, port, fake_gpus, cpus, mem_gb, work_dir, policy_path):
+def up(ctx, node, port, fsync, fake_gpus, cpus, mem_gb, work_dir, policy_path):
     """All in one: embedded Redis (unless --redis is given), the scheduler and a local node agent."""
     import socket
     import threading
@@ -514,7 +517,7 @@ def up(ctx, node, port, fake_gpus, cpus, mem_gb, work_dir, policy_path):
         NvmlProbe().close()
     server = None
     if ctx._url_flag is None:
-        server = EmbeddedServer(state_dir() / "data", port).start()
+        server = EmbeddedServer(state_dir() / "data", port, fsync=fsync).start()
         ctx._url_flag = server.url
         record_server(server.url, os.getpid())
         click.echo(f"dispatch: embedded server on {server.url}, data in {server.data_dir}", err=True)

@@ -48,10 +48,15 @@ def free_port() -> int:
 class EmbeddedServer:
     """A server process owned by this process. stop() shuts it down (writing the AOF)."""
 
-    def __init__(self, data_dir: Path, port: int | None = None, *, appendonly: bool = True):
+    def __init__(self, data_dir: Path, port: int | None = None, *, appendonly: bool = True,
+                 fsync: str = "everysec"):
+        """`fsync`: when the append-only file reaches the disk: "everysec" (a crash of the host loses
+        at most about a second of acknowledged writes) or "always" (none; every write waits for it)."""
+        if fsync not in ("everysec", "always"):
+            raise ConfigError(f"--fsync: {fsync!r} is not everysec or always", key="--fsync")
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
-        self.appendonly = appendonly
+        self.appendonly, self.fsync = appendonly, fsync
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -63,7 +68,7 @@ class EmbeddedServer:
         args = [server_binary(), "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.data_dir),
                 "--save", "", "--daemonize", "no", "--logfile", str(self.data_dir / "server.log")]
         if self.appendonly:
-            args += ["--appendonly", "yes", "--appendfsync", "everysec"]
+            args += ["--appendonly", "yes", "--appendfsync", self.fsync]
         else:
             args += ["--appendonly", "no"]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -60,12 +60,16 @@ class NodeAgent:
         self._last_gpus = shape
 
     def _heartbeat_loop(self) -> None:
+        beats = 0
         while not self._stop.wait(self.timing.heartbeat_s):
             try:
                 self.heartbeat()
                 self._last_beat = time.monotonic()
                 self.supervisor.flush_outbox()
                 self.supervisor.check()
+                beats += 1
+                if beats % 10 == 0:  # e.g. an outcome Redis lost in a restart: requeue, never leave it
+                    self.supervisor.reconcile(f"node {self.name} runs no such attempt; attempt lost")
             except Exception as e:  # keep beating through Redis hiccups
                 silent = time.monotonic() - self._last_beat
                 log.warning("heartbeat failed (%.0fs without one): %s", silent, e)
@@ -74,35 +78,9 @@ class NodeAgent:
 
     def recover(self) -> list[str]:
         """Before taking work: kill what an earlier agent of this node left running, and put back in
-        the queue the jobs Redis still shows on this node (that agent died without saying so).
-        A job that had started counts the attempt as lost (its retry budget); returns their ids."""
-        from dispatcher.store.codec import decode_spec
-        from dispatcher.store.connect import text
-
+        the queue every job Redis still shows on this node (that agent died without saying so)."""
         self.supervisor.kill_leftovers()
-        ids = [text(i) for i in self.client.zrange(keys.jobs_active(self.ns), 0, -1)]
-        pipe = self.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hmget(keys.job(self.ns, job_id), "node", "epoch", "spec")
-        requeued = []
-        for job_id, (node, epoch, raw) in zip(ids, pipe.execute()):
-            if text(node) != self.name:
-                continue
-            try:
-                spec = decode_spec(raw, key=keys.job(self.ns, job_id))
-                retries, ckpt = spec.retries, spec.checkpointable
-            except Exception:
-                retries, ckpt = 0, False
-            ok = self.scripts.finish(job_id, self.name, int(text(epoch) or 0), "pending", None,
-                                     int(time.time() * 1000), f"node {self.name} agent restarted; attempt lost",
-                                     checkpointable=ckpt, lost_retries=retries)
-            if ok == 1:
-                requeued.append(job_id)
-        if requeued:
-            log.warning("requeued %d jobs an earlier agent of node %s left: %s", len(requeued), self.name,
-                        ", ".join(requeued))
-            self.client.publish(keys.events(self.ns), b"finish")
-        return requeued
+        return self.supervisor.reconcile(f"node {self.name} agent restarted; attempt lost", everything=True)
 
     def _control_loop(self) -> None:
         """Commands left unfinished by an earlier agent of this node first, then new ones as they come."""

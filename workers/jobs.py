@@ -283,6 +283,40 @@ class Supervisor:
             path.unlink(missing_ok=True)
         return killed
 
+    def reconcile(self, reason: str, *, everything: bool = False, settle_ms: int = 5000) -> list[str]:
+        """Requeue, as lost attempts, the jobs Redis shows running on this node at an epoch this agent
+        does not run (started over `settle_ms` ago, so a launch in flight is left alone). With
+        `everything` (agent start), jobs merely assigned here go back too; their RQ entries then
+        find a moved epoch and do nothing. Returns the ids requeued."""
+        ids = [text(i) for i in self.client.zrange(keys.jobs_active(self.ns), 0, -1)]
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(keys.job(self.ns, job_id), "node", "epoch", "state", "started_ms", "spec")
+        now = now_ms()
+        with self.lock:
+            mine = {(r.job_id, r.epoch) for r in self.running.values()}
+        requeued = []
+        for job_id, (node, epoch, state, started, raw) in zip(ids, pipe.execute()):
+            epoch = int(text(epoch) or 0)
+            if text(node) != self.node or (job_id, epoch) in mine:
+                continue
+            if not everything and (text(state) not in ("running", "preempting")
+                                   or now - int(text(started) or now) < settle_ms):
+                continue
+            try:
+                spec = decode_spec(raw, key=keys.job(self.ns, job_id))
+                retries, ckpt = spec.retries, spec.checkpointable
+            except Exception:
+                retries, ckpt = 0, False
+            if self.scripts.finish(job_id, self.node, epoch, PENDING, None, now, reason, checkpointable=ckpt,
+                                   lost_retries=retries) == 1:
+                requeued.append(job_id)
+        if requeued:
+            log.warning("requeued %d jobs Redis showed on node %s that this agent does not run: %s",
+                        len(requeued), self.node, ", ".join(requeued))
+            self.client.publish(keys.events(self.ns), b"finish")
+        return requeued
+
     def fence_all(self, why: str) -> int:
         """This node was cut off from Redis for too long: its jobs are about to be (or were) rerun
         elsewhere, so kill every copy now. Returns how many were stopped."""

@@ -8,6 +8,10 @@ Pure. A running job V may be preempted for a blocked job P when
   ("class+attained"); or P's team is below its guarantee and
   V's team is above its own (reclaim of borrowed GPUs, same class allowed);
 - V has run at least `min_run_s` and was not preempted within `preempt_cooldown_s`;
+- V is of a lower class than P, or has not yet waited past its class's starvation
+  bound since it was submitted: a job that starved its way to the GPUs keeps them
+  against its own class (as Tiresias promotes starving jobs), else a large job
+  under least-attained-service would start and be preempted again forever;
 - V does not share its GPUs (preempting one sharer frees no whole GPU);
 - V is checkpointable (graceful: checkpoint signal, grace period, SIGKILL), or
   may be killed outright (forced): it opted in with --preemptible, or P is at
@@ -74,6 +78,11 @@ class _Option:
         return (self.standing, self.mode == "forced", self.lost_gpu_s, len(self.release), self.job.spec.id)
 
 
+def past_starvation(spec: JobSpec, now_ms: int, config: PolicyConfig) -> bool:
+    bound = config.starvation_s.get(spec.priority)
+    return bound is not None and (now_ms - spec.submit_ms) / 1000.0 > bound
+
+
 def lost_gpu_s(r: RunningJob, now_ms: int) -> float:
     """GPU-seconds since the job's last checkpoint (since its start if it never reported one,
     or if it cannot resume from one)."""
@@ -88,6 +97,8 @@ def victim_mode(p: JobSpec, v: RunningJob, now_ms: int, config: PolicyConfig, re
     if v.stopping or v.spec.share or not (gap >= 1 or (reclaim and gap >= 0)):
         return None  # a sharing job frees no whole GPU: its neighbours stay
     if (now_ms - v.started_ms) / 1000.0 < config.min_run_s:
+        return None
+    if p.rank <= v.spec.rank and past_starvation(v.spec, now_ms, config):
         return None
     if v.preempted_ms and (now_ms - v.preempted_ms) / 1000.0 < config.preempt_cooldown_s:
         return None

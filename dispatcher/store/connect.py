@@ -1,25 +1,67 @@
-"""Opening a Redis connection, with errors a user can act on."""
+"""Opening a Redis connection, with errors a user can act on.
+
+URLs: ``redis://[user:password@]host:port/db`` (AUTH and ACL users),
+``rediss://...`` (TLS; e.g. ``?ssl_ca_certs=/path/ca.pem`` for a self-signed
+server), ``unix:///path/redis.sock``, and ``redis+sentinel://[user:password@]
+host:26379[,host2:26379...]/service[/db]`` for a Redis primary found through
+Sentinel (a failover moves every client to the new primary).
+"""
 
 from __future__ import annotations
 
+from urllib.parse import unquote, urlsplit
+
 from ..errors import ConnectionError as DispatchConnectionError
 
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 
-def connect(url: str, *, check: bool = True):
-    """A redis-py client for `url` (bytes responses, as RQ needs). Pings unless check=False."""
+
+def _sentinel_client(url: str, **overrides):
+    import redis
+    from redis.sentinel import Sentinel
+
+    parts = urlsplit(url)
+    hosts = []
+    for hp in parts.netloc.rpartition("@")[2].split(","):
+        host, _, port = hp.partition(":")
+        hosts.append((host, int(port or 26379)))
+    path = [p for p in parts.path.split("/") if p]
+    if not path or len(path) > 2 or not all(h for h, _ in hosts):
+        raise ValueError("expected redis+sentinel://host:port[,host:port...]/service[/db]")
+    kwargs = {"db": int(path[1]) if len(path) > 1 else 0, "socket_connect_timeout": 5,
+              "health_check_interval": 30, **overrides}
+    if parts.username:
+        kwargs["username"] = unquote(parts.username)
+    if parts.password:
+        kwargs["password"] = unquote(parts.password)
+    if parts.scheme.startswith("rediss"):
+        kwargs["ssl"] = True
+    sentinel = Sentinel(hosts, socket_connect_timeout=5)
+    client = sentinel.master_for(path[0], redis_class=redis.Redis, **kwargs)
+    return client
+
+
+def connect(url: str, *, check: bool = True, **overrides):
+    """A redis-py client for `url` (bytes responses, as RQ needs). Pings unless check=False.
+    `overrides` are redis-py connection options (socket_timeout=None for a blocking reader)."""
     import redis
 
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
+        if urlsplit(url).scheme in SENTINEL_SCHEMES:
+            client = _sentinel_client(url, **overrides)
+        else:
+            client = redis.Redis.from_url(url, **{"socket_connect_timeout": 5, "health_check_interval": 30,
+                                                 **overrides})
     except ValueError as e:
         raise DispatchConnectionError(url, str(e)) from None
+    client.dispatch_url = url  # clone() opens another connection the same way
     if check:
         try:
             client.ping()
         except redis.exceptions.AuthenticationError as e:
             raise DispatchConnectionError(url, f"authentication failed ({e})") from None
-        except redis.exceptions.RedisError as e:
-            raise DispatchConnectionError(url, str(e) or type(e).__name__) from None
+        except redis.exceptions.RedisError as e:  # redis-py appends a dump of the pool after " : <"
+            raise DispatchConnectionError(url, str(e).split(" : <")[0] or type(e).__name__) from None
     return client
 
 
@@ -35,6 +77,9 @@ def clone(client, **overrides):
     for a connection that blocks longer than redis-py's default 5 s read timeout."""
     import redis
 
+    url = getattr(client, "dispatch_url", None)
+    if url and urlsplit(url).scheme in SENTINEL_SCHEMES:
+        return connect(url, check=False, **overrides)
     pool = client.connection_pool
     kwargs = {**pool.connection_kwargs, **overrides}
     return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
