@@ -25,6 +25,10 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _me() -> str:
+    return os.environ.get("DISPATCH_USER") or os.environ.get("USER") or getpass.getuser()
+
+
 class Client:
     def __init__(self, url: str | None = None, ns: str = DEFAULT_NS):
         self.url, self.ns = resolve_url(url), ns
@@ -41,7 +45,7 @@ class Client:
 
     def _spec(self, command, fields: dict):
         fields = dict(fields)
-        fields.setdefault("user", os.environ.get("USER") or getpass.getuser())
+        fields.setdefault("user", _me())
         fields.setdefault("cwd", os.getcwd())
         if "gpu_mem" in fields:
             fields["gpu_mem_gb"] = fields.pop("gpu_mem")
@@ -51,18 +55,30 @@ class Client:
 
     def submit(self, command, **fields) -> str:
         """Submit one job; fields are submit's flags (gpus=2, gpu_type='A100', est='2h', ...). Returns its id."""
-        return store_jobs.write_jobs(self.redis, self.ns, [self._spec(command, fields)])[0]
+        return self._write([self._spec(command, fields)])[0]
 
     def submit_many(self, requests) -> list[str]:
         """Submit many jobs in one transaction; `requests` are dicts with 'command' and submit's fields.
-        Every request is validated before anything is written: one bad request writes nothing."""
+        Every request is validated before anything is written: one bad request writes nothing.
+        (With identity on, each job is its own signed request.)"""
         specs = [self._spec(r["command"], {k: v for k, v in r.items() if k != "command"}) for r in requests]
+        return self._write(specs)
+
+    def _write(self, specs) -> list[str]:
+        from .store.requests import identity_on, submit_signed
+
+        if identity_on(self.redis, self.ns):
+            return [submit_signed(self.redis, self.ns, s, _me()) for s in specs]
         return store_jobs.write_jobs(self.redis, self.ns, specs)
 
     def show(self, job_id: str) -> dict:
         return store_jobs.read_job(self.redis, self.ns, str(job_id))
 
     def cancel(self, job_id: str) -> str:
+        from .store.requests import act_signed, identity_on
+
+        if identity_on(self.redis, self.ns):
+            return act_signed(self.redis, self.ns, "cancel", _me(), str(job_id))
         return store_jobs.cancel_job(self.scripts, self.redis, self.ns, str(job_id), _now_ms())
 
     def wait(self, job_ids, timeout_s: float | None = None, poll_s: float = 0.2) -> dict[str, str]:

@@ -107,6 +107,11 @@ def cli():
     """dispatch: whose turn is it on the GPUs? Submit jobs; a scoring scheduler places them on GPU nodes."""
 
 
+def _me() -> str:
+    """Who is asking: $DISPATCH_USER, else $USER, else the login name."""
+    return os.environ.get("DISPATCH_USER") or os.environ.get("USER") or getpass.getuser()
+
+
 # -- submitting and looking ------------------------------------------------------------------
 @cli.command(context_settings={"ignore_unknown_options": False})
 @click.option("--name", default="", help="A name for the job.")
@@ -138,12 +143,17 @@ def submit(ctx, name, user, team, gpus, gpu_type, gpu_mem, cpus, mem, priority, 
     from .store.jobs import write_jobs
 
     spec = build_spec(
-        command=command, user=user or os.environ.get("USER") or getpass.getuser(), submit_ms=now_ms(), name=name,
+        command=command, user=user or _me(), submit_ms=now_ms(), name=name,
         team=team, cwd=cwd if cwd is not None else os.getcwd(), env=env, gpus=gpus, gpu_type=gpu_type,
         gpu_mem_gb=gpu_mem, cpus=cpus, mem_gb=mem, priority=priority, est=est, checkpointable=checkpointable,
         grace=grace, share=share, min_gpus=min_gpus, preemptible=preemptible, checkpoint_signal=checkpoint_signal,
         retries=retries)
-    (job_id,) = write_jobs(ctx.client, ctx.ns, [spec])
+    from .store.requests import identity_on, submit_signed
+
+    if identity_on(ctx.client, ctx.ns):
+        job_id = submit_signed(ctx.client, ctx.ns, spec, _me())
+    else:
+        (job_id,) = write_jobs(ctx.client, ctx.ns, [spec])
     click.echo(job_id)
 
 
@@ -203,9 +213,14 @@ def show(ctx, job_id, as_json):
 def cancel(ctx, job_ids):
     """Cancel jobs: pending ones at once, running ones through their node (SIGTERM, grace, SIGKILL)."""
     from .store.jobs import cancel_job
+    from .store.requests import act_signed, identity_on
 
+    signed = identity_on(ctx.client, ctx.ns)
     for job_id in job_ids:
-        outcome = cancel_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms())
+        if signed:
+            outcome = act_signed(ctx.client, ctx.ns, "cancel", _me(), job_id)
+        else:
+            outcome = cancel_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms())
         msg = {"cancelled": "cancelled", "requested": "cancel sent to its node"}.get(outcome, f"already {outcome}")
         click.echo(f"{job_id}: {msg}")
 
@@ -217,9 +232,12 @@ def cancel(ctx, job_ids):
 def preempt(ctx, job_id, force):
     """Preempt a running job: checkpoint signal, grace, SIGKILL; it goes back to the queue."""
     from .store.jobs import preempt_job
+    from .store.requests import act_signed, identity_on
 
-    who = os.environ.get("USER") or getpass.getuser()
-    mode = preempt_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms(), force=force, by=f"operator {who}")
+    if identity_on(ctx.client, ctx.ns):
+        mode = act_signed(ctx.client, ctx.ns, "preempt", _me(), job_id, force=force)
+    else:
+        mode = preempt_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms(), force=force, by=f"operator {_me()}")
     click.echo(f"{job_id}: {mode} preemption sent to its node")
 
 
@@ -433,10 +451,26 @@ def _policy_option(fn):
                         help="Policy file (TOML); reloaded when it changes. Default: built-in weights.")(fn)
 
 
+def _secret_option(fn):
+    fn = click.option("--admins", default="", envvar="DISPATCH_ADMINS", metavar="USER,USER",
+                      help="With --secret-file: users who may cancel or preempt anyone's jobs.")(fn)
+    return click.option("--secret-file", default=None, envvar="DISPATCH_SECRET_FILE", type=click.Path(dir_okay=False),
+                        help="Turn identity on: the lab secret (chmod 600); see docs/security.md.")(fn)
+
+
+def _verifier(secret_file, admins):
+    if not secret_file:
+        return None
+    from .identity import Verifier, load_secret
+
+    return Verifier(load_secret(secret_file), [a for a in admins.split(",") if a])
+
+
 @cli.command()
 @_policy_option
+@_secret_option
 @common
-def scheduler(ctx, policy_path):
+def scheduler(ctx, policy_path, secret_file, admins):
     """Run the scoring scheduler (one per cluster)."""
     import threading
 
@@ -448,7 +482,8 @@ def scheduler(ctx, policy_path):
     source = PolicySource(policy_path)
     stop = threading.Event()
     _stop_on_signals(stop)
-    sched = Scheduler(ctx.client, ctx.ns, policy=source, timing=Timing.from_env())
+    sched = Scheduler(ctx.client, ctx.ns, policy=source, timing=Timing.from_env(),
+                      verifier=_verifier(secret_file, admins))
     click.echo(f"dispatch scheduler on {ctx.url} (namespace {ctx.ns}); leads while it holds the lease, "
                "else stands by", err=True)
     sched.run(stop)
@@ -461,10 +496,12 @@ def _node_options(fn):
     fn = click.option("--mem", "mem_gb", default=None, type=click.FloatRange(0), help="Memory to offer, GB.")(fn)
     fn = click.option("--work-dir", default=None, type=click.Path(file_okay=False),
                       help="Where job logs and checkpoints live on this node.")(fn)
+    fn = click.option("--run-as-user", is_flag=True,
+                      help="Run each job as its submitting Unix user (the agent must run as root).")(fn)
     return fn
 
 
-def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir, before_shutdown=None):
+def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir, run_as_user, verifier=None, before_shutdown=None):
     from .config import Timing, state_dir
     from workers.agent import NodeAgent
     from workers.gpu import open_probe
@@ -472,22 +509,28 @@ def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir, before_shutdown=Non
     if not _NODE_NAME.match(node):
         raise InvalidRequestError(f"--node: {node!r} may hold only letters, digits and _.- (at most 64)",
                                   field="--node")
+    if run_as_user and os.geteuid() != 0:
+        raise InvalidRequestError("--run-as-user: the node agent must run as root to start jobs as their users",
+                                  field="--run-as-user")
     probe = open_probe(fake_gpus)
     agent = NodeAgent(ctx.client, ctx.ns, node, probe, cpus=cpus, mem_gb=mem_gb,
-                      work_dir=work_dir or state_dir() / "node" / node, timing=Timing.from_env(), url=ctx.url)
+                      work_dir=work_dir or state_dir() / "node" / node, timing=Timing.from_env(), url=ctx.url,
+                      run_as_user=run_as_user, verifier=verifier)
     agent.run(before_shutdown)
 
 
 @cli.command()
 @click.option("--node", default=None, help="Node name (default: the host name).")
 @_node_options
+@_secret_option
 @common
-def worker(ctx, node, fake_gpus, cpus, mem_gb, work_dir):
+def worker(ctx, node, fake_gpus, cpus, mem_gb, work_dir, run_as_user, secret_file, admins):
     """Run a node agent on this GPU host: heartbeat its GPUs and run the jobs placed on it."""
     import socket
 
     _setup_logging(ctx.debug)
-    _run_agent(ctx, node or socket.gethostname().split(".")[0], fake_gpus, cpus, mem_gb, work_dir)
+    _run_agent(ctx, node or socket.gethostname().split(".")[0], fake_gpus, cpus, mem_gb, work_dir, run_as_user,
+               _verifier(secret_file, admins))
 
 
 @cli.command()
@@ -498,8 +541,9 @@ def worker(ctx, node, fake_gpus, cpus, mem_gb, work_dir):
                    "(docs/guarantees.md).")
 @_node_options
 @_policy_option
+@_secret_option
 @common
-def up(ctx, node, port, fsync, fake_gpus, cpus, mem_gb, work_dir, policy_path):
+def up(ctx, node, port, fsync, fake_gpus, cpus, mem_gb, work_dir, run_as_user, policy_path, secret_file, admins):
     """All in one: embedded Redis (unless --redis is given), the scheduler and a local node agent."""
     import socket
     import threading
@@ -522,7 +566,8 @@ def up(ctx, node, port, fsync, fake_gpus, cpus, mem_gb, work_dir, policy_path):
         record_server(server.url, os.getpid())
         click.echo(f"dispatch: embedded server on {server.url}, data in {server.data_dir}", err=True)
     stop = threading.Event()
-    sched = Scheduler(ctx.client, ctx.ns, policy=source, timing=Timing.from_env())
+    verifier = _verifier(secret_file, admins)
+    sched = Scheduler(ctx.client, ctx.ns, policy=source, timing=Timing.from_env(), verifier=verifier)
     sched_thread = threading.Thread(target=sched.run, args=(stop,), name="scheduler", daemon=True)
     sched_thread.start()
 
@@ -533,13 +578,29 @@ def up(ctx, node, port, fsync, fake_gpus, cpus, mem_gb, work_dir, policy_path):
     try:
         click.echo("dispatch: scheduler and node agent running; Ctrl-C stops everything", err=True)
         _run_agent(ctx, node or socket.gethostname().split(".")[0], fake_gpus, cpus, mem_gb, work_dir,
-                   stop_scheduler)
+                   run_as_user, verifier, stop_scheduler)
     finally:
         stop_scheduler()
         if server is not None:
             forget_server(os.getpid())
             server.stop()
         click.echo("dispatch: stopped", err=True)
+
+
+@cli.group()
+def auth():
+    """Identity (docs/security.md): per-user tokens for signed requests."""
+
+
+@auth.command("token")
+@click.argument("user")
+@click.option("--secret-file", required=True, type=click.Path(dir_okay=False), help="The lab secret (chmod 600).")
+def auth_token(user, secret_file):
+    """Print USER's token (give it to them for $DISPATCH_TOKEN or ~/.config/dispatch/token)."""
+    from .identity import load_secret, token_for
+    from .spec import _label
+
+    click.echo(token_for(load_secret(secret_file), _label(user, "USER")))
 
 
 @cli.command()

@@ -49,14 +49,14 @@ class EmbeddedServer:
     """A server process owned by this process. stop() shuts it down (writing the AOF)."""
 
     def __init__(self, data_dir: Path, port: int | None = None, *, appendonly: bool = True,
-                 fsync: str = "everysec"):
+                 fsync: str = "everysec", bind: str = "127.0.0.1"):
         """`fsync`: when the append-only file reaches the disk: "everysec" (a crash of the host loses
         at most about a second of acknowledged writes) or "always" (none; every write waits for it)."""
         if fsync not in ("everysec", "always"):
             raise ConfigError(f"--fsync: {fsync!r} is not everysec or always", key="--fsync")
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
-        self.appendonly, self.fsync = appendonly, fsync
+        self.appendonly, self.fsync, self.bind = appendonly, fsync, bind
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -65,8 +65,10 @@ class EmbeddedServer:
 
     def start(self, timeout_s: float = 10.0) -> "EmbeddedServer":
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [server_binary(), "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.data_dir),
+        args = [server_binary(), "--bind", *self.bind.split(), "--port", str(self.port), "--dir", str(self.data_dir),
                 "--save", "", "--daemonize", "no", "--logfile", str(self.data_dir / "server.log")]
+        if self.bind != "127.0.0.1":  # a test host in a network namespace reaches it over a veth pair
+            args += ["--protected-mode", "no"]
         if self.appendonly:
             args += ["--appendonly", "yes", "--appendfsync", self.fsync]
         else:

@@ -45,13 +45,18 @@ class CycleStats:
 
 class Scheduler:
     def __init__(self, client, ns: str = keys.DEFAULT_NS, *, policy: PolicySource | None = None,
-                 timing: Timing | None = None, holder: str | None = None):
+                 timing: Timing | None = None, holder: str | None = None, verifier=None):
         self.client, self.ns = client, ns
         self.policy = policy or PolicySource(None)
         self.timing = timing or Timing()
         self.scripts = Scripts(client, ns)
         self.lease = Lease(client, ns, self.scripts, self.timing.lease_s, holder)
         self.watch: HeartbeatWatch | None = None  # while leading
+        self.requests = None
+        if verifier is not None:  # identity on: users' signed requests come through the leader
+            from .store.requests import RequestServer
+
+            self.requests = RequestServer(client, ns, verifier, self.scripts)
         self.planner = RedisPlanner(client, ns, self.scripts)
         self.cache = SpecCache()
         self.stats = CycleStats()
@@ -82,6 +87,8 @@ class Scheduler:
             log.info("leading the scheduling of namespace %s (fencing token %d)", self.ns, token)
             self.watch = HeartbeatWatch(self.timing.node_timeout_s)
             self._published = None
+            if self.requests is not None:
+                self.requests.publish_mode()
         return True
 
     def cycle(self) -> Plan:
@@ -90,6 +97,8 @@ class Scheduler:
         if not self._lead():
             return Plan()
         t0 = time.perf_counter()
+        if self.requests is not None:
+            self.requests.serve()
         now = now_ms()
         self.policy.refresh()
         profile, config = self.policy.current(now / 1000.0)

@@ -41,13 +41,15 @@ def default_mem_gb() -> float:
 
 class NodeAgent:
     def __init__(self, client, ns: str, name: str, probe, *, cpus: int | None = None,
-                 mem_gb: float | None = None, work_dir: Path, timing: Timing | None = None, url: str = ""):
+                 mem_gb: float | None = None, work_dir: Path, timing: Timing | None = None, url: str = "",
+                 run_as_user: bool = False, verifier=None):
         self.client, self.ns, self.name, self.probe = client, ns, name, probe
         self.cpus = cpus if cpus is not None else (os.cpu_count() or 1)
         self.mem_gb = mem_gb if mem_gb is not None else default_mem_gb()
         self.timing = timing or Timing()
         self.scripts = Scripts(client, ns)
-        self.supervisor = jobs.Supervisor(client, ns, name, self.scripts, Path(work_dir), url)
+        self.supervisor = jobs.Supervisor(client, ns, name, self.scripts, Path(work_dir), url, run_as_user,
+                                          verifier)
         self._stop = threading.Event()
         self._last_gpus = None
         self._last_beat = time.monotonic()  # the last heartbeat Redis took

@@ -56,6 +56,23 @@ def _die_with_agent() -> None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def unix_identity(user: str, ckpt_dir: Path, env: dict) -> dict:
+    """Popen arguments that run a job as its submitting Unix user (Slurm's model: the agent is root,
+    the job is not). Sets HOME/USER/LOGNAME and hands the user its checkpoint directory. Raises
+    LookupError for a user this node does not know, or for root."""
+    import pwd
+
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        raise LookupError(f"no Unix user {user!r}") from None
+    if pw.pw_uid == 0:
+        raise LookupError("jobs are not run as root (the agent runs with --run-as-user)")
+    os.chown(ckpt_dir, pw.pw_uid, pw.pw_gid)
+    env.update({"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name})
+    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": os.getgrouplist(pw.pw_name, pw.pw_gid)}
+
+
 def launch(job_id: str, epoch: int) -> str:
     """RQ entry point. Plain data in (JSON serializer): the job id and its epoch."""
     if _supervisor is None:
@@ -82,9 +99,12 @@ class Running:
 
 
 class Supervisor:
-    def __init__(self, client, ns: str, node: str, scripts, work_dir: Path, url: str = ""):
+    def __init__(self, client, ns: str, node: str, scripts, work_dir: Path, url: str = "",
+                 run_as_user: bool = False, verifier=None):
         self.client, self.ns, self.node, self.scripts = client, ns, node, scripts
         self.work_dir, self.url = work_dir, url
+        self.run_as_user = run_as_user  # start each job as its submitting Unix user (the agent is root)
+        self.verifier = verifier  # identity on: start only jobs whose record is what their user signed
         self.running: dict[str, Running] = {}
         self.lock = threading.Lock()
         self.outbox: list[tuple[tuple, dict]] = []  # outcomes Redis did not take yet, oldest first
@@ -96,8 +116,8 @@ class Supervisor:
     # -- starting ---------------------------------------------------------------------------
     def launch(self, job_id: str, epoch: int) -> str:
         raw = self.client.hmget(keys.job(self.ns, job_id), "spec", "epoch", "node", "gpus", "attempt",
-                                "cancel_ms", "state")
-        spec_raw, cur_epoch, node, gpus, attempt, cancel_ms, state = raw
+                                "cancel_ms", "state", "signed", "sig")
+        spec_raw, cur_epoch, node, gpus, attempt, cancel_ms, state, signed, sig = raw
         if text(cur_epoch) != str(epoch) or text(node) != self.node or text(state) != "assigned":
             log.info("job %s epoch %s is stale here (now epoch %s, node %s, %s); not started",
                      job_id, epoch, text(cur_epoch), text(node), text(state))
@@ -109,6 +129,10 @@ class Supervisor:
             spec = decode_spec(spec_raw, key=keys.job(self.ns, job_id))
         except Exception as e:
             self._finish(job_id, epoch, FAILED, None, f"unusable job record: {e}")
+            return "failed"
+        if self.verifier is not None and not self._signed_by_its_user(spec, signed, text(sig)):
+            self._finish(job_id, epoch, FAILED, None, f"refused by node {self.node}: the job record is not what "
+                                                      f"user {spec.user} signed")
             return "failed"
         gpu_list = text(gpus)
         ckpt = self.work_dir / "checkpoints" / job_id
@@ -136,11 +160,18 @@ class Supervisor:
             return "failed"
         log_path = self.work_dir / "logs" / f"{job_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        identity = {}
+        if self.run_as_user:
+            try:
+                identity = unix_identity(spec.user, ckpt, env)
+            except LookupError as e:
+                self._finish(job_id, epoch, FAILED, None, f"{e} on node {self.node}")
+                return "failed"
         try:
             proc = self._spawner.submit(
                 subprocess.Popen, list(spec.command), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_die_with_agent).result()
+                preexec_fn=_die_with_agent, **identity).result()
         except OSError as e:
             msg = f"cannot start {spec.command[0]!r}: {e.strerror or e}"
             append_log(self.client, self.ns, job_id, (msg + "\n").encode())
@@ -160,6 +191,16 @@ class Supervisor:
         run.thread.start()
         log.info("job %s started on GPUs [%s], pid %d", job_id, gpu_list, proc.pid)
         return "started"
+
+    def _signed_by_its_user(self, spec: JobSpec, signed, sig: str) -> bool:
+        from dataclasses import replace
+
+        if not signed or not self.verifier.spec_ok(spec.user, signed, sig):
+            return False
+        try:
+            return replace(decode_spec(signed, key="signed spec"), id=spec.id) == spec
+        except Exception:
+            return False
 
     # -- watching ----------------------------------------------------------------------------
     def _watch(self, run: Running, log_path: Path) -> None:
@@ -213,6 +254,9 @@ class Supervisor:
                 self.launch(run.job_id, int(epoch))
         elif code == 0:
             self._finish(run.job_id, run.epoch, SUCCEEDED, 0, "")
+        elif code == -signal.SIGKILL:  # the OOM killer, an operator's kill -9: not the job's own failure
+            self._finish(run.job_id, run.epoch, PENDING, code, "killed by SIGKILL from outside dispatch; attempt lost",
+                         checkpointable=run.spec.checkpointable, lost_retries=run.spec.retries)
         elif code < 0:
             self._finish(run.job_id, run.epoch, FAILED, code, f"killed by signal {signal.Signals(-code).name}")
         else:

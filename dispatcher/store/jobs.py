@@ -23,8 +23,12 @@ _FIELDS = ("state", "node", "gpus", "attempt", "epoch", "submit_ms", "assigned_m
            "preempt_mode", "preempt_reason", "last_preempted_ms", "checkpoint_ms", "lost")
 
 
-def write_jobs(client, ns: str, specs: list[JobSpec]) -> list[str]:
-    """Submit specs (their id is assigned here); returns the new ids, in order."""
+def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, str] | None = None,
+               also=None) -> list[str]:
+    """Submit specs (their id is assigned here); returns the new ids, in order.
+
+    `signed`: for one spec submitted under identity, the bytes the user signed and the signature
+    (kept so that agents check them again); `also(pipe, ids)` adds writes to the same transaction."""
     if not specs:
         return []
     last = client.incrby(keys.job_seq(ns), len(specs))
@@ -32,12 +36,14 @@ def write_jobs(client, ns: str, specs: list[JobSpec]) -> list[str]:
     pipe = client.pipeline(transaction=True)
     for job_id, spec in zip(ids, specs):
         spec = replace(spec, id=job_id)
-        pipe.hset(keys.job(ns, job_id), mapping={
-            "spec": encode_spec(spec), "state": PENDING, "attempt": 0, "epoch": 0,
-            "submit_ms": spec.submit_ms,
-        })
+        fields = {"spec": encode_spec(spec), "state": PENDING, "attempt": 0, "epoch": 0, "submit_ms": spec.submit_ms}
+        if signed is not None:
+            fields.update(signed=signed[0], sig=signed[1])
+        pipe.hset(keys.job(ns, job_id), mapping=fields)
         pipe.zadd(keys.jobs_all(ns), {job_id: spec.submit_ms})
         pipe.zadd(keys.jobs_pending(ns), {job_id: spec.submit_ms})
+    if also is not None:
+        also(pipe, ids)
     pipe.publish(keys.events(ns), b"submit")
     pipe.execute()
     return ids

@@ -22,6 +22,10 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:nodes:heartbeat       | zset   | agent heartbeat             | name -> last seen ms             |
 | <ns>:decisions             | list   | scheduler (LPUSH, LTRIM)    | the latest DECISIONS_KEPT        |
 | <ns>:policy                | hash   | scheduler, on (re)load      | text, source, profile, loaded_ms |
+| <ns>:auth                  | hash   | scheduler with a secret     | mode "hmac", admins: identity on |
+| <ns>:requests              | stream | clients under identity      | signed submit/cancel/preempt     |
+| <ns>:requests:done         | string | leading scheduler           | id of the last request handled   |
+| <ns>:reply:<request id>    | list   | leading scheduler           | the answer, 60 s                 |
 | <ns>:scheduler:leader      | string | leading scheduler (lease)   | "<token> <holder>", TTL lease_s  |
 | <ns>:scheduler:token       | string | lease.lua (INCR)            | fencing tokens, forever          |
 | <ns>:chan:events           | pubsub | everyone                    | wake-up only; losing one is fine |
@@ -90,6 +94,22 @@ def scheduler_leader(ns: str) -> str:
 
 def scheduler_token(ns: str) -> str:
     return f"{ns}:scheduler:token"
+
+
+def auth(ns: str) -> str:
+    return f"{ns}:auth"
+
+
+def requests(ns: str) -> str:
+    return f"{ns}:requests"
+
+
+def requests_done(ns: str) -> str:
+    return f"{ns}:requests:done"
+
+
+def reply(ns: str, request_id: str) -> str:
+    return f"{ns}:reply:{request_id}"
 
 
 def events(ns: str) -> str:

@@ -1,0 +1,92 @@
+"""Per-user identity: HMAC-signed requests, checked by the scheduler and the node agents.
+
+Off by default: then a job's user is whatever the submitter says ($USER), as in RQ.
+A lab turns it on by starting its scheduler (and node agents) with a secret file,
+like Slurm's munge key (docs/security.md):
+
+- Each user's token is HMAC-SHA256(secret, user). The admin hands it out
+  (`dispatch auth token USER --secret-file F`); the user keeps it in
+  $DISPATCH_TOKEN or ~/.config/dispatch/token. Nobody stores a token table.
+- While identity is on, `<ns>:auth` says so, and clients send submit, cancel and
+  preempt as signed requests (store/requests.py); the scheduler checks the
+  signature and the time, lets only the owner or an admin cancel or preempt, and
+  writes the job itself with its signature; agents check that signature again
+  before they start the job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import stat
+from pathlib import Path
+
+from .errors import ConfigError, DispatcherError, EXIT_USAGE
+
+#: A request signed longer ago than this (or this far in the future) is refused: it bounds replays.
+MAX_SKEW_S = 300.0
+
+
+class NotAllowed(DispatcherError):
+    exit_code = EXIT_USAGE
+
+
+def load_secret(path) -> bytes:
+    """The lab secret: a file readable by its owner only (at least 16 bytes)."""
+    p = Path(path)
+    try:
+        mode = p.stat().st_mode
+        data = p.read_bytes().strip()
+    except OSError as e:
+        raise ConfigError(f"--secret-file: cannot read {p}: {e.strerror}", key="--secret-file") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(f"--secret-file: {p} is readable by others; chmod 600 {p}", key="--secret-file")
+    if len(data) < 16:
+        raise ConfigError(f"--secret-file: {p} holds under 16 bytes; make one with: "
+                          f"head -c 32 /dev/urandom | base64 > {p}", key="--secret-file")
+    return data
+
+
+def token_for(secret: bytes, user: str) -> str:
+    return hmac.new(secret, b"dispatch-user:" + user.encode(), hashlib.sha256).hexdigest()
+
+
+def sign(token: str, *parts) -> str:
+    """HMAC-SHA256 over the parts (bytes or str), each length-prefixed so that no two splits collide."""
+    mac = hmac.new(token.encode(), digestmod=hashlib.sha256)
+    for part in parts:
+        b = part if isinstance(part, (bytes, bytearray)) else str(part).encode()
+        mac.update(len(b).to_bytes(8, "big") + b)
+    return mac.hexdigest()
+
+
+def verify(secret: bytes, user: str, signature: str, *parts) -> bool:
+    return hmac.compare_digest(sign(token_for(secret, user), *parts), signature or "")
+
+
+def client_token() -> str | None:
+    """This user's token: $DISPATCH_TOKEN, else ~/.config/dispatch/token (XDG_CONFIG_HOME)."""
+    if os.environ.get("DISPATCH_TOKEN"):
+        return os.environ["DISPATCH_TOKEN"].strip()
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    try:
+        return (Path(base) / "dispatch" / "token").read_text().strip() or None
+    except OSError:
+        return None
+
+
+class Verifier:
+    """What the scheduler and agents hold while identity is on: the secret and the admins."""
+
+    def __init__(self, secret: bytes, admins=()):
+        self.secret, self.admins = secret, frozenset(admins)
+
+    def request_ok(self, user: str, signature: str, *parts) -> bool:
+        return verify(self.secret, user, signature, *parts)
+
+    def spec_ok(self, user: str, spec_bytes: bytes, signature: str) -> bool:
+        return verify(self.secret, user, signature, b"spec", spec_bytes)
+
+    def may_act_on(self, user: str, owner: str) -> bool:
+        return user == owner or user in self.admins

@@ -1,0 +1,172 @@
+"""Signed requests, for clusters with identity on (dispatcher/identity.py).
+
+A client XADDs {id, kind, user, ts, body (msgpack), sig} to keys.requests and waits
+on keys.reply(id). The leading scheduler reads the requests after the last one it
+handled (keys.requests_done), checks each signature and time, carries it out as
+that user, and answers. A submit is written in the same transaction that records
+the request as handled, so a scheduler killed mid-way never submits twice; cancel
+and preempt are idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import msgpack
+
+from ..errors import DispatcherError, InvalidRequestError
+from ..identity import MAX_SKEW_S, NotAllowed, Verifier, sign
+from . import keys
+from .codec import decode_spec
+from .connect import text
+
+log = logging.getLogger("dispatch.requests")
+
+KINDS = ("submit", "cancel", "preempt")
+REQUESTS_MAXLEN = 100_000
+REPLY_TTL_S = 60
+MAX_BODY_BYTES = 300 * 1024
+
+
+def identity_on(client, ns: str) -> bool:
+    return text(client.hget(keys.auth(ns), "mode")) == "hmac"
+
+
+def send(client, ns: str, kind: str, user: str, token: str, body: dict, timeout_s: float = 15.0) -> dict:
+    """Send one signed request and wait for the scheduler's answer (raises its error)."""
+    rid, ts = uuid.uuid4().hex, f"{time.time():.3f}"
+    raw = msgpack.packb(body)
+    pipe = client.pipeline(transaction=False)
+    pipe.xadd(keys.requests(ns), {"id": rid, "kind": kind, "user": user, "ts": ts, "body": raw,
+                                  "sig": sign(token, kind, rid, user, ts, raw)},
+              maxlen=REQUESTS_MAXLEN, approximate=True)
+    pipe.publish(keys.events(ns), b"request")
+    pipe.execute()
+    got = client.blpop([keys.reply(ns, rid)], timeout=timeout_s)
+    if got is None:
+        raise DispatcherError(f"no scheduler answered the {kind} request within {timeout_s:g}s; "
+                              "is `dispatch scheduler` running (with --secret-file)?")
+    answer = msgpack.unpackb(got[1], raw=False)
+    if not answer.get("ok"):
+        cls = NotAllowed if answer.get("denied") else InvalidRequestError
+        raise cls(answer.get("error", "refused"))
+    return answer
+
+
+class RequestServer:
+    """The leading scheduler's side: handle every request after the last one handled."""
+
+    def __init__(self, client, ns: str, verifier: Verifier, scripts, clock=time.time):
+        self.client, self.ns, self.verifier, self.scripts, self.clock = client, ns, verifier, scripts, clock
+
+    def publish_mode(self) -> None:
+        self.client.hset(keys.auth(self.ns), mapping={"mode": "hmac", "admins": ",".join(sorted(self.verifier.admins))})
+
+    def serve(self, batch: int = 500) -> int:
+        """Handle waiting requests; returns how many."""
+        done = text(self.client.get(keys.requests_done(self.ns))) or "0"
+        entries = self.client.xrange(keys.requests(self.ns), min=f"({done}", count=batch)
+        for entry_id, fields in entries:
+            self._handle(text(entry_id), {text(k): v for k, v in fields.items()})
+        return len(entries)
+
+    def _handle(self, entry_id: str, f: dict) -> None:
+        rid = text(f.get("id"))[:64]
+
+        def record(pipe, answer: dict) -> None:  # the answer, and this request marked handled
+            if rid:
+                pipe.rpush(keys.reply(self.ns, rid), msgpack.packb(answer))
+                pipe.expire(keys.reply(self.ns, rid), REPLY_TTL_S)
+            pipe.set(keys.requests_done(self.ns), entry_id)
+
+        try:
+            answer = self._carry_out(f, record)
+        except NotAllowed as e:
+            answer = {"ok": False, "denied": True, "error": str(e)}
+        except DispatcherError as e:
+            answer = {"ok": False, "error": str(e)}
+        except Exception as e:  # a hostile request must not stop the scheduler
+            log.warning("request %s refused: %s: %s", entry_id, type(e).__name__, e)
+            answer = {"ok": False, "error": f"malformed request ({type(e).__name__})"}
+        if answer is not None:  # (a submit recorded itself in the transaction that wrote the job)
+            pipe = self.client.pipeline(transaction=True)
+            record(pipe, answer)
+            pipe.execute()
+        if answer is not None and not answer["ok"]:
+            log.info("request %s (%s by %s) refused: %s", entry_id, text(f.get("kind")), text(f.get("user")),
+                     answer["error"])
+
+    def _carry_out(self, f: dict, record) -> dict | None:
+        kind, rid, user, ts, raw, sig = (f.get(k) for k in ("kind", "id", "user", "ts", "body", "sig"))
+        kind, rid, user, ts, sig = text(kind), text(rid), text(user), text(ts), text(sig)
+        if kind not in KINDS or not rid or not user or not isinstance(raw, bytes) or len(raw) > MAX_BODY_BYTES:
+            raise InvalidRequestError("malformed request")
+        if not self.verifier.request_ok(user, sig, kind, rid, user, ts, raw):
+            raise NotAllowed(f"signature does not match user {user!r}; check your token (DISPATCH_TOKEN)")
+        if abs(self.clock() - float(ts)) > MAX_SKEW_S:
+            raise NotAllowed(f"request signed at {ts}, over {MAX_SKEW_S:.0f}s from the scheduler's clock")
+        body = msgpack.unpackb(raw, raw=False)
+        if not isinstance(body, dict):
+            raise InvalidRequestError("malformed request body")
+        if kind == "submit":
+            return self._submit(user, body, record)
+        return self._act(kind, user, body)
+
+    def _submit(self, user: str, body: dict, record) -> None:
+        from .jobs import write_jobs
+
+        spec_bytes, spec_sig = body.get("spec"), text(body.get("sig"))
+        spec = decode_spec(spec_bytes, key="submitted spec")
+        if spec.user != user:
+            raise NotAllowed(f"user {user!r} may not submit a job as {spec.user!r}")
+        if not self.verifier.spec_ok(user, spec_bytes, spec_sig):
+            raise NotAllowed("the job spec's signature does not match")
+        write_jobs(self.client, self.ns, [spec], signed=(spec_bytes, spec_sig),
+                   also=lambda pipe, ids: record(pipe, {"ok": True, "id": ids[0]}))
+        return None
+
+    def _act(self, kind: str, user: str, body: dict) -> dict:
+        from .jobs import cancel_job, preempt_job, read_job
+
+        job_id = str(body.get("job", ""))
+        owner = read_job(self.client, self.ns, job_id)["user"]
+        if not self.verifier.may_act_on(user, owner):
+            raise NotAllowed(f"job {job_id} belongs to {owner}; only its owner or an admin may {kind} it")
+        now = int(self.clock() * 1000)
+        if kind == "cancel":
+            return {"ok": True, "outcome": cancel_job(self.scripts, self.client, self.ns, job_id, now,
+                                                      f"cancelled by {user}")}
+        mode = preempt_job(self.scripts, self.client, self.ns, job_id, now, force=bool(body.get("force")),
+                           by=f"user {user}")
+        return {"ok": True, "outcome": mode}
+
+
+
+# -- the client's side ---------------------------------------------------------------------------
+def _token() -> str:
+    from ..errors import ConfigError
+    from ..identity import client_token
+
+    token = client_token()
+    if not token:
+        raise ConfigError("this cluster has identity on: put your token in $DISPATCH_TOKEN or "
+                          "~/.config/dispatch/token (an admin makes it: dispatch auth token USER)", key="token")
+    return token
+
+
+def submit_signed(client, ns: str, spec, requester: str) -> str:
+    """`requester` submits one spec (for themself: spec.user must be them), through the scheduler;
+    returns the job id."""
+    from .codec import encode_spec
+
+    token = _token()
+    spec_bytes = encode_spec(spec)
+    body = {"spec": spec_bytes, "sig": sign(token, b"spec", spec_bytes)}
+    return str(send(client, ns, "submit", requester, token, body)["id"])
+
+
+def act_signed(client, ns: str, kind: str, user: str, job_id: str, **extra) -> str:
+    """Cancel or preempt a job as `user` (its owner or an admin); returns the outcome."""
+    return str(send(client, ns, kind, user, _token(), {"job": job_id, **extra})["outcome"])

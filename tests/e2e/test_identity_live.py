@@ -1,0 +1,65 @@
+"""Identity on: signed requests, owner-or-admin cancel, and agents that start only what a user signed."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from dispatcher.spec import build_spec
+from dispatcher.store.jobs import write_jobs
+from dispatcher.store.requests import identity_on
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def lab(cli, tmp_path, client):
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    secret.chmod(0o600)
+    cli.start("scheduler", "--secret-file", str(secret), "--admins", "boss")
+    cli.start("worker", "--node", "n1", "--fake-gpus", "2xA100-40GB", "--work-dir", str(tmp_path / "n1"),
+              "--secret-file", str(secret))
+    cli.wait_for(lambda: identity_on(client, cli.ns), what="the scheduler to turn identity on")
+    tokens = {u: cli.run("auth", "token", u, "--secret-file", str(secret)).stdout.strip()
+              for u in ("alice", "bob", "boss")}
+    return tokens
+
+
+def as_user(tokens, user, token=None):
+    return {"DISPATCH_USER": user, "DISPATCH_TOKEN": token or tokens[user]}
+
+
+def test_a_users_signed_job_runs_and_only_its_owner_or_an_admin_may_cancel(cli, lab):
+    alice = as_user(lab, "alice")
+    job = cli.run("submit", "--gpus", "1", "--", sys.executable, "-c", "print('hi')", **alice).stdout.strip()
+    cli.wait_for(lambda: cli.show(job)["state"] == "succeeded", what="alice's job to succeed")
+    assert cli.show(job)["user"] == "alice"
+
+    long = cli.run("submit", "--", "sleep", "60", **alice).stdout.strip()
+    cli.wait_for(lambda: cli.show(long)["state"] == "running", what="the long job to run")
+    refused = cli.run("cancel", long, check=False, **as_user(lab, "bob"))
+    assert refused.returncode != 0 and "belongs to alice" in refused.stderr and "Traceback" not in refused.stderr
+    assert cli.show(long)["state"] == "running"
+    assert "cancel" in cli.run("cancel", long, **as_user(lab, "boss")).stdout  # an admin may
+    cli.wait_for(lambda: cli.show(long)["state"] == "cancelled", what="the admin's cancel")
+
+
+def test_nobody_submits_as_someone_else_or_with_a_wrong_token(cli, lab):
+    as_alice = cli.run("submit", "--user", "alice", "--", "true", check=False, **as_user(lab, "bob"))
+    assert as_alice.returncode != 0 and "may not submit a job as 'alice'" in as_alice.stderr
+    forged = cli.run("submit", "--", "true", check=False, **as_user(lab, "alice", token="0" * 64))
+    assert forged.returncode != 0 and "signature does not match" in forged.stderr
+    no_token = cli.run("submit", "--", "true", check=False, DISPATCH_USER="alice", DISPATCH_TOKEN="",
+                       XDG_CONFIG_HOME=str(cli.home / "empty"))
+    assert no_token.returncode != 0 and "identity on" in no_token.stderr
+    assert cli.run("queue", "--all", "--json").stdout.strip() == "[]"  # nothing was written
+
+
+def test_a_job_written_straight_into_redis_is_refused_by_the_node(cli, lab, client):
+    spec = build_spec(command=["true"], user="alice", submit_ms=0, gpus=1)
+    (job,) = write_jobs(client, cli.ns, [spec])  # someone with raw Redis access, no signature
+    cli.wait_for(lambda: cli.show(job)["state"] == "failed", what="the node to refuse the unsigned job")
+    assert "not what user alice signed" in cli.show(job)["reason"]
