@@ -320,7 +320,8 @@ def nodes(ctx, as_json):
         "name": n.name, "alive": n.alive(now, timeout), "seen_s_ago": round((now - n.seen_ms) / 1000, 1),
         "cpus": n.cpus, "mem_gb": n.mem_gb,
         "gpus": [{"index": g.index, "name": g.name, "mem_total_gb": g.mem_total_gb, "mem_used_gb": g.mem_used_gb,
-                  "util_pct": g.util_pct, "uuid": g.uuid, "job": n.alloc.get(g.index)} for g in n.gpus],
+                  "util_pct": g.util_pct, "uuid": g.uuid, "job": n.alloc.get(g.index), "blocked": g.blocked or None}
+                 for g in n.gpus],
     } for n in found]
     if as_json:
         click.echo(json.dumps(out, indent=1))
@@ -328,10 +329,16 @@ def nodes(ctx, as_json):
     rows = []
     for n in out:
         kinds = sorted({g["name"].replace("NVIDIA ", "") for g in n["gpus"]})
-        free = sum(1 for g in n["gpus"] if g["job"] is None)
-        rows.append([n["name"], "up" if n["alive"] else "LOST", f"{free}/{len(n['gpus'])}", ",".join(kinds) or "-",
+        free = sum(1 for g in n["gpus"] if g["job"] is None and not g["blocked"])
+        blocked = sum(1 for g in n["gpus"] if g["blocked"])
+        state = ("up" if n["alive"] else "LOST") + (f", {blocked} GPU blocked" if blocked else "")
+        rows.append([n["name"], state, f"{free}/{len(n['gpus'])}", ",".join(kinds) or "-",
                      n["cpus"], f"{n['mem_gb']:g}", f"{n['seen_s_ago']:g}s"])
     click.echo(_table(rows, ["NODE", "STATE", "FREE", "GPU TYPES", "CPUS", "MEM_GB", "SEEN"]))
+    for n in out:
+        for g in n["gpus"]:
+            if g["blocked"]:
+                click.echo(f"{n['name']} GPU {g['index']}: {g['blocked']}")
     for p in problems:
         click.echo(f"warning: {p}", err=True)
 
@@ -496,12 +503,16 @@ def _node_options(fn):
     fn = click.option("--mem", "mem_gb", default=None, type=click.FloatRange(0), help="Memory to offer, GB.")(fn)
     fn = click.option("--work-dir", default=None, type=click.Path(file_okay=False),
                       help="Where job logs and checkpoints live on this node.")(fn)
+    fn = click.option("--kill-zombies", is_flag=True,
+                      help="Kill processes that hold a GPU but belong to no job (default: only stop handing "
+                           "that GPU out, and report it).")(fn)
     fn = click.option("--run-as-user", is_flag=True,
                       help="Run each job as its submitting Unix user (the agent must run as root).")(fn)
     return fn
 
 
-def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir, run_as_user, verifier=None, before_shutdown=None):
+def _run_agent(ctx, node, opts: dict, verifier=None, before_shutdown=None):
+    """`opts`: the values of _node_options."""
     from .config import Timing, state_dir
     from workers.agent import NodeAgent
     from workers.gpu import open_probe
@@ -509,13 +520,14 @@ def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir, run_as_user, verifi
     if not _NODE_NAME.match(node):
         raise InvalidRequestError(f"--node: {node!r} may hold only letters, digits and _.- (at most 64)",
                                   field="--node")
-    if run_as_user and os.geteuid() != 0:
+    if opts["run_as_user"] and os.geteuid() != 0:
         raise InvalidRequestError("--run-as-user: the node agent must run as root to start jobs as their users",
                                   field="--run-as-user")
-    probe = open_probe(fake_gpus)
-    agent = NodeAgent(ctx.client, ctx.ns, node, probe, cpus=cpus, mem_gb=mem_gb,
-                      work_dir=work_dir or state_dir() / "node" / node, timing=Timing.from_env(), url=ctx.url,
-                      run_as_user=run_as_user, verifier=verifier)
+    probe = open_probe(opts["fake_gpus"], node)
+    agent = NodeAgent(ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"],
+                      work_dir=opts["work_dir"] or state_dir() / "node" / node, timing=Timing.from_env(),
+                      url=ctx.url, run_as_user=opts["run_as_user"], verifier=verifier,
+                      kill_zombies=opts["kill_zombies"])
     agent.run(before_shutdown)
 
 
@@ -524,13 +536,12 @@ def _run_agent(ctx, node, fake_gpus, cpus, mem_gb, work_dir, run_as_user, verifi
 @_node_options
 @_secret_option
 @common
-def worker(ctx, node, fake_gpus, cpus, mem_gb, work_dir, run_as_user, secret_file, admins):
+def worker(ctx, node, secret_file, admins, **node_opts):
     """Run a node agent on this GPU host: heartbeat its GPUs and run the jobs placed on it."""
     import socket
 
     _setup_logging(ctx.debug)
-    _run_agent(ctx, node or socket.gethostname().split(".")[0], fake_gpus, cpus, mem_gb, work_dir, run_as_user,
-               _verifier(secret_file, admins))
+    _run_agent(ctx, node or socket.gethostname().split(".")[0], node_opts, _verifier(secret_file, admins))
 
 
 @cli.command()
@@ -543,7 +554,7 @@ def worker(ctx, node, fake_gpus, cpus, mem_gb, work_dir, run_as_user, secret_fil
 @_policy_option
 @_secret_option
 @common
-def up(ctx, node, port, fsync, fake_gpus, cpus, mem_gb, work_dir, run_as_user, policy_path, secret_file, admins):
+def up(ctx, node, port, fsync, policy_path, secret_file, admins, **node_opts):
     """All in one: embedded Redis (unless --redis is given), the scheduler and a local node agent."""
     import socket
     import threading
@@ -555,7 +566,7 @@ def up(ctx, node, port, fsync, fake_gpus, cpus, mem_gb, work_dir, run_as_user, p
 
     _setup_logging(ctx.debug)
     source = PolicySource(policy_path)  # a bad policy file stops `up` before anything starts
-    if not fake_gpus:  # fail before starting anything if this host has no GPUs to offer
+    if not node_opts["fake_gpus"]:  # fail before starting anything if this host has no GPUs to offer
         from workers.gpu import NvmlProbe
 
         NvmlProbe().close()
@@ -577,8 +588,7 @@ def up(ctx, node, port, fsync, fake_gpus, cpus, mem_gb, work_dir, run_as_user, p
 
     try:
         click.echo("dispatch: scheduler and node agent running; Ctrl-C stops everything", err=True)
-        _run_agent(ctx, node or socket.gethostname().split(".")[0], fake_gpus, cpus, mem_gb, work_dir,
-                   run_as_user, verifier, stop_scheduler)
+        _run_agent(ctx, node or socket.gethostname().split(".")[0], node_opts, verifier, stop_scheduler)
     finally:
         stop_scheduler()
         if server is not None:

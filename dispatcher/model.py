@@ -70,6 +70,7 @@ class GpuInfo:
     uuid: str = ""
     mem_used_gb: float = 0.0
     util_pct: float = 0.0
+    blocked: str = ""  # why it is not handed out (a zombie process holds it); "" = usable
 
 
 @dataclass(frozen=True)

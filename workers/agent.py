@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 import uuid
@@ -39,10 +40,17 @@ def default_mem_gb() -> float:
         return 0.0
 
 
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
 class NodeAgent:
     def __init__(self, client, ns: str, name: str, probe, *, cpus: int | None = None,
                  mem_gb: float | None = None, work_dir: Path, timing: Timing | None = None, url: str = "",
-                 run_as_user: bool = False, verifier=None):
+                 run_as_user: bool = False, verifier=None, kill_zombies: bool = False):
         self.client, self.ns, self.name, self.probe = client, ns, name, probe
         self.cpus = cpus if cpus is not None else (os.cpu_count() or 1)
         self.mem_gb = mem_gb if mem_gb is not None else default_mem_gb()
@@ -53,13 +61,48 @@ class NodeAgent:
         self._stop = threading.Event()
         self._last_gpus = None
         self._last_beat = time.monotonic()  # the last heartbeat Redis took
+        self.kill_zombies = kill_zombies
+        self._zombies_seen: set[int] = set()
 
     def heartbeat(self) -> None:
-        gpus = self.probe.gpus()
+        gpus = self.mark_zombies(self.probe.gpus())
         shape = [(g.index, g.name, g.mem_total_gb) for g in gpus]
         write_heartbeat(self.client, self.ns, self.name, gpus, self.cpus, self.mem_gb, int(time.time() * 1000),
                         announce=shape != self._last_gpus)
         self._last_gpus = shape
+
+    def mark_zombies(self, gpus: list) -> list:
+        """A GPU held by a process that no job of this agent owns is a zombie's: it is reported as
+        blocked (the scheduler hands it to nobody) and, with kill_zombies, the process is killed."""
+        from dataclasses import replace
+
+        try:
+            procs = self.probe.processes()
+        except Exception as e:  # the list is advisory; a probe error must not stop heartbeats
+            log.warning("cannot list GPU processes: %s", e)
+            return gpus
+        foreign = self.supervisor.foreign(procs)
+        out = []
+        for g in gpus:
+            pids = foreign.get(g.index)
+            if not pids:
+                out.append(g)
+                continue
+            who = ", ".join(f"pid {p} ({_command(p)})" for p in pids[:3])
+            if self.kill_zombies:
+                for p in pids:
+                    try:
+                        os.kill(p, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            new = set(pids) - self._zombies_seen
+            if new:
+                log.warning("GPU %d of node %s is held by %s, which no job owns; not handed out%s", g.index,
+                            self.name, who, "; killed" if self.kill_zombies else " (--kill-zombies kills them)")
+                self._zombies_seen |= new
+            out.append(replace(g, blocked=f"zombie: {who} holds it, owned by no job"
+                                          + ("; killed" if self.kill_zombies else "")))
+        return out
 
     def _heartbeat_loop(self) -> None:
         beats = 0

@@ -5,18 +5,45 @@ Both probes return the same GpuInfo list, so nothing else knows which is in use.
 
 from __future__ import annotations
 
+import os
+
 from dispatcher.errors import NoGpuError
 from dispatcher.gpuspec import parse_fake_gpus
 from dispatcher.model import GpuInfo
 
 class FakeProbe:
-    """GPUs that exist only on paper; utilization and used memory stay 0."""
+    """GPUs that exist only on paper; utilization and used memory stay 0.
 
-    def __init__(self, spec: str):
+    A process "uses" fake GPU i of node N when its environment has DISPATCH_NODE=N and i in
+    CUDA_VISIBLE_DEVICES, as every job the agent starts does; so a leftover job process, or one
+    started by hand that way, shows up in processes() as a real CUDA process does under NVML."""
+
+    def __init__(self, spec: str, node: str = ""):
         self._gpus = parse_fake_gpus(spec)
+        self.node = node
 
     def gpus(self) -> list[GpuInfo]:
         return list(self._gpus)
+
+    def processes(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        mark = f"DISPATCH_NODE={self.node}".encode()
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if mark not in env:
+                continue
+            for var in env:
+                if var.startswith(b"CUDA_VISIBLE_DEVICES="):
+                    for g in var.split(b"=", 1)[1].split(b","):
+                        if g.strip().isdigit():
+                            out.setdefault(int(g), []).append(int(entry.name))
+        return out
 
     def close(self) -> None:
         pass
@@ -54,6 +81,22 @@ class NvmlProbe:
                                mem_used_gb=round(mem.used / 1e9, 2), util_pct=util))
         return out
 
+    def processes(self) -> dict[int, list[int]]:
+        """GPU index -> PIDs of the compute and graphics processes NVML sees on it."""
+        nv = self._nvml
+        out: dict[int, list[int]] = {}
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            pids = set()
+            for get in (nv.nvmlDeviceGetComputeRunningProcesses, nv.nvmlDeviceGetGraphicsRunningProcesses):
+                try:
+                    pids.update(p.pid for p in get(h))
+                except nv.NVMLError:
+                    pass
+            if pids:
+                out[i] = sorted(pids)
+        return out
+
     def close(self) -> None:
         try:
             self._nvml.nvmlShutdown()
@@ -61,5 +104,5 @@ class NvmlProbe:
             pass
 
 
-def open_probe(fake_gpus: str | None):
-    return FakeProbe(fake_gpus) if fake_gpus else NvmlProbe()
+def open_probe(fake_gpus: str | None, node: str = ""):
+    return FakeProbe(fake_gpus, node) if fake_gpus else NvmlProbe()

@@ -361,6 +361,24 @@ class Supervisor:
             self.client.publish(keys.events(self.ns), b"finish")
         return requeued
 
+    def foreign(self, procs: dict[int, list[int]]) -> dict[int, list[int]]:
+        """Of the GPU processes (GPU -> PIDs), those in no job's session: each job is started as
+        the leader of its own session, so everything it spawns shares its session id."""
+        with self.lock:
+            owners = {r.proc.pid for r in self.running.values()}
+        out = {}
+        for gpu, pids in procs.items():
+            bad = []
+            for pid in pids:
+                try:
+                    if os.getsid(pid) not in owners:
+                        bad.append(pid)
+                except (ProcessLookupError, PermissionError):
+                    continue
+            if bad:
+                out[gpu] = bad
+        return out
+
     def fence_all(self, why: str) -> int:
         """This node was cut off from Redis for too long: its jobs are about to be (or were) rerun
         elsewhere, so kill every copy now. Returns how many were stopped."""

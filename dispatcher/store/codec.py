@@ -95,16 +95,16 @@ def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
 def encode_node_info(gpus: list[GpuInfo], cpus: int, mem_gb: float) -> bytes:
     return msgpack.packb({
         "v": 1, "cpus": cpus, "mem_gb": mem_gb,
-        "gpus": [[g.index, g.name, g.mem_total_gb, g.uuid, g.mem_used_gb, g.util_pct] for g in gpus],
+        "gpus": [[g.index, g.name, g.mem_total_gb, g.uuid, g.mem_used_gb, g.util_pct, g.blocked] for g in gpus],
     })
 
 
 def decode_node_info(raw: bytes, *, key: str = "node") -> tuple[tuple[GpuInfo, ...], int, float]:
     try:
         d = msgpack.unpackb(raw, raw=False)
-        gpus = tuple(GpuInfo(index=int(i), name=str(n), mem_total_gb=float(m), uuid=str(u),
-                             mem_used_gb=float(mu), util_pct=float(ut))
-                     for i, n, m, u, mu, ut in d["gpus"])
+        gpus = tuple(GpuInfo(index=int(g[0]), name=str(g[1]), mem_total_gb=float(g[2]), uuid=str(g[3]),
+                             mem_used_gb=float(g[4]), util_pct=float(g[5]), blocked=str(g[6]) if len(g) > 6 else "")
+                     for g in d["gpus"])
         return gpus, int(d["cpus"]), float(d["mem_gb"])
     except Exception as e:
         raise MalformedRecord(key, f"bad node info ({type(e).__name__})") from None

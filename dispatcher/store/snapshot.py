@@ -110,8 +110,8 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
         cpus_used, mem_used = used.get(n.name, (0, 0.0))
         views.append(NodeView(
             name=n.name, gpus=n.gpus, cpus=n.cpus, mem_gb=n.mem_gb,
-            free_gpus=tuple(g.index for g in n.gpus
-                            if g.index not in held.get(n.name, ()) and g.index not in shared.get(n.name, {})),
+            free_gpus=tuple(g.index for g in n.gpus if not g.blocked
+                            and g.index not in held.get(n.name, ()) and g.index not in shared.get(n.name, {})),
             free_cpus=max(0, n.cpus - int(cpus_used)), free_mem_gb=max(0.0, n.mem_gb - mem_used),
             shared=tuple(sorted((g, m) for g, m in shared.get(n.name, {}).items()
                                 if g not in held.get(n.name, ())))))
