@@ -63,3 +63,27 @@ def test_a_job_written_straight_into_redis_is_refused_by_the_node(cli, lab, clie
     (job,) = write_jobs(client, cli.ns, [spec])  # someone with raw Redis access, no signature
     cli.wait_for(lambda: cli.show(job)["state"] == "failed", what="the node to refuse the unsigned job")
     assert "not what user alice signed" in cli.show(job)["reason"]
+
+
+def test_a_user_limited_by_the_documented_acl_can_submit_but_not_write_records(cli, lab, client):
+    """docs/security.md: the ACL that leaves users only reads and signed requests."""
+    import redis
+    import uuid
+
+    name = f"labuser{uuid.uuid4().hex[:6]}"
+    ns = cli.ns
+    client.execute_command("ACL", "SETUSER", name, "on", ">pw", "resetkeys", f"~{ns}:*", "resetchannels",
+                           f"&{ns}:*", "-@all", "+@read", "+xadd", "+blpop", "+publish", "+subscribe", "+ping",
+                           "+hello", "+auth")
+    try:
+        host, port = client.connection_pool.connection_kwargs["host"], client.connection_pool.connection_kwargs["port"]
+        url = f"redis://{name}:pw@{host}:{port}/0"
+        job = cli.run("submit", "--", "true", DISPATCH_REDIS_URL=url, **as_user(lab, "alice")).stdout.strip()
+        cli.wait_for(lambda: cli.show(job)["state"] == "succeeded", what="the ACL user's job")
+        limited = redis.Redis.from_url(url)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            limited.hset(f"{ns}:job:{job}", "state", "pending")
+        refused = cli.run("cancel", job, check=False, DISPATCH_REDIS_URL=url, **as_user(lab, "bob"))
+        assert refused.returncode != 0 and "belongs to alice" in refused.stderr
+    finally:
+        client.execute_command("ACL", "DELUSER", name)
