@@ -44,6 +44,8 @@ def fits_ever(job: JobSpec, node: NodeView) -> bool:
     """Could `job` run on `node` if the node were empty?"""
     if job.cpus > node.cpus or job.mem_gb > node.mem_gb + 1e-9 or job.gpus > len(node.gpus):
         return False
+    if not job.gpu_types and not job.gpu_mem_gb:  # any GPU will do, and there are enough
+        return True
     return len(usable(job, node, (g.index for g in node.gpus))) >= job.gpus
 
 

@@ -29,6 +29,7 @@ then node name, so the same snapshot always gives the same plan.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from ..model import (PRIORITIES, Code, JobSpec, NodeView, PendingJob, Placement,
                      RunningJob, Snapshot, Verdict)
 from .config import PolicyConfig
 from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_usable, usable
-from .preemption import choose_victims
+from .preemption import choose_victims, standing
 from .score import attained_term, dominant_share, fairness_term, priority_term, remaining_term, wait_term
 
 
@@ -225,6 +226,7 @@ class _Cycle:
                 self.by_name[r.node].releases.append(
                     _Release(_end_ms(r.spec, r.started_ms, now_ms, config), r.gpus, r.spec.cpus, r.spec.mem_gb))
         self.running_on: dict[str, list[RunningJob]] = defaultdict(list)
+        self._weaker: dict[str, tuple[list, list]] = {}  # node -> standings, cumulative GPUs (weaker_gpus)
         for r in snapshot.running:
             self.running_on[r.node].append(r)
         self.placements: list[Placement] = []
@@ -449,6 +451,23 @@ class _Cycle:
         self.verdicts.append(Verdict(spec.id, code, reason, score, self.rank,
                                      {k: round(v, 3) for k, v in terms.items()}))
 
+    def weaker_gpus(self, node: str, strength: float) -> int:
+        """An upper bound on the GPUs preemption could free on `node` for a job of `strength`: those of
+        the running jobs it outranks (outranking is standing < strength under every preempt_by), and of
+        those already stopping (their GPUs are coming back)."""
+        table = self._weaker.get(node)
+        if table is None:
+            rows = sorted((float("-inf") if r.stopping else standing(r, self.now, self.config), len(r.gpus))
+                          for r in self.running_on[node] if not r.spec.share)
+            cum, total = [], 0
+            for _, n in rows:
+                total += n
+                cum.append(total)
+            table = self._weaker[node] = ([s for s, _ in rows], cum)
+        keys_, cum = table
+        i = bisect.bisect_left(keys_, strength)
+        return cum[i - 1] if i else 0
+
     def strength(self, spec: JobSpec) -> float:
         """How strongly a blocked job may preempt under preempt_by; higher preempts more."""
         mode = self.config.preempt_by
@@ -481,9 +500,12 @@ class _Cycle:
                 and t.used[v.spec.team] > t.guarantee(v.spec.team)
 
         best = None
+        strength = self.strength(spec)
         for node in self.nodes:
             if (node.resv is not None and node.resv.job_id != spec.id) or not fits_ever(spec, node.view):
                 continue
+            if not self.config.teams and len(node.free) + self.weaker_gpus(node.view.name, strength) < spec.gpus:
+                continue  # even every job it outranks there would not make room
             free_usable = usable(spec, node.view, sorted(node.free))
             got = choose_victims(spec, node.view, self.running_on[node.view.name], free_usable, node.cpus,
                                  node.mem_gb, self.now, self.config, reclaimable, self.attained.get(spec.id, 0.0))
@@ -495,6 +517,7 @@ class _Cycle:
         self.preemptors += 1
         self.preemptions.extend(victims)
         by_id = {p.job_id: p for p in victims}
+        self._weaker.pop(node.view.name, None)
         on_node = self.running_on[node.view.name]
         already = [g for r in on_node if r.stopping and not r.spec.share for g in r.gpus]
         for i, r in enumerate(on_node):
