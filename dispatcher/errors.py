@@ -72,6 +72,11 @@ class ConnectionError(DispatcherError):  # noqa: A001 - ours, not the builtin
     exit_code = EXIT_CONNECT
 
     def __init__(self, url: str, cause: str):
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.password:  # never echo a password into a terminal or a log
+            url = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
         super().__init__(f"cannot reach Redis at {url}: {cause}")
         self.url = url
         self.hint = ("start one with `dispatch up`, or point to yours with --redis URL "

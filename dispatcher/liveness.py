@@ -55,13 +55,15 @@ def lost_jobs(running: list[RunningJob], watch: HeartbeatWatch) -> list[tuple[Ru
     return out
 
 
-def requeue_lost(scripts, lost: list[tuple[RunningJob, float]], epochs: dict[str, int], now_ms: int) -> int:
-    """Put the dead nodes' jobs back in the queue (or fail those out of retries); returns how many."""
+def requeue_lost(scripts, lost: list[tuple[RunningJob, float]], epochs: dict[str, int], now_ms: int,
+                 fence: str) -> int:
+    """Put the dead nodes' jobs back in the queue (or fail those out of retries); returns how many.
+    `fence` is the leader's lease value: a scheduler that lost the lease requeues nothing."""
     done = 0
     for r, silent in lost:
         reason = f"node {r.node} lost: no heartbeat for {silent:.0f}s"
         ok = scripts.finish(r.spec.id, r.node, epochs[r.spec.id], "pending", None, now_ms, reason,
-                            checkpointable=r.spec.checkpointable, lost_retries=r.spec.retries)
+                            checkpointable=r.spec.checkpointable, lost_retries=r.spec.retries, fence=fence)
         if ok == 1:
             done += 1
             log.warning("job %s: %s; requeued (retry budget %d)", r.spec.id, reason, r.spec.retries)

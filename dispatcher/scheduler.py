@@ -108,7 +108,7 @@ class Scheduler:
         self.watch.observe({n.name: n.seen_ms for n in read.nodes})
         lost = lost_jobs(read.snapshot.running, self.watch)
         if lost:  # their GPUs are gone with the node; plan again once they are back in the queue
-            self.stats.requeued_lost += requeue_lost(self.scripts, lost, read.epochs, now)
+            self.stats.requeued_lost += requeue_lost(self.scripts, lost, read.epochs, now, self.lease.fence)
             self.client.publish(keys.events(self.ns), b"lost")
             return Plan()
         plan = schedule(read.snapshot, now_ms=now, config=config)

@@ -91,7 +91,7 @@ def _number(value, flag: str, *, lo: float, hi: float, integer: bool):
         n = int(value) if integer else float(value)
         if integer and float(value) != n:
             raise ValueError
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         kind = "a whole number" if integer else "a number"
         raise InvalidRequestError(f"{flag}: {value!r} is not {kind}", field=flag) from None
     if not lo <= n <= hi:
@@ -104,6 +104,40 @@ def _label(value: str, flag: str) -> str:
         raise InvalidRequestError(
             f"{flag}: {value!r} may hold only letters, digits and _.@+- (at most 64)", field=flag)
     return value
+
+
+def _utf8(value: str, flag: str) -> str:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequestError(f"{flag}: {value!r} is not valid UTF-8", field=flag) from None
+    return value
+
+
+def _env(env) -> tuple[tuple[str, str], ...]:
+    if not env:
+        return ()
+    if isinstance(env, dict):
+        env = [f"{k}={v}" for k, v in env.items()]
+    if isinstance(env, (str, bytes)) or not isinstance(env, (list, tuple)):
+        raise InvalidRequestError("--env: expected KEY=VALUE strings", field="--env")
+    pairs = []
+    for item in env:
+        if isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            item = f"{item[0]}={item[1]}"
+        if not isinstance(item, str):
+            raise InvalidRequestError(f"--env: {item!r} is not KEY=VALUE", field="--env")
+        pairs.append(_utf8(item, "--env"))
+    return parse_env(pairs)
+
+
+def _gpu_type_text(gpu_type) -> str | None:
+    """--gpu-type as text: 'A100|H100', or a list of families from the Python API."""
+    if gpu_type is None or isinstance(gpu_type, str):
+        return gpu_type
+    if isinstance(gpu_type, (list, tuple)) and all(isinstance(t, str) and "|" not in t for t in gpu_type):
+        return "|".join(gpu_type)
+    raise InvalidRequestError(f"--gpu-type: {gpu_type!r} is not a GPU family or a list of them", field="--gpu-type")
 
 
 def build_spec(
@@ -132,7 +166,10 @@ def build_spec(
     retries=3,
 ) -> JobSpec:
     """Check every field of a request and return the spec; raises InvalidRequestError."""
-    command = tuple(str(a) for a in (command or ()))
+    if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple, type(None))):
+        raise InvalidRequestError("the command must be a list of arguments, e.g. ['python', 'train.py']",
+                                  field="COMMAND")
+    command = tuple(_utf8(str(a), "COMMAND") for a in (command or ()))
     if not command:
         raise InvalidRequestError("no command given; put it after --, e.g. dispatch submit -- python train.py",
                                   field="COMMAND")
@@ -149,10 +186,10 @@ def build_spec(
         name=_label(str(name or ""), "--name"),
         user=_label(str(user or ""), "--user") or "nobody",
         team=_label(str(team or ""), "--team"),
-        cwd=str(cwd or ""),
-        env=parse_env(list(env)) if env and not isinstance(env[0], tuple) else tuple(env or ()),
+        cwd=_utf8(str(cwd or ""), "--cwd"),
+        env=_env(env),
         gpus=_number(gpus, "--gpus", lo=0, hi=MAX_GPUS, integer=True),
-        gpu_types=parse_gpu_types(gpu_type) if isinstance(gpu_type, (str, type(None))) else tuple(gpu_type),
+        gpu_types=parse_gpu_types(_gpu_type_text(gpu_type)),
         gpu_mem_gb=_number(gpu_mem_gb or 0, "--gpu-mem", lo=0, hi=1e6, integer=False),
         cpus=_number(cpus, "--cpus", lo=0, hi=MAX_CPUS, integer=True),
         mem_gb=_number(mem_gb or 0, "--mem", lo=0, hi=1e7, integer=False),
@@ -175,4 +212,9 @@ def build_spec(
     if spec.share and not (spec.gpus >= 1 and spec.gpu_mem_gb > 0):
         raise InvalidRequestError("--share needs --gpus 1 or more and --gpu-mem GB (the memory it may use "
                                   "on each GPU)", field="--share")
+    from .store.codec import MAX_SPEC_BYTES, encode_spec
+
+    if len(encode_spec(spec)) > MAX_SPEC_BYTES:
+        raise InvalidRequestError(f"the request is larger than {MAX_SPEC_BYTES // 1024} KiB (command, --env, --cwd)",
+                                  field="COMMAND")
     return spec

@@ -56,6 +56,20 @@ def _die_with_agent() -> None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _group_environs(pgid: int):
+    """The environments (lists of b"K=V") of the live processes in process group `pgid`."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) != pgid:
+                continue
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                yield f.read().split(b"\0")
+        except OSError:
+            continue
+
+
 def unix_identity(user: str, ckpt_dir: Path, env: dict) -> dict:
     """Popen arguments that run a job as its submitting Unix user (Slurm's model: the agent is root,
     the job is not). Sets HOME/USER/LOGNAME and hands the user its checkpoint directory. Raises
@@ -217,15 +231,17 @@ class Supervisor:
                 except Exception as e:  # the log is best effort; the outcome is not
                     log.warning("job %s: log write failed: %s", run.job_id, e)
         code = run.proc.wait()
-        with self.lock:
-            self.running.pop(run.job_id, None)
         self._forget_pid(run.job_id, run.epoch)
-        try:
+        try:  # it stays in `running` until its outcome is written (or queued): reconcile must not take it
             self._ended(run, code)
             for entry_id in run.acks:
                 control.ack(self.client, self.ns, self.node, entry_id)
         except Exception as e:  # Redis away: the outcome waits in the outbox; commands stay unacked
             log.warning("job %s: could not record its end yet (%s)", run.job_id, e)
+        finally:
+            with self.lock:
+                if self.running.get(run.job_id) is run:
+                    del self.running[run.job_id]
 
     def _ended(self, run: Running, code: int) -> None:
         cmd = run.command
@@ -305,23 +321,24 @@ class Supervisor:
             pass
 
     def kill_leftovers(self) -> list[str]:
-        """At agent start: kill the process groups of jobs an earlier agent of this node started
-        (killed -9, it could not stop them). A recorded pid counts only while its process still
-        carries that job's DISPATCH_JOB_ID and epoch, so a reused pid is never killed."""
+        """At agent start: kill what jobs an earlier agent of this node started are still running
+        (it was killed -9: PR_SET_PDEATHSIG took the job's first process, not its children). Each job
+        led its own process group, numbered by its recorded pid; a live member of that group counts
+        only if it carries that job's DISPATCH_JOB_ID and epoch, so a reused pid is never killed."""
         killed = []
         for path in sorted(self.pid_dir.glob("*")) if self.pid_dir.is_dir() else []:
             try:
-                pid, epoch = (int(x) for x in path.read_text().split())
-                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                pgid, epoch = (int(x) for x in path.read_text().split())
             except (OSError, ValueError):
-                environ = []
-                pid = epoch = None
-            if f"DISPATCH_JOB_ID={path.name}".encode() in environ and f"DISPATCH_EPOCH={epoch}".encode() in environ:
+                path.unlink(missing_ok=True)
+                continue
+            marks = (f"DISPATCH_JOB_ID={path.name}".encode(), f"DISPATCH_EPOCH={epoch}".encode())
+            if any(all(m in env for m in marks) for env in _group_environs(pgid)):
                 try:
-                    os.killpg(pid, signal.SIGKILL)
+                    os.killpg(pgid, signal.SIGKILL)
                     killed.append(path.name)
-                    log.warning("killed job %s (pid %d), left running by an earlier agent of this node",
-                                path.name, pid)
+                    log.warning("killed job %s (process group %d), left running by an earlier agent of this node",
+                                path.name, pgid)
                 except (ProcessLookupError, PermissionError):
                     pass
             path.unlink(missing_ok=True)
@@ -337,8 +354,9 @@ class Supervisor:
         for job_id in ids:
             pipe.hmget(keys.job(self.ns, job_id), "node", "epoch", "state", "started_ms", "spec")
         now = now_ms()
-        with self.lock:
+        with self.lock:  # jobs it runs, and jobs whose outcome waits in the outbox
             mine = {(r.job_id, r.epoch) for r in self.running.values()}
+            mine |= {(args[0], args[1]) for args, _ in self.outbox}
         requeued = []
         for job_id, (node, epoch, state, started, raw) in zip(ids, pipe.execute()):
             epoch = int(text(epoch) or 0)

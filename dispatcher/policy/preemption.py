@@ -181,12 +181,14 @@ def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: lis
         gave = o.release if o.mode == "shrink" else j.gpus
         what = {"graceful": "checkpoint and requeue", "forced": "killed and requeued",
                 "shrink": f"shrink from {len(j.gpus)} to {len(keep)} GPUs"}[o.mode]
-        if config.preempt_by != "class":
-            why = f"job {p.id} outranks it by {config.preempt_by}"
-        elif p.rank == j.spec.rank:
-            why = "reclaim for team below its guarantee"
-        else:
+        if p.rank > j.spec.rank:
             why = f"{p.priority} job {p.id} outranks {j.spec.priority}"
+        elif outranks(p, p_attained_gpu_s, j, now_ms, config) <= 0:
+            why = "reclaim for team below its guarantee"
+        elif config.preempt_by.endswith("attained"):
+            why = f"job {p.id} has received less GPU time (least attained service)"
+        else:
+            why = f"job {p.id} outranks it by {config.preempt_by}"
         preemptions.append(Preemption(j.spec.id, j.node, o.mode, tuple(gave), p.id, f"{why}: {what}", keep,
                                       round(o.lost_gpu_s, 1)))
     cost = (max(o.standing for o in chosen), sum(o.mode == "forced" for o in chosen),

@@ -69,7 +69,7 @@ def text(value) -> str:
     """A Redis reply as str ('' for None)."""
     if value is None:
         return ""
-    return value.decode() if isinstance(value, (bytes, bytearray)) else str(value)
+    return value.decode(errors="replace") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
 def clone(client, **overrides):

@@ -49,6 +49,13 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, st
     return ids
 
 
+def _num(value, default=0, kind=int):
+    try:
+        return kind(value) if value not in ("", None) else default
+    except (ValueError, OverflowError):
+        return default
+
+
 def job_view(job_id: str, raw: dict) -> dict:
     """A job hash as the plain dict `dispatch show --json` prints (times in epoch seconds)."""
     f = {k: text(raw.get(k.encode())) for k in _FIELDS}
@@ -58,7 +65,7 @@ def job_view(job_id: str, raw: dict) -> dict:
         spec, f["reason"] = None, f["reason"] or str(e)
 
     def secs(name):
-        return int(f[name]) / 1000.0 if f[name] else None
+        return _num(f[name]) / 1000.0 if _num(f[name]) else None
 
     view = {
         "id": job_id,
@@ -76,26 +83,26 @@ def job_view(job_id: str, raw: dict) -> dict:
         "est_s": spec.est_s if spec else None,
         "checkpointable": spec.checkpointable if spec else False,
         "node": f["node"] or None,
-        "gpus": [int(g) for g in f["gpus"].split(",") if g],
-        "attempt": int(f["attempt"] or 0),
-        "epoch": int(f["epoch"] or 0),
+        "gpus": [_num(g) for g in f["gpus"].split(",") if g.isascii() and g.isdigit()],
+        "attempt": _num(f["attempt"]),
+        "epoch": _num(f["epoch"]),
         "submitted_at": secs("submit_ms"),
         "assigned_at": secs("assigned_ms"),
         "started_at": secs("started_ms"),
         "finished_at": secs("finished_ms"),
-        "exit_code": int(f["exit_code"]) if f["exit_code"] not in ("", None) else None,
+        "exit_code": _num(f["exit_code"], None),
         "reason": f["reason"],
         "cancel_requested": bool(f["cancel_ms"]),
         "min_gpus": spec.min_gpus if spec else None,
-        "preemptions": int(f["preemptions"] or 0),
-        "gpu_s_lost": round(float(f["gpu_s_lost"] or 0), 1),
+        "preemptions": _num(f["preemptions"]),
+        "gpu_s_lost": round(_num(f["gpu_s_lost"], 0.0, float), 1),
         "preempted_by": f["preempted_by"] or None,
         "preempt_mode": f["preempt_mode"] or None,
         "preempt_reason": f["preempt_reason"] or None,
         "last_preempted_at": secs("last_preempted_ms"),
         "checkpoint_at": secs("checkpoint_ms"),
         "retries": spec.retries if spec else None,
-        "lost": int(f["lost"] or 0),
+        "lost": _num(f["lost"]),
     }
     return view
 

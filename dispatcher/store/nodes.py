@@ -59,9 +59,9 @@ def read_nodes(client, ns: str) -> tuple[list[NodeRecord], list[str]]:
             continue
         try:
             gpus, cpus, mem_gb = decode_node_info(info, key=keys.node(ns, name))
-        except MalformedRecord as e:
+            held = {int(g): text(j) for g, j in alloc.items() if text(g).isascii() and text(g).isdigit()}
+            nodes.append(NodeRecord(name, gpus, cpus, mem_gb, int(seen), held))
+        except (MalformedRecord, ValueError, OverflowError) as e:
             problems.append(str(e))
             continue
-        nodes.append(NodeRecord(name, gpus, cpus, mem_gb, int(seen),
-                                {int(g): text(j) for g, j in alloc.items() if text(g).isdigit()}))
     return nodes, problems

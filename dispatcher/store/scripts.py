@@ -34,15 +34,17 @@ class Scripts:
         return self._s["mark_running"](keys=[keys.job(self.ns, job_id)], args=[epoch, now_ms, pid], client=client)
 
     def finish(self, job_id, node, epoch, state, exit_code, now_ms, reason="", *, preempted=False,
-               keep_wait=True, checkpointable=False, lost_retries=None, client=None):
+               keep_wait=True, checkpointable=False, lost_retries=None, fence="", client=None):
         """End the job (state succeeded/failed/cancelled) or requeue it (state 'pending').
-        `lost_retries`: the attempt was lost with its node; the job's retry budget."""
+        `lost_retries`: the attempt was lost with its node; the job's retry budget. `fence`: the
+        leading scheduler's lease value, for its requeues of dead nodes' jobs."""
         ns = self.ns
         return self._s["finish"](
             keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
-                  keys.job_attempts(ns, job_id)],
+                  keys.job_attempts(ns, job_id), keys.scheduler_leader(ns)],
             args=[job_id, epoch, state, "" if exit_code is None else exit_code, now_ms, reason, _flag(preempted),
-                  _flag(keep_wait), _flag(checkpointable), "" if lost_retries is None else int(lost_retries)],
+                  _flag(keep_wait), _flag(checkpointable), "" if lost_retries is None else int(lost_retries),
+                  fence],
             client=client)
 
     def cancel(self, job_id, now_ms, reason, *, client=None):

@@ -26,7 +26,10 @@ class SpecCache:
     def get(self, job_id: str, raw):
         spec = self.specs.get(job_id)
         if spec is None and raw is not None:
-            spec = self.specs[job_id] = decode_spec(raw, key=f"job {job_id}")
+            spec = decode_spec(raw, key=f"job {job_id}")
+            if spec.id != job_id:
+                raise MalformedRecord(f"job {job_id}", f"its spec is for job {spec.id!r}")
+            self.specs[job_id] = spec
         return spec
 
     def keep_only(self, ids) -> None:
@@ -60,10 +63,14 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
     for job_id in active_ids:
         pipe.hmget(keys.job(ns, job_id), "node", "gpus", "assigned_ms", "started_ms", "state", "epoch",
                    "checkpoint_ms", "last_preempted_ms", "spec" if job_id not in cache.specs else "state")
-    replies = pipe.execute()
+    replies = pipe.execute(raise_on_error=False)  # a key of the wrong type is one bad record, not a failed cycle
 
     pending_jobs, epochs, bad = [], {}, {}
-    for (job_id, since), (epoch, attempt, state, raw) in zip(zip(pending_ids, (s for _, s in pending)), replies):
+    for (job_id, since), reply in zip(zip(pending_ids, (s for _, s in pending)), replies):
+        if isinstance(reply, Exception):
+            bad[job_id] = f"unreadable record ({reply})"
+            continue
+        epoch, attempt, state, raw = reply
         if text(state) != "pending":
             continue  # moved on since the index was read
         try:
@@ -74,19 +81,23 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
             bad[job_id] = str(e)
     running = []
     for job_id, reply in zip(active_ids, replies[len(pending_ids):]):
+        if isinstance(reply, Exception):
+            continue
         node, gpus, assigned_ms, started_ms, state, epoch, ckpt_ms, preempted_ms, raw = reply
         if text(state) not in ACTIVE_STATES:
             continue  # ended or requeued since the index was read: it holds nothing now
         try:
             spec = cache.get(job_id, raw)
-        except MalformedRecord:
+            if spec is None:
+                continue
+            job = RunningJob(spec, text(node), tuple(int(g) for g in text(gpus).split(",") if g),
+                             int(started_ms or assigned_ms or now_ms), int(ckpt_ms or 0),
+                             int(preempted_ms or 0), text(state) == "preempting")
+            epochs[job_id] = int(epoch or 0)
+        except (MalformedRecord, ValueError) as e:
+            log.error("active job %s has an unreadable record (%s); skipped", job_id, e)
             continue
-        if spec is None:
-            continue
-        epochs[job_id] = int(epoch or 0)
-        running.append(RunningJob(spec, text(node), tuple(int(g) for g in text(gpus).split(",") if g),
-                                  int(started_ms or assigned_ms or now_ms), int(ckpt_ms or 0),
-                                  int(preempted_ms or 0), text(state) == "preempting"))
+        running.append(job)
     cache.keep_only(pending_ids + active_ids)
 
     # what is free comes from the job records read above, not from the alloc hashes read earlier:
@@ -206,4 +217,4 @@ class RedisPlanner:
             pipe.hset(keys.job(self.ns, job_id), mapping={
                 "state": FAILED, "reason": f"quarantined: {why}", "finished_ms": now_ms})
             log.error("quarantined job %s: %s", job_id, why)
-        pipe.execute()
+        pipe.execute(raise_on_error=False)  # a key of the wrong type still leaves the pending index

@@ -92,11 +92,11 @@ def test_a_critical_job_on_a_full_node_gracefully_preempts_one_low_job_and_reser
      [running_job("v", "low", 0, node="n2")],
      [critical("first"), make_job("c").gpus(1).priority("high")],
      Code.LOWER_SCORE),
-    # n1's free GPU is reserved for the 2-GPU low job L, starving (97 h, past the low bound of 4 days), which
+    # n1's free GPU is reserved for the 2-GPU low job L, starving (145 h, past the low bound of 6 days), which
     # cannot preempt the normal job x; c (no estimate, so no backfill) is RESERVED there and preempts on n2 instead
     ([full_node("n1", 2, free=(0,)), full_node("n2", 1)],
      [running_job("x", "normal", 1, node="n1"), running_job("v", "low", 0, node="n2")],
-     [make_job("L").gpus(2).priority("low").waited(97 * 3600), critical("c")],
+     [make_job("L").gpus(2).priority("low").waited(145 * 3600), critical("c")],
      Code.RESERVED),
 ], ids=["lower-score-job-preempts", "reserved-job-preempts-on-another-node"])
 def test_a_job_blocked_by_higher_ranked_jobs_or_a_reservation_may_preempt_too(nodes, running, pending, want_code):

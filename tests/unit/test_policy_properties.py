@@ -473,8 +473,8 @@ def _job_001_shares_a_gpu_past_its_memory(snap: Snapshot, plan: Plan) -> tuple[S
 
 
 def _job_002_starving(snap: Snapshot, plan: Plan) -> tuple[Snapshot, Plan]:
-    """JOB-002 (low) waiting 97 h, past the low bound of 4 days, with the plan made for that snapshot."""
-    snap = replace(snap, pending=tuple(replace(p, spec=replace(p.spec, submit_ms=NOW_MS - 97 * 3600 * 1000))
+    """JOB-002 (low) waiting 145 h, past the low bound of 6 days, with the plan made for that snapshot."""
+    snap = replace(snap, pending=tuple(replace(p, spec=replace(p.spec, submit_ms=NOW_MS - 145 * 3600 * 1000))
                                        if p.spec.id == "JOB-002" else p for p in snap.pending))
     return snap, plan_for(snap)
 

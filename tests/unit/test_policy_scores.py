@@ -339,13 +339,14 @@ def test_default_weights_cover_every_score_term():
 ], ids=["all_terms_at_100_score_100", "all_terms_at_0_score_0", "a_missing_fit_term_lowers_the_score",
         "the_class_alone", "unweighted_terms_are_ignored"])
 def test_the_score_is_the_weighted_mean_over_all_weights(terms, want):
-    got = weighted(terms, PolicyConfig().weights)
+    weights = {"priority": 1.0, "wait": 0.02, "fairness": 0.02, "remaining": 0.25, "fit": 0.01, "attained": 0.0}
+    got = weighted(terms, weights)
     assert close(got, want), f"weighted({terms}) = {got}, want {want}"
 
 
 @pytest.mark.parametrize("priority, bound_s", [
-    ("critical", 1800.0), ("high", 7200.0), ("normal", 2 * 86400.0), ("low", 4 * 86400.0),
-], ids=["critical_starves_after_30_minutes", "high_after_2_hours", "normal_after_2_days", "low_after_4_days"])
+    ("critical", 1800.0), ("high", 7200.0), ("normal", 4 * 86400.0), ("low", 6 * 86400.0),
+], ids=["critical_starves_after_30_minutes", "high_after_2_hours", "normal_after_4_days", "low_after_6_days"])
 def test_default_starvation_bounds_per_class(priority, bound_s):
     got = PolicyConfig().starvation_s.get(priority)
     assert got == bound_s, f"starvation bound of {priority} is {got}, want {bound_s}"

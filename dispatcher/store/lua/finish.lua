@@ -1,15 +1,18 @@
 -- A job ended, or goes back to the queue: free what it held, record the outcome and the attempt.
 -- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] active zset   KEYS[4] pending zset
--- KEYS[5] the job's attempts list
+-- KEYS[5] the job's attempts list   KEYS[6] scheduler leader key
 -- ARGV[1] job id     ARGV[2] epoch the writer was given   ARGV[3] new state
 -- ARGV[4] exit code ("" if none)   ARGV[5] now_ms   ARGV[6] reason
 -- ARGV[7] "1" if this requeue is a preemption   ARGV[8] "1" to keep the original submit time for aging
 -- ARGV[9] "1" if the job is checkpointable (work lost counts from its last checkpoint)
 -- ARGV[10] "" normally; for an attempt lost with its node, the job's retry budget: a lost attempt
 --   that had started counts in `lost`, and past the budget the job fails instead of going back
+-- ARGV[11] the leader's fencing value when the scheduler requeues a dead node's job ("" = not checked:
+--   node agents write their own jobs' outcomes, fenced by the epoch alone)
 -- New state 'pending' puts the job back in the queue: attempt + 1, epoch + 1 (fencing any copy
 -- still running); a preemption or a lost attempt also counts gpu_s_lost.
--- returns 1 done; 0 stale write refused (epoch moved or job not active)
+-- returns 1 done; 0 stale write refused (epoch moved or job not active); -4 the caller no longer leads
+if ARGV[11] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[11] then return -4 end
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[2] then return 0 end
 local state = redis.call('HGET', KEYS[1], 'state')
 if state ~= 'assigned' and state ~= 'running' and state ~= 'preempting' then return 0 end

@@ -1,0 +1,193 @@
+"""Failures end to end (docs/guarantees.md): real scheduler and agent processes killed with SIGKILL.
+
+Polling goes through the test's own Redis client (read_job), which is what `dispatch show --json`
+prints, so that a slow machine is not also busy starting a `dispatch` process ten times a second;
+what a user would check is then checked with the CLI.
+"""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from dispatcher.store import keys
+from dispatcher.store.jobs import read_job
+from dispatcher.store.leader import current_leader
+from dispatcher.store.nodes import read_nodes
+
+pytestmark = pytest.mark.slow
+
+#: Shared by every process of a test: a dead node is noticed within seconds.
+FAST = {"DISPATCH_NODE_TIMEOUT_S": "3", "DISPATCH_HEARTBEAT_S": "0.5"}
+
+#: Each attempt says when it starts and when it ends, in the file $OUT.
+STEPS = ('echo "start $DISPATCH_ATTEMPT $DISPATCH_NODE" >> "$OUT"; sleep {s}; '
+         'echo "end $DISPATCH_ATTEMPT $DISPATCH_NODE" >> "$OUT"')
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def live_processes_of(ns: str, job_id: str, epoch: int) -> list[int]:
+    """Live (not zombie) processes that carry this attempt's environment: the job and its children."""
+    marks = {f"DISPATCH_NAMESPACE={ns}".encode(), f"DISPATCH_JOB_ID={job_id}".encode(),
+             f"DISPATCH_EPOCH={epoch}".encode()}
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            state = (d / "stat").read_text().rpartition(")")[2].split()[0]
+            environ = set((d / "environ").read_bytes().split(b"\0"))
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X") and marks <= environ:
+            found.append(int(d.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wait_nodes(cli, client, names, timeout=30):
+    cli.wait_for(lambda: {n.name for n in read_nodes(client, cli.ns)[0]} >= set(names), timeout=timeout,
+                 what=f"nodes {', '.join(names)} to register")
+
+
+def running(client, ns, job_id):
+    j = read_job(client, ns, job_id)
+    return j if j["state"] == "running" else None
+
+
+def test_a_job_whose_agent_is_killed_reruns_on_the_other_node_and_succeeds(cli, client):
+    agents = {n: cli.start("worker", "--node", n, "--fake-gpus", "1xA100-40GB", log_name=f"worker-{n}", **FAST)
+              for n in ("a", "b")}
+    cli.start("scheduler", **FAST)
+    wait_nodes(cli, client, "ab")
+    out = cli.home / "runs.txt"
+    job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", STEPS.format(s=4))
+
+    first = cli.wait_for(lambda: running(client, cli.ns, job), what="the job to run")
+    cli.wait_for(lambda: lines(out), what="the first attempt to write its start")
+    dead, other = first["node"], ({"a", "b"} - {first["node"]}).pop()
+    pid = int(client.hget(keys.job(cli.ns, job), "pid"))
+    assert alive(pid)
+
+    os.kill(agents[dead].pid, signal.SIGKILL)  # the agent only, not its process group
+    agents[dead].wait(10)
+    try:
+        cli.wait_for(lambda: not alive(pid), timeout=5, what="the job process to die with its agent (PDEATHSIG)")
+        killed_at = time.monotonic()
+        assert cli.run("wait", job, "--timeout", "30").returncode == 0, cli.show(job)
+    finally:
+        kill_group(pid)  # whatever the first attempt left (nothing, if all went well)
+    rerun_took = time.monotonic() - killed_at
+
+    assert lines(out) == [f"start 0 {dead}", f"start 1 {other}", f"end 1 {other}"], lines(out)
+    shown = cli.show(job)
+    assert (shown["state"], shown["node"], shown["attempt"], shown["lost"], shown["retries"]) == (
+        "succeeded", other, 1, 1, 3), shown
+    assert [(a["attempt"], a["node"], a["outcome"]) for a in shown["attempts"]] == [
+        (0, dead, "lost"), (1, other, "succeeded")], shown["attempts"]
+    assert f"node {dead} lost" in shown["attempts"][0]["reason"]
+    assert shown["attempts"][1]["exit_code"] == 0
+    assert rerun_took < 25, f"the rerun ended {rerun_took:.1f}s after the kill"
+
+
+def test_when_the_leading_scheduler_is_killed_the_standby_places_the_next_job(cli, client):
+    env = dict(FAST, DISPATCH_LEASE_S="2")
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", **env)
+    scheds = {p.pid: p for p in (cli.start("scheduler", log_name="scheduler-1", **env),
+                                 cli.start("scheduler", log_name="scheduler-2", **env))}
+    wait_nodes(cli, client, "a")
+    warmup = cli.submit("--gpus", "1", "--", "true")
+    assert cli.run("wait", warmup, "--timeout", "30").returncode == 0
+
+    token, holder = cli.wait_for(lambda: current_leader(client, cli.ns), what="a leader")
+    leader_pid = int(holder.split(":")[-2])
+    assert leader_pid in scheds, (holder, list(scheds))
+    os.kill(leader_pid, signal.SIGKILL)
+    scheds.pop(leader_pid).wait(10)
+    (standby,) = scheds.values()
+    assert standby.poll() is None
+
+    submitted = time.time()
+    job = cli.submit("--gpus", "1", "--", "true")
+    assert cli.run("wait", job, "--timeout", "30").returncode == 0, cli.show(job)
+    shown = cli.show(job)
+    assert shown["state"] == "succeeded" and shown["attempt"] == 0
+    assert shown["started_at"] - submitted < 10, f"started {shown['started_at'] - submitted:.1f}s after submit"
+    new_token, new_holder = current_leader(client, cli.ns)
+    assert int(new_holder.split(":")[-2]) == standby.pid and new_token > token
+
+
+def test_a_restarted_agent_requeues_the_job_the_dead_one_left_and_runs_it_again(cli, client):
+    # the scheduler would give the node up only after 20 s: the new agent's own recovery is what reruns it
+    env = dict(FAST, DISPATCH_NODE_TIMEOUT_S="20")
+    work = cli.home / "node-a"
+    worker = ("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work))
+    agent = cli.start(*worker, log_name="worker-first", **env)
+    cli.start("scheduler", **env)
+    out = cli.home / "runs.txt"
+    job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", STEPS.format(s=3))
+    first = cli.wait_for(lambda: running(client, cli.ns, job), what="the job to run")
+    cli.wait_for(lambda: lines(out), what="the first attempt to write its start")
+    pid = int(client.hget(keys.job(cli.ns, job), "pid"))
+    assert (work / "pids" / job).read_text().split() == [str(pid), str(first["epoch"])]
+
+    os.kill(agent.pid, signal.SIGKILL)
+    agent.wait(10)
+    try:
+        cli.start(*worker, log_name="worker-second", **env)
+        requeued = cli.wait_for(lambda: read_job(client, cli.ns, job)["attempts"], timeout=20,
+                                what="the new agent to requeue the job")
+        assert not alive(pid), "the first attempt's process outlived its agent"
+        assert cli.run("wait", job, "--timeout", "30").returncode == 0, cli.show(job)
+    finally:
+        kill_group(pid)
+
+    assert requeued[0]["outcome"] == "lost" and "agent restarted" in requeued[0]["reason"], requeued
+    assert lines(out) == ["start 0 a", "start 1 a", "end 1 a"], lines(out)
+    shown = cli.show(job)
+    assert (shown["state"], shown["attempt"], shown["lost"]) == ("succeeded", 1, 1), shown
+    assert [(a["node"], a["outcome"]) for a in shown["attempts"]] == [("a", "lost"), ("a", "succeeded")]
+    assert not (work / "pids" / job).exists()
+
+
+def test_a_restarted_agent_kills_the_children_the_dead_ones_job_left(cli, client):
+    env = dict(FAST, DISPATCH_NODE_TIMEOUT_S="20")
+    work = cli.home / "node-a"
+    worker = ("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work))
+    agent = cli.start(*worker, log_name="worker-first", **env)
+    cli.start("scheduler", **env)
+    # a helper (say a data loader) lives as long as the job, in the job's process group
+    job = cli.submit("--gpus", "1", "--", "sh", "-c", "sleep 60 & helper=$!; sleep 30; kill $helper")
+    first = cli.wait_for(lambda: running(client, cli.ns, job), what="the job to run")
+    cli.wait_for(lambda: len(live_processes_of(cli.ns, job, first["epoch"])) == 3, what="the job and its children")
+    pid = int(client.hget(keys.job(cli.ns, job), "pid"))
+
+    os.kill(agent.pid, signal.SIGKILL)
+    agent.wait(10)
+    try:
+        cli.start(*worker, log_name="worker-second", **env)
+        cli.wait_for(lambda: read_job(client, cli.ns, job)["attempts"], timeout=20,
+                     what="the new agent to requeue the job")
+        cli.wait_for(lambda: not live_processes_of(cli.ns, job, first["epoch"]), timeout=5,
+                     what="every process of the first attempt to be gone")
+    finally:
+        kill_group(pid)
+        cli.run("cancel", job, check=False)
