@@ -54,6 +54,7 @@ class SimResult:
     cycles: int
     unfinished: int
     starts: list[tuple[float, str, str, tuple[int, ...], int]]  # (t, job, node, GPUs, rank in its cycle)
+    estimates: list[tuple[float, float]] = field(default_factory=list)  # (what the policy was told, true s)
 
 
 class HistoryPredictor:
@@ -132,6 +133,7 @@ class Engine:
         self.running: dict[str, SimJob] = {}
         self.timeline: list[tuple[float, int, int, int]] = []
         self.starts: list = []
+        self.told: list[tuple[float, float]] = []
         self.cycles = 0
 
     def push(self, t: float, kind: int, job_id: str, token: int) -> None:
@@ -153,6 +155,8 @@ class Engine:
 
     def enqueue(self, job: SimJob, now: float) -> None:
         est = self.estimate(job)
+        if job.attempts == 0 and est is not None:
+            self.told.append((est, job.trace.duration_s))
         job.spec = replace(job.spec, est_s=None if est is None else max(1.0, est))
         job.state = "pending"
         self.pending[job.spec.id] = PendingJob(job.spec, job.attempts, int(job.since_s * 1000), job.attained_gpu_s)
@@ -181,7 +185,7 @@ class Engine:
                 self.cycle(now)
         unfinished = sum(1 for j in self.jobs.values() if j.state != "done")
         return SimResult(self.name, list(self.jobs.values()), self.total_gpus, self.timeline, self.cycles,
-                         unfinished, self.starts)
+                         unfinished, self.starts, self.told)
 
     def release(self, job: SimJob, now: float) -> None:
         for node, gpus in job.node_gpus:

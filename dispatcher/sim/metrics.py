@@ -45,6 +45,17 @@ def _summary(jobs) -> dict:
             "p99_wait_s": round(pct(waits, 99), 1)}
 
 
+def estimate_error(told: list[tuple[float, float]], jobs: int) -> dict:
+    """How far the estimates the policy saw were from the true durations: the median and p90 of
+    |estimate - true| / true, the share within a factor of 2, and how many jobs had one at all."""
+    if not told:
+        return {"jobs_with_estimate": 0, "of_jobs": jobs}
+    rel = [abs(e - t) / t for e, t in told if t > 0]
+    within2 = sum(1 for e, t in told if t > 0 and 0.5 <= e / t <= 2.0)
+    return {"jobs_with_estimate": len(told), "of_jobs": jobs, "median_rel_error": round(pct(rel, 50), 3),
+            "p90_rel_error": round(pct(rel, 90), 3), "within_2x": round(within2 / max(1, len(rel)), 3)}
+
+
 def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float) -> dict:
     done = [j for j in result.jobs if j.end_s is not None]
     jcts = [j.end_s - j.trace.submit_s for j in done]
@@ -84,6 +95,7 @@ def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float) -> dict:
         "gpu_hours_lost": round(lost_s / 3600.0, 2),
         "p99_wait_8plus_gpus_s": round(pct(_waits(big), 99), 1),
         "cycles": result.cycles,
+        "estimate_error": estimate_error(result.estimates, len(result.jobs)),
         "per_class": {c: _summary(by_class[c]) for c in reversed(PRIORITIES) if by_class.get(c)},
         "per_user": {u: dict(_summary(js), avg_slowdown=round(slowdowns[u], 2))
                      for u, js in sorted(by_user.items())},
