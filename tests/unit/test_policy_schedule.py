@@ -547,11 +547,11 @@ DAY = 24 * HOUR
 @pytest.mark.parametrize("priority, waited_s, starving", [
     ("low", 6 * DAY + HOUR, True),      # past the 6-day bound
     ("low", 6 * DAY - HOUR, False),     # not yet: the critical job's class wins
-    ("normal", 4 * DAY + HOUR, True),   # past 4 days
-    ("normal", 4 * DAY - HOUR, False),
+    ("normal", 90 * HOUR + HOUR, True),   # past 90 hours
+    ("normal", 90 * HOUR - HOUR, False),
     ("high", 3 * HOUR, True),           # past 2 h
 ], ids=["a_low_job_past_6_days_goes_first", "a_low_job_just_under_6_days_still_waits",
-        "a_normal_job_past_4_days_goes_first", "a_normal_job_just_under_4_days_still_waits",
+        "a_normal_job_past_90_hours_goes_first", "a_normal_job_just_under_90_hours_still_waits",
         "a_high_job_past_2h_goes_first"])
 def test_a_starving_job_is_served_before_a_fresh_critical_job(priority, waited_s, starving):
     old = make_job("old").gpus(1).priority(priority).waited(waited_s).user("olga")

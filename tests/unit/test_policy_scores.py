@@ -345,8 +345,8 @@ def test_the_score_is_the_weighted_mean_over_all_weights(terms, want):
 
 
 @pytest.mark.parametrize("priority, bound_s", [
-    ("critical", 1800.0), ("high", 7200.0), ("normal", 4 * 86400.0), ("low", 6 * 86400.0),
-], ids=["critical_starves_after_30_minutes", "high_after_2_hours", "normal_after_4_days", "low_after_6_days"])
+    ("critical", 1800.0), ("high", 7200.0), ("normal", 90 * 3600.0), ("low", 6 * 86400.0),
+], ids=["critical_starves_after_30_minutes", "high_after_2_hours", "normal_after_90_hours", "low_after_6_days"])
 def test_default_starvation_bounds_per_class(priority, bound_s):
     got = PolicyConfig().starvation_s.get(priority)
     assert got == bound_s, f"starvation bound of {priority} is {got}, want {bound_s}"
