@@ -24,8 +24,15 @@ FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED)
 SPEC_VERSION = 1
 
 
+_RANKS = {p: i for i, p in enumerate(PRIORITIES)}
+
+
 def priority_rank(priority: str) -> int:
-    return PRIORITIES.index(priority)
+    """The class's rank (low 0 .. critical 3); ValueError for an unknown class."""
+    try:
+        return _RANKS[priority]
+    except KeyError:
+        raise ValueError(f"{priority!r} is not a priority class") from None
 
 
 @dataclass(frozen=True)

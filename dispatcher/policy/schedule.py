@@ -64,11 +64,21 @@ class _Node:
     shared: dict[int, float]
     cpus: int
     mem_gb: float
-    releases: list[_Release] = field(default_factory=list)
+    running: list = field(default_factory=list)  # its RunningJobs (shared with _Cycle.running_on)
+    end_of: object = None  # RunningJob -> when it likely ends (ms)
+    _releases: list[_Release] | None = None
     resv: Reservation | None = None
     resv_cpus: int = 0
     resv_mem_gb: float = 0.0
     placed: list[str] = field(default_factory=list)
+
+    @property
+    def releases(self) -> list[_Release]:
+        """What comes back when: the running jobs (worked out on first use: most cycles never ask),
+        then whatever this cycle places here."""
+        if self._releases is None:
+            self._releases = [_Release(self.end_of(r), r.gpus, r.spec.cpus, r.spec.mem_gb) for r in self.running]
+        return self._releases
 
 
 def static_terms(job: PendingJob, now_ms: int, config: PolicyConfig) -> dict[str, float]:
@@ -203,6 +213,25 @@ class _Teams:
         self.demand[spec.team] = max(0, self.demand[spec.team] - spec.gpus)
 
 
+_SHAPES: dict[tuple, tuple] = {}
+
+
+def _shape(views) -> tuple:
+    """(total GPUs, CPUs, memory), the smallest GPU memory, the largest node's GPU count: remembered
+    while the nodes' GPU lists stay the same objects (as they do between a simulator's cycles)."""
+    key = tuple((id(v.gpus), v.cpus, v.mem_gb) for v in views)
+    hit = _SHAPES.get(key)
+    if hit is not None and all(a is v.gpus for a, v in zip(hit[0], views)):
+        return hit[1]
+    shape = ((sum(len(v.gpus) for v in views), sum(v.cpus for v in views), sum(v.mem_gb for v in views)),
+             min((g.mem_total_gb for v in views for g in v.gpus), default=0.0),
+             max((len(v.gpus) for v in views), default=0))
+    if len(_SHAPES) > 64:
+        _SHAPES.clear()
+    _SHAPES[key] = (tuple(v.gpus for v in views), shape)
+    return shape
+
+
 class _Cycle:
     """The mutable state of one schedule() call."""
 
@@ -210,25 +239,25 @@ class _Cycle:
         self.now, self.config, self.w = now_ms, config, config.weights
         views = sorted(snapshot.nodes, key=lambda v: v.name)
         self.views = views
-        self.nodes = [_Node(v, set(v.free_gpus), dict(v.shared), v.free_cpus, v.free_mem_gb) for v in views]
-        self.by_name = {n.view.name: n for n in self.nodes}
-        self.start = {n.view.name: (set(n.free), dict(n.shared), n.cpus, n.mem_gb) for n in self.nodes}
-        self.totals = (sum(len(v.gpus) for v in views), sum(v.cpus for v in views), sum(v.mem_gb for v in views))
-        self.ref_mem = min((g.mem_total_gb for v in views for g in v.gpus), default=0.0)
-        self.free_total = sum(len(n.free) for n in self.nodes)
+        self.running_on: dict[str, list[RunningJob]] = defaultdict(list)
+        self._weaker: dict[str, tuple[list, list]] = {}  # node -> standings, cumulative GPUs (weaker_gpus)
         self.usage: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self.teams = _Teams(config)
         for r in snapshot.running:
+            self.running_on[r.node].append(r)
             u = self.usage[r.spec.user]
             u[0] += len(r.gpus); u[1] += r.spec.cpus; u[2] += r.spec.mem_gb
             self.teams.used[r.spec.team] += len(r.gpus)
-            if r.node in self.by_name:
-                self.by_name[r.node].releases.append(
-                    _Release(_end_ms(r.spec, r.started_ms, now_ms, config), r.gpus, r.spec.cpus, r.spec.mem_gb))
-        self.running_on: dict[str, list[RunningJob]] = defaultdict(list)
-        self._weaker: dict[str, tuple[list, list]] = {}  # node -> standings, cumulative GPUs (weaker_gpus)
-        for r in snapshot.running:
-            self.running_on[r.node].append(r)
+
+        def end_of(r: RunningJob) -> int:
+            return _end_ms(r.spec, r.started_ms, now_ms, config)
+
+        self.nodes = [_Node(v, set(v.free_gpus), dict(v.shared), v.free_cpus, v.free_mem_gb,
+                            self.running_on[v.name], end_of) for v in views]
+        self.by_name = {n.view.name: n for n in self.nodes}
+        self.start = {n.view.name: (set(n.free), dict(n.shared), n.cpus, n.mem_gb) for n in self.nodes}
+        self.totals, self.ref_mem, self.largest_node = _shape(views)
+        self.free_total = sum(len(n.free) for n in self.nodes)
         self.placements: list[Placement] = []
         self.verdicts: list[Verdict] = []
         self.reservations: list[Reservation] = []
@@ -240,7 +269,6 @@ class _Cycle:
         self.resv_tries = 0  # reservations tried for blocked jobs (EASY's quota counts tries)
         self.failed_preempt: dict[tuple, float] = {}
         self.min_running_rank = min((r.spec.rank for r in snapshot.running), default=99)
-        self.largest_node = max((len(v.gpus) for v in views), default=0)
         self.refresh_free()
         self.start_max_free = self.max_free
         self.attained = {p.spec.id: p.attained_gpu_s for p in snapshot.pending}

@@ -134,6 +134,9 @@ class Engine:
         self.timeline: list[tuple[float, int, int, int]] = []
         self.starts: list = []
         self.told: list[tuple[float, float]] = []
+        self.views_of_running: dict[str, list[RunningJob]] = {}
+        self.node_views: dict[str, NodeView] = {}
+        self.dirty: set[str] = set(self.nodes)
         self.cycles = 0
 
     def push(self, t: float, kind: int, job_id: str, token: int) -> None:
@@ -190,10 +193,12 @@ class Engine:
     def release(self, job: SimJob, now: float) -> None:
         for node, gpus in job.node_gpus:
             self.free[node] |= set(gpus)
+            self.dirty.add(node)
         ran = max(0.0, now - job.run_start_s)
         job.attained_gpu_s += ran * job.spec.gpus
         job.node_gpus = []
         self.running.pop(job.spec.id, None)
+        self.views_of_running.pop(job.spec.id, None)
 
     def requeue(self, job: SimJob, now: float, *, keep_progress: bool) -> None:
         if not keep_progress:  # forced: everything since this attempt began is lost
@@ -206,18 +211,20 @@ class Engine:
             job.since_s = now
         self.enqueue(job, now)
 
+    def view_running(self, job: SimJob) -> None:
+        """The RunningJobs the policy sees for `job`, kept until the job starts, stops or ends."""
+        self.views_of_running[job.spec.id] = [
+            RunningJob(job.spec, node, gpus, int(job.started_s * 1000), 0,
+                       int(job.last_preempted_s * 1000) if job.preemptions else 0, job.state == "stopping",
+                       job.attained_gpu_s) for node, gpus in job.node_gpus]
+
     def snapshot(self, now_ms: int) -> Snapshot:
-        views = []
-        for name, gpus in self.nodes.items():
-            views.append(NodeView(name, gpus, self.cpus, self.mem, tuple(sorted(self.free[name])), self.cpus,
-                                  self.mem))
-        running = []
-        for job in self.running.values():
-            for node, gpus in job.node_gpus:
-                running.append(RunningJob(job.spec, node, gpus, int(job.started_s * 1000), 0,
-                                          int(job.last_preempted_s * 1000) if job.preemptions else 0,
-                                          job.state == "stopping", job.attained_gpu_s))
-        return Snapshot(tuple(self.pending.values()), tuple(running), tuple(views))
+        for name in self.dirty:  # only nodes whose free GPUs changed get a new view
+            self.node_views[name] = NodeView(name, self.nodes[name], self.cpus, self.mem,
+                                             tuple(sorted(self.free[name])), self.cpus, self.mem)
+        self.dirty.clear()
+        running = tuple(r for views in self.views_of_running.values() for r in views)
+        return Snapshot(tuple(self.pending.values()), running, tuple(self.node_views.values()))
 
     def cycle(self, now: float) -> None:
         now_ms = int(round(now * 1000))
@@ -238,12 +245,14 @@ class Engine:
             else:  # graceful (and shrink, which trace jobs never ask for): save, then requeue
                 victim.work_left_s = max(0.0, victim.work_left_s - done)
                 victim.state = "stopping"
+                self.view_running(victim)
                 self.push(now + self.ckpt_save_s, SAVED, victim.spec.id, victim.token)
         for p in plan.placements:
             job = self.jobs[p.job_id]
             pieces = [(p.node, p.gpus)] + list(p.extra)
             for node, gpus in pieces:
                 self.free[node] -= set(gpus)
+                self.dirty.add(node)
             job.node_gpus = pieces
             job.state = "running"
             job.token += 1
@@ -253,6 +262,7 @@ class Engine:
                 job.first_start_s = now
             self.pending.pop(p.job_id, None)
             self.running[p.job_id] = job
+            self.view_running(job)
             self.starts.append((now, p.job_id, p.node, p.gpus, p.rank))
             self.push(now + job.restore_s + job.work_left_s, FINISH, p.job_id, job.token)
         busy = self.total_gpus - sum(len(f) for f in self.free.values())
