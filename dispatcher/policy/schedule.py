@@ -243,8 +243,10 @@ class _Cycle:
         self._weaker: dict[str, tuple[list, list]] = {}  # node -> standings, cumulative GPUs (weaker_gpus)
         self.usage: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self.teams = _Teams(config)
+        self.min_running_rank = 99
         for r in snapshot.running:
             self.running_on[r.node].append(r)
+            self.min_running_rank = min(self.min_running_rank, r.spec.rank)
             u = self.usage[r.spec.user]
             u[0] += len(r.gpus); u[1] += r.spec.cpus; u[2] += r.spec.mem_gb
             self.teams.used[r.spec.team] += len(r.gpus)
@@ -268,7 +270,6 @@ class _Cycle:
         self.starving_reserved = 0
         self.resv_tries = 0  # reservations tried for blocked jobs (EASY's quota counts tries)
         self.failed_preempt: dict[tuple, float] = {}
-        self.min_running_rank = min((r.spec.rank for r in snapshot.running), default=99)
         self.refresh_free()
         self.start_max_free = self.max_free
         self.attained = {p.spec.id: p.attained_gpu_s for p in snapshot.pending}

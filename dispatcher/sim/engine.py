@@ -184,8 +184,11 @@ class Engine:
                     self.release(job, now)
                     self.requeue(job, now, keep_progress=True)
                     changed = True
-            if changed:
+            if changed and self.pending:
                 self.cycle(now)
+            elif changed:  # nothing waits: a cycle could place nothing and preempt no one
+                busy = self.total_gpus - sum(len(f) for f in self.free.values())
+                self.timeline.append((now, 0, busy, 0))
         unfinished = sum(1 for j in self.jobs.values() if j.state != "done")
         return SimResult(self.name, list(self.jobs.values()), self.total_gpus, self.timeline, self.cycles,
                          unfinished, self.starts, self.told)
