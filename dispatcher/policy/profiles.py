@@ -38,7 +38,9 @@ _DURATION_KEYS = {"aging_horizon": "aging_horizon_s", "remaining_ref": "remainin
 _INT_KEYS = {"reservations": "reservations", "forced_min_gap": "forced_min_gap",
              "preemptors_per_cycle": "preemptors_per_cycle", "starvation_reservations": "starvation_reservations"}
 _BOOL_KEYS = {"preemption": "preemption", "keep_wait_on_requeue": "keep_wait_on_requeue"}
-_PROFILE_KEYS = set(_DURATION_KEYS) | set(_INT_KEYS) | set(_BOOL_KEYS) | {"weights", "aging_cap", "starvation"}
+_PROFILE_KEYS = set(_DURATION_KEYS) | set(_INT_KEYS) | set(_BOOL_KEYS) | {"weights", "aging_cap", "starvation",
+                                                                           "preempt_by", "las_tiers"}
+PREEMPT_BY = ("class", "class+attained", "attained", "remaining")
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,18 @@ def _profile(raw: dict, key: str, base: PolicyConfig) -> PolicyConfig:
             if not isinstance(raw[name], bool):
                 raise _err(f"{key}.{name}", f"must be true or false, got {raw[name]!r}")
             changes[attr] = raw[name]
+    if "preempt_by" in raw:
+        if raw["preempt_by"] not in PREEMPT_BY:
+            raise _err(f"{key}.preempt_by", f"{raw['preempt_by']!r} is not one of {', '.join(PREEMPT_BY)}")
+        changes["preempt_by"] = raw["preempt_by"]
+    if "las_tiers" in raw:  # GPU time received, e.g. ["1h", "10h"] = 1 and 10 GPU-hours
+        tiers = raw["las_tiers"]
+        if not isinstance(tiers, list) or not tiers:
+            raise _err(f"{key}.las_tiers", 'must be a list of GPU-time durations, e.g. ["1h", "10h"]')
+        values = [_duration(t, f"{key}.las_tiers") for t in tiers]
+        if values != sorted(values) or len(set(values)) != len(values):
+            raise _err(f"{key}.las_tiers", "must be increasing")
+        changes["las_thresholds_gpu_s"] = tuple(values)
     if "starvation" in raw:
         s = raw["starvation"]
         if not isinstance(s, dict):

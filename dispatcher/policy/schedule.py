@@ -309,7 +309,10 @@ class _Cycle:
     # -- one job ----------------------------------------------------------------------------
     def best_node(self, spec: JobSpec):
         best = None
+        exclusive = spec.gpus and not spec.share
         for node in self.nodes:
+            if exclusive and len(node.free) < spec.gpus:
+                continue  # (its candidates are some of its free GPUs)
             cands = _candidates(spec, node, self.now)
             if len(cands) < spec.gpus or not _room(spec, node, self.now):
                 continue

@@ -1,0 +1,35 @@
+"""Policy files: the preemption mode and the LAS tiers, and one clear error for a bad value."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatcher.errors import ConfigError
+from dispatcher.policy.config import PolicyConfig
+from dispatcher.policy.profiles import parse_policy
+
+
+def test_the_shipped_example_parses_and_keeps_within_class_preemption():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "examples" / "policy.toml").read_text()
+    day = parse_policy(text).profiles["day"]
+    assert day.preempt_by == "class+attained" and day.las_thresholds_gpu_s == (3600.0, 36000.0)
+
+
+def test_a_lab_can_turn_within_class_preemption_off_and_move_the_tiers():
+    pset = parse_policy('[profiles.default]\npreempt_by = "class"\nlas_tiers = ["30m", "5h", "2d"]\n')
+    cfg = pset.profiles["default"]
+    assert cfg.preempt_by == "class" and cfg.las_thresholds_gpu_s == (1800.0, 18000.0, 172800.0)
+    assert PolicyConfig().preempt_by == "class+attained"  # the default is untouched
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('[profiles.default]\npreempt_by = "oldest"\n', "preempt_by"),
+    ('[profiles.default]\nlas_tiers = ["10h", "1h"]\n', "increasing"),
+    ('[profiles.default]\nlas_tiers = "1h"\n', "list"),
+], ids=["unknown-mode", "tiers-out-of-order", "tiers-not-a-list"])
+def test_a_bad_setting_is_one_clear_error(text, needle):
+    with pytest.raises(ConfigError) as e:
+        parse_policy(text)
+    assert needle in str(e.value)
