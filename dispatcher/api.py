@@ -15,7 +15,7 @@ import os
 import time
 
 from .config import resolve_url
-from .spec import build_spec
+from .spec import spec_from_request
 from .store import jobs as store_jobs
 from .store.connect import connect
 from .store.keys import DEFAULT_NS
@@ -44,14 +44,7 @@ class Client:
         return self._scripts
 
     def _spec(self, command, fields: dict):
-        fields = dict(fields)
-        fields.setdefault("user", _me())
-        fields.setdefault("cwd", os.getcwd())
-        if "gpu_mem" in fields:
-            fields["gpu_mem_gb"] = fields.pop("gpu_mem")
-        if "mem" in fields:
-            fields["mem_gb"] = fields.pop("mem")
-        return build_spec(command=command, submit_ms=_now_ms(), **fields)
+        return spec_from_request({**fields, "command": command}, user=_me(), submit_ms=_now_ms(), cwd=os.getcwd())
 
     def submit(self, command, **fields) -> str:
         """Submit one job; fields are submit's flags (gpus=2, gpu_type='A100', est='2h', ...). Returns its id."""
@@ -65,11 +58,9 @@ class Client:
         return self._write(specs)
 
     def _write(self, specs) -> list[str]:
-        from .store.requests import identity_on, submit_signed
+        from .store.requests import submit_specs
 
-        if identity_on(self.redis, self.ns):
-            return [submit_signed(self.redis, self.ns, s, _me()) for s in specs]
-        return store_jobs.write_jobs(self.redis, self.ns, specs)
+        return submit_specs(self.redis, self.ns, specs, _me())
 
     def show(self, job_id: str) -> dict:
         return store_jobs.read_job(self.redis, self.ns, str(job_id))

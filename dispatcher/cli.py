@@ -134,27 +134,37 @@ def _me() -> str:
               help="Reruns after an attempt is lost with its node (agent or host died); then the job fails.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")
 @click.option("--cwd", default=None, help="Working directory on the node (default: the current one).")
+@click.option("--from", "from_file", default=None, type=click.File("r"), metavar="FILE.jsonl",
+              help="Submit many jobs, one JSON object per line ({\"command\": [...], \"gpus\": 2, ...}; "
+                   "the flags give defaults); all or nothing. '-' reads standard input.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @common
-def submit(ctx, name, user, team, gpus, gpu_type, gpu_mem, cpus, mem, priority, est, checkpointable, share,
-           min_gpus, preemptible, checkpoint_signal, grace, retries, env, cwd, command):
+def submit(ctx, from_file, command, **flags):
     """Submit a job: dispatch submit --gpus 2 --gpu-type A100 -- python train.py. Prints the job id."""
-    from .spec import build_spec
-    from .store.jobs import write_jobs
+    from .spec import spec_from_request
+    from .store.requests import submit_specs
 
-    spec = build_spec(
-        command=command, user=user or _me(), submit_ms=now_ms(), name=name,
-        team=team, cwd=cwd if cwd is not None else os.getcwd(), env=env, gpus=gpus, gpu_type=gpu_type,
-        gpu_mem_gb=gpu_mem, cpus=cpus, mem_gb=mem, priority=priority, est=est, checkpointable=checkpointable,
-        grace=grace, share=share, min_gpus=min_gpus, preemptible=preemptible, checkpoint_signal=checkpoint_signal,
-        retries=retries)
-    from .store.requests import identity_on, submit_signed
-
-    if identity_on(ctx.client, ctx.ns):
-        job_id = submit_signed(ctx.client, ctx.ns, spec, _me())
+    defaults = {k: v for k, v in flags.items() if v not in (None, ())}
+    now, here = now_ms(), os.getcwd()
+    if from_file is None:
+        specs = [spec_from_request({**defaults, "command": list(command)}, user=_me(), submit_ms=now, cwd=here)]
+    elif command:
+        raise InvalidRequestError("give either a command or --from FILE, not both", field="--from")
     else:
-        (job_id,) = write_jobs(ctx.client, ctx.ns, [spec])
-    click.echo(job_id)
+        specs = []
+        for n, line in enumerate(from_file, 1):
+            if not line.strip():
+                continue
+            try:
+                request = json.loads(line)
+                specs.append(spec_from_request({**defaults, **request} if isinstance(request, dict) else request,
+                                               user=_me(), submit_ms=now, cwd=here))
+            except json.JSONDecodeError as e:
+                raise InvalidRequestError(f"{from_file.name} line {n}: not JSON ({e.msg})", field="--from") from None
+            except InvalidRequestError as e:
+                raise InvalidRequestError(f"{from_file.name} line {n}: {e}", field="--from") from None
+    for job_id in submit_specs(ctx.client, ctx.ns, specs, _me()):
+        click.echo(job_id)
 
 
 @cli.command()

@@ -218,3 +218,25 @@ def build_spec(
         raise InvalidRequestError(f"the request is larger than {MAX_SPEC_BYTES // 1024} KiB (command, --env, --cwd)",
                                   field="COMMAND")
     return spec
+
+
+#: The fields of a request as the Python API and `submit --from FILE.jsonl` name them (submit's flags).
+REQUEST_FIELDS = {"command": "command", "name": "name", "user": "user", "team": "team", "cwd": "cwd", "env": "env",
+                  "gpus": "gpus", "gpu_type": "gpu_type", "gpu_mem": "gpu_mem_gb", "cpus": "cpus", "mem": "mem_gb",
+                  "priority": "priority", "est": "est", "checkpointable": "checkpointable", "grace": "grace",
+                  "share": "share", "min_gpus": "min_gpus", "preemptible": "preemptible",
+                  "checkpoint_signal": "checkpoint_signal", "retries": "retries"}
+
+
+def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> JobSpec:
+    """A request dict (REQUEST_FIELDS; `user` and `cwd` default to the caller's) -> a checked spec."""
+    if not isinstance(request, dict):
+        raise InvalidRequestError("a request must be an object of submit's fields, with 'command'", field="request")
+    unknown = sorted(set(request) - set(REQUEST_FIELDS))
+    if unknown:
+        raise InvalidRequestError(f"unknown field {unknown[0]!r}; known: {', '.join(REQUEST_FIELDS)}",
+                                  field=unknown[0])
+    fields = {REQUEST_FIELDS[k]: v for k, v in request.items()}
+    fields.setdefault("user", user)
+    fields.setdefault("cwd", cwd)
+    return build_spec(submit_ms=submit_ms, **fields)

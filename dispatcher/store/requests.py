@@ -167,6 +167,15 @@ def submit_signed(client, ns: str, spec, requester: str) -> str:
     return str(send(client, ns, "submit", requester, token, body)["id"])
 
 
+def submit_specs(client, ns: str, specs, requester: str) -> list[str]:
+    """Submit checked specs: in one transaction, or as signed requests while identity is on."""
+    from .jobs import write_jobs
+
+    if identity_on(client, ns):
+        return [submit_signed(client, ns, s, requester) for s in specs]
+    return write_jobs(client, ns, specs)
+
+
 def act_signed(client, ns: str, kind: str, user: str, job_id: str, **extra) -> str:
     """Cancel or preempt a job as `user` (its owner or an admin); returns the outcome."""
     return str(send(client, ns, kind, user, _token(), {"job": job_id, **extra})["outcome"])

@@ -138,3 +138,17 @@ def test_history_exports_finished_jobs_that_the_simulator_replays(cli, tmp_path)
     (tmp_path / "mine.csv").write_text(text)
     out = cli.run("simulate", str(tmp_path / "mine.csv"), "--nodes", "1x2xA100-40GB", "--json")
     assert json.loads(out.stdout)["policies"]["dispatch"]["finished"] == 2
+
+
+def test_submit_from_a_jsonl_file_is_all_or_nothing(cli, tmp_path):
+    good = tmp_path / "jobs.jsonl"
+    good.write_text('{"command": ["true"], "gpus": 1}\n\n{"command": ["echo", "hi"], "name": "two"}\n')
+    ids = cli.run("submit", "--from", str(good), "--priority", "high").stdout.split()
+    assert len(ids) == 2
+    assert [cli.show(i)["priority"] for i in ids] == ["high", "high"]  # the flags are defaults
+    assert cli.show(ids[1])["name"] == "two" and cli.show(ids[0])["gpus_requested"] == 1
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"command": ["true"]}\n{"command": ["true"], "gpus": "many"}\n')
+    p = cli.run("submit", "--from", str(bad), check=False)
+    assert p.returncode != 0 and "bad.jsonl line 2: --gpus" in p.stderr and "Traceback" not in p.stderr
+    assert len(cli.run("queue", "--all", "--json").stdout.split('"id"')) - 1 == 2  # nothing of bad.jsonl
