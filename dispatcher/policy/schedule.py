@@ -213,6 +213,23 @@ class _Teams:
         self.demand[spec.team] = max(0, self.demand[spec.team] - spec.gpus)
 
 
+_UNIFORM: dict[int, tuple] = {}
+
+
+def _uniform(gpus) -> tuple | None:
+    """(count, name, memory) if all of a node's GPUs are alike, else None: on such nodes only how
+    many are free matters to a job's fit. Remembered while the node's GPU list stays the same object."""
+    hit = _UNIFORM.get(id(gpus))
+    if hit is not None and hit[0] is gpus:
+        return hit[1]
+    kinds = {(g.name, g.mem_total_gb) for g in gpus}
+    same = (len(gpus), *kinds.pop()) if len(kinds) == 1 else None
+    if len(_UNIFORM) > 4096:
+        _UNIFORM.clear()
+    _UNIFORM[id(gpus)] = (gpus, same)
+    return same
+
+
 _SHAPES: dict[tuple, tuple] = {}
 
 
@@ -310,9 +327,16 @@ class _Cycle:
     def best_node(self, spec: JobSpec):
         best = None
         exclusive = spec.gpus and not spec.share
+        seen = set()  # nodes alike for this job: same GPU list, free count, CPUs and memory left
         for node in self.nodes:
             if exclusive and len(node.free) < spec.gpus:
                 continue  # (its candidates are some of its free GPUs)
+            kind = _uniform(node.view.gpus)
+            if exclusive and node.resv is None and not node.shared and kind is not None:
+                shape = (kind, len(node.free), node.cpus, node.mem_gb)
+                if shape in seen:
+                    continue  # the same fit as an earlier node, which wins the tie
+                seen.add(shape)
             cands = _candidates(spec, node, self.now)
             if len(cands) < spec.gpus or not _room(spec, node, self.now):
                 continue
