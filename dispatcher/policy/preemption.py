@@ -50,6 +50,25 @@ def standing(v: RunningJob, now_ms: int, config: PolicyConfig) -> float:
     return v.spec.rank
 
 
+def preemptible_below(v: RunningJob, now_ms: int, config: PolicyConfig) -> float | None:
+    """The strength a blocked job needs to preempt `v` this cycle, as far as it depends on `v` alone:
+    None if nothing may (minimum run, cooldown); -inf if it is already stopping. A cheap bound for
+    skipping nodes (_Cycle.weaker_gpus): it never says no where victim_mode would say yes."""
+    if v.stopping:
+        return float("-inf")
+    if (now_ms - v.started_ms) / 1000.0 < config.min_run_s:
+        return None
+    if v.preempted_ms and (now_ms - v.preempted_ms) / 1000.0 < config.preempt_cooldown_s:
+        return None
+    s = standing(v, now_ms, config)
+    if config.preempt_by == "class+attained":  # strengths are rank * 100 - tier
+        if not v.spec.checkpointable and not v.spec.preemptible:  # forced only, by a class gap
+            s = max(s, (v.spec.rank + config.forced_min_gap - 1) * 100 + 50)
+        elif past_starvation(v.spec, now_ms, config):  # only a higher class
+            s = max(s, v.spec.rank * 100 + 50)
+    return s
+
+
 def outranks(p: JobSpec, p_attained_gpu_s: float, v: RunningJob, now_ms: int, config: PolicyConfig) -> int:
     """How far pending `p` outranks running `v` under preempt_by (> 0: it does)."""
     if config.preempt_by == "class+attained":  # a higher class, or the same class and a lower LAS tier

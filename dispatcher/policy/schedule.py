@@ -40,7 +40,7 @@ from ..model import (PRIORITIES, Code, JobSpec, NodeView, PendingJob, Placement,
                      RunningJob, Snapshot, Verdict)
 from .config import PolicyConfig
 from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_usable, usable
-from .preemption import choose_victims, standing
+from .preemption import choose_victims, preemptible_below
 from .score import attained_term, dominant_share, fairness_term, priority_term, remaining_term, wait_term
 
 
@@ -513,8 +513,8 @@ class _Cycle:
         those already stopping (their GPUs are coming back)."""
         table = self._weaker.get(node)
         if table is None:
-            rows = sorted((float("-inf") if r.stopping else standing(r, self.now, self.config), len(r.gpus))
-                          for r in self.running_on[node] if not r.spec.share)
+            rows = sorted((s, len(r.gpus)) for r in self.running_on[node] if not r.spec.share
+                          and (s := preemptible_below(r, self.now, self.config)) is not None)
             cum, total = [], 0
             for _, n in rows:
                 total += n
