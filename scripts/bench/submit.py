@@ -1,0 +1,104 @@
+"""Benchmark 1: submit throughput, and the wall time of one `dispatch submit` process.
+
+- Client.submit, one job at a time, and Client.submit_many in batches: jobs/s, against
+  the ceiling: raw redis-py pipelines (transaction=False) writing the same records
+  (encoded beforehand with codec.encode_spec) under the same keys and fields as
+  store.jobs.write_jobs, in batches of the same size.
+- `python -m dispatcher submit --gpus 1 -- true` (a fresh process each time) against
+  `python -c 'import click, redis, msgpack'`, run alternately.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import benchlib as bl
+
+REQUEST = {"command": ["python", "train.py", "--lr", "0.1"], "gpus": 2, "name": "train", "est": "2h"}
+
+
+def raw_write(client, ns: str, records: list[tuple[bytes, int]]) -> None:
+    """One batch as write_jobs writes it (ids from INCRBY, hash + two index entries, one wake-up),
+    with the specs already encoded and no MULTI."""
+    from dispatcher.store import keys
+
+    last = client.incrby(keys.job_seq(ns), len(records))
+    pipe = client.pipeline(transaction=False)
+    for i, (spec, submit_ms) in enumerate(records):
+        job_id = str(last - len(records) + 1 + i)
+        pipe.hset(keys.job(ns, job_id), mapping={"spec": spec, "state": "pending", "attempt": 0, "epoch": 0,
+                                                 "submit_ms": submit_ms})
+        pipe.zadd(keys.jobs_all(ns), {job_id: submit_ms})
+        pipe.zadd(keys.jobs_pending(ns), {job_id: submit_ms})
+    pipe.publish(keys.events(ns), b"submit")
+    pipe.execute()
+
+
+def throughput(bench: bl.Bench, repeats: int, n_single: int, n_batch: int, batch: int) -> list[bl.Figure]:
+    from dispatcher.api import Client
+    from dispatcher.spec import build_spec
+    from dispatcher.store.codec import encode_spec
+
+    ns = bench.namespace("submit")
+    client = Client(bench.url, ns)
+    single, many, ceiling = [], [], []
+    for _ in range(repeats):
+        bench.drop(ns)
+        t, _ = bl.timed(lambda: [client.submit(**REQUEST) for _ in range(n_single)])
+        single.append(n_single / t)
+        bench.drop(ns)
+        t, _ = bl.timed(lambda: [client.submit_many([REQUEST] * batch) for _ in range(n_batch // batch)])
+        many.append(n_batch / t)
+        bench.drop(ns)
+        spec = build_spec(command=REQUEST["command"], user="bench", submit_ms=int(time.time() * 1000),
+                          cwd=os.getcwd(), gpus=REQUEST["gpus"], name=REQUEST["name"], est=REQUEST["est"])
+        records = [(encode_spec(replace(spec, id=str(i + 1))), spec.submit_ms) for i in range(n_batch)]
+        t, _ = bl.timed(lambda: [raw_write(client.redis, ns, records[i:i + batch])
+                                 for i in range(0, n_batch, batch)])
+        ceiling.append(n_batch / t)
+    bench.drop(ns)
+    what = f"raw pipelined writes of the same encoded records, batches of {batch}, no MULTI"
+    return [
+        bl.Figure("submit.single_jobs_per_s", bl.median(single), "jobs/s", bl.median(ceiling), what, None, repeats,
+                  note=f"{n_single} x Client.submit, one job each"),
+        bl.Figure(f"submit.batch_jobs_per_s[batch={batch}]", bl.median(many), "jobs/s", bl.median(ceiling), what,
+                  bl.ratio_at_least(0.5), repeats, note=f"{n_batch} jobs through Client.submit_many"),
+    ]
+
+
+def cli_wall(bench: bl.Bench, runs: int) -> list[bl.Figure]:
+    ns = bench.namespace("submit-cli")
+    env = bench.env(ns)
+    submit = [sys.executable, "-m", "dispatcher", "submit", "--gpus", "1", "--", "true"]
+    imports = [sys.executable, "-c", "import click, redis, msgpack"]
+    bare = [sys.executable, "-c", "pass"]
+
+    def wall(argv):
+        t0 = time.perf_counter()
+        p = subprocess.run(argv, env=env, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} exited {p.returncode}: {p.stderr.strip()[-500:]}")
+        return time.perf_counter() - t0
+
+    wall(submit), wall(imports)  # warm the page cache
+    times = {"submit": [], "imports": [], "bare": []}
+    for _ in range(runs):
+        for name, argv in (("submit", submit), ("imports", imports), ("bare", bare)):
+            times[name].append(wall(argv) * 1000)
+    bench.drop(ns)
+    return [bl.Figure("submit.cli_wall_ms", bl.median(times["submit"]), "ms", bl.median(times["imports"]),
+                      "python -c 'import click, redis, msgpack'", bl.ratio_at_most(1.5), runs,
+                      note="python -m dispatcher submit --gpus 1 -- true, a fresh process each run",
+                      extra={"python_-c_pass_ms": bl.median(times["bare"])})]
+
+
+def run(bench: bl.Bench) -> list[bl.Figure]:
+    if bench.quick:
+        figs = throughput(bench, repeats=3, n_single=300, n_batch=5_000, batch=1_000)
+        return figs + cli_wall(bench, runs=5)
+    figs = throughput(bench, repeats=5, n_single=2_000, n_batch=20_000, batch=1_000)
+    return figs + cli_wall(bench, runs=15)
