@@ -6,6 +6,7 @@ GPU type and minimum memory are hard constraints; packing is a score.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from ..model import JobSpec, NodeView
 
@@ -16,6 +17,7 @@ def _tokens(text: str) -> set[str]:
     return set(_TOKEN.findall(text.lower())) - {"nvidia", "geforce", "tesla"}
 
 
+@lru_cache(maxsize=4096)  # a pure function of two short strings, asked per job x node x GPU
 def gpu_family_matches(wanted: str, gpu_name: str) -> bool:
     """True when every token of `wanted` is a token of the GPU's name, case-insensitively.
 
