@@ -10,11 +10,11 @@ Requests are validated exactly as the CLI validates them (InvalidRequestError).
 
 from __future__ import annotations
 
-import getpass
 import os
 import time
 
 from .config import resolve_url
+from .identity import current_user
 from .spec import spec_from_request
 from .store import jobs as store_jobs
 from .store.connect import connect
@@ -23,10 +23,6 @@ from .store.keys import DEFAULT_NS
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _me() -> str:
-    return os.environ.get("DISPATCH_USER") or os.environ.get("USER") or getpass.getuser()
 
 
 class Client:
@@ -44,7 +40,7 @@ class Client:
         return self._scripts
 
     def _spec(self, command, fields: dict):
-        return spec_from_request({**fields, "command": command}, user=_me(), submit_ms=_now_ms(), cwd=os.getcwd())
+        return spec_from_request({**fields, "command": command}, user=current_user(), submit_ms=_now_ms(), cwd=os.getcwd())
 
     def submit(self, command, **fields) -> str:
         """Submit one job; fields are submit's flags (gpus=2, gpu_type='A100', est='2h', ...). Returns its id."""
@@ -60,7 +56,7 @@ class Client:
     def _write(self, specs) -> list[str]:
         from .store.requests import submit_specs
 
-        return submit_specs(self.redis, self.ns, specs, _me())
+        return submit_specs(self.redis, self.ns, specs, current_user())
 
     def show(self, job_id: str) -> dict:
         return store_jobs.read_job(self.redis, self.ns, str(job_id))
@@ -69,7 +65,7 @@ class Client:
         from .store.requests import act_signed, identity_on
 
         if identity_on(self.redis, self.ns):
-            return act_signed(self.redis, self.ns, "cancel", _me(), str(job_id))
+            return act_signed(self.redis, self.ns, "cancel", current_user(), str(job_id))
         return store_jobs.cancel_job(self.scripts, self.redis, self.ns, str(job_id), _now_ms())
 
     def wait(self, job_ids, timeout_s: float | None = None, poll_s: float = 0.2) -> dict[str, str]:

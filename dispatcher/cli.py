@@ -8,7 +8,6 @@ rq and pynvml stay inside the commands that need them, so `dispatch submit` is q
 from __future__ import annotations
 
 import functools
-import getpass
 import json
 import os
 import re
@@ -20,6 +19,7 @@ import click
 
 from . import errors
 from .errors import DispatcherError, InvalidRequestError
+from .identity import current_user
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -107,11 +107,6 @@ def cli():
     """dispatch: whose turn is it on the GPUs? Submit jobs; a scoring scheduler places them on GPU nodes."""
 
 
-def _me() -> str:
-    """Who is asking: $DISPATCH_USER, else $USER, else the login name."""
-    return os.environ.get("DISPATCH_USER") or os.environ.get("USER") or getpass.getuser()
-
-
 # -- submitting and looking ------------------------------------------------------------------
 @cli.command(context_settings={"ignore_unknown_options": False})
 @click.option("--name", default="", help="A name for the job.")
@@ -147,7 +142,7 @@ def submit(ctx, from_file, command, **flags):
     defaults = {k: v for k, v in flags.items() if v not in (None, ())}
     now, here = now_ms(), os.getcwd()
     if from_file is None:
-        specs = [spec_from_request({**defaults, "command": list(command)}, user=_me(), submit_ms=now, cwd=here)]
+        specs = [spec_from_request({**defaults, "command": list(command)}, user=current_user(), submit_ms=now, cwd=here)]
     elif command:
         raise InvalidRequestError("give either a command or --from FILE, not both", field="--from")
     else:
@@ -158,12 +153,12 @@ def submit(ctx, from_file, command, **flags):
             try:
                 request = json.loads(line)
                 specs.append(spec_from_request({**defaults, **request} if isinstance(request, dict) else request,
-                                               user=_me(), submit_ms=now, cwd=here))
+                                               user=current_user(), submit_ms=now, cwd=here))
             except json.JSONDecodeError as e:
                 raise InvalidRequestError(f"{from_file.name} line {n}: not JSON ({e.msg})", field="--from") from None
             except InvalidRequestError as e:
                 raise InvalidRequestError(f"{from_file.name} line {n}: {e}", field="--from") from None
-    for job_id in submit_specs(ctx.client, ctx.ns, specs, _me()):
+    for job_id in submit_specs(ctx.client, ctx.ns, specs, current_user()):
         click.echo(job_id)
 
 
@@ -228,7 +223,7 @@ def cancel(ctx, job_ids):
     signed = identity_on(ctx.client, ctx.ns)
     for job_id in job_ids:
         if signed:
-            outcome = act_signed(ctx.client, ctx.ns, "cancel", _me(), job_id)
+            outcome = act_signed(ctx.client, ctx.ns, "cancel", current_user(), job_id)
         else:
             outcome = cancel_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms())
         msg = {"cancelled": "cancelled", "requested": "cancel sent to its node"}.get(outcome, f"already {outcome}")
@@ -245,9 +240,9 @@ def preempt(ctx, job_id, force):
     from .store.requests import act_signed, identity_on
 
     if identity_on(ctx.client, ctx.ns):
-        mode = act_signed(ctx.client, ctx.ns, "preempt", _me(), job_id, force=force)
+        mode = act_signed(ctx.client, ctx.ns, "preempt", current_user(), job_id, force=force)
     else:
-        mode = preempt_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms(), force=force, by=f"operator {_me()}")
+        mode = preempt_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms(), force=force, by=f"operator {current_user()}")
     click.echo(f"{job_id}: {mode} preemption sent to its node")
 
 

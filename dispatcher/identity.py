@@ -65,6 +65,13 @@ def verify(secret: bytes, user: str, signature: str, *parts) -> bool:
     return hmac.compare_digest(sign(token_for(secret, user), *parts), signature or "")
 
 
+def current_user() -> str:
+    """Who is asking: $DISPATCH_USER, else $USER, else the login name."""
+    import getpass
+
+    return os.environ.get("DISPATCH_USER") or os.environ.get("USER") or getpass.getuser()
+
+
 def client_token() -> str | None:
     """This user's token: $DISPATCH_TOKEN, else ~/.config/dispatch/token (XDG_CONFIG_HOME)."""
     if os.environ.get("DISPATCH_TOKEN"):

@@ -28,7 +28,7 @@ from dispatcher.store import keys
 from dispatcher.store.nodes import remove_node, write_heartbeat
 from dispatcher.store.scripts import Scripts
 
-from . import jobs
+from . import jobs, procs
 
 log = logging.getLogger("dispatch.agent")
 
@@ -38,13 +38,6 @@ def default_mem_gb() -> float:
         return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1)
     except (ValueError, OSError):
         return 0.0
-
-
-def _command(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return "?"
 
 
 class NodeAgent:
@@ -77,18 +70,18 @@ class NodeAgent:
         from dataclasses import replace
 
         try:
-            procs = self.probe.processes()
+            on_gpus = self.probe.processes()
         except Exception as e:  # the list is advisory; a probe error must not stop heartbeats
             log.warning("cannot list GPU processes: %s", e)
             return gpus
-        foreign = self.supervisor.foreign(procs)
+        foreign = self.supervisor.foreign(on_gpus)
         out = []
         for g in gpus:
             pids = foreign.get(g.index)
             if not pids:
                 out.append(g)
                 continue
-            who = ", ".join(f"pid {p} ({_command(p)})" for p in pids[:3])
+            who = ", ".join(f"pid {p} ({procs.command(p)})" for p in pids[:3])
             if self.kill_zombies:
                 for p in pids:
                     try:

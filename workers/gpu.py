@@ -5,11 +5,11 @@ Both probes return the same GpuInfo list, so nothing else knows which is in use.
 
 from __future__ import annotations
 
-import os
-
 from dispatcher.errors import NoGpuError
 from dispatcher.gpuspec import parse_fake_gpus
 from dispatcher.model import GpuInfo
+
+from .procs import environs
 
 class FakeProbe:
     """GPUs that exist only on paper; utilization and used memory stay 0.
@@ -28,21 +28,14 @@ class FakeProbe:
     def processes(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
         mark = f"DISPATCH_NODE={self.node}".encode()
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-            except OSError:
-                continue
+        for pid, env in environs():
             if mark not in env:
                 continue
             for var in env:
                 if var.startswith(b"CUDA_VISIBLE_DEVICES="):
                     for g in var.split(b"=", 1)[1].split(b","):
                         if g.strip().isdigit():
-                            out.setdefault(int(g), []).append(int(entry.name))
+                            out.setdefault(int(g), []).append(pid)
         return out
 
     def close(self) -> None:

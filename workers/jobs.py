@@ -34,6 +34,8 @@ from dispatcher.store.codec import decode_spec
 from dispatcher.store.connect import text
 from dispatcher.store.jobs import append_log
 
+from .procs import environs
+
 log = logging.getLogger("dispatch.agent")
 
 #: The supervisor of this process, set by the node agent.
@@ -56,18 +58,11 @@ def _die_with_agent() -> None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _group_environs(pgid: int):
-    """The environments (lists of b"K=V") of the live processes in process group `pgid`."""
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.getpgid(int(entry.name)) != pgid:
-                continue
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                yield f.read().split(b"\0")
-        except OSError:
-            continue
+def _in_group(pid: int, pgid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pgid
+    except OSError:
+        return False
 
 
 def unix_identity(user: str, ckpt_dir: Path, env: dict) -> dict:
@@ -333,7 +328,7 @@ class Supervisor:
                 path.unlink(missing_ok=True)
                 continue
             marks = (f"DISPATCH_JOB_ID={path.name}".encode(), f"DISPATCH_EPOCH={epoch}".encode())
-            if any(all(m in env for m in marks) for env in _group_environs(pgid)):
+            if any(all(m in env for m in marks) and _in_group(pid, pgid) for pid, env in environs()):
                 try:
                     os.killpg(pgid, signal.SIGKILL)
                     killed.append(path.name)
