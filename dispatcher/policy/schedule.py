@@ -40,7 +40,7 @@ from ..model import (PRIORITIES, Code, JobSpec, NodeView, PendingJob, Placement,
                      RunningJob, Snapshot, Verdict)
 from .config import PolicyConfig
 from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_usable, usable
-from .preemption import choose_victims, preemptible_below
+from .preemption import choose_victims, past_starvation, preemptible_below
 from .score import attained_term, dominant_share, fairness_term, priority_term, remaining_term, wait_term
 
 
@@ -213,40 +213,23 @@ class _Teams:
         self.demand[spec.team] = max(0, self.demand[spec.team] - spec.gpus)
 
 
-_UNIFORM: dict[int, tuple] = {}
+_GPU_FACTS: dict[int, tuple] = {}
 
 
-def _uniform(gpus) -> tuple | None:
-    """(count, name, memory) if all of a node's GPUs are alike, else None: on such nodes only how
-    many are free matters to a job's fit. Remembered while the node's GPU list stays the same object."""
-    hit = _UNIFORM.get(id(gpus))
+def _gpu_facts(gpus) -> tuple[tuple | None, float]:
+    """Of a node's GPU list: (count, name, memory) if all its GPUs are alike, else None (on such
+    nodes only how many are free matters to a job's fit), and its smallest GPU memory. Remembered
+    while the list stays the same object, as it does from one cycle to the next."""
+    hit = _GPU_FACTS.get(id(gpus))
     if hit is not None and hit[0] is gpus:
         return hit[1]
     kinds = {(g.name, g.mem_total_gb) for g in gpus}
-    same = (len(gpus), *kinds.pop()) if len(kinds) == 1 else None
-    if len(_UNIFORM) > 4096:
-        _UNIFORM.clear()
-    _UNIFORM[id(gpus)] = (gpus, same)
-    return same
-
-
-_SHAPES: dict[tuple, tuple] = {}
-
-
-def _shape(views) -> tuple:
-    """(total GPUs, CPUs, memory), the smallest GPU memory, the largest node's GPU count: remembered
-    while the nodes' GPU lists stay the same objects (as they do between a simulator's cycles)."""
-    key = tuple((id(v.gpus), v.cpus, v.mem_gb) for v in views)
-    hit = _SHAPES.get(key)
-    if hit is not None and all(a is v.gpus for a, v in zip(hit[0], views)):
-        return hit[1]
-    shape = ((sum(len(v.gpus) for v in views), sum(v.cpus for v in views), sum(v.mem_gb for v in views)),
-             min((g.mem_total_gb for v in views for g in v.gpus), default=0.0),
-             max((len(v.gpus) for v in views), default=0))
-    if len(_SHAPES) > 64:
-        _SHAPES.clear()
-    _SHAPES[key] = (tuple(v.gpus for v in views), shape)
-    return shape
+    facts = ((len(gpus), *kinds.pop()) if len(kinds) == 1 else None,
+             min((g.mem_total_gb for g in gpus), default=float("inf")))
+    if len(_GPU_FACTS) > 4096:
+        _GPU_FACTS.clear()
+    _GPU_FACTS[id(gpus)] = (gpus, facts)
+    return facts
 
 
 class _Cycle:
@@ -275,7 +258,9 @@ class _Cycle:
                             self.running_on[v.name], end_of) for v in views]
         self.by_name = {n.view.name: n for n in self.nodes}
         self.start = {n.view.name: (set(n.free), dict(n.shared), n.cpus, n.mem_gb) for n in self.nodes}
-        self.totals, self.ref_mem, self.largest_node = _shape(views)
+        self.totals = (sum(len(v.gpus) for v in views), sum(v.cpus for v in views), sum(v.mem_gb for v in views))
+        self.ref_mem = min((_gpu_facts(v.gpus)[1] for v in views if v.gpus), default=0.0)
+        self.largest_node = max((len(v.gpus) for v in views), default=0)
         self.free_total = sum(len(n.free) for n in self.nodes)
         self.placements: list[Placement] = []
         self.verdicts: list[Verdict] = []
@@ -331,7 +316,7 @@ class _Cycle:
         for node in self.nodes:
             if exclusive and len(node.free) < spec.gpus:
                 continue  # (its candidates are some of its free GPUs)
-            kind = _uniform(node.view.gpus)
+            kind = _gpu_facts(node.view.gpus)[0]
             if exclusive and node.resv is None and not node.shared and kind is not None:
                 shape = (kind, len(node.free), node.cpus, node.mem_gb)
                 if shape in seen:
@@ -643,11 +628,11 @@ class _Cycle:
         return True
 
     def starving(self, spec: JobSpec) -> str:
-        bound = self.config.starvation_s.get(spec.priority)
-        waited = (self.now - spec.submit_ms) / 1000.0
-        if bound is None or waited <= bound:
+        """Why `spec` is starving (waited past its class's bound), or "" if it is not."""
+        if not past_starvation(spec, self.now, self.config):
             return ""
-        return f"waited {waited:.0f}s, past the {spec.priority} bound of {bound:.0f}s"
+        waited = (self.now - spec.submit_ms) / 1000.0
+        return f"waited {waited:.0f}s, past the {spec.priority} bound of {self.config.starvation_s[spec.priority]:.0f}s"
 
 
 def static_scorer(now_ms: int, config: PolicyConfig):
