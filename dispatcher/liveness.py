@@ -18,6 +18,7 @@ import logging
 import time
 
 from .model import RunningJob
+from .store.scripts import lost_attempt
 
 log = logging.getLogger("dispatch.scheduler")
 
@@ -63,7 +64,7 @@ def requeue_lost(scripts, lost: list[tuple[RunningJob, float]], epochs: dict[str
     for r, silent in lost:
         reason = f"node {r.node} lost: no heartbeat for {silent:.0f}s"
         ok = scripts.finish(r.spec.id, r.node, epochs[r.spec.id], "pending", None, now_ms, reason,
-                            checkpointable=r.spec.checkpointable, lost_retries=r.spec.retries, fence=fence)
+                            fence=fence, **lost_attempt(r.spec))
         if ok == 1:
             done += 1
             log.warning("job %s: %s; requeued (retry budget %d)", r.spec.id, reason, r.spec.retries)

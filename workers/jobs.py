@@ -33,6 +33,7 @@ from dispatcher.store import keys
 from dispatcher.store.codec import decode_spec
 from dispatcher.store.connect import text
 from dispatcher.store.jobs import append_log
+from dispatcher.store.scripts import lost_attempt
 
 from .procs import environs
 
@@ -247,7 +248,7 @@ class Supervisor:
         elif run.stopping == "fenced":
             self._finish(run.job_id, run.epoch, PENDING, None,
                          f"node {self.node} was cut off from Redis; its copy was killed and the attempt lost",
-                         checkpointable=run.spec.checkpointable, lost_retries=run.spec.retries)
+                         **lost_attempt(run.spec))
         elif run.stopping == "requeue":
             self._finish(run.job_id, run.epoch, PENDING, None, f"node {self.node} agent stopped; requeued",
                          checkpointable=run.spec.checkpointable)
@@ -267,7 +268,7 @@ class Supervisor:
             self._finish(run.job_id, run.epoch, SUCCEEDED, 0, "")
         elif code == -signal.SIGKILL:  # the OOM killer, an operator's kill -9: not the job's own failure
             self._finish(run.job_id, run.epoch, PENDING, code, "killed by SIGKILL from outside dispatch; attempt lost",
-                         checkpointable=run.spec.checkpointable, lost_retries=run.spec.retries)
+                         **lost_attempt(run.spec))
         elif code < 0:
             self._finish(run.job_id, run.epoch, FAILED, code, f"killed by signal {signal.Signals(-code).name}")
         else:
@@ -362,11 +363,9 @@ class Supervisor:
                 continue
             try:
                 spec = decode_spec(raw, key=keys.job(self.ns, job_id))
-                retries, ckpt = spec.retries, spec.checkpointable
             except Exception:
-                retries, ckpt = 0, False
-            if self.scripts.finish(job_id, self.node, epoch, PENDING, None, now, reason, checkpointable=ckpt,
-                                   lost_retries=retries) == 1:
+                spec = None
+            if self.scripts.finish(job_id, self.node, epoch, PENDING, None, now, reason, **lost_attempt(spec)) == 1:
                 requeued.append(job_id)
         if requeued:
             log.warning("requeued %d jobs Redis showed on node %s that this agent does not run: %s",

@@ -17,6 +17,15 @@ def _flag(value: bool) -> str:
     return "1" if value else "0"
 
 
+def lost_attempt(spec) -> dict:
+    """finish() arguments for an attempt of `spec` lost with its node (or killed from outside): it
+    resumes from its checkpoint if it has one, and counts against its retry budget. For a record whose
+    spec cannot be read, `spec` is None: no checkpoint, no retries left."""
+    if spec is None:
+        return {"checkpointable": False, "lost_retries": 0}
+    return {"checkpointable": spec.checkpointable, "lost_retries": spec.retries}
+
+
 class Scripts:
     def __init__(self, client, ns: str):
         self.ns = ns
