@@ -135,13 +135,19 @@ def test_when_the_leading_scheduler_is_killed_the_standby_places_the_next_job(cl
     assert int(new_holder.split(":")[-2]) == standby.pid and new_token > token
 
 
-def test_a_restarted_agent_requeues_the_job_the_dead_one_left_and_runs_it_again(cli, client):
-    # the scheduler would give the node up only after 20 s: the new agent's own recovery is what reruns it
+def node_a_and_a_patient_scheduler(cli):
+    """One agent on node a and a scheduler that gives a node up only after 20 s, so that what
+    happens after a kill -9 of the agent is the next agent's own recovery. Returns what restarts it."""
     env = dict(FAST, DISPATCH_NODE_TIMEOUT_S="20")
     work = cli.home / "node-a"
     worker = ("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work))
     agent = cli.start(*worker, log_name="worker-first", **env)
     cli.start("scheduler", **env)
+    return env, work, worker, agent
+
+
+def test_a_restarted_agent_requeues_the_job_the_dead_one_left_and_runs_it_again(cli, client):
+    env, work, worker, agent = node_a_and_a_patient_scheduler(cli)
     out = cli.home / "runs.txt"
     job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", STEPS.format(s=3))
     first = cli.wait_for(lambda: running(client, cli.ns, job), what="the job to run")
@@ -169,11 +175,7 @@ def test_a_restarted_agent_requeues_the_job_the_dead_one_left_and_runs_it_again(
 
 
 def test_a_restarted_agent_kills_the_children_the_dead_ones_job_left(cli, client):
-    env = dict(FAST, DISPATCH_NODE_TIMEOUT_S="20")
-    work = cli.home / "node-a"
-    worker = ("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work))
-    agent = cli.start(*worker, log_name="worker-first", **env)
-    cli.start("scheduler", **env)
+    env, work, worker, agent = node_a_and_a_patient_scheduler(cli)
     # a helper (say a data loader) lives as long as the job, in the job's process group
     job = cli.submit("--gpus", "1", "--", "sh", "-c", "sleep 60 & helper=$!; sleep 30; kill $helper")
     first = cli.wait_for(lambda: running(client, cli.ns, job), what="the job to run")
