@@ -39,8 +39,16 @@ def now_ms() -> int:
 class CycleStats:
     cycles: int = 0
     placed: int = 0
+    preempted: int = 0
     requeued_lost: int = 0
     last_cycle_ms: float = 0.0
+
+    def publish(self, client, ns: str, now_ms: int, holder: str, pending: int, running: int) -> None:
+        """The leader's figures for `dispatch top`, the dashboard and /metrics (keys.scheduler_stats)."""
+        client.hset(keys.scheduler_stats(ns), mapping={
+            "cycles": self.cycles, "placed": self.placed, "preempted": self.preempted,
+            "requeued_lost": self.requeued_lost, "cycle_ms": round(self.last_cycle_ms, 3), "at_ms": now_ms,
+            "holder": holder, "pending": pending, "running": running})
 
 
 class Scheduler:
@@ -128,7 +136,10 @@ class Scheduler:
                          pr.reason)
         self.stats.cycles += 1
         self.stats.placed += len(taken)
+        self.stats.preempted += len(preempted)
         self.stats.last_cycle_ms = (time.perf_counter() - t0) * 1000
+        self.stats.publish(self.client, self.ns, now, self.lease.holder, len(read.snapshot.pending),
+                           len(read.snapshot.running))
         return plan
 
     def run(self, stop: threading.Event | None = None) -> None:

@@ -28,6 +28,9 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:reply:<request id>    | list   | leading scheduler           | the answer, 60 s                 |
 | <ns>:scheduler:leader      | string | leading scheduler (lease)   | "<token> <holder>", TTL lease_s  |
 | <ns>:scheduler:token       | string | lease.lua (INCR)            | fencing tokens, forever          |
+| <ns>:scheduler:stats       | hash   | leading scheduler, each cycle| cycles, placed, preempted,       |
+|                            |        |                             | requeued_lost, cycle_ms, at_ms,  |
+|                            |        |                             | holder, pending, running         |
 | <ns>:chan:events           | pubsub | everyone                    | wake-up only; losing one is fine |
 
 IDs may not contain ':' (checked at the edge).
@@ -94,6 +97,10 @@ def scheduler_leader(ns: str) -> str:
 
 def scheduler_token(ns: str) -> str:
     return f"{ns}:scheduler:token"
+
+
+def scheduler_stats(ns: str) -> str:
+    return f"{ns}:scheduler:stats"
 
 
 def auth(ns: str) -> str:
