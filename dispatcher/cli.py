@@ -22,6 +22,8 @@ from .errors import DispatcherError, InvalidRequestError
 from .identity import current_user
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: The dashboard's default port (`dispatch dashboard`, `dispatch up`).
+DASHBOARD_PORT = 8090
 
 
 class Ctx:
@@ -449,6 +451,32 @@ def policy_show(ctx, as_json):
         click.echo(f"  {k}: {v}")
 
 
+def _alerts_option(fn):
+    return click.option("--alerts", default=None, envvar="DISPATCH_ALERTS", metavar="KEY=VALUE,...",
+                        help="Alert thresholds, e.g. critical_wait=5m,high_wait=30m,low_util=50,low_util_for=30m,"
+                             "idle_gpu_for=30m (docs/dashboard.md).")(fn)
+
+
+def _board(ctx, alerts):
+    from .alerts import AlertConfig
+    from .board import Board
+    from .config import Timing
+
+    return Board(ctx.client, ctx.ns, timing=Timing.from_env(), alerts=AlertConfig.parse(alerts))
+
+
+@cli.command()
+@click.option("--once", is_flag=True, help="Print one frame and exit (for scripts and logs).")
+@click.option("--interval", default=2.0, type=click.FloatRange(0.2), show_default=True, help="Seconds between frames.")
+@_alerts_option
+@common
+def top(ctx, once, interval, alerts):
+    """A live terminal view: queue by class, GPUs per node, decisions, usage, alerts."""
+    from .top import run
+
+    run(_board(ctx, alerts), interval_s=interval, once=once)
+
+
 # -- long-running parts ---------------------------------------------------------------------
 def _stop_on_signals(event) -> None:
     def handler(signum, frame):
@@ -549,21 +577,62 @@ def worker(ctx, node, secret_file, admins, **node_opts):
     _run_agent(ctx, node or socket.gethostname().split(".")[0], node_opts, _verifier(secret_file, admins))
 
 
+def _dashboard_options(fn):
+    fn = click.option("--allow-cancel", is_flag=True,
+                      help="Let the page cancel jobs (with identity on: the owner's or an admin's token).")(fn)
+    return _alerts_option(fn)
+
+
+def _serve_dashboard(ctx, host, port, allow_cancel, alerts):
+    """The dashboard's server, listening (not yet serving)."""
+    from .dashboard import make_server
+
+    server = make_server(_board(ctx, alerts), host, port, allow_cancel=allow_cancel)
+    click.echo(f"dispatch: dashboard on http://{host}:{server.port}/ (metrics at /metrics)"
+               + ("" if allow_cancel else ", read-only"), err=True)
+    return server
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", envvar="DISPATCH_DASHBOARD_HOST", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--port", default=DASHBOARD_PORT, type=click.IntRange(0, 65535), envvar="DISPATCH_DASHBOARD_PORT",
+              show_default=True, help="Port (0: any free one).")
+@_dashboard_options
+@common
+def dashboard(ctx, host, port, allow_cancel, alerts):
+    """The web dashboard and Prometheus /metrics: queue, GPUs, decisions, usage, alerts; live."""
+    server = _serve_dashboard(ctx, host, port, allow_cancel, alerts)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 @cli.command()
 @click.option("--node", default=None, help="Name of the local node (default: the host name).")
 @click.option("--port", default=None, type=click.IntRange(1, 65535), help="Port of the embedded server.")
 @click.option("--fsync", default="everysec", type=click.Choice(["everysec", "always"]),
               help="Embedded server: append-only file synced every second (default) or on every write "
                    "(docs/guarantees.md).")
+@click.option("--dashboard-port", default=DASHBOARD_PORT, type=click.IntRange(0, 65535), show_default=True,
+              envvar="DISPATCH_DASHBOARD_PORT", help="Port of the dashboard, on 127.0.0.1 (0: any free one).")
+@click.option("--no-dashboard", is_flag=True, help="Do not start the dashboard.")
+@_dashboard_options
 @_node_options
 @_policy_option
 @_secret_option
 @common
-def up(ctx, node, port, fsync, policy_path, secret_file, admins, **node_opts):
+def up(ctx, node, port, fsync, dashboard_port, no_dashboard, allow_cancel, alerts, policy_path, secret_file, admins,
+       **node_opts):
     """All in one: embedded Redis (unless --redis is given), the scheduler and a local node agent."""
     import socket
     import threading
 
+    from .alerts import AlertConfig
     from .config import Timing, forget_server, record_server, state_dir
     from .embedded import EmbeddedServer
     from .policy_source import PolicySource
@@ -571,6 +640,7 @@ def up(ctx, node, port, fsync, policy_path, secret_file, admins, **node_opts):
 
     _setup_logging(ctx.debug)
     source = PolicySource(policy_path)  # a bad policy file stops `up` before anything starts
+    AlertConfig.parse(alerts)  # and so do bad alert thresholds
     if not node_opts["fake_gpus"]:  # fail before starting anything if this host has no GPUs to offer
         from workers.gpu import NvmlProbe
 
@@ -586,6 +656,13 @@ def up(ctx, node, port, fsync, policy_path, secret_file, admins, **node_opts):
     sched = Scheduler(ctx.client, ctx.ns, policy=source, timing=Timing.from_env(), verifier=verifier)
     sched_thread = threading.Thread(target=sched.run, args=(stop,), name="scheduler", daemon=True)
     sched_thread.start()
+    web = None
+    if not no_dashboard:
+        try:
+            web = _serve_dashboard(ctx, "127.0.0.1", dashboard_port, allow_cancel, alerts)
+            threading.Thread(target=web.serve_forever, name="dashboard", daemon=True).start()
+        except errors.ConfigError as e:  # a taken port costs the page, not the cluster
+            click.echo(f"dispatch: warning: no dashboard: {e}", err=True)
 
     def stop_scheduler():
         stop.set()
@@ -596,6 +673,8 @@ def up(ctx, node, port, fsync, policy_path, secret_file, admins, **node_opts):
         _run_agent(ctx, node or socket.gethostname().split(".")[0], node_opts, verifier, stop_scheduler)
     finally:
         stop_scheduler()
+        if web is not None:
+            web.shutdown()
         if server is not None:
             forget_server(os.getpid())
             server.stop()

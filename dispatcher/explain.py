@@ -10,7 +10,7 @@ import time
 
 from .config import Timing
 from .errors import ConfigError
-from .policy import schedule
+from .policy import rest_verdict, schedule
 from .policy.profiles import PolicySet, parse_policy
 from .policy_source import local_weekday_minute
 from .store.decisions import read_decisions, read_policy
@@ -52,8 +52,9 @@ def explain(client, ns: str, job_id: str) -> dict:
                               "reason": v.reason}
     out["reservations"] = [{"job": r.job_id, "node": r.node, "gpus": list(r.gpus),
                             "starts_in_s": round(max(0, r.start_ms - now) / 1000, 1)} for r in plan.reservations]
-    if "outcome" not in out and plan.rest:
-        out["outcome"] = {"code": "no_fit_now", "reason": plan.rest_reason, "rank": None}
+    if "outcome" not in out and job_id in read.snapshot.pending:
+        code, reason = rest_verdict(plan, read.snapshot.pending.jobs[job_id], config)
+        out["outcome"] = {"code": code.value, "reason": reason, "rank": None}
     if job_id in read.bad_jobs:
         out["outcome"] = {"code": "invalid", "reason": read.bad_jobs[job_id]}
     return out

@@ -219,7 +219,10 @@ class Plan:
     verdicts: tuple[Verdict, ...] = ()
     reservations: tuple[Reservation, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
-    #: Jobs ranked below the point where nothing more could start get no Verdict of their own:
-    #: `rest` counts them and `rest_reason` says why they wait.
+    #: Jobs the cycle did not reach get no Verdict of their own: `rest` counts them. Those of a
+    #: group (one user's jobs of one request shape, team and strength; policy.backlog.bucket_key)
+    #: whose first job got a verdict share it (`rest_like`: group -> that Verdict); the others
+    #: could not start anywhere, and `rest_reason` says why. policy.rest_verdict gives either.
     rest: int = 0
     rest_reason: str = ""
+    rest_like: dict = field(default_factory=dict)

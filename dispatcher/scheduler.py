@@ -2,7 +2,8 @@
 
 It wakes on any message on keys.events (submit, finish, node change, cancel) and at
 least every tick; a burst of events is coalesced into one cycle. It keeps no state
-that a restart would lose: everything it needs is read from Redis each cycle.
+that a restart would lose: a Mirror (store/mirror.py) holds its copy of the queue,
+read whole when it takes the lead and then only what changed.
 Several may run: one leads, through a lease with a fencing token that every write
 it commits carries (store/leader.py); the others stand by and take over when the
 lease lapses. The leader requeues the jobs of dead nodes (liveness.py). The
@@ -26,7 +27,8 @@ from .store import keys
 from .store.decisions import write_decisions, write_policy
 from .store.leader import Lease
 from .store.scripts import Scripts
-from .store.snapshot import RedisPlanner, SpecCache, read_snapshot
+from .store.mirror import Mirror
+from .store.snapshot import RedisPlanner
 
 log = logging.getLogger("dispatch.scheduler")
 
@@ -66,7 +68,7 @@ class Scheduler:
 
             self.requests = RequestServer(client, ns, verifier, self.scripts)
         self.planner = RedisPlanner(client, ns, self.scripts)
-        self.cache = SpecCache()
+        self.mirror = Mirror(client, ns)
         self.stats = CycleStats()
         self._published: tuple | None = None
 
@@ -94,6 +96,7 @@ class Scheduler:
         if self.watch is None:
             log.info("leading the scheduling of namespace %s (fencing token %d)", self.ns, token)
             self.watch = HeartbeatWatch(self.timing.node_timeout_s)
+            self.mirror.invalidate()
             self._published = None
             if self.requests is not None:
                 self.requests.publish_mode()
@@ -111,7 +114,7 @@ class Scheduler:
         self.policy.refresh()
         profile, config = self.policy.current(now / 1000.0)
         self._publish_policy(profile, now)
-        read = read_snapshot(self.client, self.ns, now, self.timing.node_timeout_s, self.cache)
+        read = self.mirror.sync(now, self.timing.node_timeout_s, config)
         self.planner.quarantine(read.bad_jobs, now)
         self.watch.observe({n.name: n.seen_ms for n in read.nodes})
         lost = lost_jobs(read.snapshot.running, self.watch)
@@ -121,7 +124,7 @@ class Scheduler:
             return Plan()
         plan = schedule(read.snapshot, now_ms=now, config=config)
         taken, preempted = self.planner.commit(plan, read.epochs, now, config.keep_wait_on_requeue,
-                                               [p.spec.id for p in read.snapshot.pending], fence=self.lease.fence)
+                                               fence=self.lease.fence)
         if taken or preempted:
             ok = {job_id for job_id, _ in taken}
             started = [p for p in plan.placements if p.job_id in ok]
@@ -167,6 +170,7 @@ class Scheduler:
                     pass
             except redis.exceptions.RedisError as e:
                 log.warning("Redis error in the scheduler loop (%s); retrying in %.1fs", e, backoff)
+                self.mirror.invalidate()  # a restarted server may have lost the changed set
                 pubsub = None
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)

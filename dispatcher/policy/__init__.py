@@ -6,6 +6,7 @@ enforces it). The live scheduler, `dispatch why` and the simulator all call
 """
 
 from .config import PolicyConfig
-from .schedule import schedule
+from .backlog import Backlog
+from .schedule import rest_verdict, schedule
 
-__all__ = ["PolicyConfig", "schedule"]
+__all__ = ["Backlog", "PolicyConfig", "rest_verdict", "schedule"]

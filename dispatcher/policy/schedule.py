@@ -31,22 +31,16 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
 
-from dataclasses import replace
-
-from ..model import (PRIORITIES, Code, JobSpec, NodeView, PendingJob, Placement, Plan, Preemption, Reservation,
+from ..model import (Code, JobSpec, NodeView, PendingJob, Placement, Plan, Preemption, Reservation,
                      RunningJob, Snapshot, Verdict)
+from .backlog import Backlog, bucket_key, id_key, shape_of, strength
 from .config import PolicyConfig
 from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_usable, usable
 from .preemption import choose_victims, past_starvation, preemptible_below
 from .score import attained_term, dominant_share, fairness_term, priority_term, remaining_term, wait_term
-
-
-def id_key(job_id: str) -> tuple[int, str]:
-    """Numeric ids in numeric order ('9' before '10'); any string works."""
-    return (len(job_id), job_id)
 
 
 @dataclass
@@ -235,7 +229,7 @@ def _gpu_facts(gpus) -> tuple[tuple | None, float]:
 class _Cycle:
     """The mutable state of one schedule() call."""
 
-    def __init__(self, snapshot: Snapshot, now_ms: int, config: PolicyConfig):
+    def __init__(self, snapshot: Snapshot, now_ms: int, config: PolicyConfig, backlog: Backlog):
         self.now, self.config, self.w = now_ms, config, config.weights
         views = sorted(snapshot.nodes, key=lambda v: v.name)
         self.views = views
@@ -268,34 +262,52 @@ class _Cycle:
         self.preemptions: list[Preemption] = []
         self.preemptors = 0
         self.rest, self.rest_reason = 0, ""
-        self.pending: dict[str, PendingJob] = {}
+        self.rest_like: dict = {}
+        self.pending: dict[str, PendingJob] = backlog.jobs
         self.starving_reserved = 0
         self.resv_tries = 0  # reservations tried for blocked jobs (EASY's quota counts tries)
         self.failed_preempt: dict[tuple, float] = {}
         self.refresh_free()
         self.start_max_free = self.max_free
-        self.attained = {p.spec.id: p.attained_gpu_s for p in snapshot.pending}
+        self._room_by_strength: dict = {}
         self.rank = 0
 
     def static(self, spec: JobSpec) -> dict[str, float]:
         return static_terms(self.pending[spec.id], self.now, self.config)
 
-    def nothing_more(self, sizes: Counter, classes: Counter) -> bool:
-        """Could no job left in the queues do anything this cycle? True when the smallest request
-        left needs more GPUs than any node has free, no reservation is left to give, and none of them
-        could preempt. Then they all keep waiting with one shared reason (Plan.rest)."""
-        smallest = min((g for g, n in sizes.items() if n > 0), default=None)
-        if smallest is None or smallest <= self.max_free or self.config.head_of_line:
+    def exhausted(self, spec: JobSpec, tries: tuple[int, int]) -> bool:
+        """After `spec` got a verdict: will every job of its shape, team and strength get one too, for
+        the rest of this cycle? Yes unless it started a preemption, tried for a reservation, was held
+        back by a reservation (a shorter job may backfill) or by a team rule (quotas move as teams
+        place): room only shrinks within a cycle."""
+        if (self.preemptors, self.resv_tries) != tries or self.config.teams:
             return False
-        if self.resv_tries < self.config.reservations or any(n.shared for n in self.nodes):
+        return self.verdicts[-1].job_id == spec.id and self.verdicts[-1].code != Code.RESERVED
+
+    def worth_trying(self, shape: tuple, strength_: float) -> bool:
+        """Could a job of this shape (backlog.shape_of) and strength do anything more this cycle: start,
+        take a reservation, start a preemption, or place a gang? (Cheap and conservative: False only
+        where place() could only give a verdict.)"""
+        gpus, share = shape[0], shape[5]
+        if share or not gpus or gpus <= self.max_free or self.config.head_of_line:
+            return True
+        if self.resv_tries < self.config.reservations or (self.config.gang_across_nodes and gpus > self.largest_node):
+            return True
+        if not self.config.preemption or self.preemptors >= self.config.preemptors_per_cycle:
             return False
-        if self.config.preemption and self.preemptors < self.config.preemptors_per_cycle:
-            if self.config.preempt_by != "class" or self.config.teams:
-                return False
-            top = max((r for r, n in classes.items() if n > 0), default=-1)
-            if top > self.min_running_rank:
-                return False
-        return not (self.config.gang_across_nodes and smallest > self.largest_node)
+        return bool(self.config.teams) or self.preempt_room(strength_) >= gpus
+
+    def preempt_room(self, strength_: float) -> int:
+        """The most GPUs one unreserved node could offer a job of this strength: free ones plus those of
+        the jobs it may preempt there (an upper bound, as weaker_gpus; kept until a preemption or a
+        reservation changes it: placements only lower it)."""
+        key = (strength_, self.preemptors, len(self.reservations))
+        got = self._room_by_strength.get(key)
+        if got is None:
+            got = max((len(n.free) + self.weaker_gpus(n.view.name, strength_) for n in self.nodes if n.resv is None),
+                      default=0)
+            self._room_by_strength[key] = got
+        return got
 
     def may_preempt(self, spec: JobSpec) -> bool:
         """Could `spec` still start a preemption this cycle? (A cheap, conservative test.)"""
@@ -509,18 +521,12 @@ class _Cycle:
         i = bisect.bisect_left(keys_, strength)
         return cum[i - 1] if i else 0
 
+    def attained(self, spec: JobSpec) -> float:
+        p = self.pending.get(spec.id)
+        return p.attained_gpu_s if p is not None else 0.0
+
     def strength(self, spec: JobSpec) -> float:
-        """How strongly a blocked job may preempt under preempt_by; higher preempts more."""
-        mode = self.config.preempt_by
-        if mode == "remaining":
-            return -(spec.est_s if spec.est_s is not None else float("inf"))
-        att = self.pending[spec.id].attained_gpu_s if spec.id in self.pending else 0.0
-        tier = sum(1 for t in self.config.las_thresholds_gpu_s if att >= t)
-        if mode == "attained":
-            return -tier
-        if mode == "class+attained":
-            return spec.rank * 100 - tier
-        return spec.rank
+        return strength(spec, self.attained(spec), self.config)
 
     def preempt_for(self, spec: JobSpec) -> list[Preemption] | None:
         """Choose victims for blocked `spec` on the node where they cost least; reserve what they free.
@@ -549,7 +555,7 @@ class _Cycle:
                 continue  # even every job it outranks there would not make room
             free_usable = usable(spec, node.view, sorted(node.free))
             got = choose_victims(spec, node.view, self.running_on[node.view.name], free_usable, node.cpus,
-                                 node.mem_gb, self.now, self.config, reclaimable, self.attained.get(spec.id, 0.0))
+                                 node.mem_gb, self.now, self.config, reclaimable, self.attained(spec))
             if got is not None and (best is None or (got[0], node.view.name) < best[0]):
                 best = ((got[0], node.view.name), node, got[1])
         if best is None:
@@ -635,114 +641,109 @@ class _Cycle:
         return f"waited {waited:.0f}s, past the {spec.priority} bound of {self.config.starvation_s[spec.priority]:.0f}s"
 
 
-def static_scorer(now_ms: int, config: PolicyConfig):
-    """A fast PendingJob -> score of its static terms (what weighted(static_terms(...)) gives),
-    for ranking every pending job every cycle."""
-    w = config.weights
-    total = sum(w.values()) or 1.0
-    wp, ww, wr, wa = (w.get(k, 0.0) / total for k in ("priority", "wait", "remaining", "attained"))
-    prio = {p: priority_term(i) for i, p in enumerate(PRIORITIES)}
-    cap, horizon, ref = config.aging_cap, config.aging_horizon_s, config.remaining_ref_s
-    tiers = config.las_thresholds_gpu_s
-
-    def score(p: PendingJob) -> float:
-        spec = p.spec
-        s = wp * prio[spec.priority]
-        if ww:
-            s += ww * min(cap, wait_term((now_ms - p.wait_from_ms) / 1000.0, horizon))
-        if wr:
-            s += wr * remaining_term(spec.est_s, ref)
-        if wa:
-            s += wa * attained_term(p.attained_gpu_s, tiers)
-        return s
-    return score
-
-
 def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = None) -> Plan:
+    """snapshot.pending is a Backlog kept across cycles (the live scheduler's and the simulator's), or
+    any iterable of PendingJob (ordered here, for this call)."""
     config = config or PolicyConfig()
-    c = _Cycle(snapshot, now_ms, config)
-    w = config.weights
-    w_total = sum(w.values()) or 1.0
-    score = static_scorer(now_ms, config)
+    backlog = snapshot.pending
+    if isinstance(backlog, Backlog):
+        backlog.configure(config)
+    else:
+        backlog = Backlog(config, backlog)
+    c = _Cycle(snapshot, now_ms, config, backlog)
+    order = backlog.order(now_ms)
+    try:
+        _walk(c, backlog, order)
+    finally:
+        order.close()
+    return Plan(tuple(c.placements), tuple(c.verdicts), tuple(c.reservations), tuple(c.preemptions),
+                c.rest, c.rest_reason, c.rest_like)
 
-    starving = []
-    queues: dict[str, list] = defaultdict(list)
-    hopeless: dict[str, list] = defaultdict(list)  # more GPUs than any node has free, and nothing else to try
+
+def rest_verdict(plan: Plan, p: PendingJob, config: PolicyConfig) -> tuple[Code, str]:
+    """Why a job the cycle did not reach (plan.rest) waits: as the first job of its group, or for want
+    of room anywhere."""
+    like = plan.rest_like.get(bucket_key(p, config))
+    if like is not None:
+        return like.code, like.reason
+    return Code.NO_FIT_NOW, plan.rest_reason
+
+
+def _walk(c: _Cycle, backlog: Backlog, order) -> None:
+    config = c.config
     never = _NeverFit(c.views, config.gang_across_nodes)
-    for p in snapshot.pending:
-        spec = p.spec
+    c.teams.demand.update(backlog.team_gpus)
+    excluded, n_never = set(), 0
+    for shape, ids in backlog.shapes.items():
+        spec = backlog.jobs[next(iter(ids))].spec
         if never.check(spec):
-            c.verdicts.append(Verdict(spec.id, Code.NO_FIT_EVER, _never_reason(spec, c.views)))
-            continue
-        c.pending[spec.id] = p
-        c.teams.demand[spec.team] += spec.gpus
-        entry = (-score(p), spec.submit_ms, id_key(spec.id), spec)
-        if c.starving(spec):
-            starving.append((spec.submit_ms, id_key(spec.id), spec, entry))
-            continue
-        if spec.gpus > c.start_max_free and not spec.share and not c.is_gang(spec) and not c.may_preempt(spec) \
-                and not config.head_of_line:
-            hopeless[spec.user].append(entry)
-        else:
-            queues[spec.user].append(entry)
+            excluded.add(shape)
+            reason = _never_reason(spec, c.views)
+            for job_id in ids:
+                c.verdicts.append(Verdict(job_id, Code.NO_FIT_EVER, reason))
+                c.teams.demand[backlog.jobs[job_id].spec.team] -= spec.gpus
+            n_never += len(ids)
     c.verdicts.sort(key=lambda v: id_key(v.job_id))
 
     # the oldest starving jobs go first, ahead of every class: each starts, or holds a reservation;
     # the other starving jobs keep their place by score (so a long backlog does not turn into FIFO)
-    starving.sort(key=lambda x: (x[0], x[1]))
-    for _, _, spec, entry in starving[config.starvation_reservations:]:
-        queues[spec.user].append(entry)
-    for _, _, spec, _ in starving[:config.starvation_reservations]:
+    oldest = backlog.oldest_starving(c.now, config.starvation_reservations + n_never)
+    for p in [p for p in oldest if shape_of(p.spec) not in excluded][:config.starvation_reservations]:
+        spec = p.spec
+        order.skip.add(spec.id)
         terms = dict(c.static(spec), fairness=c.fair(spec.user))
         c.place(spec, terms, f"rank {c.rank + 1}: starving, {c.starving(spec)}")
 
-    # the best few hopeless jobs of each user still compete for the reservation; the rest just wait
-    keep = config.reservations + 1 if config.reservations else 0
-    for user, entries in hopeless.items():
-        best = heapq.nsmallest(keep, entries) if keep else []
-        if best:
-            queues[user].extend(best)
-        c.rest += len(entries) - len(best)
+    # then Dominant Resource Fairness: the user whose best job has the best static + fairness score
+    # picks next; buckets of jobs that could do nothing more this cycle are skipped whole
+    blocked: set = set()
+    w_total = sum(config.weights.values()) or 1.0
+    w_fair = config.weights.get("fairness", 0.0) / w_total
 
-    sizes = Counter(0 if e[3].share else e[3].gpus for q in queues.values() for e in q)
-    classes = Counter(e[3].rank for q in queues.values() for e in q)
-    for q in queues.values():
-        heapq.heapify(q)
-    w_fair = w.get("fairness", 0.0) / w_total
+    def worth(bucket) -> bool:
+        return bucket.shape not in excluded and bucket.key not in blocked \
+            and c.worth_trying(bucket.shape, bucket.strength)
 
     def user_key(u: str):
-        head = queues[u][0]
-        return (head[0] - w_fair * c.fair(u), head[1], head[2], u)
+        got = order.head(u, worth)
+        if got is None:
+            return None
+        key, _ = got
+        return (key[0] - w_fair * c.fair(u), key[1], key[2], u)
 
-    # users ordered by the key of their best job; only the picked user's key changes with a pick
-    users = [user_key(u) for u in queues]
+    users = [k for u in list(order.users) if (k := user_key(u)) is not None]
     heapq.heapify(users)
     blocked_by = None  # head-of-line blocking: the first job that could not start
     while users:
-        if c.nothing_more(sizes, classes):
-            c.rest += sum(len(q) for q in queues.values())
-            break
-        user = heapq.heappop(users)[3]
-        spec = heapq.heappop(queues[user])[3]
-        if queues[user]:
-            heapq.heappush(users, user_key(user))
-        sizes[0 if spec.share else spec.gpus] -= 1
-        classes[spec.rank] -= 1
+        picked = heapq.heappop(users)
+        user = picked[3]
+        now_key = user_key(user)  # what is worth trying only shrinks, and fairness only falls: re-check
+        if now_key != picked:
+            if now_key is not None:
+                heapq.heappush(users, now_key)
+            continue
+        _, bucket = order.head(user, worth)
+        spec = order.take(user).spec
         terms = dict(c.static(spec), fairness=c.fair(user))
         if blocked_by is not None:
             c.rank += 1
             c.verdicts.append(Verdict(spec.id, Code.LOWER_SCORE, f"strict order: waits behind job {blocked_by}",
-                                      round(weighted(terms, w), 3), c.rank, terms))
-            continue
-        placed = c.place(spec, terms, f"rank {c.rank + 1}: the best score among the jobs left")
-        if not placed and config.head_of_line:
-            blocked_by = spec.id
+                                      round(weighted(terms, c.w), 3), c.rank, terms))
+        else:
+            tries = (c.preemptors, c.resv_tries)
+            if not c.place(spec, terms, f"rank {c.rank + 1}: the best score among the jobs left"):
+                if config.head_of_line:
+                    blocked_by = spec.id
+                elif c.exhausted(spec, tries):
+                    blocked.add(bucket.key)
+                    c.rest_like[bucket.key] = c.verdicts[-1]
+        again = user_key(user)
+        if again is not None:
+            heapq.heappush(users, again)
+    c.rest = order.left() - n_never
     if c.rest:
         c.rest_reason = (f"no node has room for it this cycle (at most {c.max_free} GPUs free on one node); "
                          f"{c.rank} jobs were considered before it")
-
-    return Plan(tuple(c.placements), tuple(c.verdicts), tuple(c.reservations), tuple(c.preemptions),
-                c.rest, c.rest_reason)
 
 
 class _NeverFit:

@@ -42,6 +42,7 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, st
         pipe.hset(keys.job(ns, job_id), mapping=fields)
         pipe.zadd(keys.jobs_all(ns), {job_id: spec.submit_ms})
         pipe.zadd(keys.jobs_pending(ns), {job_id: spec.submit_ms})
+    pipe.sadd(keys.jobs_changed(ns), *ids)
     if also is not None:
         also(pipe, ids)
     pipe.publish(keys.events(ns), b"submit")

@@ -14,6 +14,8 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:jobs:all              | zset   | submit; id -> submit_ms     | until purged                     |
 | <ns>:jobs:pending          | zset   | submit, scheduler, agent    | member removed when placed       |
 | <ns>:jobs:active           | zset   | scheduler, agent            | id -> assigned_ms while held     |
+| <ns>:jobs:changed          | set    | submit and every job script | ids whose record changed since   |
+|                            |        |                             | the leader last read them        |
 | <ns>:node:<name>           | hash   | agent heartbeat             | info (msgpack), seen_ms          |
 | <ns>:node:<name>:control   | stream | scheduler, CLI (XADD)       | commands to the agent; group     |
 |                            |        |                             | "agents", acked when carried out |
@@ -31,6 +33,9 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:scheduler:stats       | hash   | leading scheduler, each cycle| cycles, placed, preempted,       |
 |                            |        |                             | requeued_lost, cycle_ms, at_ms,  |
 |                            |        |                             | holder, pending, running         |
+| <ns>:samples               | stream | leading scheduler           | cluster figures every 15 s for   |
+|                            |        | (store/samples.py)          | the dashboard's charts and       |
+|                            |        |                             | alerts; MAXLEN ~ 12 h of them    |
 | <ns>:chan:events           | pubsub | everyone                    | wake-up only; losing one is fine |
 
 IDs may not contain ':' (checked at the edge).
@@ -67,6 +72,10 @@ def jobs_active(ns: str) -> str:
     return f"{ns}:jobs:active"
 
 
+def jobs_changed(ns: str) -> str:
+    return f"{ns}:jobs:changed"
+
+
 def node(ns: str, name: str) -> str:
     return f"{ns}:node:{name}"
 
@@ -101,6 +110,10 @@ def scheduler_token(ns: str) -> str:
 
 def scheduler_stats(ns: str) -> str:
     return f"{ns}:scheduler:stats"
+
+
+def samples(ns: str) -> str:
+    return f"{ns}:samples"
 
 
 def auth(ns: str) -> str:

@@ -36,11 +36,12 @@ class Scripts:
         ns = self.ns
         return self._s["commit_placement"](
             keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_pending(ns), keys.jobs_active(ns),
-                  keys.scheduler_leader(ns)],
+                  keys.scheduler_leader(ns), keys.jobs_changed(ns)],
             args=[job_id, node, ",".join(map(str, gpus)), epoch, now_ms, _flag(share), fence], client=client)
 
     def mark_running(self, job_id, epoch, now_ms, pid, *, client=None):
-        return self._s["mark_running"](keys=[keys.job(self.ns, job_id)], args=[epoch, now_ms, pid], client=client)
+        return self._s["mark_running"](keys=[keys.job(self.ns, job_id), keys.jobs_changed(self.ns)],
+                                       args=[epoch, now_ms, pid, job_id], client=client)
 
     def finish(self, job_id, node, epoch, state, exit_code, now_ms, reason="", *, preempted=False,
                keep_wait=True, checkpointable=False, lost_retries=None, fence="", client=None):
@@ -50,7 +51,7 @@ class Scripts:
         ns = self.ns
         return self._s["finish"](
             keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
-                  keys.job_attempts(ns, job_id), keys.scheduler_leader(ns)],
+                  keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns)],
             args=[job_id, epoch, state, "" if exit_code is None else exit_code, now_ms, reason, _flag(preempted),
                   _flag(keep_wait), _flag(checkpointable), "" if lost_retries is None else int(lost_retries),
                   fence],
@@ -58,20 +59,22 @@ class Scripts:
 
     def cancel(self, job_id, now_ms, reason, *, client=None):
         ns = self.ns
-        return self._s["cancel"](keys=[keys.job(ns, job_id), keys.jobs_pending(ns)],
+        return self._s["cancel"](keys=[keys.job(ns, job_id), keys.jobs_pending(ns), keys.jobs_changed(ns)],
                                  args=[job_id, now_ms, reason], client=client)
 
     def mark_preempting(self, job_id, epoch, now_ms, by, mode, why, *, fence="", client=None):
-        return self._s["mark_preempting"](keys=[keys.job(self.ns, job_id), keys.scheduler_leader(self.ns)],
-                                          args=[epoch, now_ms, by, mode, why, fence], client=client)
+        return self._s["mark_preempting"](keys=[keys.job(self.ns, job_id), keys.scheduler_leader(self.ns),
+                                                keys.jobs_changed(self.ns)],
+                                          args=[epoch, now_ms, by, mode, why, fence, job_id], client=client)
 
     def shrink(self, job_id, node, epoch, keep_gpus, now_ms, *, client=None):
         ns = self.ns
-        return self._s["shrink"](keys=[keys.job(ns, job_id), keys.node_alloc(ns, node)],
+        return self._s["shrink"](keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_changed(ns)],
                                  args=[job_id, epoch, ",".join(map(str, keep_gpus)), now_ms], client=client)
 
     def checkpointed(self, job_id, epoch, at_ms, *, client=None):
-        return self._s["checkpointed"](keys=[keys.job(self.ns, job_id)], args=[epoch, at_ms], client=client)
+        return self._s["checkpointed"](keys=[keys.job(self.ns, job_id), keys.jobs_changed(self.ns)],
+                                              args=[epoch, at_ms, job_id], client=client)
 
     def lease(self, holder, ttl_ms, op, *, client=None):
         ns = self.ns

@@ -46,63 +46,52 @@ class ReadResult:
     bad_jobs: dict[str, str]  # job id -> why its record is unusable
 
 
-def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: SpecCache) -> ReadResult:
-    nodes, _ = read_nodes(client, ns)
-    live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
-    index = client.pipeline(transaction=True)  # one consistent view of both indexes
-    index.zrange(keys.jobs_pending(ns), 0, -1, withscores=True)
-    index.zrange(keys.jobs_active(ns), 0, -1)
-    pending, active = index.execute()
-    pending_ids = [text(i) for i, _ in pending]
-    active_ids = [text(i) for i in active]
+#: The job hash fields the scheduler reads (the spec too, until it is cached).
+_FIELDS = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_ms", "checkpoint_ms",
+           "last_preempted_ms")
 
+
+def read_jobs(client, ns: str, ids, cache: SpecCache):
+    """Queue-side view of the given jobs, in one pipelined round trip: yields (job id, what) where what
+    is a PendingJob, a RunningJob (with its epoch: (job, epoch)), None (neither: ended, or moved
+    between two reads), or an Exception (an unusable record)."""
     pipe = client.pipeline(transaction=False)
-    for job_id in pending_ids:
-        pipe.hmget(keys.job(ns, job_id), "epoch", "attempt", "state",
-                   "spec" if job_id not in cache.specs else "state")
-    for job_id in active_ids:
-        pipe.hmget(keys.job(ns, job_id), "node", "gpus", "assigned_ms", "started_ms", "state", "epoch",
-                   "checkpoint_ms", "last_preempted_ms", "spec" if job_id not in cache.specs else "state")
+    for job_id in ids:
+        pipe.hmget(keys.job(ns, job_id), *_FIELDS, "spec" if job_id not in cache.specs else "state")
+        pipe.zscore(keys.jobs_pending(ns), job_id)
     replies = pipe.execute(raise_on_error=False)  # a key of the wrong type is one bad record, not a failed cycle
-
-    pending_jobs, epochs, bad = [], {}, {}
-    for (job_id, since), reply in zip(zip(pending_ids, (s for _, s in pending)), replies):
-        if isinstance(reply, Exception):
-            bad[job_id] = f"unreadable record ({reply})"
+    for k, job_id in enumerate(ids):
+        reply, since = replies[2 * k], replies[2 * k + 1]
+        if isinstance(reply, Exception) or isinstance(since, Exception):
+            yield job_id, MalformedRecord(f"job {job_id}", f"unreadable record ({reply})")
             continue
-        epoch, attempt, state, raw = reply
-        if text(state) != "pending":
-            continue  # moved on since the index was read
         try:
-            spec = cache.get(job_id, raw)
-            pending_jobs.append(PendingJob(spec, int(attempt or 0), int(since)))
-            epochs[job_id] = int(epoch or 0)
+            yield job_id, _job_from(job_id, reply, since, cache)
         except (MalformedRecord, ValueError) as e:
-            bad[job_id] = str(e)
-    running = []
-    for job_id, reply in zip(active_ids, replies[len(pending_ids):]):
-        if isinstance(reply, Exception):
-            continue
-        node, gpus, assigned_ms, started_ms, state, epoch, ckpt_ms, preempted_ms, raw = reply
-        if text(state) not in ACTIVE_STATES:
-            continue  # ended or requeued since the index was read: it holds nothing now
-        try:
-            spec = cache.get(job_id, raw)
-            if spec is None:
-                continue
-            job = RunningJob(spec, text(node), tuple(int(g) for g in text(gpus).split(",") if g),
-                             int(started_ms or assigned_ms or now_ms), int(ckpt_ms or 0),
-                             int(preempted_ms or 0), text(state) == "preempting")
-            epochs[job_id] = int(epoch or 0)
-        except (MalformedRecord, ValueError) as e:
-            log.error("active job %s has an unreadable record (%s); skipped", job_id, e)
-            continue
-        running.append(job)
-    cache.keep_only(pending_ids + active_ids)
+            yield job_id, e
 
-    # what is free comes from the job records read above, not from the alloc hashes read earlier:
-    # a job that ended between the two reads must not leave its GPUs looking held (the commit
-    # script still checks the alloc hash, so a GPU taken meanwhile only costs a replan)
+
+def _job_from(job_id: str, reply, since, cache: SpecCache):
+    state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, raw = reply
+    state = text(state)
+    if state == "pending":
+        if since is None:
+            return None  # moved on between the two reads; it is in the changed set again
+        return PendingJob(cache.get(job_id, raw), int(attempt or 0), int(since)), int(epoch or 0)
+    if state in ACTIVE_STATES:
+        spec = cache.get(job_id, raw)
+        if spec is None:
+            return None
+        return RunningJob(spec, text(node), tuple(int(g) for g in text(gpus).split(",") if g),
+                          int(started_ms or assigned_ms or 0), int(ckpt_ms or 0), int(preempted_ms or 0),
+                          state == "preempting"), int(epoch or 0)
+    return None
+
+
+def node_views(live: list[NodeRecord], running) -> tuple[NodeView, ...]:
+    """What each live node has free, from the job records (not from the alloc hashes: a job that
+    ended between two reads must not leave its GPUs looking held; the commit script still checks
+    the alloc hash, so a GPU taken meanwhile only costs a replan)."""
     used: dict[str, list[float]] = {}
     held: dict[str, set[int]] = {}
     shared: dict[str, dict[int, float]] = {}
@@ -119,14 +108,43 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
     views = []
     for n in live:
         cpus_used, mem_used = used.get(n.name, (0, 0.0))
+        busy, sharing = held.get(n.name, ()), shared.get(n.name, {})
         views.append(NodeView(
             name=n.name, gpus=n.gpus, cpus=n.cpus, mem_gb=n.mem_gb,
-            free_gpus=tuple(g.index for g in n.gpus if not g.blocked
-                            and g.index not in held.get(n.name, ()) and g.index not in shared.get(n.name, {})),
+            free_gpus=tuple(g.index for g in n.gpus if not g.blocked and g.index not in busy
+                            and g.index not in sharing),
             free_cpus=max(0, n.cpus - int(cpus_used)), free_mem_gb=max(0.0, n.mem_gb - mem_used),
-            shared=tuple(sorted((g, m) for g, m in shared.get(n.name, {}).items()
-                                if g not in held.get(n.name, ())))))
-    return ReadResult(Snapshot(tuple(pending_jobs), tuple(running), tuple(views)), epochs, nodes, bad)
+            shared=tuple(sorted((g, m) for g, m in sharing.items() if g not in busy))))
+    return tuple(views)
+
+
+def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: SpecCache) -> ReadResult:
+    """Everything at once, for `dispatch why` (the scheduler keeps a Mirror instead)."""
+    nodes, _ = read_nodes(client, ns)
+    live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
+    index = client.pipeline(transaction=True)  # one consistent view of both indexes
+    index.zrange(keys.jobs_pending(ns), 0, -1)
+    index.zrange(keys.jobs_active(ns), 0, -1)
+    pending, active = index.execute()
+    ids = [text(i) for i in pending] + [text(i) for i in active]
+    pending_jobs, running, epochs, bad = [], [], {}, {}
+    for job_id, got in read_jobs(client, ns, ids, cache):
+        if isinstance(got, Exception):
+            bad[job_id] = str(got)
+        elif got is not None:
+            job, epochs[job_id] = got
+            (pending_jobs if isinstance(job, PendingJob) else running).append(job)
+    cache.keep_only(ids)
+    return ReadResult(Snapshot(tuple(pending_jobs), tuple(running), node_views(live, running)), epochs, nodes,
+                      pending_only(bad, set(ids[:len(pending)])))
+
+
+def pending_only(bad: dict[str, str], pending_ids) -> dict[str, str]:
+    """Unusable records to quarantine: pending ones. An active one only costs its own view (its agent
+    still runs it, and finishes it)."""
+    for job_id in bad.keys() - set(pending_ids):
+        log.error("active job %s has an unreadable record (%s); skipped", job_id, bad[job_id])
+    return {j: why for j, why in bad.items() if j in pending_ids}
 
 
 class RedisPlanner:
@@ -155,7 +173,7 @@ class RedisPlanner:
         return q
 
     def commit(self, plan: Plan, epochs: dict[str, int], now_ms: int, keep_wait: bool = True,
-               pending_ids=(), fence: str = "") -> tuple[list[tuple[str, int]], list[Preemption]]:
+               fence: str = "") -> tuple[list[tuple[str, int]], list[Preemption]]:
         """Returns (job id, new epoch) for placements that took, and the preemptions that took.
 
         Each preemption marks the victim `preempting` (mark_preempting.lua, refused if it is no
@@ -182,14 +200,7 @@ class RedisPlanner:
             by_node.setdefault(p.node, []).append(self._queue_cls.prepare_data(
                 "workers.jobs.launch", args=[p.job_id, epoch + 1], timeout=-1, result_ttl=300,
                 failure_ttl=86400, description=f"dispatch job {p.job_id} attempt epoch {epoch + 1}"))
-        reasons = [(v.job_id, v.reason) for v in plan.verdicts]
-        if plan.rest:
-            judged = {p.job_id for p in plan.placements} | {v.job_id for v in plan.verdicts}
-            reasons += [(j, plan.rest_reason) for j in pending_ids if j not in judged]
-        for job_id, reason in reasons:
-            if self._reasons.get(job_id) != reason:
-                self._reasons[job_id] = reason
-                pipe.hset(keys.job(self.ns, job_id), "reason", reason)
+        self._write_reasons(pipe, plan)
         for node, datas in by_node.items():
             self._queue(node).enqueue_many(datas, pipeline=pipe)
         if plan.placements or plan.preemptions:
@@ -207,6 +218,21 @@ class RedisPlanner:
                 log.info("placement of job %s on %s refused (code %s); will replan", p.job_id, p.node, code)
         return done, preempted
 
+    def _write_reasons(self, pipe, plan: Plan) -> None:
+        """Each judged job's reason, when it changed; a job the cycle did not reach (plan.rest) loses
+        the reason an earlier cycle gave it (`dispatch why` works its reason out; the queue shows the
+        scheduler's rest reason). Costs what changed, not what waits."""
+        judged = {v.job_id: v.reason for v in plan.verdicts}
+        for job_id, reason in judged.items():
+            if self._reasons.get(job_id) != reason:
+                self._reasons[job_id] = reason
+                pipe.hset(keys.job(self.ns, job_id), "reason", reason)
+        placed = {p.job_id for p in plan.placements}
+        for job_id in [j for j in self._reasons if j not in judged]:
+            del self._reasons[job_id]
+            if job_id not in placed:
+                pipe.hdel(keys.job(self.ns, job_id), "reason")
+
     def quarantine(self, bad: dict[str, str], now_ms: int) -> None:
         """Malformed job records leave the queue as failed, with the reason; nothing else is touched."""
         if not bad:
@@ -214,6 +240,7 @@ class RedisPlanner:
         pipe = self.client.pipeline(transaction=True)
         for job_id, why in bad.items():
             pipe.zrem(keys.jobs_pending(self.ns), job_id)
+            pipe.sadd(keys.jobs_changed(self.ns), job_id)
             pipe.hset(keys.job(self.ns, job_id), mapping={
                 "state": FAILED, "reason": f"quarantined: {why}", "finished_ms": now_ms})
             log.error("quarantined job %s: %s", job_id, why)

@@ -202,7 +202,7 @@ class RoundTrips:
 
 @contextlib.contextmanager
 def phase_times(sched):
-    """Seconds spent in each phase of `sched`'s cycles while inside: read (read_snapshot), policy
+    """Seconds spent in each phase of `sched`'s cycles while inside: read (Mirror.sync), policy
     (schedule), commit (RedisPlanner.commit). Wraps them for the duration, measurement only."""
     import dispatcher.scheduler as S
 
@@ -217,14 +217,15 @@ def phase_times(sched):
                 totals[name] = totals.get(name, 0.0) + time.perf_counter() - t0
         return timed_phase
 
-    read, policy = S.read_snapshot, S.schedule
-    S.read_snapshot, S.schedule = wrap("read", read), wrap("policy", policy)
+    policy = S.schedule
+    S.schedule = wrap("policy", policy)
+    sched.mirror.sync = wrap("read", sched.mirror.sync)
     sched.planner.commit = wrap("commit", sched.planner.commit)
     try:
         yield totals
     finally:
-        S.read_snapshot, S.schedule = read, policy
-        del sched.planner.commit  # the class's method again
+        S.schedule = policy
+        del sched.mirror.sync, sched.planner.commit  # the classes' methods again
 
 
 def breakdown_ms(totals: dict[str, float], total_s: float) -> dict[str, float]:

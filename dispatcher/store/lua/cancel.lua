@@ -1,6 +1,6 @@
 -- Cancel a job. A pending one ends here; an active one gets cancel_ms, and its node
 -- agent kills the process and finishes it as cancelled.
--- KEYS[1] job hash   KEYS[2] pending zset
+-- KEYS[1] job hash   KEYS[2] pending zset   KEYS[3] changed-jobs set
 -- ARGV[1] job id     ARGV[2] now_ms   ARGV[3] reason
 -- returns 1 cancelled now; 2 cancel requested from the node; 0 already final; -1 no such job
 local state = redis.call('HGET', KEYS[1], 'state')
@@ -8,10 +8,12 @@ if not state then return -1 end
 if state == 'pending' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished_ms', ARGV[2], 'reason', ARGV[3])
+  redis.call('SADD', KEYS[#KEYS], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
   return 1
 end
 if state == 'assigned' or state == 'running' or state == 'preempting' then
   redis.call('HSET', KEYS[1], 'cancel_ms', ARGV[2])
+  redis.call('SADD', KEYS[#KEYS], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
   return 2
 end
 return 0

@@ -1,6 +1,6 @@
 -- Place one pending job on a node: hold its GPUs and mark it assigned.
 -- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] pending zset   KEYS[4] active zset
--- KEYS[5] scheduler leader key
+-- KEYS[5] scheduler leader key   KEYS[6] changed-jobs set
 -- ARGV[1] job id     ARGV[2] node name         ARGV[3] GPU indices "0,1" ("" for none)
 -- ARGV[4] the epoch the plan saw               ARGV[5] now_ms
 -- ARGV[6] "1" if the job shares its GPUs (alloc value "~id1,id2"), else "0" (alloc value "id")
@@ -28,4 +28,5 @@ redis.call('HSET', KEYS[1], 'state', 'assigned', 'node', ARGV[2], 'gpus', ARGV[3
            'epoch', epoch, 'assigned_ms', ARGV[5], 'reason', '')
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
+redis.call('SADD', KEYS[#KEYS], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
 return epoch

@@ -1,6 +1,6 @@
 -- A job ended, or goes back to the queue: free what it held, record the outcome and the attempt.
 -- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] active zset   KEYS[4] pending zset
--- KEYS[5] the job's attempts list   KEYS[6] scheduler leader key
+-- KEYS[5] the job's attempts list   KEYS[6] scheduler leader key   KEYS[7] changed-jobs set
 -- ARGV[1] job id     ARGV[2] epoch the writer was given   ARGV[3] new state
 -- ARGV[4] exit code ("" if none)   ARGV[5] now_ms   ARGV[6] reason
 -- ARGV[7] "1" if this requeue is a preemption   ARGV[8] "1" to keep the original submit time for aging
@@ -79,4 +79,5 @@ else
   redis.call('HSET', KEYS[1], 'state', new_state, 'exit_code', ARGV[4], 'finished_ms', ARGV[5],
              'reason', reason)
 end
+redis.call('SADD', KEYS[#KEYS], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
 return 1

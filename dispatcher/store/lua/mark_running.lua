@@ -1,9 +1,10 @@
 -- A node agent started the job's process.
--- KEYS[1] job hash
--- ARGV[1] epoch the agent was given   ARGV[2] now_ms   ARGV[3] pid
+-- KEYS[1] job hash   KEYS[2] changed-jobs set
+-- ARGV[1] epoch the agent was given   ARGV[2] now_ms   ARGV[3] pid   ARGV[4] job id
 -- returns 1 started; 0 stale (epoch moved or job not assigned); 2 cancel was requested first
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[1], 'state') ~= 'assigned' then return 0 end
 if redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 1 then return 2 end
 redis.call('HSET', KEYS[1], 'state', 'running', 'started_ms', ARGV[2], 'pid', ARGV[3])
+redis.call('SADD', KEYS[#KEYS], ARGV[#ARGV])  -- the scheduler rereads it (keys.jobs_changed)
 return 1

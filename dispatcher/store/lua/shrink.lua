@@ -1,6 +1,6 @@
 -- A shrunk job checkpointed and stopped: keep some of its GPUs, free the rest, give it a new epoch
 -- so that its node agent restarts it on the kept GPUs.
--- KEYS[1] job hash   KEYS[2] node alloc hash
+-- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] changed-jobs set
 -- ARGV[1] job id     ARGV[2] epoch the agent was given   ARGV[3] GPUs kept "0,1"   ARGV[4] now_ms
 -- returns the new epoch (> 0); 0 stale (epoch moved or not being preempted)
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[2] then return 0 end
@@ -24,4 +24,5 @@ local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'state', 'assigned', 'gpus', ARGV[3], 'assigned_ms', ARGV[4],
            'last_preempted_ms', ARGV[4], 'reason', 'shrunk to ' .. ARGV[3])
 redis.call('HDEL', KEYS[1], 'started_ms', 'pid', 'preempting_ms')
+redis.call('SADD', KEYS[#KEYS], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
 return epoch

@@ -1,0 +1,79 @@
+// A job's page: `dispatch why`, its spec, timeline, attempts and output; polls /api/job/<id> every 2 s.
+"use strict";
+
+const $ = id => document.getElementById(id);
+const jobId = decodeURIComponent(location.pathname.split("/").pop());
+const FINAL = ["succeeded", "failed", "cancelled"];
+let cfg = null, logAtBottom = true;
+
+function why(out) {
+  const j = out.job, o = out.outcome;
+  let html = `<div>${state(j.state)} ${cls(j.priority)} ` +
+    (j.node ? `on <span class="mono">${esc(j.node)}:${j.gpus.join(",")}</span> ` : "") +
+    (j.reason ? `<span class="muted">· ${esc(j.reason)}</span>` : "") + `</div>`;
+  if (o) {
+    const total = Object.values(out.weights || {}).reduce((a, b) => a + b, 0) || 1;
+    html += `<div class="why" style="margin-top:8px"><b>${esc(o.code.replace(/_/g, " "))}</b>: ${esc(o.reason)}`;
+    if (o.terms && Object.keys(o.terms).length) {
+      html += `<div class="mono" style="margin-top:4px">score ${o.score.toFixed(1)} = (` +
+        Object.entries(o.terms).map(([k, v]) => `${esc(k)} ${v.toFixed(1)}×${out.weights[k] || 0}`).join(" + ") +
+        `) / ${+total.toFixed(3)}</div>`;
+    }
+    if (o.rank) html += `<div class="muted">rank ${o.rank} of ${out.pending} pending · profile ${esc(out.profile)} · ${out.live_nodes} live nodes</div>`;
+    html += `</div>`;
+  }
+  for (const d of out.decisions) {
+    html += `<div class="muted" style="margin-top:4px">decision ${clock(d.time)}: ` + (d.kind === "preempt"
+      ? `preempted (${esc(d.mode)}) for job ${jobLink(d.for_job)}: ${esc(d.why)}`
+      : `started on ${esc(d.node)} GPUs ${d.gpus.join(",")}, score ${d.score.toFixed(1)}: ${esc(d.why)}`) + `</div>`;
+  }
+  $("why").innerHTML = html;
+}
+
+function spec(j) {
+  const rows = [["name", j.name || "-"], ["user", j.user], ["team", j.team || "-"], ["class", j.priority],
+    ["command", j.command.join(" ")], ["GPUs", j.gpus_requested + (j.gpu_types.length ? " × " + j.gpu_types.join("|") : "")],
+    ["GPU memory", j.gpu_mem_gb ? j.gpu_mem_gb + " GB each" : "-"], ["CPUs", j.cpus], ["memory", j.mem_gb ? j.mem_gb + " GB" : "-"],
+    ["estimate", j.est_s ? age(j.est_s) : "-"], ["checkpointable", j.checkpointable ? "yes" : "no"],
+    ["attempt", j.attempt], ["preemptions", j.preemptions], ["exit code", j.exit_code === null ? "-" : j.exit_code]];
+  $("spec").innerHTML = rows.map(([k, v]) => `<dt>${esc(k)}</dt><dd class="${k === "command" ? "mono" : ""}">${esc(v)}</dd>`).join("");
+}
+
+function cancelBox(j) {
+  const box = $("cancel-box");
+  if (!cfg.allow_cancel || FINAL.includes(j.state)) { box.innerHTML = ""; return; }
+  if (box.dataset.ready) return;
+  box.dataset.ready = "1";
+  box.innerHTML = `<span class="controls" style="margin:0">` +
+    (cfg.identity ? `<input id="c-user" placeholder="user" size="10"><input id="c-token" type="password" placeholder="token" size="16">` : "") +
+    `<button id="c-go">cancel job</button><span id="c-msg"></span></span>`;
+  $("c-go").onclick = async () => {
+    const who = cfg.identity ? {user: $("c-user").value, token: $("c-token").value} : {};
+    try {
+      const r = await getJSON(`/api/job/${encodeURIComponent(jobId)}/cancel`, {method: "POST",
+        headers: {"Content-Type": "application/json"}, body: JSON.stringify(who)});
+      $("c-msg").textContent = " " + r.outcome;
+    } catch (e) {
+      $("c-msg").innerHTML = ` <span class="error">${esc(e.message)}</span>`;
+    }
+  };
+}
+
+async function refresh() {
+  const out = await getJSON(`/api/job/${encodeURIComponent(jobId)}`);
+  const j = out.job;
+  document.title = `dispatch · job ${j.id}`;
+  $("title").textContent = `job ${j.id}${j.name ? " · " + j.name : ""} · ${j.user}`;
+  why(out); spec(j); cancelBox(j);
+  table($("timeline"), ["time", "what"], out.timeline.map(e => `<tr><td>${clock(e.t)}</td><td>${esc(e.what)}</td></tr>`));
+  table($("attempts"), ["#", "outcome", "node", "GPUs", "started", "ended", "reason"], j.attempts.map(a =>
+    `<tr><td>${a.attempt}</td><td>${state(a.outcome)}</td><td>${esc(a.node || "-")}</td><td>${a.gpus.join(",")}</td>` +
+    `<td>${clock(a.started_at)}</td><td>${clock(a.ended_at)}</td><td class="reason">${esc(a.reason)}</td></tr>`));
+  if (!j.attempts.length) $("attempts").innerHTML = `<tr><td class="muted">No attempt has ended.</td></tr>`;
+  const log = $("log");
+  logAtBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+  log.textContent = out.log_tail || "(no output yet)";
+  if (logAtBottom) log.scrollTop = log.scrollHeight;
+}
+
+(async () => { cfg = await getJSON("/api/config"); poll(refresh, 2000); })();

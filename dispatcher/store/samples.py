@@ -1,0 +1,96 @@
+"""Cluster figures over time: GPU allocation, utilization, fragmentation, queue length.
+
+The leading scheduler records one sample per SAMPLE_EVERY_MS into a capped stream
+(keys.samples) from the snapshot it has just read, so sampling costs no extra read
+and there is exactly one writer however many dashboards run. The dashboard, `dispatch
+top` and /metrics read them for the charts and for the alerts that need a duration
+("utilization low for 30 minutes", "GPU idle for 30 minutes").
+"""
+
+from __future__ import annotations
+
+from . import keys
+from .connect import text
+
+#: One sample per this many milliseconds (the first cycle in each slot records it).
+SAMPLE_EVERY_MS = 15_000
+#: Samples kept: 12 hours of them (approximate trim).
+SAMPLES_KEPT = 12 * 3600 * 1000 // SAMPLE_EVERY_MS
+#: A held GPU below this utilization (percent, as NVML reports it) counts as idle.
+IDLE_UTIL_PCT = 5.0
+#: At most this many idle GPUs are named in one sample (the count is always exact).
+IDLE_NAMED = 512
+
+
+def smallest_request(pending) -> int:
+    """The fewest GPUs any pending job (PendingJobs) asks for; 0 when none asks for a GPU."""
+    return min((p.spec.gpus for p in pending if p.spec.gpus > 0), default=0)
+
+
+def figures(nodes, now_ms: int, node_timeout_s: float, smallest: int) -> dict:
+    """Figures of the live nodes (NodeRecords): usable GPUs, GPUs held, GPUs blocked by zombies,
+    mean utilization (%), fragmentation, and the held GPUs that are idle ("node:index").
+
+    Fragmentation, in [0, 1], is the share of free GPUs stranded for the queue: they sit on nodes
+    with fewer free GPUs than the smallest pending request (`smallest`), so no waiting job can use
+    them however long it waits for them. 0 when nothing is free or no job waits for a GPU."""
+    gpus = held = blocked = free = stranded = 0
+    util_sum, idle = 0.0, []
+    for n in nodes:
+        if not n.alive(now_ms, node_timeout_s):
+            continue
+        node_free = 0
+        for g in n.gpus:
+            util_sum += g.util_pct
+            if g.blocked:
+                blocked += 1
+                continue
+            gpus += 1
+            if g.index in n.alloc:
+                held += 1
+                if g.util_pct < IDLE_UTIL_PCT:
+                    idle.append(f"{n.name}:{g.index}")
+            else:
+                node_free += 1
+        free += node_free
+        if node_free < smallest:
+            stranded += node_free
+    seen = gpus + blocked
+    return {"gpus": gpus, "held": held, "blocked": blocked, "util_pct": round(util_sum / seen, 1) if seen else 0.0,
+            "frag": round(stranded / free, 3) if free else 0.0, "idle": idle}
+
+
+def record_sample(client, ns: str, now_ms: int, read, node_timeout_s: float,
+                  every_ms: int = SAMPLE_EVERY_MS) -> bool:
+    """Append a sample of `read` (a store.snapshot.ReadResult) unless this slot of `every_ms` has
+    one already; returns whether it wrote. Idempotent within a slot, safe from any number of
+    schedulers (a second writer in the same slot is refused by the stream's id order)."""
+    import redis
+
+    f = figures(read.nodes, now_ms, node_timeout_s, smallest_request(read.snapshot.pending))
+    fields = {"v": 1, "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
+              "frag": f["frag"], "pending": len(read.snapshot.pending), "running": len(read.snapshot.running),
+              "idle_n": len(f["idle"]), "idle": " ".join(f["idle"][:IDLE_NAMED])}
+    try:
+        client.xadd(keys.samples(ns), fields, id=f"{now_ms - now_ms % every_ms}-0", maxlen=SAMPLES_KEPT,
+                    approximate=True)
+    except redis.exceptions.ResponseError:  # this slot has its sample (or the clock went back)
+        return False
+    return True
+
+
+def read_samples(client, ns: str, since_ms: int = 0) -> list[dict]:
+    """Samples from `since_ms` on, oldest first: t_ms, gpus, held, blocked, util_pct, frag, pending,
+    running, idle_n, and idle (a list of "node:index")."""
+    out = []
+    for entry_id, raw in client.xrange(keys.samples(ns), min=str(since_ms)):
+        f = {text(k): text(v) for k, v in raw.items()}
+        try:
+            s = {k: int(f[k]) for k in ("gpus", "held", "blocked", "pending", "running", "idle_n")}
+            s.update(util_pct=float(f["util_pct"]), frag=float(f["frag"]))
+        except (KeyError, ValueError):
+            continue
+        s["t_ms"] = int(text(entry_id).split("-")[0])
+        s["idle"] = f.get("idle", "").split()
+        out.append(s)
+    return out

@@ -1,0 +1,107 @@
+"""`dispatch top`: the dashboard's essentials as a live terminal view (rich), from the same Board."""
+
+from __future__ import annotations
+
+import time
+
+from rich import box
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+CLASS_STYLE = {"critical": "bold red", "high": "bold dark_orange", "normal": "bold blue", "low": "bold grey50"}
+GPU_STYLE = {"free": "green", "held": "bold cyan", "blocked": "bold yellow", "dead": "red"}
+
+
+def _age(s) -> str:
+    if s is None:
+        return "-"
+    s = int(max(0, s))
+    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _table(title: str, *columns: str) -> Table:
+    t = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, expand=True,
+              pad_edge=False)
+    for c in columns:
+        t.add_column(c.lstrip("#"), justify="right" if c.startswith("#") else "left",
+                     overflow="fold" if c in ("why", "reason") else "ellipsis")
+    return t
+
+
+def frame(board, rows: int = 12) -> Group:
+    """One screen: totals, alerts, the queue by class and its head, GPUs per node, the latest
+    decisions and usage by user."""
+    b = board.overview()
+    t, s = b["totals"], b["scheduler"]
+    pct = round(100 * t["held"] / t["gpus"]) if t["gpus"] else 0
+    head = Text.assemble(
+        ("dispatch top ", "bold"), (f"namespace {b['namespace']}  ", "grey50"),
+        f"nodes {t['nodes'] - t['nodes_dead']}/{t['nodes']} up  GPUs {t['held']}/{t['gpus']} held ({pct}%)  "
+        f"util {t['util_pct']:.0f}%  frag {100 * t['frag']:.0f}%  "
+        f"pending {t['pending']:,}  running {t['running']:,}  ",
+        ("scheduler: none has run" if s["age_s"] is None else
+         f"scheduler {s['holder']}: cycle {s['cycle_ms']:.1f} ms, {_age(s['age_s'])} ago", "grey50"))
+    parts = [head]
+    if b["alerts"]:
+        parts.append(Panel(Text("\n".join(f"{a['kind']}: {a['message']}" for a in b["alerts"][:rows]),
+                                style="red"), title="alerts", title_align="left", border_style="red"))
+    classes = _table("Queue by class", "class", "#pending", "#running", "#GPUs asked", "#oldest wait", "why")
+    for c in b["classes"]:
+        classes.add_row(Text(c["class"], CLASS_STYLE[c["class"]]), f"{c['pending']:,}", str(c["running"]),
+                        f"{c['gpus_pending']:,}",
+                        f"{_age(c['oldest_wait_s'])} (job {c['oldest_job']})" if c["pending"] else "-",
+                        "; ".join(f"{r['count']:,} x {r['reason']}" for r in c["reasons"][:2]))
+    parts.append(classes)
+    queue = board.queue_page("pending", "", 0, rows)
+    jobs = _table(f"Pending, highest class and longest wait first ({queue['total']:,})",
+                  "#id", "name", "user", "class", "#GPUs", "#wait", "why")
+    for j in queue["jobs"]:
+        jobs.add_row(j["id"], j["name"] or "-", j["user"], Text(j["priority"], CLASS_STYLE.get(j["priority"], "")),
+                     str(j["gpus_requested"]), _age(j["wait_s"]), j["reason"] or "no reason recorded yet")
+    parts.append(jobs)
+    nodes = _table("Nodes and GPUs (index:job)", "node", "state", "#seen", "GPUs")
+    for n in b["nodes"]:
+        cells = Text()
+        for g in n["gpus"]:
+            label = g["job"] or {"free": "free", "blocked": "zombie", "dead": "dead"}.get(g["state"], "")
+            cells.append(f"{g['index']}:{label} ", GPU_STYLE[g["state"]])
+        nodes.add_row(n["name"], Text("up" if n["alive"] else "DEAD", "green" if n["alive"] else "bold red"),
+                      _age(n["seen_s_ago"]), cells)
+    parts.append(nodes)
+    decisions = _table("Latest decisions", "time", "#job", "where", "#score", "why")
+    for d in b["decisions"][:rows // 2]:
+        why = d["why"] if d["kind"] == "start" else f"preempted ({d.get('mode')}) for job {d.get('for_job')}"
+        decisions.add_row(time.strftime("%H:%M:%S", time.localtime(d["time"])), d["job"],
+                          f"{d['node']}:{','.join(map(str, d['gpus']))}",
+                          f"{d['score']:.1f}" if d["kind"] == "start" else "-", why)
+    parts.append(decisions)
+    users = _table("Users (dominant share / DRF fair share)", "user", "team", "#GPUs", "#running", "#pending",
+                   "#share", "#fair")
+    for u in b["usage"]["users"][:rows]:
+        users.add_row(u["user"], u["team"] or "-", str(u["gpus"]), str(u["running"]), f"{u['pending']:,}",
+                      f"{100 * u['share']:.1f}%", f"{100 * u['fair_share']:.1f}%")
+    parts.append(users)
+    o = b["outcomes"]
+    parts.append(Text(f"newest {o['window']} finished: " + ", ".join(f"{n} {s}" for s, n in o["counts"].items())
+                      + "".join(f"\n  {r['count']} {r['state']}: {r['reason']}" for r in o["reasons"][:3])))
+    return Group(*parts)
+
+
+def run(board, *, interval_s: float = 2.0, once: bool = False, console=None) -> None:
+    """Print one frame (`once`), or redraw every interval_s until Ctrl-C."""
+    from rich.console import Console
+    from rich.live import Live
+
+    console = console or Console()
+    if once:
+        console.print(frame(board))
+        return
+    with Live(frame(board), console=console, screen=True, auto_refresh=False) as live:
+        try:
+            while True:
+                time.sleep(interval_s)
+                live.update(frame(board), refresh=True)
+        except KeyboardInterrupt:
+            pass

@@ -1,0 +1,311 @@
+"""The operators' view, live: the dashboard in headless Chromium, /metrics through the Prometheus
+parser, and `dispatch top`, against real scheduler and agent processes on fake GPUs.
+
+The browser tests need Debian's `chromium` and `chromium-driver` (.ci/run installs them) and
+Selenium (the test extra); without them they skip locally and fail in CI. They save the
+screenshots in docs/ that docs/dashboard.md shows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import time
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from dispatcher.model import GpuInfo
+from dispatcher.store.nodes import NodeRecord
+from dispatcher.store.samples import record_sample
+from tests.conftest import IN_CI
+from tests.e2e.test_zombies_live import zombie
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+ENV = {"DISPATCH_NODE_TIMEOUT_S": "4"}  # a killed node is reported dead within seconds
+
+
+def get(url: str, timeout: float = 30):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read()
+
+
+def start_dashboard(cli, *args) -> str:
+    """`dispatch dashboard` on a free port; returns its base URL."""
+    cli.start("dashboard", "--port", "0", *args, log_name="dashboard", **ENV)
+    log = cli.home / f"dashboard-{len(cli.procs) - 1}.log"
+    found = cli.wait_for(lambda: re.search(r"http://[\d.]+:\d+/", log.read_text()), what="the dashboard to listen")
+    return found.group(0).rstrip("/")
+
+
+def seed_history(client, ns: str, hours: float = 3.0) -> None:
+    """Samples for the hours before the test, through record_sample. The cluster itself is minutes
+    old, so this history is made up: a working day's rise of allocation and queue on three nodes."""
+    now = int(time.time() * 1000) - 60_000
+    steps = int(hours * 3600 / 60)
+    for i in range(steps):
+        t, phase = now - (steps - i) * 60_000, i / steps
+        busy = min(1.0, 0.3 + 0.8 * phase + 0.1 * math.sin(i / 9))
+        nodes = []
+        for n, size in enumerate((4, 4, 2)):
+            held = min(size, round(size * busy + (n - 1) * 0.6 * math.sin(i / 13)))
+            gpus = [GpuInfo(g, "NVIDIA A100-80GB", 80.0, util_pct=60 + 35 * math.sin((i + 7 * g + n) / 5) ** 2
+                            if g < held else 0.0) for g in range(size)]
+            nodes.append(NodeRecord(f"gpu-0{n + 1}", tuple(gpus), 32, 256.0, t, {g: "1" for g in range(held)}))
+        pending = max(0, int(30 * phase * (1.3 - phase) + 6 * math.sin(i / 7)))
+        waiting = [SimpleNamespace(spec=SimpleNamespace(gpus=1 + (j + i // 20) % 3)) for j in range(pending)]
+        read = SimpleNamespace(nodes=nodes, snapshot=SimpleNamespace(pending=waiting, running=[]))
+        record_sample(client, ns, t, read, 60.0, every_ms=60_000)
+
+
+@pytest.fixture
+def busy(cli, client):
+    """Three live nodes, one dead node, a zombie GPU, and running and pending jobs of every class
+    from several users and teams: (running job ids, pending job ids)."""
+    seed_history(client, cli.ns)
+    ghost = zombie("gpu-03", 1)
+    try:
+        yield busy_cluster(cli)
+    finally:
+        ghost.kill()
+        ghost.wait()
+
+
+def busy_cluster(cli):
+    for name, gpus in (("gpu-01", "4xA100-80GB"), ("gpu-02", "4xA100-40GB"), ("gpu-03", "2xV100-16GB")):
+        cli.start("worker", "--node", name, "--fake-gpus", gpus, "--cpus", "32", "--mem", "256",
+                  "--work-dir", str(cli.home / name))
+    doomed = cli.start("worker", "--node", "gpu-04", "--fake-gpus", "2xT4-16GB", "--work-dir", str(cli.home / "g4"))
+    cli.wait_for(lambda: len(json.loads(cli.run("nodes", "--json").stdout)) == 4, what="four nodes")
+    os.killpg(doomed.pid, signal.SIGKILL)  # gpu-04 stops heartbeating: a dead node
+    cli.start("scheduler", **ENV)
+    runs = [("alice", "vision", "high", 2, "A100"), ("alice", "vision", "normal", 2, "A100"),
+            ("bob", "nlp", "normal", 1, "A100"), ("bob", "nlp", "critical", 1, "A100"),
+            ("carol", "speech", "low", 1, "V100"), ("dave", "nlp", "normal", 2, "A100")]
+    running = [cli.submit("--name", f"train-{u}-{i}", "--user", u, "--team", t, "--priority", p, "--gpus", str(g),
+                          "--gpu-type", k, "--est", "2h", "--", "sleep", "300")
+               for i, (u, t, p, g, k) in enumerate(runs)]
+    cli.wait_for(lambda: all(cli.show(j)["state"] == "running" for j in running), timeout=30,
+                 what="the first jobs to run")
+    cli.submit("--name", "smoke", "--user", "erin", "--", "sh", "-c", "echo ok")
+    cli.submit("--name", "broken", "--user", "erin", "--", "sh", "-c",
+               "echo starting; echo 'CUDA error: out of memory' >&2; exit 3")
+    waiting = [("erin", "vision", "high", 4, "A100"), ("frank", "speech", "normal", 2, "A100"),
+               ("frank", "speech", "low", 1, "A100"), ("carol", "speech", "critical", 8, "A100"),
+               ("bob", "nlp", "normal", 4, "A100"), ("dave", "nlp", "low", 2, "V100")]
+    pending = [cli.submit("--name", f"sweep-{u}-{i}", "--user", u, "--team", t, "--priority", p, "--gpus", str(g),
+                          "--gpu-type", k, "--est", "1h", "--", "sleep", "300")
+               for i, (u, t, p, g, k) in enumerate(waiting)]
+    return running, pending
+
+
+def browser():
+    try:
+        from selenium import webdriver
+    except ImportError:
+        if IN_CI:
+            raise
+        pytest.skip("selenium is not installed (pip install -e '.[test]')")
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver):
+        if IN_CI:
+            raise AssertionError("chromium and chromium-driver are needed (apt-get install chromium chromium-driver)")
+        pytest.skip("no chromium / chromedriver on PATH")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1480,1200",
+                "--force-device-scale-factor=1", "--hide-scrollbars"):
+        opts.add_argument(arg)
+    return webdriver.Chrome(options=opts, service=webdriver.ChromeService(executable_path=driver))
+
+
+def wait_page(driver, predicate, what: str, timeout: float = 20):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: predicate(d))
+    except Exception:
+        raise AssertionError(f"the page never showed {what}; it shows:\n"
+                             f"{driver.find_element('tag name', 'body').text[:3000]}") from None
+
+
+def text_of(driver, element_id: str) -> str:
+    return driver.find_element("id", element_id).text
+
+
+def full_page_screenshot(driver, path: Path) -> None:
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 1480, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    time.sleep(0.5)
+    driver.save_screenshot(str(path))
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_the_dashboard_shows_the_queue_the_gpus_and_the_decisions_live(cli, busy):
+    running, pending = busy
+    base = start_dashboard(cli)
+    driver = browser()
+    try:
+        driver.get(base + "/")
+        crit = pending[3]  # 8 A100s: no node could ever hold it
+        wait_page(driver, lambda d: "critical" in text_of(d, "classes") and f"\n{crit} " in "\n" + text_of(d, "jobs"),
+                  "the critical job in the queue")
+        assert "no live node could ever hold it" in text_of(driver, "jobs")
+        wait_page(driver, lambda d: d.find_elements("css selector", '[data-node="gpu-01"] .gpu.held'), "gpu-01's GPUs")
+        held = {e.get_attribute("data-job") for e in driver.find_elements("css selector", ".gpu.held")}
+        assert set(running) <= held, (running, held)
+        wait_page(driver, lambda d: "zombie" in text_of(d, "alerts") and "gpu-04" in text_of(d, "alerts"),
+                  "the zombie and dead-node alerts", timeout=30)
+        assert driver.find_elements("css selector", '[data-node="gpu-03"] .gpu.blocked')
+        assert driver.find_elements("css selector", '.node.dead[data-node="gpu-04"]')
+        decisions = text_of(driver, "decisions")
+        assert running[0] in decisions and "best fit" in decisions, decisions
+        wait_page(driver, lambda d: "failed" in text_of(d, "outcome-reasons"), "the failed job's reason")
+
+        # live: a job ends and another starts in its place, without a reload
+        cli.run("cancel", running[2])
+        wait_page(driver, lambda d: not d.find_elements("css selector", f'.gpu[data-job="{running[2]}"]'),
+                  f"job {running[2]} leaving its GPU")
+        wait_page(driver, lambda d: d.find_elements("css selector", f'.gpu[data-job="{pending[2]}"]'),
+                  f"job {pending[2]} taking the GPU it freed", timeout=30)
+        assert re.search(rf"^\S+ {pending[2]} ", text_of(driver, "decisions"), re.M), text_of(driver, "decisions")
+        time.sleep(2.5)  # one more poll, so the screenshot shows the settled state
+        full_page_screenshot(driver, DOCS / "dashboard.png")
+
+        driver.set_window_size(1480, 1000)
+        driver.get(f"{base}/job/{pending[0]}")
+        wait_page(driver, lambda d: "rank" in text_of(d, "why") and "score" in text_of(d, "why"), "the job's why")
+        assert "submitted" in text_of(driver, "timeline")
+        driver.save_screenshot(str(DOCS / "dashboard-job.png"))
+        failed = [j for j in json.loads(cli.run("queue", "--all", "--json").stdout) if j["name"] == "broken"][0]
+        driver.get(f"{base}/job/{failed['id']}")
+        wait_page(driver, lambda d: "out of memory" in text_of(d, "log"), "the failed job's output")
+        assert "exit code 3" in text_of(driver, "attempts") or "failed" in text_of(driver, "why")
+    finally:
+        driver.quit()
+
+
+def test_metrics_parse_as_prometheus_text_and_top_prints_one_frame(cli, busy):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    running, pending = busy
+    base = start_dashboard(cli)
+    cli.wait_for(lambda: b"gpu-04" in get(base + "/metrics") and b'kind="zombie"' in get(base + "/metrics"),
+                 timeout=30, what="the dead node and the zombie in /metrics")
+    families = {f.name: f for f in text_string_to_metric_families(get(base + "/metrics").decode())}
+    value = {(f.name, s.name, tuple(sorted(s.labels.items()))): s.value
+             for f in families.values() for s in f.samples}
+
+    def one(family, **labels):
+        return value[(family, family, tuple(sorted(labels.items())))]
+
+    assert one("dispatch_jobs_pending", **{"class": "critical"}) == 1
+    assert one("dispatch_jobs_running", **{"class": "critical"}) == 1
+    assert one("dispatch_node_up", node="gpu-04") == 0 and one("dispatch_node_up", node="gpu-01") == 1
+    assert one("dispatch_node_gpus", node="gpu-03", state="blocked") == 1
+    assert one("dispatch_gpu_allocated", node="gpu-01", gpu="0") in (0, 1)
+    assert one("dispatch_node_heartbeat_age_seconds", node="gpu-04") > 3
+    assert 0 <= one("dispatch_cluster_fragmentation_ratio") <= 1
+    assert one("dispatch_scheduler_cycle_seconds") > 0
+    assert one("dispatch_alerts_active", kind="dead_node") == 1
+    assert families["dispatch_queue_wait_seconds"].type == "histogram"
+    starts = sum(s.value for s in families["dispatch_queue_wait_seconds"].samples
+                 if s.name == "dispatch_queue_wait_seconds_count")
+    assert starts >= len(running), starts
+    for name in ("dispatch_preemptions", "dispatch_placements", "dispatch_scheduler_cycles"):
+        assert families[name].type == "counter", name
+
+    frame = cli.run("top", "--once", COLUMNS="160", **ENV).stdout
+    for expected in ("Queue by class", "critical", "gpu-01", "gpu-04", "DEAD", "alice", "zombie",
+                     f"{running[0]}"):
+        assert expected in frame, (expected, frame)
+
+
+def test_the_page_stays_small_with_ten_thousand_pending_jobs(cli, client):
+    from dispatcher.api import Client
+
+    cli.start("worker", "--node", "big", "--fake-gpus", "8xA100-80GB")
+    classes = ("low", "normal", "high", "critical")
+    Client(cli.url, cli.ns).submit_many([{"command": ["true"], "gpus": 16, "priority": classes[i % 4],
+                                          "user": f"u{i % 37}"} for i in range(10_000)])
+    base = start_dashboard(cli)
+    timings = {}
+    for path in ("/api/board", "/api/queue?page=3&per=25", "/api/board"):
+        t0 = time.perf_counter()
+        body = json.loads(get(base + path))
+        timings.setdefault(path, []).append(round(time.perf_counter() - t0, 3))
+    assert sum(c["pending"] for c in body["classes"]) == 10_000
+    assert len(json.dumps(body)) < 100_000  # the board is a summary, whatever the queue's length
+    print(f"\nJSON endpoints with 10,000 pending jobs (seconds; first board read is cold): {timings}")
+    driver = browser()
+    try:
+        driver.get(base + "/")
+        wait_page(driver, lambda d: "10,000 pending" in text_of(d, "queue-total"), "the 10,000 pending jobs")
+        wait_page(driver, lambda d: "page 1 of 400" in text_of(d, "q-page"), "the queue's pages")
+        rows = len(driver.find_elements("css selector", "#jobs tbody tr"))
+        nodes = len(driver.find_elements("css selector", "tr, .gpu, .alert"))
+        assert rows == 25 and nodes < 300, (rows, nodes)
+        driver.find_element("id", "q-next").click()
+        wait_page(driver, lambda d: "page 2 of 400" in text_of(d, "q-page"), "the second page")
+        t0 = time.perf_counter()
+        ready = driver.execute_script("return document.readyState")
+        print(f"DOM: {rows} job rows, {nodes} rows and cells in all; readyState {ready} "
+              f"({time.perf_counter() - t0:.3f}s to answer a script)")
+    finally:
+        driver.quit()
+
+
+def test_cancel_from_the_page_needs_the_owners_or_an_admins_token_when_identity_is_on(cli, client, tmp_path):
+    from dispatcher.store.requests import identity_on
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    secret.chmod(0o600)
+    cli.start("scheduler", "--secret-file", str(secret), "--admins", "boss")
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--secret-file", str(secret))
+    cli.wait_for(lambda: identity_on(client, cli.ns), what="identity on")
+    token = {u: cli.run("auth", "token", u, "--secret-file", str(secret)).stdout.strip() for u in ("alice", "bob")}
+    job = cli.run("submit", "--", "sleep", "60", DISPATCH_USER="alice", DISPATCH_TOKEN=token["alice"]).stdout.strip()
+    read_only = start_dashboard(cli)
+    writable = start_dashboard(cli, "--allow-cancel")
+
+    def cancel(base, **who):
+        req = urllib.request.Request(f"{base}/api/job/{job}/cancel", data=json.dumps(who).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    assert cancel(read_only, user="alice", token=token["alice"])[0] == 403
+    assert cancel(writable)[0] == 403  # no identity given
+    status, body = cancel(writable, user="bob", token=token["bob"])
+    assert status == 403 and "belongs to alice" in body["error"], body
+    status, body = cancel(writable, user="alice", token=token["bob"])
+    assert status == 403 and "signature" in body["error"], body
+    assert cli.show(job)["state"] in ("pending", "assigned", "running")
+    status, body = cancel(writable, user="alice", token=token["alice"])
+    assert status == 200 and body["outcome"] in ("cancelled", "requested"), body
+    cli.wait_for(lambda: cli.show(job)["state"] == "cancelled", what="the owner's cancel")
+
+
+def test_a_taken_port_is_a_one_line_error(cli):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        p = cli.run("dashboard", "--port", str(s.getsockname()[1]), check=False, timeout=30)
+    assert p.returncode != 0 and p.stderr.count("\n") == 1 and "--port" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+
