@@ -75,9 +75,9 @@ def evaluate(view: dict, waits_s: dict[str, list[float]], samples: list[dict], c
     out = []
     for c in view["classes"]:
         limit = {"critical": cfg.critical_wait_s, "high": cfg.high_wait_s}.get(c["class"])
-        if limit is None or not c["pending"] or c["oldest_wait_s"] <= limit:
+        over = sum(1 for w in waits_s.get(c["class"], ()) if w > limit) if limit is not None else 0
+        if not over:
             continue
-        over = sum(1 for w in waits_s.get(c["class"], ()) if w > limit)
         out.append({"kind": "wait", "severity": "critical" if c["class"] == "critical" else "warning",
                     "subject": c["class"],
                     "message": f"{over} {c['class']} job{'s' * (over != 1)} waiting over {_age(limit)} "

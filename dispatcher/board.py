@@ -21,7 +21,7 @@ from .store import keys
 from .store.connect import text
 from .store.decisions import read_decisions
 from .store.jobs import read_jobs
-from .store.samples import figures, read_samples, smallest_request
+from .store.samples import figures, holders, read_samples, smallest_request
 from .store.snapshot import SpecCache, read_snapshot
 
 #: Finished jobs the success/failure counts cover (the newest ones).
@@ -115,7 +115,7 @@ class Board:
                 "classes": self._classes(c, now), "nodes": self._nodes(c, now),
                 "decisions": read_decisions(self.client, self.ns, limit=20), "usage": self._usage(c),
                 "outcomes": self._outcomes.get()}
-        f = figures(read.nodes, now, self.timing.node_timeout_s, smallest_request(c["pending"]))
+        f = figures(read.nodes, c["running"], now, self.timing.node_timeout_s, smallest_request(c["pending"]))
         view["totals"] = {"nodes": len(read.nodes), "nodes_dead": sum(1 for n in view["nodes"] if not n["alive"]),
                           "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
                           "frag": f["frag"], "idle_held": len(f["idle"]), "pending": len(c["pending"]),
@@ -157,18 +157,18 @@ class Board:
         return out
 
     def _nodes(self, c: dict, now: int) -> list[dict]:
-        owner = {r.spec.id: r.spec.user for r in c["running"]}
+        taken = holders(c["running"])
         out = []
         for n in c["read"].nodes:
             alive = n.alive(now, self.timing.node_timeout_s)
             gpus = []
             for g in n.gpus:
-                held = n.alloc.get(g.index, "")
-                jobs = held.lstrip("~").split(",") if held else []
+                jobs = taken.get((n.name, g.index), [])
                 gpus.append({"index": g.index, "name": g.name.replace("NVIDIA ", ""), "util_pct": g.util_pct,
                              "mem_used_gb": g.mem_used_gb, "mem_total_gb": g.mem_total_gb,
-                             "job": ",".join(jobs) or None, "users": sorted({owner.get(j, "?") for j in jobs}),
-                             "shared": held.startswith("~"), "blocked": g.blocked or None,
+                             "job": ",".join(r.spec.id for r in jobs) or None,
+                             "users": sorted({r.spec.user for r in jobs}), "shared": any(r.spec.share for r in jobs),
+                             "blocked": g.blocked or None,
                              "state": "dead" if not alive else "blocked" if g.blocked else
                                       "held" if jobs else "free"})
             out.append({"name": n.name, "alive": alive, "seen_s_ago": round((now - n.seen_ms) / 1000.0, 1),

@@ -22,7 +22,7 @@ from .config import Timing
 from .liveness import HeartbeatWatch, lost_jobs, requeue_lost
 from .model import Plan
 from .policy_source import PolicySource
-from .policy import schedule
+from .policy import place_arrivals, plan_cycle
 from .store import keys
 from .store.decisions import write_decisions, write_policy
 from .store.leader import Lease
@@ -53,6 +53,14 @@ class CycleStats:
             "holder": holder, "pending": pending, "running": running})
 
 
+def _kinds(message) -> set:
+    """The event kinds in one pubsub message (keys.events), as a set; empty for none."""
+    if message is None:
+        return set()
+    data = message.get("data")
+    return {data if isinstance(data, bytes) else b"?"}
+
+
 class Scheduler:
     def __init__(self, client, ns: str = keys.DEFAULT_NS, *, policy: PolicySource | None = None,
                  timing: Timing | None = None, holder: str | None = None, verifier=None):
@@ -71,6 +79,7 @@ class Scheduler:
         self.mirror = Mirror(client, ns)
         self.stats = CycleStats()
         self._published: tuple | None = None
+        self._state = None  # (the last full cycle's policy state, when it ran) while quick cycles may use it
 
     def _publish_policy(self, profile: str, now: int) -> None:
         state = (self.policy.version, profile)
@@ -102,9 +111,14 @@ class Scheduler:
                 self.requests.publish_mode()
         return True
 
-    def cycle(self) -> Plan:
+    def cycle(self, quick: bool = False) -> Plan:
         """One scheduling cycle; returns the plan (placements refused at commit are replanned next cycle).
-        A standby (another scheduler holds the lease) does nothing and returns an empty plan."""
+        A standby (another scheduler holds the lease) does nothing and returns an empty plan.
+
+        `quick`: the caller saw only submits since the last cycle. If the mirror agrees (only new
+        pending jobs changed, every commit since the last full cycle took, and that cycle is less
+        than a tick old), the arrivals are met against the state that cycle left
+        (policy.place_arrivals): what a full cycle would do with them, at the cost of the arrivals."""
         if not self._lead():
             return Plan()
         t0 = time.perf_counter()
@@ -114,6 +128,14 @@ class Scheduler:
         self.policy.refresh()
         profile, config = self.policy.current(now / 1000.0)
         self._publish_policy(profile, now)
+        state, self._state = self._state, None
+        if quick and state is not None and state[0].config is config \
+                and time.monotonic() - state[1] < self.timing.tick_s:
+            arrivals = self.mirror.refresh()
+            if arrivals is not None and not self.mirror.bad:
+                plan = place_arrivals(state[0], arrivals, now)
+                self._commit(plan, self.mirror.epochs, now, profile, config, state, t0)
+                return plan
         read = self.mirror.sync(now, self.timing.node_timeout_s, config)
         self.planner.quarantine(read.bad_jobs, now)
         self.watch.observe({n.name: n.seen_ms for n in read.nodes})
@@ -122,28 +144,32 @@ class Scheduler:
             self.stats.requeued_lost += requeue_lost(self.scripts, lost, read.epochs, now, self.lease.fence)
             self.client.publish(keys.events(self.ns), b"lost")
             return Plan()
-        plan = schedule(read.snapshot, now_ms=now, config=config)
-        taken, preempted = self.planner.commit(plan, read.epochs, now, config.keep_wait_on_requeue,
-                                               fence=self.lease.fence)
-        if taken or preempted:
-            ok = {job_id for job_id, _ in taken}
-            started = [p for p in plan.placements if p.job_id in ok]
-            pipe = self.client.pipeline(transaction=False)
-            write_decisions(pipe, self.ns, started, now, profile, preempted)
-            pipe.execute()
-            for p in started:
-                log.info("start job %s on %s GPUs %s, score %.1f: %s", p.job_id, p.node, list(p.gpus), p.score,
-                         p.reason)
-            for pr in preempted:
-                log.info("preempt job %s on %s (%s) for job %s: %s", pr.job_id, pr.node, pr.mode, pr.for_job,
-                         pr.reason)
+        plan, cycle_state = plan_cycle(read.snapshot, now, config)
+        self._commit(plan, read.epochs, now, profile, config, (cycle_state, time.monotonic()), t0)
+        return plan
+
+    def _commit(self, plan: Plan, epochs: dict, now: int, profile: str, config, state, t0: float) -> None:
+        """Commit `plan`, log and record what took; keep `state` for the next quick cycle if all of it took."""
+        taken, preempted = self.planner.commit(plan, epochs, now, config.keep_wait_on_requeue, fence=self.lease.fence)
+        ok = dict(taken)
+        started = [p for p in plan.placements if p.job_id in ok]
+        for p in started:
+            self.mirror.expect(p.job_id, p.node, p.gpus, False, ok[p.job_id])
+            log.info("start job %s on %s GPUs %s, score %.1f: %s", p.job_id, p.node, list(p.gpus), p.score, p.reason)
+        for pr in preempted:
+            self.mirror.expect(pr.job_id, pr.node, self.mirror.running[pr.job_id].gpus, True, epochs[pr.job_id])
+            log.info("preempt job %s on %s (%s) for job %s: %s", pr.job_id, pr.node, pr.mode, pr.for_job, pr.reason)
+        if len(started) == len(plan.placements) and len(preempted) == len(plan.preemptions) \
+                and not any(p.extra for p in plan.placements):
+            self._state = state
         self.stats.cycles += 1
         self.stats.placed += len(taken)
         self.stats.preempted += len(preempted)
         self.stats.last_cycle_ms = (time.perf_counter() - t0) * 1000
-        self.stats.publish(self.client, self.ns, now, self.lease.holder, len(read.snapshot.pending),
-                           len(read.snapshot.running))
-        return plan
+        pipe = self.client.pipeline(transaction=False)
+        write_decisions(pipe, self.ns, started, now, profile, preempted)
+        self.stats.publish(pipe, self.ns, now, self.lease.holder, len(self.mirror.backlog), len(self.mirror.running))
+        pipe.execute()
 
     def run(self, stop: threading.Event | None = None) -> None:
         """Run cycles until `stop` is set. Redis errors are logged and retried with back-off."""
@@ -151,23 +177,27 @@ class Scheduler:
 
         stop = stop or threading.Event()
         pubsub = None
+        quick = False
         backoff = 0.5
         while not stop.is_set():
             try:
                 if pubsub is None:
                     pubsub = self.client.pubsub(ignore_subscribe_messages=True)
                     pubsub.subscribe(keys.events(self.ns))
-                self.cycle()
+                self.cycle(quick)
                 backoff = 0.5
                 deadline = time.monotonic() + self.timing.tick_s
-                woke = False
-                while not woke and not stop.is_set():
+                kinds: set = set()
+                while not kinds and not stop.is_set():
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
-                    woke = pubsub.get_message(timeout=min(left, 0.2)) is not None
-                while pubsub.get_message(timeout=0) is not None:  # coalesce a burst
-                    pass
+                    kinds = _kinds(pubsub.get_message(timeout=min(left, 0.2)))
+                while (more := _kinds(pubsub.get_message(timeout=0))):  # coalesce a burst
+                    kinds |= more
+                # only submits (and our own commits' wake-ups): the arrivals may take the quick path;
+                # a tick with no event, or any other event, makes a full cycle
+                quick = bool(kinds) and kinds <= {b"submit", b"placed"}
             except redis.exceptions.RedisError as e:
                 log.warning("Redis error in the scheduler loop (%s); retrying in %.1fs", e, backoff)
                 self.mirror.invalidate()  # a restarted server may have lost the changed set

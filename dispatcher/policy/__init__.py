@@ -7,6 +7,6 @@ enforces it). The live scheduler, `dispatch why` and the simulator all call
 
 from .config import PolicyConfig
 from .backlog import Backlog
-from .schedule import rest_verdict, schedule
+from .schedule import place_arrivals, plan_cycle, rest_verdict, schedule
 
-__all__ = ["Backlog", "PolicyConfig", "rest_verdict", "schedule"]
+__all__ = ["Backlog", "PolicyConfig", "place_arrivals", "plan_cycle", "rest_verdict", "schedule"]

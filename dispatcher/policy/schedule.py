@@ -275,6 +275,16 @@ class _Cycle:
     def static(self, spec: JobSpec) -> dict[str, float]:
         return static_terms(self.pending[spec.id], self.now, self.config)
 
+    def plan(self) -> Plan:
+        return Plan(tuple(self.placements), tuple(self.verdicts), tuple(self.reservations), tuple(self.preemptions),
+                    self.rest, self.rest_reason, self.rest_like)
+
+    def begin_more(self) -> None:
+        """Start a new plan from the state this cycle reached (place_arrivals)."""
+        self.placements, self.verdicts, self.preemptions, self.reservations = [], [], [], []
+        self.rest, self.rest_reason, self.rest_like = 0, "", {}
+        self._room_by_strength.clear()
+
     def exhausted(self, spec: JobSpec, tries: tuple[int, int]) -> bool:
         """After `spec` got a verdict: will every job of its shape, team and strength get one too, for
         the rest of this cycle? Yes unless it started a preemption, tried for a reservation, was held
@@ -644,6 +654,11 @@ class _Cycle:
 def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = None) -> Plan:
     """snapshot.pending is a Backlog kept across cycles (the live scheduler's and the simulator's), or
     any iterable of PendingJob (ordered here, for this call)."""
+    return plan_cycle(snapshot, now_ms, config)[0]
+
+
+def plan_cycle(snapshot: Snapshot, now_ms: int, config: PolicyConfig | None = None) -> tuple[Plan, _Cycle]:
+    """schedule(), and the state the cycle ended in, for place_arrivals."""
     config = config or PolicyConfig()
     backlog = snapshot.pending
     if isinstance(backlog, Backlog):
@@ -656,8 +671,26 @@ def schedule(snapshot: Snapshot, *, now_ms: int, config: PolicyConfig | None = N
         _walk(c, backlog, order)
     finally:
         order.close()
-    return Plan(tuple(c.placements), tuple(c.verdicts), tuple(c.reservations), tuple(c.preemptions),
-                c.rest, c.rest_reason, c.rest_like)
+    return c.plan(), c
+
+
+def place_arrivals(c: _Cycle, jobs, now_ms: int) -> Plan:
+    """Jobs that arrived since the cycle `c` (plan_cycle) ended, met against what it left: each starts,
+    waits or preempts exactly as it would have as the last job of that cycle. Nothing else changed
+    since (the caller checks: no job ended, moved or failed a commit; no node changed), and every job
+    of that cycle that could do anything did it, so the arrivals are all a full cycle would place.
+    Returns only what the arrivals did; `c` goes on from there."""
+    c.now = now_ms
+    c.begin_more()
+    for p in sorted(jobs, key=lambda p: (-weighted(c.static(p.spec), c.w), p.spec.submit_ms, id_key(p.spec.id))):
+        spec = p.spec
+        c.teams.demand[spec.team] += spec.gpus
+        if _NeverFit(c.views, c.config.gang_across_nodes).check(spec):
+            c.verdicts.append(Verdict(spec.id, Code.NO_FIT_EVER, _never_reason(spec, c.views)))
+            continue
+        c.place(spec, dict(c.static(spec), fairness=c.fair(spec.user)), f"rank {c.rank + 1}: arrived, and "
+                "the jobs before it could not use the room")
+    return c.plan()
 
 
 def rest_verdict(plan: Plan, p: PendingJob, config: PolicyConfig) -> tuple[Code, str]:

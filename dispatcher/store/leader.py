@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 
 from . import keys
@@ -28,10 +29,16 @@ class Lease:
         self.ttl_ms = max(1, int(ttl_s * 1000))
         self.holder = holder or holder_id()
         self.token = 0
+        self._renewed = 0.0
 
     def hold(self) -> int:
-        """Acquire or renew; the fencing token while this holder leads, else 0."""
+        """Acquire or renew; the fencing token while this holder leads, else 0. A lease renewed less
+        than a quarter of its TTL ago is not renewed again (the scripts check the fence anyway)."""
+        if self.token and time.monotonic() - self._renewed < self.ttl_ms / 4000.0:
+            return self.token
+        t = time.monotonic()
         self.token = int(self.scripts.lease(self.holder, self.ttl_ms, "hold"))
+        self._renewed = t
         return self.token
 
     def release(self) -> None:
@@ -39,6 +46,7 @@ class Lease:
         if self.token:
             self.scripts.lease(self.holder, self.ttl_ms, "release")
             self.token = 0
+            self._renewed = 0.0
 
     @property
     def fence(self) -> str:

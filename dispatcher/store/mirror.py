@@ -37,15 +37,31 @@ class Mirror:
         self.cache = SpecCache()
         self.fresh = False
         self._nodes: dict[str, tuple[bytes, NodeRecord]] = {}  # name -> (raw info, decoded)
-        self.changed = 0  # jobs reread by the last sync
+        self.changed = 0  # jobs reread by the last refresh
+        self.bad: dict[str, str] = {}  # unusable records met since the last sync
+        self.expected: dict[str, tuple] = {}  # job id -> how our own commit left it (see expect)
 
     def invalidate(self) -> None:
         """Read everything again at the next sync."""
         self.fresh = False
 
     def sync(self, now_ms: int, node_timeout_s: float, config) -> ReadResult:
+        """Take what changed, read the nodes, and give the policy its snapshot."""
         self.backlog.configure(config)
+        self.refresh()
         nodes = self._read_nodes()
+        live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
+        running = tuple(self.running.values())
+        snap = Snapshot(self.backlog, running, node_views(live, running))
+        bad, self.bad = self.bad, {}
+        return ReadResult(snap, self.epochs, nodes, pending_only(bad, self._pending_ids(bad)))
+
+    def refresh(self) -> list[PendingJob] | None:
+        """Reread the jobs that changed. Returns the jobs that arrived (new to the mirror, pending), or
+        None if anything else changed too (a job ended, was requeued, was placed or stopped other than
+        by our own commit (expect), ...) or all was read again. A job that started running where it
+        was placed is no change."""
+        arrivals: list[PendingJob] | None = []
         if self.fresh:
             pipe = self.client.pipeline(transaction=True)
             pipe.smembers(keys.jobs_changed(self.ns))
@@ -58,27 +74,33 @@ class Mirror:
             pipe.zrange(keys.jobs_active(self.ns), 0, -1)
             _, pending, active = pipe.execute()
             ids = [text(i) for i in pending] + [text(i) for i in active]
-            self.backlog = Backlog(config)
-            self.running, self.epochs, self.cache = {}, {}, SpecCache()
-            self.fresh = True
-        bad = {}
+            self.backlog = Backlog(self.backlog.config)
+            self.running, self.epochs, self.cache, self.expected = {}, {}, SpecCache(), {}
+            self.fresh, arrivals = True, None
         for job_id, got in read_jobs(self.client, self.ns, ids, self.cache):
+            known, was = job_id in self.epochs, self._running_as(job_id)
             self._forget(job_id)
             if isinstance(got, Exception):
-                bad[job_id] = str(got)
+                self.bad[job_id] = str(got)
+                arrivals = None
             elif got is None:
                 self.cache.specs.pop(job_id, None)
+                arrivals = None if known else arrivals
             else:
                 job, self.epochs[job_id] = got
                 if isinstance(job, PendingJob):
                     self.backlog.add(job)
+                    if arrivals is not None and not known:
+                        arrivals.append(job)
+                    else:
+                        arrivals = None
                 else:
                     self.running[job_id] = job
+                    now_as = (job.node, job.gpus, job.stopping, self.epochs[job_id])
+                    if now_as != was and now_as != self.expected.pop(job_id, None):
+                        arrivals = None
         self.changed = len(ids)
-        live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
-        running = tuple(self.running.values())
-        snap = Snapshot(self.backlog, running, node_views(live, running))
-        return ReadResult(snap, self.epochs, nodes, pending_only(bad, self._pending_ids(bad)))
+        return arrivals
 
     def _pending_ids(self, bad) -> set[str]:
         """Of the unusable records, those still in the pending index (to quarantine)."""
@@ -88,6 +110,14 @@ class Mirror:
         for job_id in bad:
             pipe.zscore(keys.jobs_pending(self.ns), job_id)
         return {j for j, score in zip(bad, pipe.execute()) if score is not None}
+
+    def expect(self, job_id: str, node: str, gpus: tuple, stopping: bool, epoch: int) -> None:
+        """Our own commit made this job run (or stop) so: refresh() does not count it as a change."""
+        self.expected[job_id] = (node, tuple(gpus), stopping, epoch)
+
+    def _running_as(self, job_id: str):
+        r = self.running.get(job_id)
+        return None if r is None else (r.node, r.gpus, r.stopping, self.epochs[job_id])
 
     def _forget(self, job_id: str) -> None:
         self.backlog.discard(job_id)

@@ -27,15 +27,26 @@ def smallest_request(pending) -> int:
     return min((p.spec.gpus for p in pending if p.spec.gpus > 0), default=0)
 
 
-def figures(nodes, now_ms: int, node_timeout_s: float, smallest: int) -> dict:
-    """Figures of the live nodes (NodeRecords): usable GPUs, GPUs held, GPUs blocked by zombies,
-    mean utilization (%), fragmentation, and the held GPUs that are idle ("node:index").
+def holders(running) -> dict[tuple[str, int], list]:
+    """(node, GPU index) -> the RunningJobs holding it (several for sharing jobs), from the job
+    records, as the snapshot counts what is free."""
+    out: dict[tuple[str, int], list] = {}
+    for r in running:
+        for g in r.gpus:
+            out.setdefault((r.node, g), []).append(r)
+    return out
+
+
+def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int) -> dict:
+    """Figures of the live nodes (NodeRecords) with the RunningJobs: usable GPUs, GPUs held, GPUs
+    blocked by zombies, mean utilization (%), fragmentation, and the held GPUs that are idle
+    ("node:index").
 
     Fragmentation, in [0, 1], is the share of free GPUs stranded for the queue: they sit on nodes
     with fewer free GPUs than the smallest pending request (`smallest`), so no waiting job can use
     them however long it waits for them. 0 when nothing is free or no job waits for a GPU."""
     gpus = held = blocked = free = stranded = 0
-    util_sum, idle = 0.0, []
+    util_sum, idle, taken = 0.0, [], holders(running)
     for n in nodes:
         if not n.alive(now_ms, node_timeout_s):
             continue
@@ -46,7 +57,7 @@ def figures(nodes, now_ms: int, node_timeout_s: float, smallest: int) -> dict:
                 blocked += 1
                 continue
             gpus += 1
-            if g.index in n.alloc:
+            if (n.name, g.index) in taken:
                 held += 1
                 if g.util_pct < IDLE_UTIL_PCT:
                     idle.append(f"{n.name}:{g.index}")
@@ -60,19 +71,29 @@ def figures(nodes, now_ms: int, node_timeout_s: float, smallest: int) -> dict:
             "frag": round(stranded / free, 3) if free else 0.0, "idle": idle}
 
 
+#: (id of the client, namespace) -> the last slot this process recorded: a cycle between two
+#: samples costs one dict lookup, not a pass over the queue.
+_recorded: dict[tuple[int, str], int] = {}
+
+
 def record_sample(client, ns: str, now_ms: int, read, node_timeout_s: float,
                   every_ms: int = SAMPLE_EVERY_MS) -> bool:
-    """Append a sample of `read` (a store.snapshot.ReadResult) unless this slot of `every_ms` has
-    one already; returns whether it wrote. Idempotent within a slot, safe from any number of
-    schedulers (a second writer in the same slot is refused by the stream's id order)."""
+    """Append a sample of `read` (what the scheduler read this cycle: .nodes, and .snapshot with
+    .pending and .running) unless this slot of `every_ms` has one already; returns whether it
+    wrote. Cheap to call every cycle; safe from any number of schedulers (a second writer in the
+    same slot is refused by the stream's id order)."""
     import redis
 
-    f = figures(read.nodes, now_ms, node_timeout_s, smallest_request(read.snapshot.pending))
+    slot = now_ms - now_ms % every_ms
+    if _recorded.get((id(client), ns)) == slot:
+        return False
+    _recorded[(id(client), ns)] = slot
+    f = figures(read.nodes, read.snapshot.running, now_ms, node_timeout_s, smallest_request(read.snapshot.pending))
     fields = {"v": 1, "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
               "frag": f["frag"], "pending": len(read.snapshot.pending), "running": len(read.snapshot.running),
               "idle_n": len(f["idle"]), "idle": " ".join(f["idle"][:IDLE_NAMED])}
     try:
-        client.xadd(keys.samples(ns), fields, id=f"{now_ms - now_ms % every_ms}-0", maxlen=SAMPLES_KEPT,
+        client.xadd(keys.samples(ns), fields, id=f"{slot}-0", maxlen=SAMPLES_KEPT,
                     approximate=True)
     except redis.exceptions.ResponseError:  # this slot has its sample (or the clock went back)
         return False

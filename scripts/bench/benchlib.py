@@ -203,7 +203,7 @@ class RoundTrips:
 @contextlib.contextmanager
 def phase_times(sched):
     """Seconds spent in each phase of `sched`'s cycles while inside: read (Mirror.sync), policy
-    (schedule), commit (RedisPlanner.commit). Wraps them for the duration, measurement only."""
+    (plan_cycle), commit (RedisPlanner.commit). Wraps them for the duration, measurement only."""
     import dispatcher.scheduler as S
 
     totals: dict[str, float] = {}
@@ -217,14 +217,14 @@ def phase_times(sched):
                 totals[name] = totals.get(name, 0.0) + time.perf_counter() - t0
         return timed_phase
 
-    policy = S.schedule
-    S.schedule = wrap("policy", policy)
+    policy = S.plan_cycle
+    S.plan_cycle = wrap("policy", policy)
     sched.mirror.sync = wrap("read", sched.mirror.sync)
     sched.planner.commit = wrap("commit", sched.planner.commit)
     try:
         yield totals
     finally:
-        S.schedule = policy
+        S.plan_cycle = policy
         del sched.mirror.sync, sched.planner.commit  # the classes' methods again
 
 

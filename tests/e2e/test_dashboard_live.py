@@ -54,22 +54,23 @@ def seed_history(client, ns: str, hours: float = 3.0) -> None:
     for i in range(steps):
         t, phase = now - (steps - i) * 60_000, i / steps
         busy = min(1.0, 0.3 + 0.8 * phase + 0.1 * math.sin(i / 9))
-        nodes = []
+        nodes, running = [], []
         for n, size in enumerate((4, 4, 2)):
             held = min(size, round(size * busy + (n - 1) * 0.6 * math.sin(i / 13)))
             gpus = [GpuInfo(g, "NVIDIA A100-80GB", 80.0, util_pct=60 + 35 * math.sin((i + 7 * g + n) / 5) ** 2
                             if g < held else 0.0) for g in range(size)]
-            nodes.append(NodeRecord(f"gpu-0{n + 1}", tuple(gpus), 32, 256.0, t, {g: "1" for g in range(held)}))
+            nodes.append(NodeRecord(f"gpu-0{n + 1}", tuple(gpus), 32, 256.0, t, {}))
+            running += [SimpleNamespace(node=f"gpu-0{n + 1}", gpus=(g,)) for g in range(held)]
         pending = max(0, int(30 * phase * (1.3 - phase) + 6 * math.sin(i / 7)))
         waiting = [SimpleNamespace(spec=SimpleNamespace(gpus=1 + (j + i // 20) % 3)) for j in range(pending)]
-        read = SimpleNamespace(nodes=nodes, snapshot=SimpleNamespace(pending=waiting, running=[]))
+        read = SimpleNamespace(nodes=nodes, snapshot=SimpleNamespace(pending=waiting, running=running))
         record_sample(client, ns, t, read, 60.0, every_ms=60_000)
 
 
 @pytest.fixture
 def busy(cli, client):
     """Three live nodes, one dead node, a zombie GPU, and running and pending jobs of every class
-    from several users and teams: (running job ids, pending job ids)."""
+    from several users and teams with GPU quotas: (running job ids, pending job ids)."""
     seed_history(client, cli.ns)
     ghost = zombie("gpu-03", 1)
     try:
@@ -86,7 +87,10 @@ def busy_cluster(cli):
     doomed = cli.start("worker", "--node", "gpu-04", "--fake-gpus", "2xT4-16GB", "--work-dir", str(cli.home / "g4"))
     cli.wait_for(lambda: len(json.loads(cli.run("nodes", "--json").stdout)) == 4, what="four nodes")
     os.killpg(doomed.pid, signal.SIGKILL)  # gpu-04 stops heartbeating: a dead node
-    cli.start("scheduler", **ENV)
+    policy = cli.home / "policy.toml"
+    policy.write_text("[teams.vision]\nguarantee_gpus = 4\nlimit_gpus = 6\n[teams.nlp]\nlimit_gpus = 4\n"
+                      "[teams.speech]\nguarantee_gpus = 2\n")
+    cli.start("scheduler", "--policy", str(policy), **ENV)
     runs = [("alice", "vision", "high", 2, "A100"), ("alice", "vision", "normal", 2, "A100"),
             ("bob", "nlp", "normal", 1, "A100"), ("bob", "nlp", "critical", 1, "A100"),
             ("carol", "speech", "low", 1, "V100"), ("dave", "nlp", "normal", 2, "A100")]
@@ -239,27 +243,29 @@ def test_the_page_stays_small_with_ten_thousand_pending_jobs(cli, client):
                                           "user": f"u{i % 37}"} for i in range(10_000)])
     base = start_dashboard(cli)
     timings = {}
-    for path in ("/api/board", "/api/queue?page=3&per=25", "/api/board"):
+    for path in ("/api/board", "/api/board", "/api/queue?page=3&per=25"):
+        time.sleep(1.1)  # past the board's one-second cache: each answer is a fresh read of the cluster
         t0 = time.perf_counter()
         body = json.loads(get(base + path))
         timings.setdefault(path, []).append(round(time.perf_counter() - t0, 3))
-    assert sum(c["pending"] for c in body["classes"]) == 10_000
-    assert len(json.dumps(body)) < 100_000  # the board is a summary, whatever the queue's length
-    print(f"\nJSON endpoints with 10,000 pending jobs (seconds; first board read is cold): {timings}")
+        if path == "/api/board":
+            board = body
+    assert sum(c["pending"] for c in board["classes"]) == 10_000
+    assert len(json.dumps(board)) < 100_000  # a summary, whatever the queue's length
     driver = browser()
     try:
+        t0 = time.perf_counter()
         driver.get(base + "/")
         wait_page(driver, lambda d: "10,000 pending" in text_of(d, "queue-total"), "the 10,000 pending jobs")
         wait_page(driver, lambda d: "page 1 of 400" in text_of(d, "q-page"), "the queue's pages")
+        shown_s = time.perf_counter() - t0
         rows = len(driver.find_elements("css selector", "#jobs tbody tr"))
-        nodes = len(driver.find_elements("css selector", "tr, .gpu, .alert"))
-        assert rows == 25 and nodes < 300, (rows, nodes)
+        elements = driver.execute_script("return document.getElementsByTagName('*').length")
+        assert rows == 25 and elements < 1500, (rows, elements)
         driver.find_element("id", "q-next").click()
         wait_page(driver, lambda d: "page 2 of 400" in text_of(d, "q-page"), "the second page")
-        t0 = time.perf_counter()
-        ready = driver.execute_script("return document.readyState")
-        print(f"DOM: {rows} job rows, {nodes} rows and cells in all; readyState {ready} "
-              f"({time.perf_counter() - t0:.3f}s to answer a script)")
+        print(f"\n10,000 pending jobs: JSON answers in seconds (first board read cold) {timings}; "
+              f"page shown in {shown_s:.2f}s with {rows} job rows, {elements} DOM elements in all")
     finally:
         driver.quit()
 

@@ -1,0 +1,131 @@
+"""The operators' view against a real server: samples, the board, alerts and metrics, all read-only."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from dispatcher.alerts import AlertConfig, evaluate
+from dispatcher.board import Board
+from dispatcher.errors import ConfigError
+from dispatcher.metrics import ClusterCollector, exposition
+from dispatcher.model import GpuInfo
+from dispatcher.scheduler import now_ms
+from dispatcher.spec import build_spec
+from dispatcher.store import keys
+from dispatcher.store.jobs import write_jobs
+from dispatcher.store.nodes import NodeRecord, write_heartbeat
+from dispatcher.store.samples import figures, read_samples, record_sample
+
+
+def gpus(n, util=0.0, blocked=""):
+    return tuple(GpuInfo(i, "NVIDIA A100-40GB", 40.0, util_pct=util, blocked=blocked if i == 0 else "")
+                 for i in range(n))
+
+
+def want(n_gpus):
+    return SimpleNamespace(spec=SimpleNamespace(gpus=n_gpus))
+
+
+def read_of(nodes, pending=(), running=()):
+    return SimpleNamespace(nodes=nodes, snapshot=SimpleNamespace(pending=list(pending), running=list(running)))
+
+
+def running_on(node, *gpu_lists):
+    return [SimpleNamespace(node=node, gpus=tuple(g)) for g in gpu_lists]
+
+
+def test_figures_count_held_idle_blocked_and_stranded_gpus():
+    t = 1_000_000
+    nodes = [NodeRecord("a", gpus(4), 8, 64.0, t, {}),  # 1 free
+             NodeRecord("b", gpus(4, util=50.0), 8, 64.0, t, {}),  # 3 free
+             NodeRecord("c", gpus(2, blocked="zombie"), 8, 64.0, t, {}),  # GPU 0 blocked, 1 free
+             NodeRecord("dead", gpus(8), 8, 64.0, t - 60_000, {})]  # not counted
+    running = running_on("a", (0, 1), (2,)) + running_on("b", (0,)) + running_on("dead", (0, 1))
+    f = figures(nodes, running, t, 10.0, smallest=2)
+    assert (f["gpus"], f["held"], f["blocked"]) == (9, 4, 1)
+    assert f["frag"] == round(2 / 5, 3)  # a's 1 and c's 1 free GPU are below the smallest request of 2; b's 3 are not
+    assert f["idle"] == ["a:0", "a:1", "a:2"]  # held and under 5% (b's GPU 0 is at 50%)
+    assert f["util_pct"] == round(4 * 50.0 / 10, 1)  # every GPU of a live node, blocked ones too
+    assert figures(nodes, running, t, 10.0, smallest=0)["frag"] == 0.0  # nobody waits for a GPU
+
+
+def test_one_sample_per_slot_and_read_back_in_order(client, ns):
+    t = 1_700_000_000_000
+    node = NodeRecord("a", gpus(2), 8, 64.0, t, {})
+    assert record_sample(client, ns, t, read_of([node], [want(2)], running_on("a", (0,))), 10.0, every_ms=15_000)
+    assert not record_sample(client, ns, t + 5_000, read_of([node]), 10.0, every_ms=15_000)  # same slot
+    node2 = NodeRecord("a", gpus(2), 8, 64.0, t + 15_000, {})
+    assert record_sample(client, ns, t + 15_000, read_of([node2]), 10.0, every_ms=15_000)
+    got = read_samples(client, ns)
+    assert [(s["t_ms"], s["held"], s["pending"], s["running"], s["frag"], s["idle"]) for s in got] == [
+        (t - t % 15_000, 1, 1, 1, 1.0, ["a:0"]), (t + 15_000 - t % 15_000, 0, 0, 0, 0.0, [])]
+    assert read_samples(client, ns, t + 1) == got[1:]
+
+
+@pytest.mark.parametrize("raw,field,value", [("critical_wait=5m", "critical_wait_s", 300.0),
+                                             ("low_util=40, low_util_for=1h", "low_util_for_s", 3600.0),
+                                             ("", "high_wait_s", 1800.0)], ids=["duration", "two", "defaults"])
+def test_alert_thresholds_parse(raw, field, value):
+    assert getattr(AlertConfig.parse(raw), field) == value
+
+
+@pytest.mark.parametrize("raw", ["nope=1", "high_wait=soon", "low_util=-3"])
+def test_bad_alert_thresholds_name_the_flag(raw):
+    with pytest.raises(ConfigError) as e:
+        AlertConfig.parse(raw)
+    assert e.value.key == "--alerts"
+
+
+def test_alerts_fire_on_long_waits_dead_nodes_zombies_low_allocation_and_idle_gpus():
+    now = 10_000_000
+    cfg = AlertConfig(critical_wait_s=60, high_wait_s=600, low_util_pct=50, low_util_for_s=300, idle_gpu_for_s=300)
+    view = {"classes": [{"class": "critical", "pending": 2, "oldest_wait_s": 90.0, "oldest_job": "7"},
+                        {"class": "high", "pending": 1, "oldest_wait_s": 100.0, "oldest_job": "8"},
+                        {"class": "low", "pending": 1, "oldest_wait_s": 9e9, "oldest_job": "9"}],
+            "nodes": [{"name": "a", "alive": True, "seen_s_ago": 1, "gpus": [
+                          {"index": 0, "job": "3", "blocked": None}, {"index": 1, "job": None, "blocked": "zombie: pid 9"}]},
+                      {"name": "b", "alive": False, "seen_s_ago": 42, "gpus": []}]}
+    samples = [{"t_ms": now - s * 1000, "pending": 3, "gpus": 4, "held": 1, "idle": ["a:0"]}
+               for s in range(400, -1, -20)]
+    got = evaluate(view, {"critical": [90.0, 30.0], "high": [100.0]}, samples, cfg, now)
+    assert [(a["kind"], a["severity"], a["subject"]) for a in got] == [
+        ("dead_node", "critical", "b"), ("wait", "critical", "critical"),
+        ("idle_gpu", "warning", "a:0"), ("low_util", "warning", "cluster"), ("zombie", "warning", "a:1")]
+    assert "1 critical job waiting over 60s (longest: job 7, 90s)" in got[1]["message"]
+    # a window the samples do not reach back over raises nothing
+    assert [a["kind"] for a in evaluate(view, {}, samples[-5:], cfg, now)] == ["dead_node", "zombie"]
+
+
+def dump_all(client, ns):
+    return {k: client.dump(k) for k in sorted(client.scan_iter(match=f"{ns}:*"))}
+
+
+def test_the_board_summarises_pages_and_never_writes(client, ns):
+    t = now_ms()
+    write_heartbeat(client, ns, "n1", list(gpus(2)), 8, 64.0, t)
+    specs = [build_spec(command=["true"], user=f"u{i % 3}", team="vision" if i % 2 else "", submit_ms=t - 1000 * i,
+                        gpus=1 + i % 2, priority=("low", "normal", "high", "critical")[i % 4]) for i in range(130)]
+    ids = write_jobs(client, ns, specs)
+    client.hset(keys.job(ns, ids[3]), "reason", "needs 2xGPU; best node n1 has 0 of 2 free")
+    before = dump_all(client, ns)
+    board = Board(client, ns)
+    view = board.overview()
+    by_class = {c["class"]: c for c in view["classes"]}
+    assert [c["class"] for c in view["classes"]] == ["critical", "high", "normal", "low"]
+    assert by_class["critical"]["pending"] == 32 and by_class["critical"]["oldest_job"] == ids[127]
+    assert {"reason": "needs 2xGPU; best node n1 has 0 of 2 free", "count": 1} in by_class["critical"]["reasons"]
+    assert view["totals"]["pending"] == 130 and view["totals"]["gpus"] == 2
+    assert {u["user"] for u in view["usage"]["users"]} == {"u0", "u1", "u2"}
+    assert view["nodes"][0]["gpus"][0]["state"] == "free"
+
+    page = board.queue_page("pending", "critical", page=1, per=10)
+    assert (page["total"], page["pages"], len(page["jobs"])) == (32, 4, 10)
+    waits = [j["wait_s"] for j in page["jobs"]]
+    assert waits == sorted(waits, reverse=True) and all(j["priority"] == "critical" for j in page["jobs"])
+    assert board.queue_page("pending", "", page=99, per=50)["page"] == 2  # clamped to the last page
+
+    job = board.job(ids[0])
+    assert job["job"]["id"] == ids[0] and job["timeline"][0]["what"] == "submitted" and job["log_tail"] == ""
+    text = exposition(ClusterCollector(board)).decode()
+    assert 'dispatch_jobs_pending{class="critical"} 32.0' in text
+    assert dump_all(client, ns) == before  # read-only, endpoints and metrics included
