@@ -51,6 +51,9 @@ class _Release:
     mem_gb: float
 
 
+_UNLISTED = ("unlisted",)
+
+
 @dataclass
 class _Node:
     view: NodeView
@@ -65,6 +68,9 @@ class _Node:
     resv_cpus: int = 0
     resv_mem_gb: float = 0.0
     placed: list[str] = field(default_factory=list)
+    idx: int = 0  # its place in name order (ties go to the first)
+    group: tuple | None = _UNLISTED  # its _Cycle.groups key, None while special (see _Cycle.regroup)
+    counted: tuple[int, int] = (-1, -1)  # (free, open) GPUs as counted in _Cycle's histograms
 
     @property
     def releases(self) -> list[_Release]:
@@ -249,7 +255,7 @@ class _Cycle:
             return _end_ms(r.spec, r.started_ms, now_ms, config)
 
         self.nodes = [_Node(v, set(v.free_gpus), dict(v.shared), v.free_cpus, v.free_mem_gb,
-                            self.running_on[v.name], end_of) for v in views]
+                            self.running_on[v.name], end_of, idx=i) for i, v in enumerate(views)]
         self.by_name = {n.view.name: n for n in self.nodes}
         self.start = {n.view.name: (set(n.free), dict(n.shared), n.cpus, n.mem_gb) for n in self.nodes}
         self.totals = (sum(len(v.gpus) for v in views), sum(v.cpus for v in views), sum(v.mem_gb for v in views))
@@ -333,17 +339,7 @@ class _Cycle:
     # -- one job ----------------------------------------------------------------------------
     def best_node(self, spec: JobSpec):
         best = None
-        exclusive = spec.gpus and not spec.share
-        seen = set()  # nodes alike for this job: same GPU list, free count, CPUs and memory left
-        for node in self.nodes:
-            if exclusive and len(node.free) < spec.gpus:
-                continue  # (its candidates are some of its free GPUs)
-            kind = _gpu_facts(node.view.gpus)[0]
-            if exclusive and node.resv is None and not node.shared and kind is not None:
-                shape = (kind, len(node.free), node.cpus, node.mem_gb)
-                if shape in seen:
-                    continue  # the same fit as an earlier node, which wins the tie
-                seen.add(shape)
+        for node in self.nodes_for(spec) if spec.gpus and not spec.share else self.nodes:
             cands = _candidates(spec, node, self.now)
             if len(cands) < spec.gpus or not _room(spec, node, self.now):
                 continue
@@ -375,7 +371,7 @@ class _Cycle:
                 node.shared[g] = node.shared.get(g, 0.0) + spec.gpu_mem_gb
         self.free_total -= len(node.free & set(chosen))
         node.free -= set(chosen)
-        self.refresh_free()
+        self.refresh_free(node)
         node.cpus -= spec.cpus
         node.mem_gb -= spec.mem_gb
         node.placed.append(spec.id)
@@ -413,11 +409,66 @@ class _Cycle:
                                      {k: round(v, 3) for k, v in terms.items()}))
         return True
 
-    def refresh_free(self) -> None:
-        """Most GPUs free on one node, and most free outside any reservation (for quick_block)."""
-        self.max_free = max((len(n.free) for n in self.nodes), default=0)
-        self.max_open = max((len(n.free - set(n.resv.gpus)) if n.resv else len(n.free) for n in self.nodes),
-                            default=0)
+    def refresh_free(self, *changed: _Node) -> None:
+        """Keep max_free (most GPUs free on one node), max_open (most free outside any reservation,
+        for quick_block) and the node groups (best_node) current after `changed` nodes changed; with
+        no argument, work them out for every node. Costs the changed nodes, not the cluster."""
+        if not changed:
+            self.free_hist, self.open_hist = defaultdict(int), defaultdict(int)
+            self.groups: dict[tuple, list[int]] = defaultdict(list)
+            self.special: list[int] = []
+            changed = self.nodes
+            for node in changed:
+                node.counted, node.group = (-1, -1), _UNLISTED
+        for node in changed:
+            free = len(node.free)
+            opened = len(node.free - set(node.resv.gpus)) if node.resv else free
+            was_free, was_open = node.counted
+            if was_free >= 0:
+                self.free_hist[was_free] -= 1
+                self.open_hist[was_open] -= 1
+            self.free_hist[free] += 1
+            self.open_hist[opened] += 1
+            node.counted = (free, opened)
+            self.regroup(node)
+        self.max_free = max((k for k, n in self.free_hist.items() if n > 0), default=0)
+        self.max_open = max((k for k, n in self.open_hist.items() if n > 0), default=0)
+
+    def regroup(self, node: _Node) -> None:
+        """A plain node (alike GPUs, no reservation, no sharers) sits in the group of its GPU kind and
+        free count: for an exclusive job, every node of a group fits equally well, so best_node looks
+        at the first of each group with room. Other nodes are `special`: looked at one by one."""
+        kind = _gpu_facts(node.view.gpus)[0]
+        key = (kind, len(node.free)) if kind is not None and node.resv is None and not node.shared else None
+        if key == node.group:
+            return
+        if node.group is None:
+            self.special.remove(node.idx)
+        elif node.group is not _UNLISTED:
+            members = self.groups[node.group]
+            del members[bisect.bisect_left(members, node.idx)]
+        node.group = key
+        if key is None:
+            bisect.insort(self.special, node.idx)
+        else:
+            bisect.insort(self.groups[key], node.idx)
+
+    def nodes_for(self, spec: JobSpec) -> list[_Node]:
+        """The nodes best_node must look at for an exclusive GPU job, in name order: the first node with
+        room of each group with enough free GPUs of a kind it may use, and the special nodes."""
+        out = [self.nodes[i] for i in self.special if len(self.nodes[i].free) >= spec.gpus]
+        for (_, free), members in self.groups.items():
+            if free < spec.gpus or not members:
+                continue
+            first = self.nodes[members[0]]
+            if len(usable(spec, first.view, sorted(first.free))) < spec.gpus:
+                continue  # the whole group: its GPUs are all alike
+            for i in members:
+                if _room(spec, self.nodes[i], self.now):
+                    out.append(self.nodes[i])
+                    break
+        out.sort(key=lambda n: n.idx)
+        return out
 
     def is_gang(self, spec: JobSpec) -> bool:
         return self.config.gang_across_nodes and spec.gpus > self.largest_node and not spec.share
@@ -452,7 +503,7 @@ class _Cycle:
             node.free = set()
             node.placed.append(spec.id)
             node.releases.append(_Release(end, gpus, 0, 0.0))
-        self.refresh_free()
+        self.refresh_free(*chosen)
         u = self.usage[spec.user]
         u[0] += have; u[1] += spec.cpus; u[2] += spec.mem_gb
         self.teams.take(spec)
@@ -484,7 +535,7 @@ class _Cycle:
             resv = Reservation(spec.id, node.view.name, tuple(g.index for g in node.view.gpus), start)
             node.resv, node.resv_cpus, node.resv_mem_gb = resv, 0, 0.0
             self.reservations.append(resv)
-        self.refresh_free()
+        self.refresh_free(*(node for _, node in picked))
         return start
 
     def block(self, spec: JobSpec, terms: dict[str, float], team: tuple[Code, str] | None) -> None:
@@ -506,7 +557,7 @@ class _Cycle:
                 node = self.by_name[resv.node]
                 node.resv, node.resv_cpus, node.resv_mem_gb = resv, spec.cpus, spec.mem_gb
                 self.reservations.append(resv)
-                self.refresh_free()
+                self.refresh_free(node)
                 reason += (f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} from "
                            f"~{max(0, resv.start_ms - self.now) / 1000:.0f}s from now")
         if self.starving(spec):
@@ -586,7 +637,7 @@ class _Cycle:
         resv = Reservation(spec.id, node.view.name, tuple(sorted(gpus[: spec.gpus])), self.now)
         node.resv, node.resv_cpus, node.resv_mem_gb = resv, spec.cpus, spec.mem_gb
         self.reservations.append(resv)
-        self.refresh_free()
+        self.refresh_free(node)
         return victims
 
     def blocked_reason(self, spec: JobSpec) -> tuple[Code, str]:
