@@ -28,6 +28,7 @@ from .store.decisions import write_decisions, write_policy
 from .store.leader import Lease
 from .store.scripts import Scripts
 from .store.mirror import Mirror
+from .store.samples import record_sample
 from .store.snapshot import RedisPlanner
 
 log = logging.getLogger("dispatch.scheduler")
@@ -139,6 +140,7 @@ class Scheduler:
         read = self.mirror.sync(now, self.timing.node_timeout_s, config)
         self.planner.quarantine(read.bad_jobs, now)
         self.watch.observe({n.name: n.seen_ms for n in read.nodes})
+        record_sample(self.client, self.ns, now, read, self.timing.node_timeout_s)  # the dashboard's history
         lost = lost_jobs(read.snapshot.running, self.watch)
         if lost:  # their GPUs are gone with the node; plan again once they are back in the queue
             self.stats.requeued_lost += requeue_lost(self.scripts, lost, read.epochs, now, self.lease.fence)

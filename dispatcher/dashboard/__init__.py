@@ -11,8 +11,10 @@ or an admin cancel it (docs/security.md); the dashboard never holds the lab secr
 
 from __future__ import annotations
 
+import logging
 import time
 
+import redis
 from flask import Flask, Response, jsonify, request, send_from_directory
 
 from ..errors import DispatcherError, InvalidRequestError, NotFoundError
@@ -29,6 +31,10 @@ def create_app(board, *, allow_cancel: bool = False) -> Flask:
     def dispatch_error(e):
         status = 404 if isinstance(e, NotFoundError) else 403 if isinstance(e, NotAllowed) else 400
         return jsonify(error=str(e)), status
+
+    @app.errorhandler(redis.exceptions.RedisError)
+    def redis_error(e):  # the page keeps polling and says why it is not updating
+        return jsonify(error=f"Redis failed: {e}"), 503
 
     @app.get("/")
     def index():
@@ -105,6 +111,8 @@ def make_server(board, host: str, port: int, *, allow_cancel: bool = False):
 
     from ..errors import ConfigError
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request (the page polls)
+    sock = None
     try:  # bound here, so that a taken port is our one-line error, not werkzeug's exit
         info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(info[0], socket.SOCK_STREAM)
@@ -112,6 +120,8 @@ def make_server(board, host: str, port: int, *, allow_cancel: bool = False):
         sock.bind(info[4])
         sock.listen(128)
     except OSError as e:
+        if sock is not None:
+            sock.close()
         raise ConfigError(f"--port: cannot listen on {host}:{port}: {e.strerror or e}", key="--port") from None
     try:
         return werkzeug_server(host, sock.getsockname()[1], create_app(board, allow_cancel=allow_cancel),

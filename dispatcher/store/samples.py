@@ -23,7 +23,11 @@ IDLE_NAMED = 512
 
 
 def smallest_request(pending) -> int:
-    """The fewest GPUs any pending job (PendingJobs) asks for; 0 when none asks for a GPU."""
+    """The fewest GPUs any pending job (PendingJobs, or a policy Backlog) asks for; 0 when none asks
+    for a GPU."""
+    shapes = getattr(pending, "shapes", None)  # a Backlog: one look per request shape, not per job
+    if shapes is not None:
+        return min((shape[0] for shape in shapes if shape[0] > 0), default=0)
     return min((p.spec.gpus for p in pending if p.spec.gpus > 0), default=0)
 
 

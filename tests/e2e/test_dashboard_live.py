@@ -91,24 +91,26 @@ def busy_cluster(cli):
     policy.write_text("[teams.vision]\nguarantee_gpus = 4\nlimit_gpus = 6\n[teams.nlp]\nlimit_gpus = 4\n"
                       "[teams.speech]\nguarantee_gpus = 2\n")
     cli.start("scheduler", "--policy", str(policy), **ENV)
-    runs = [("alice", "vision", "high", 2, "A100"), ("alice", "vision", "normal", 2, "A100"),
-            ("bob", "nlp", "normal", 1, "A100"), ("bob", "nlp", "critical", 1, "A100"),
-            ("carol", "speech", "low", 1, "V100"), ("dave", "nlp", "normal", 2, "A100")]
-    running = [cli.submit("--name", f"train-{u}-{i}", "--user", u, "--team", t, "--priority", p, "--gpus", str(g),
-                          "--gpu-type", k, "--est", "2h", "--", "sleep", "300")
-               for i, (u, t, p, g, k) in enumerate(runs)]
+    running = submit_all(cli, "train", "2h", [
+        ("alice", "vision", "high", 2, "A100"), ("alice", "vision", "normal", 2, "A100"),
+        ("bob", "nlp", "normal", 1, "A100"), ("bob", "nlp", "critical", 1, "A100"),
+        ("carol", "speech", "low", 1, "V100"), ("dave", "nlp", "normal", 2, "A100")])
     cli.wait_for(lambda: all(cli.show(j)["state"] == "running" for j in running), timeout=30,
                  what="the first jobs to run")
     cli.submit("--name", "smoke", "--user", "erin", "--", "sh", "-c", "echo ok")
     cli.submit("--name", "broken", "--user", "erin", "--", "sh", "-c",
                "echo starting; echo 'CUDA error: out of memory' >&2; exit 3")
-    waiting = [("erin", "vision", "high", 4, "A100"), ("frank", "speech", "normal", 2, "A100"),
-               ("frank", "speech", "low", 1, "A100"), ("carol", "speech", "critical", 8, "A100"),
-               ("bob", "nlp", "normal", 4, "A100"), ("dave", "nlp", "low", 2, "V100")]
-    pending = [cli.submit("--name", f"sweep-{u}-{i}", "--user", u, "--team", t, "--priority", p, "--gpus", str(g),
-                          "--gpu-type", k, "--est", "1h", "--", "sleep", "300")
-               for i, (u, t, p, g, k) in enumerate(waiting)]
+    pending = submit_all(cli, "sweep", "1h", [
+        ("erin", "vision", "high", 4, "A100"), ("frank", "speech", "normal", 2, "A100"),
+        ("frank", "speech", "low", 1, "A100"), ("carol", "speech", "critical", 8, "A100"),
+        ("bob", "nlp", "normal", 4, "A100"), ("dave", "nlp", "low", 2, "V100")])
     return running, pending
+
+
+def submit_all(cli, name: str, est: str, rows) -> list[str]:
+    """One `sleep 300` job per (user, team, class, GPUs, GPU type); their ids."""
+    return [cli.submit("--name", f"{name}-{u}-{i}", "--user", u, "--team", t, "--priority", p, "--gpus", str(g),
+                       "--gpu-type", k, "--est", est, "--", "sleep", "300") for i, (u, t, p, g, k) in enumerate(rows)]
 
 
 def browser():
