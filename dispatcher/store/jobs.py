@@ -40,8 +40,9 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, st
         if signed is not None:
             fields.update(signed=signed[0], sig=signed[1])
         pipe.hset(keys.job(ns, job_id), mapping=fields)
-        pipe.zadd(keys.jobs_all(ns), {job_id: spec.submit_ms})
-        pipe.zadd(keys.jobs_pending(ns), {job_id: spec.submit_ms})
+    since = {job_id: spec.submit_ms for job_id, spec in zip(ids, specs)}
+    pipe.zadd(keys.jobs_all(ns), since)  # one command per index for the whole batch
+    pipe.zadd(keys.jobs_pending(ns), since)
     pipe.sadd(keys.jobs_changed(ns), *ids)
     if also is not None:
         also(pipe, ids)

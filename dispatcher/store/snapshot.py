@@ -74,17 +74,18 @@ def read_jobs(client, ns: str, ids, cache: SpecCache):
 def _job_from(job_id: str, reply, since, cache: SpecCache):
     state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, raw = reply
     state = text(state)
+    epoch = 0 if epoch is None else int(epoch)  # absent is 0; present must be a number
     if state == "pending":
         if since is None:
             return None  # moved on between the two reads; it is in the changed set again
-        return PendingJob(cache.get(job_id, raw), int(attempt or 0), int(since)), int(epoch or 0)
+        return PendingJob(cache.get(job_id, raw), 0 if attempt is None else int(attempt), int(since)), epoch
     if state in ACTIVE_STATES:
         spec = cache.get(job_id, raw)
         if spec is None:
             return None
         return RunningJob(spec, text(node), tuple(int(g) for g in text(gpus).split(",") if g),
                           int(started_ms or assigned_ms or 0), int(ckpt_ms or 0), int(preempted_ms or 0),
-                          state == "preempting"), int(epoch or 0)
+                          state == "preempting"), epoch
     return None
 
 

@@ -22,18 +22,21 @@ REQUEST = {"command": ["python", "train.py", "--lr", "0.1"], "gpus": 2, "name": 
 
 
 def raw_write(client, ns: str, records: list[tuple[bytes, int]]) -> None:
-    """One batch as write_jobs writes it (ids from INCRBY, hash + two index entries, one wake-up),
-    with the specs already encoded and no MULTI."""
+    """One batch as write_jobs writes it (ids from INCRBY, a hash per job, one variadic ZADD per index,
+    the changed-jobs SADD, one wake-up), with the specs already encoded and no MULTI."""
     from dispatcher.store import keys
 
     last = client.incrby(keys.job_seq(ns), len(records))
     pipe = client.pipeline(transaction=False)
+    since = {}
     for i, (spec, submit_ms) in enumerate(records):
         job_id = str(last - len(records) + 1 + i)
         pipe.hset(keys.job(ns, job_id), mapping={"spec": spec, "state": "pending", "attempt": 0, "epoch": 0,
                                                  "submit_ms": submit_ms})
-        pipe.zadd(keys.jobs_all(ns), {job_id: submit_ms})
-        pipe.zadd(keys.jobs_pending(ns), {job_id: submit_ms})
+        since[job_id] = submit_ms
+    pipe.zadd(keys.jobs_all(ns), since)
+    pipe.zadd(keys.jobs_pending(ns), since)
+    pipe.sadd(keys.jobs_changed(ns), *since)
     pipe.publish(keys.events(ns), b"submit")
     pipe.execute()
 
