@@ -40,7 +40,13 @@ class Client:
         return self._scripts
 
     def _spec(self, command, fields: dict):
-        return spec_from_request({**fields, "command": command}, user=current_user(), submit_ms=_now_ms(), cwd=os.getcwd())
+        user, submit_ms, cwd = self._caller()
+        return spec_from_request({**fields, "command": command}, user=user, submit_ms=submit_ms, cwd=cwd)
+
+    @staticmethod
+    def _caller() -> tuple[str, int, str]:
+        """Who submits, when, from where: the defaults of a request's user, submit time and cwd."""
+        return current_user(), _now_ms(), os.getcwd()
 
     def submit(self, command, **fields) -> str:
         """Submit one job; fields are submit's flags (gpus=2, gpu_type='A100', est='2h', ...). Returns its id."""
@@ -50,7 +56,8 @@ class Client:
         """Submit many jobs in one transaction; `requests` are dicts with 'command' and submit's fields.
         Every request is validated before anything is written: one bad request writes nothing.
         (With identity on, each job is its own signed request.)"""
-        specs = [self._spec(r["command"], {k: v for k, v in r.items() if k != "command"}) for r in requests]
+        user, submit_ms, cwd = self._caller()
+        specs = [spec_from_request(r, user=user, submit_ms=submit_ms, cwd=cwd) for r in requests]
         return self._write(specs)
 
     def _write(self, specs) -> list[str]:

@@ -6,6 +6,8 @@ allowed. Pure: the caller passes the user name and the submit time.
 
 from __future__ import annotations
 
+import functools
+
 import re
 
 from .errors import InvalidRequestError
@@ -25,19 +27,23 @@ MAX_ENV = 256
 
 def parse_duration(text: str, *, flag: str = "--est") -> float:
     """'90s', '15m', '2h', '1h30m', '1d' or a bare number of seconds -> seconds (> 0)."""
-    t = str(text).strip().lower()
-    try:
-        value = float(t)
-    except ValueError:
-        parts = _DURATION_PART.findall(t)
-        if not parts or "".join(n + u for n, u in parts) != t:
-            raise InvalidRequestError(
-                f"{flag}: {text!r} is not a duration; use e.g. 90s, 15m, 2h or 1h30m", field=flag
-            ) from None
-        value = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    value = _seconds(str(text).strip().lower())
+    if value is None:
+        raise InvalidRequestError(f"{flag}: {text!r} is not a duration; use e.g. 90s, 15m, 2h or 1h30m", field=flag)
     if not value > 0 or value != value or value == float("inf"):
         raise InvalidRequestError(f"{flag}: duration must be positive, got {text!r}", field=flag)
     return value
+
+
+@functools.lru_cache(maxsize=4096)  # a sweep repeats a few durations thousands of times
+def _seconds(t: str) -> float | None:
+    try:
+        return float(t)
+    except ValueError:
+        parts = _DURATION_PART.findall(t)
+        if not parts or "".join(n + u for n, u in parts) != t:
+            return None
+        return sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
 def parse_priority(text: str) -> str:
@@ -50,6 +56,7 @@ def parse_priority(text: str) -> str:
     return p
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_gpu_types(text: str | None) -> tuple[str, ...]:
     """'A100' or 'A100|H100' or 'a100,h100' -> ('A100', 'H100'); '' or 'any' -> ()."""
     if not text or text.strip().lower() in ("any", "*"):
@@ -214,7 +221,11 @@ def build_spec(
                                   "on each GPU)", field="--share")
     from .store.codec import MAX_SPEC_BYTES, encode_spec
 
-    if len(encode_spec(spec)) > MAX_SPEC_BYTES:
+    # an upper bound first (UTF-8 takes at most 4 bytes a character, msgpack at most 5 a string, the
+    # fixed fields well under 1 KiB): only a request that comes near the limit is encoded to check
+    texts = sum(len(a) for a in command) + sum(len(k) + len(v) for k, v in spec.env) + len(spec.cwd) + len(spec.name)
+    bound = 4 * texts + 5 * (len(command) + 2 * len(spec.env)) + 1024
+    if bound > MAX_SPEC_BYTES and len(encode_spec(spec)) > MAX_SPEC_BYTES:
         raise InvalidRequestError(f"the request is larger than {MAX_SPEC_BYTES // 1024} KiB (command, --env, --cwd)",
                                   field="COMMAND")
     return spec

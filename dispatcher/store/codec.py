@@ -15,10 +15,11 @@ from ..model import PRIORITIES, SPEC_VERSION, GpuInfo, JobSpec
 MAX_SPEC_BYTES = 256 * 1024
 
 
-def encode_spec(spec: JobSpec) -> bytes:
+def encode_spec(spec: JobSpec, job_id: str | None = None) -> bytes:
+    """`job_id`: encode it under this id instead of spec.id (submit assigns ids as it writes)."""
     return msgpack.packb({
         "v": SPEC_VERSION,
-        "id": spec.id, "name": spec.name, "user": spec.user, "team": spec.team,
+        "id": spec.id if job_id is None else job_id, "name": spec.name, "user": spec.user, "team": spec.team,
         "cmd": list(spec.command), "cwd": spec.cwd, "env": [list(kv) for kv in spec.env],
         "gpus": spec.gpus, "gpu_types": list(spec.gpu_types), "gpu_mem_gb": spec.gpu_mem_gb,
         "cpus": spec.cpus, "mem_gb": spec.mem_gb, "prio": spec.priority, "est_s": spec.est_s,

@@ -7,8 +7,6 @@ id to the pending and all-jobs indexes in one MULTI/EXEC.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..errors import JobNotFound, MalformedRecord
 from ..model import FINAL_STATES, PENDING, JobSpec
 from . import keys
@@ -35,8 +33,7 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, st
     ids = [str(last - len(specs) + 1 + i) for i in range(len(specs))]
     pipe = client.pipeline(transaction=True)
     for job_id, spec in zip(ids, specs):
-        spec = replace(spec, id=job_id)
-        fields = {"spec": encode_spec(spec), "state": PENDING, "attempt": 0, "epoch": 0, "submit_ms": spec.submit_ms}
+        fields = {"spec": encode_spec(spec, job_id), "state": PENDING, "attempt": 0, "epoch": 0, "submit_ms": spec.submit_ms}
         if signed is not None:
             fields.update(signed=signed[0], sig=signed[1])
         pipe.hset(keys.job(ns, job_id), mapping=fields)
