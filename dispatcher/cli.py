@@ -142,9 +142,9 @@ def submit(ctx, from_file, command, **flags):
     from .store.requests import submit_specs
 
     defaults = {k: v for k, v in flags.items() if v not in (None, ())}
-    now, here = now_ms(), os.getcwd()
+    now, here, me = now_ms(), os.getcwd(), current_user()
     if from_file is None:
-        specs = [spec_from_request({**defaults, "command": list(command)}, user=current_user(), submit_ms=now, cwd=here)]
+        specs = [spec_from_request({**defaults, "command": list(command)}, user=me, submit_ms=now, cwd=here)]
     elif command:
         raise InvalidRequestError("give either a command or --from FILE, not both", field="--from")
     else:
@@ -155,12 +155,12 @@ def submit(ctx, from_file, command, **flags):
             try:
                 request = json.loads(line)
                 specs.append(spec_from_request({**defaults, **request} if isinstance(request, dict) else request,
-                                               user=current_user(), submit_ms=now, cwd=here))
+                                               user=me, submit_ms=now, cwd=here))
             except json.JSONDecodeError as e:
                 raise InvalidRequestError(f"{from_file.name} line {n}: not JSON ({e.msg})", field="--from") from None
             except InvalidRequestError as e:
                 raise InvalidRequestError(f"{from_file.name} line {n}: {e}", field="--from") from None
-    for job_id in submit_specs(ctx.client, ctx.ns, specs, current_user()):
+    for job_id in submit_specs(ctx.client, ctx.ns, specs, me):
         click.echo(job_id)
 
 

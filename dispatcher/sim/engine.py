@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from ..model import GpuInfo, JobSpec, NodeView, PendingJob, RunningJob, Snapshot
-from ..policy import schedule
+from ..policy import Backlog, schedule
 from .workload import EstimateModel, TraceJob
 
 ARRIVE, FINISH, SAVED = 0, 1, 2
@@ -129,7 +129,7 @@ class Engine:
                            checkpointable=True, cpus=0)
             self.jobs[t.job_id] = SimJob(t, spec, t.duration_s, t.submit_s)
             self.push(t.submit_s, ARRIVE, t.job_id, 0)
-        self.pending: dict[str, PendingJob] = {}
+        self.pending = Backlog()  # kept across cycles, as the live scheduler's mirror keeps its own
         self.running: dict[str, SimJob] = {}
         self.timeline: list[tuple[float, int, int, int]] = []
         self.starts: list = []
@@ -162,7 +162,7 @@ class Engine:
             self.told.append((est, job.trace.duration_s))
         job.spec = replace(job.spec, est_s=None if est is None else max(1.0, est))
         job.state = "pending"
-        self.pending[job.spec.id] = PendingJob(job.spec, job.attempts, int(job.since_s * 1000), job.attained_gpu_s)
+        self.pending.add(PendingJob(job.spec, job.attempts, int(job.since_s * 1000), job.attained_gpu_s))
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -227,7 +227,7 @@ class Engine:
                                              tuple(sorted(self.free[name])), self.cpus, self.mem)
         self.dirty.clear()
         running = tuple(r for views in self.views_of_running.values() for r in views)
-        return Snapshot(tuple(self.pending.values()), running, tuple(self.node_views.values()))
+        return Snapshot(self.pending, running, tuple(self.node_views.values()))
 
     def cycle(self, now: float) -> None:
         now_ms = int(round(now * 1000))
@@ -263,7 +263,7 @@ class Engine:
             job.started_s = job.run_start_s = now
             if job.first_start_s is None:
                 job.first_start_s = now
-            self.pending.pop(p.job_id, None)
+            self.pending.discard(p.job_id)
             self.running[p.job_id] = job
             self.view_running(job)
             self.starts.append((now, p.job_id, p.node, p.gpus, p.rank))

@@ -1,12 +1,13 @@
 """The benchmark suite of issue 7: every figure next to its baseline and its target.
 
-    python scripts/bench/run.py [--quick] [--json FILE] [--only submit,cycle,...]
+    python scripts/bench/run.py [--quick] [--json FILE] [--only submit,cycle,...] [--plot PNG]
 
 Starts its own Redis-compatible server (the embedded Valkey, no persistence, on a
 temp dir) and runs, each in its own namespace:
 
-  submit     jobs/s of Client.submit and Client.submit_many against raw pipelined writes
-             of the same records; wall time of one `python -m dispatcher submit`
+  submit     jobs/s of Client.submit, Client.submit_many and `dispatch submit --from FILE.jsonl`
+             against raw pipelined writes of the same records; wall time of one
+             `python -m dispatcher submit`
   cycle      Scheduler.cycle() with 1k..100k pending jobs over 10..1,000 full nodes:
              time, reaction to one submit, commands and round trips, RSS
   placement  job starts committed per second for a burst onto idle nodes, against RQ enqueue_many
@@ -44,8 +45,6 @@ import benchlib as bl  # noqa: E402
 BENCHMARKS = ("submit", "cycle", "placement", "latency", "drain", "memory")
 
 NOTES = [
-    "`dispatch submit --from FILE.jsonl` does not exist yet: batch submission is measured through "
-    "Client.submit_many only.",
     "ratio = value / baseline: above 1 means more jobs/s, or more time, bytes or commands than the baseline.",
 ]
 
@@ -73,6 +72,41 @@ def table(figures: list[bl.Figure]) -> str:
     return "\n".join(lines)
 
 
+def plot_cycles(figures: dict, path: Path) -> None:
+    """Full, cold and reacting cycle times against pending jobs, one line per node count, log-log."""
+    import re
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    for name, f in figures.items():
+        m = re.fullmatch(r"cycle\.(full|cold|react)_ms\[(\d+)(k?)x(\d+)(k?)\]", name)
+        if m:
+            pending = int(m[2]) * (1000 if m[3] else 1)
+            nodes = int(m[4]) * (1000 if m[5] else 1)
+            series.setdefault((m[1], nodes), []).append((pending, f["value"]))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    styles = {"full": "-o", "cold": ":s", "react": "--^"}
+    labels = {"full": "full cycle", "cold": "first (cold) cycle", "react": "reacting to one submit"}
+    for (kind, nodes), points in sorted(series.items(), key=lambda kv: (kv[0][0] != "full", kv[0])):
+        points.sort()
+        ax.plot([p for p, _ in points], [v for _, v in points], styles[kind], label=f"{labels[kind]}, {nodes:,} nodes")
+    ax.axhline(100, color="grey", lw=0.8)
+    ax.text(0.01, 100, "100 ms target (full cycle)", va="bottom", fontsize=8, color="grey",
+            transform=ax.get_yaxis_transform())
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("pending jobs")
+    ax.set_ylabel("ms (median)")
+    ax.set_title("dispatch scheduling cycle against pending jobs (8-GPU nodes, all full)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, few repeats (under a minute)")
@@ -82,6 +116,8 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=None, metavar="S",
                     help="seconds each of the cycle and placement benchmarks may spend (default 30 with --quick, "
                          "else 480); a size whose smallest run would not fit is skipped and named in the notes")
+    ap.add_argument("--plot", default=None, metavar="PNG",
+                    help="also draw the cycle times against pending jobs (needs matplotlib)")
     args = ap.parse_args()
     chosen = [b.strip() for b in args.only.split(",") if b.strip()]
     unknown = set(chosen) - set(BENCHMARKS)
@@ -130,6 +166,8 @@ def main() -> int:
               "machine": machine, "notes": NOTES + bench.notes, "errors": errors,
               "figures": {f.name: f.as_json() for f in figures}}
     out_path.write_text(json.dumps(result, indent=1))
+    if args.plot:
+        plot_cycles(result["figures"], Path(args.plot))
     print(f"wall {wall:.1f} s; JSON: {out_path}")
     return 1 if errors else 0
 

@@ -73,6 +73,30 @@ def throughput(bench: bl.Bench, repeats: int, n_single: int, n_batch: int, batch
     ]
 
 
+def from_file(bench: bl.Bench, runs: int, n: int, ceiling: float) -> list[bl.Figure]:
+    """`dispatch submit --from FILE.jsonl` of n lines, a fresh process each run: jobs/s over its whole
+    wall time (start-up included) against the raw ceiling measured by throughput()."""
+    import json
+
+    ns = bench.namespace("submit-from")
+    path = bench.tmp / "requests.jsonl"
+    path.write_text("".join(json.dumps({**REQUEST, "name": f"sweep-{i}"}) + "\n" for i in range(n)))
+    argv = [sys.executable, "-m", "dispatcher", "submit", "--from", str(path)]
+    rates = []
+    for _ in range(runs):
+        bench.drop(ns)
+        t0 = time.perf_counter()
+        p = subprocess.run(argv, env=bench.env(ns), capture_output=True, text=True)
+        if p.returncode != 0 or len(p.stdout.split()) != n:
+            raise RuntimeError(f"submit --from exited {p.returncode}: {p.stderr.strip()[-500:]}")
+        rates.append(n / (time.perf_counter() - t0))
+    bench.drop(ns)
+    return [bl.Figure(f"submit.from_file_jobs_per_s[lines={n}]", bl.median(rates), "jobs/s", ceiling,
+                      "raw pipelined writes of the same encoded records (as for submit_many)", bl.ratio_at_least(0.5),
+                      runs, note=f"python -m dispatcher submit --from FILE.jsonl of {n} requests, a fresh process "
+                                 "each run: its start-up (imports, connecting) is in the time")]
+
+
 def cli_wall(bench: bl.Bench, runs: int) -> list[bl.Figure]:
     ns = bench.namespace("submit-cli")
     env = bench.env(ns)
@@ -102,6 +126,6 @@ def cli_wall(bench: bl.Bench, runs: int) -> list[bl.Figure]:
 def run(bench: bl.Bench) -> list[bl.Figure]:
     if bench.quick:
         figs = throughput(bench, repeats=3, n_single=300, n_batch=5_000, batch=1_000)
-        return figs + cli_wall(bench, runs=5)
+        return figs + from_file(bench, 2, 5_000, figs[0].baseline) + cli_wall(bench, runs=5)
     figs = throughput(bench, repeats=5, n_single=2_000, n_batch=20_000, batch=1_000)
-    return figs + cli_wall(bench, runs=15)
+    return figs + from_file(bench, 3, 20_000, figs[0].baseline) + cli_wall(bench, runs=15)
