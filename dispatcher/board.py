@@ -71,10 +71,11 @@ class Board:
         pipe = self.client.pipeline(transaction=False)
         for p in read.snapshot.pending:
             pipe.hget(keys.job(self.ns, p.spec.id), "reason")
-        reasons = {p.spec.id: text(r) for p, r in zip(read.snapshot.pending, pipe.execute())}
+        stats = {k.decode(): text(v) for k, v in self.client.hgetall(keys.scheduler_stats(self.ns)).items()}
+        rest = stats.get("rest_reason") or "no reason recorded yet"  # jobs the last full cycle did not reach
+        reasons = {p.spec.id: text(r) or rest for p, r in zip(read.snapshot.pending, pipe.execute())}
         pending = sorted(read.snapshot.pending, key=lambda p: (-p.spec.rank, p.wait_from_ms, int(p.spec.id)))
         running = sorted(read.snapshot.running, key=lambda r: (-r.spec.rank, r.started_ms, int(r.spec.id)))
-        stats = {k.decode(): text(v) for k, v in self.client.hgetall(keys.scheduler_stats(self.ns)).items()}
         return {"now_ms": now, "read": read, "pending": pending, "running": running, "reasons": reasons,
                 "stats": stats}
 

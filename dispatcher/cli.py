@@ -170,6 +170,8 @@ def submit(ctx, from_file, command, **flags):
 @common
 def queue(ctx, show_all, as_json):
     """Pending and running jobs, oldest first."""
+    from .store import keys
+    from .store.connect import text
     from .store.jobs import read_queue
 
     jobs = read_queue(ctx.client, ctx.ns, include_final=show_all)
@@ -178,12 +180,14 @@ def queue(ctx, show_all, as_json):
         return
     now = time.time()
     rows = []
+    rest = text(ctx.client.hget(keys.scheduler_stats(ctx.ns), "rest_reason"))  # jobs the last cycle did not reach
     for j in jobs:
         waited = ((j["started_at"] or j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
                   if j["submitted_at"] else None)
         gpus = f"{j['gpus_requested']}" + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")
         where = f"{j['node']}:{','.join(map(str, j['gpus']))}" if j["node"] else "-"
         reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else ""
+        reason = reason or (rest if j["state"] == "pending" else "")
         rows.append([j["id"], j["name"] or "-", j["user"], j["priority"], j["state"], gpus, where,
                      _fmt_age(waited), reason[:90]])
     click.echo(_table(rows, ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON"]))

@@ -46,12 +46,16 @@ class CycleStats:
     requeued_lost: int = 0
     last_cycle_ms: float = 0.0
 
-    def publish(self, client, ns: str, now_ms: int, holder: str, pending: int, running: int) -> None:
-        """The leader's figures for `dispatch top`, the dashboard and /metrics (keys.scheduler_stats)."""
-        client.hset(keys.scheduler_stats(ns), mapping={
-            "cycles": self.cycles, "placed": self.placed, "preempted": self.preempted,
-            "requeued_lost": self.requeued_lost, "cycle_ms": round(self.last_cycle_ms, 3), "at_ms": now_ms,
-            "holder": holder, "pending": pending, "running": running})
+    def publish(self, client, ns: str, now_ms: int, holder: str, pending: int, running: int,
+                rest_reason: str | None = None) -> None:
+        """The leader's figures for `dispatch top`, the dashboard and /metrics (keys.scheduler_stats), and
+        after a full cycle why the jobs it did not reach wait (they carry no reason of their own)."""
+        fields = {"cycles": self.cycles, "placed": self.placed, "preempted": self.preempted,
+                  "requeued_lost": self.requeued_lost, "cycle_ms": round(self.last_cycle_ms, 3), "at_ms": now_ms,
+                  "holder": holder, "pending": pending, "running": running}
+        if rest_reason is not None:
+            fields["rest_reason"] = rest_reason
+        client.hset(keys.scheduler_stats(ns), mapping=fields)
 
 
 def _kinds(message) -> set:
@@ -135,7 +139,7 @@ class Scheduler:
             arrivals = self.mirror.refresh()
             if arrivals is not None and not self.mirror.bad:
                 plan = place_arrivals(state[0], arrivals, now)
-                self._commit(plan, self.mirror.epochs, now, profile, config, state, t0)
+                self._commit(plan, self.mirror.epochs, now, profile, config, state, t0, full=False)
                 return plan
         read = self.mirror.sync(now, self.timing.node_timeout_s, config)
         self.planner.quarantine(read.bad_jobs, now)
@@ -147,10 +151,11 @@ class Scheduler:
             self.client.publish(keys.events(self.ns), b"lost")
             return Plan()
         plan, cycle_state = plan_cycle(read.snapshot, now, config)
-        self._commit(plan, read.epochs, now, profile, config, (cycle_state, time.monotonic()), t0)
+        self._commit(plan, read.epochs, now, profile, config, (cycle_state, time.monotonic()), t0, full=True)
         return plan
 
-    def _commit(self, plan: Plan, epochs: dict, now: int, profile: str, config, state, t0: float) -> None:
+    def _commit(self, plan: Plan, epochs: dict, now: int, profile: str, config, state, t0: float, *,
+                full: bool) -> None:
         """Commit `plan`, log and record what took; keep `state` for the next quick cycle if all of it took."""
         taken, preempted = self.planner.commit(plan, epochs, now, config.keep_wait_on_requeue, fence=self.lease.fence)
         ok = dict(taken)
@@ -170,7 +175,8 @@ class Scheduler:
         self.stats.last_cycle_ms = (time.perf_counter() - t0) * 1000
         pipe = self.client.pipeline(transaction=False)
         write_decisions(pipe, self.ns, started, now, profile, preempted)
-        self.stats.publish(pipe, self.ns, now, self.lease.holder, len(self.mirror.backlog), len(self.mirror.running))
+        self.stats.publish(pipe, self.ns, now, self.lease.holder, len(self.mirror.backlog), len(self.mirror.running),
+                           plan.rest_reason if full else None)
         pipe.execute()
 
     def run(self, stop: threading.Event | None = None) -> None:
