@@ -129,6 +129,10 @@ def cli():
 @click.option("--grace", default="30s", metavar="DURATION", help="Time between SIGTERM and SIGKILL.")
 @click.option("--retries", default="3", metavar="N",
               help="Reruns after an attempt is lost with its node (agent or host died); then the job fails.")
+@click.option("--after", default=None, metavar="JOB[,JOB]",
+              help="Start once these jobs all succeeded; if one fails or is cancelled, this one fails too.")
+@click.option("--after-any", "after_any", default=None, metavar="JOB[,JOB]",
+              help="Start once these jobs all ended, however they ended.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")
 @click.option("--cwd", default=None, help="Working directory on the node (default: the current one).")
 @click.option("--from", "from_file", default=None, type=click.File("r"), metavar="FILE.jsonl",
@@ -209,6 +213,9 @@ def show(ctx, job_id, as_json):
         return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(v))} ({v:.3f})" if v else "-"
 
     attempts = job.pop("attempts", [])
+    from .predict import describe
+
+    job["prediction"] = describe(job["prediction"], job.pop("prediction_error"))
     for k, v in job.items():
         if k.endswith("_at") and v:
             v = at(v)

@@ -55,6 +55,8 @@ def explain(client, ns: str, job_id: str) -> dict:
     if "outcome" not in out and job_id in read.snapshot.pending:
         code, reason = rest_verdict(plan, read.snapshot.pending.jobs[job_id], config)
         out["outcome"] = {"code": code.value, "reason": reason, "rank": None}
+    if job_id in read.held:
+        out["outcome"] = {"code": "held", "reason": read.held[job_id], "rank": None}
     if job_id in read.bad_jobs:
         out["outcome"] = {"code": "invalid", "reason": read.bad_jobs[job_id]}
     return out

@@ -143,6 +143,7 @@ class Scheduler:
                 return plan
         read = self.mirror.sync(now, self.timing.node_timeout_s, config)
         self.planner.quarantine(read.bad_jobs, now)
+        self._fail_doomed(now)
         self.watch.observe({n.name: n.seen_ms for n in read.nodes})
         record_sample(self.client, self.ns, now, read, self.timing.node_timeout_s)  # the dashboard's history
         lost = lost_jobs(read.snapshot.running, self.watch)
@@ -154,10 +155,23 @@ class Scheduler:
         self._commit(plan, read.epochs, now, profile, config, (cycle_state, time.monotonic()), t0, full=True)
         return plan
 
+    def _fail_doomed(self, now: int) -> None:
+        """Held jobs whose --after dependency failed or was cancelled fail with that reason (and their
+        own dependents after them, as the mirror sees them change)."""
+        if not self.mirror.doomed:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for job_id, why in sorted(self.mirror.doomed.items()):
+            self.scripts.cancel(job_id, now, why, state="failed", client=pipe)
+            log.info("job %s fails: %s", job_id, why)
+        pipe.execute(raise_on_error=False)
+        self.mirror.doomed.clear()
+
     def _commit(self, plan: Plan, epochs: dict, now: int, profile: str, config, state, t0: float, *,
                 full: bool) -> None:
         """Commit `plan`, log and record what took; keep `state` for the next quick cycle if all of it took."""
-        taken, preempted = self.planner.commit(plan, epochs, now, config.keep_wait_on_requeue, fence=self.lease.fence)
+        taken, preempted = self.planner.commit(plan, epochs, now, config.keep_wait_on_requeue, fence=self.lease.fence,
+                                               held=self.mirror.held_why, waiting=self.mirror.backlog)
         ok = dict(taken)
         started = [p for p in plan.placements if p.job_id in ok]
         for p in started:

@@ -138,6 +138,32 @@ def _env(env) -> tuple[tuple[str, str], ...]:
     return parse_env(pairs)
 
 
+#: The most jobs one job may wait for.
+MAX_DEPENDENCIES = 64
+
+
+def parse_job_ids(value, flag: str) -> tuple[str, ...]:
+    """'12,13' or ['12', 13] -> ('12', '13'): the jobs a job waits for (--after, --after-any)."""
+    if value in (None, "", ()):
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if isinstance(items, (bytes, dict)) or not isinstance(items, (list, tuple)):
+        raise InvalidRequestError(f"{flag}: expected job ids, e.g. 12,13", field=flag)
+    ids = []
+    for item in items:
+        job_id = str(item).strip() if isinstance(item, (str, int)) and not isinstance(item, bool) else ""
+        if not job_id or not _JOB_ID.fullmatch(job_id):
+            raise InvalidRequestError(f"{flag}: {item!r} is not a job id", field=flag)
+        if job_id not in ids:
+            ids.append(job_id)
+    if len(ids) > MAX_DEPENDENCIES:
+        raise InvalidRequestError(f"{flag}: at most {MAX_DEPENDENCIES} jobs", field=flag)
+    return tuple(ids)
+
+
+_JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
 def _gpu_type_text(gpu_type) -> str | None:
     """--gpu-type as text: 'A100|H100', or a list of families from the Python API."""
     if gpu_type is None or isinstance(gpu_type, str):
@@ -171,6 +197,8 @@ def build_spec(
     preemptible: bool = False,
     checkpoint_signal: str = "TERM",
     retries=3,
+    after=(),
+    after_any=(),
 ) -> JobSpec:
     """Check every field of a request and return the spec; raises InvalidRequestError."""
     if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple, type(None))):
@@ -210,6 +238,8 @@ def build_spec(
         preemptible=bool(preemptible),
         checkpoint_signal=parse_signal(checkpoint_signal),
         retries=_number(retries, "--retries", lo=0, hi=100, integer=True),
+        after=parse_job_ids(after, "--after"),
+        after_any=parse_job_ids(after_any, "--after-any"),
     )
     if spec.min_gpus is not None and spec.min_gpus > spec.gpus:
         raise InvalidRequestError(f"--min-gpus: {spec.min_gpus} is more than --gpus {spec.gpus}", field="--min-gpus")
@@ -236,7 +266,8 @@ REQUEST_FIELDS = {"command": "command", "name": "name", "user": "user", "team": 
                   "gpus": "gpus", "gpu_type": "gpu_type", "gpu_mem": "gpu_mem_gb", "cpus": "cpus", "mem": "mem_gb",
                   "priority": "priority", "est": "est", "checkpointable": "checkpointable", "grace": "grace",
                   "share": "share", "min_gpus": "min_gpus", "preemptible": "preemptible",
-                  "checkpoint_signal": "checkpoint_signal", "retries": "retries"}
+                  "checkpoint_signal": "checkpoint_signal", "retries": "retries", "after": "after",
+                  "after_any": "after_any"}
 
 
 def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> JobSpec:

@@ -28,7 +28,7 @@ from dispatcher.store import keys
 from dispatcher.store.nodes import remove_node, write_heartbeat
 from dispatcher.store.scripts import Scripts
 
-from . import jobs, procs
+from . import jobs, procs, usage
 
 log = logging.getLogger("dispatch.agent")
 
@@ -51,6 +51,7 @@ class NodeAgent:
         self.scripts = Scripts(client, ns)
         self.supervisor = jobs.Supervisor(client, ns, name, self.scripts, Path(work_dir), url, run_as_user,
                                           verifier)
+        self.peak_memory = usage.PeakMemory(client, ns, probe, self.supervisor)
         self._stop = threading.Event()
         self._last_gpus = None
         self._last_beat = time.monotonic()  # the last heartbeat Redis took
@@ -105,6 +106,7 @@ class NodeAgent:
                 self._last_beat = time.monotonic()
                 self.supervisor.flush_outbox()
                 self.supervisor.check()
+                self.peak_memory.sample()  # each job's peak GPU memory, into its record (workers/usage.py)
                 beats += 1
                 if beats % 10 == 0:  # e.g. an outcome Redis lost in a restart: requeue, never leave it
                     self.supervisor.reconcile(f"node {self.name} runs no such attempt; attempt lost")

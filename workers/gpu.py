@@ -11,6 +11,10 @@ from dispatcher.model import GpuInfo
 
 from .procs import environs
 
+#: With --fake-gpus, a job's environment variable that says how many GB it "uses" on each GPU.
+FAKE_MEM_VAR = "DISPATCH_FAKE_GPU_MEM_GB"
+
+
 class FakeProbe:
     """GPUs that exist only on paper; utilization and used memory stay 0.
 
@@ -25,17 +29,41 @@ class FakeProbe:
     def gpus(self) -> list[GpuInfo]:
         return list(self._gpus)
 
-    def processes(self) -> dict[int, list[int]]:
-        out: dict[int, list[int]] = {}
+    def _on_gpus(self):
+        """(pid, its environment, the fake GPUs it uses) for each process on this node's fake GPUs."""
         mark = f"DISPATCH_NODE={self.node}".encode()
         for pid, env in environs():
             if mark not in env:
                 continue
             for var in env:
                 if var.startswith(b"CUDA_VISIBLE_DEVICES="):
-                    for g in var.split(b"=", 1)[1].split(b","):
-                        if g.strip().isdigit():
-                            out.setdefault(int(g), []).append(pid)
+                    gpus = [int(g) for g in var.split(b"=", 1)[1].split(b",") if g.strip().isdigit()]
+                    if gpus:
+                        yield pid, env, gpus
+
+    def processes(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for pid, _, gpus in self._on_gpus():
+            for g in gpus:
+                out.setdefault(g, []).append(pid)
+        return out
+
+    def memory(self) -> dict[int, dict[int, float]]:
+        """GPU index -> {pid: GB}, as NvmlProbe.memory. A fake process uses what its environment says
+        in FAKE_MEM_VAR (GB on each of its GPUs), counted for the leader of its session only (a job's
+        first process), so a job that sets it with --env shows that peak; others use 0."""
+        import os
+
+        out: dict[int, dict[int, float]] = {}
+        prefix = FAKE_MEM_VAR.encode() + b"="
+        for pid, env, gpus in self._on_gpus():
+            gb = next((var[len(prefix):] for var in env if var.startswith(prefix)), b"")
+            try:
+                used = float(gb) if gb and os.getsid(pid) == pid else 0.0
+            except (ValueError, OSError):
+                used = 0.0
+            for g in gpus:
+                out.setdefault(g, {})[pid] = used if 0 <= used < 1e6 else 0.0
         return out
 
     def close(self) -> None:
@@ -88,6 +116,25 @@ class NvmlProbe:
                     pass
             if pids:
                 out[i] = sorted(pids)
+        return out
+
+    def memory(self) -> dict[int, dict[int, float]]:
+        """GPU index -> {pid: GB of that GPU's memory the process uses}, from NVML's process lists
+        (a process NVML reports no figure for, e.g. without the rights to see it, is left out)."""
+        nv = self._nvml
+        out: dict[int, dict[int, float]] = {}
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            for get in (nv.nvmlDeviceGetComputeRunningProcesses, nv.nvmlDeviceGetGraphicsRunningProcesses):
+                try:
+                    procs = get(h)
+                except nv.NVMLError:
+                    continue
+                for p in procs:
+                    used = getattr(p, "usedGpuMemory", None)
+                    if isinstance(used, int) and used >= 0:  # NVML_VALUE_NOT_AVAILABLE comes back as None
+                        on_gpu = out.setdefault(i, {})
+                        on_gpu[p.pid] = max(on_gpu.get(p.pid, 0.0), used / 1e9)  # in both lists: once
         return out
 
     def close(self) -> None:

@@ -265,7 +265,7 @@ class Supervisor:
                 log.info("job %s shrunk to GPUs %s; restarting", run.job_id, keep)
                 self.launch(run.job_id, int(epoch))
         elif code == 0:
-            self._finish(run.job_id, run.epoch, SUCCEEDED, 0, "")
+            self._finish(run.job_id, run.epoch, SUCCEEDED, 0, "", spec=run.spec)  # into its run history
         elif code == -signal.SIGKILL:  # the OOM killer, an operator's kill -9: not the job's own failure
             self._finish(run.job_id, run.epoch, PENDING, code, "killed by SIGKILL from outside dispatch; attempt lost",
                          **lost_attempt(run.spec))

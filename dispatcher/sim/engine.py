@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import heapq
 import math
-import statistics
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field, replace
 
 from ..model import GpuInfo, JobSpec, NodeView, PendingJob, RunningJob, Snapshot
 from ..policy import Backlog, schedule
+from ..predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, RECENT, Run, fingerprint, policy_estimate, predict
 from .workload import EstimateModel, TraceJob
 
 ARRIVE, FINISH, SAVED = 0, 1, 2
@@ -58,21 +58,21 @@ class SimResult:
 
 
 class HistoryPredictor:
-    """Median duration of finished jobs: same user and size, else same user, else everyone."""
+    """The live scheduler's runtime prediction (dispatcher/predict.py) over the runs finished so far:
+    the same capped histories per fingerprint and per user that finish.lua keeps in Redis."""
 
     def __init__(self):
-        self.by_key: dict = defaultdict(list)
+        self.by_fp: dict = defaultdict(lambda: deque(maxlen=KEPT_PER_FINGERPRINT))
+        self.by_user: dict = defaultdict(lambda: deque(maxlen=KEPT_PER_USER))
 
-    def observe(self, job: TraceJob) -> None:
-        for key in ((job.user, job.gpus), (job.user,), ()):
-            self.by_key[key].append(job.duration_s)
+    def observe(self, spec: JobSpec, duration_s: float) -> None:
+        run = Run(duration_s)
+        self.by_fp[fingerprint(spec)].appendleft(run)  # newest first, as LPUSH keeps them
+        self.by_user[spec.user].appendleft(run)
 
-    def predict(self, job: TraceJob) -> float | None:
-        for key in ((job.user, job.gpus), (job.user,), ()):
-            seen = self.by_key.get(key)
-            if seen and len(seen) >= (3 if key else 1):
-                return statistics.median(seen[-200:])
-        return None
+    def predict(self, spec: JobSpec) -> float | None:
+        same, user = self.by_fp.get(fingerprint(spec), ()), self.by_user.get(spec.user, ())
+        return policy_estimate(None, predict(list(same)[:RECENT], list(user)[:RECENT]), None)
 
 
 def make_nodes(spec: str | None, gpus: int | None, gpus_per_node: int = 8) -> list[tuple[str, tuple[GpuInfo, ...]]]:
@@ -151,7 +151,7 @@ class Engine:
         if kind == "none":
             return None
         if kind == "history":
-            return self.history.predict(job.trace)
+            return self.history.predict(job.spec)
         if job.spec.est_s is None or job.attempts == 0:  # one draw per job, kept across attempts
             return job.trace.duration_s * math.exp(self.rng.gauss(0.0, self.estimates.sigma))
         return job.spec.est_s
@@ -178,7 +178,7 @@ class Engine:
                 elif token == job.token and kind == FINISH and job.state == "running":
                     self.release(job, now)
                     job.state, job.end_s, job.work_left_s = "done", now, 0.0
-                    self.history.observe(job.trace)
+                    self.history.observe(job.spec, job.trace.duration_s)
                     changed = True
                 elif token == job.token and kind == SAVED and job.state == "stopping":
                     self.release(job, now)

@@ -26,6 +26,7 @@ def encode_spec(spec: JobSpec, job_id: str | None = None) -> bytes:
         "ckpt": spec.checkpointable, "grace_s": spec.grace_s, "submit_ms": spec.submit_ms,
         "share": spec.share, "min_gpus": spec.min_gpus, "preemptible": spec.preemptible,
         "ckpt_sig": spec.checkpoint_signal, "retries": spec.retries,
+        "after": list(spec.after), "after_any": list(spec.after_any),
     })
 
 
@@ -44,6 +45,13 @@ def _retries(value, key: str) -> int:
     value = 3 if value is None else value
     _check(isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100, key, "bad retries")
     return value
+
+
+def _ids(value, key: str) -> tuple[str, ...]:
+    value = [] if value is None else value
+    _check(isinstance(value, list) and len(value) <= 64 and all(isinstance(i, str) and i for i in value), key,
+           "bad dependency list")
+    return tuple(value)
 
 
 def _signal(value, key: str) -> str:
@@ -88,6 +96,7 @@ def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
             share=bool(d.get("share", False)), min_gpus=_opt_int(d.get("min_gpus"), key),
             preemptible=bool(d.get("preemptible", False)), checkpoint_signal=_signal(d.get("ckpt_sig"), key),
             retries=_retries(d.get("retries"), key),
+            after=_ids(d.get("after"), key), after_any=_ids(d.get("after_any"), key),
         )
     except KeyError as e:
         raise MalformedRecord(key, f"missing field {e.args[0]!r}") from None

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 from ..errors import JobNotFound, MalformedRecord
 from ..model import FINAL_STATES, PENDING, JobSpec
+from ..predict import fingerprint
 from . import keys
 from .codec import decode_spec, encode_spec
 from .connect import text
+from .dependencies import check_dependencies
+from .history import Predictor, plan_estimate
 
 #: Per-job log stream cap (entries, each a chunk of output lines).
 LOG_MAXLEN = 10_000
 
 _FIELDS = ("state", "node", "gpus", "attempt", "epoch", "submit_ms", "assigned_ms", "started_ms",
            "finished_ms", "exit_code", "reason", "cancel_ms", "preemptions", "gpu_s_lost", "preempted_by",
-           "preempt_mode", "preempt_reason", "last_preempted_ms", "checkpoint_ms", "lost")
+           "preempt_mode", "preempt_reason", "last_preempted_ms", "checkpoint_ms", "lost", "pred_s", "pred_conf",
+           "pred_runs", "pred_src", "pred_mem_gb", "plan_est_s", "peak_gpu_mem_gb")
 
 
 def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, str] | None = None,
@@ -29,11 +33,20 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, st
     (kept so that agents check them again); `also(pipe, ids)` adds writes to the same transaction."""
     if not specs:
         return []
-    last = client.incrby(keys.job_seq(ns), len(specs))
+    check_dependencies(client, ns, specs)
+    predictor = Predictor(ns)  # the ids and the run histories of the jobs' fingerprints: one round trip
+    read = client.pipeline(transaction=False)
+    read.incrby(keys.job_seq(ns), len(specs))
+    predictor.queue(read, specs)
+    replies = read.execute(raise_on_error=False)  # a history key of the wrong type is no history
+    if isinstance(replies[0], Exception):
+        raise replies[0]
+    last, predicted = replies[0], predictor.fields(replies[1:])
     ids = [str(last - len(specs) + 1 + i) for i in range(len(specs))]
     pipe = client.pipeline(transaction=True)
-    for job_id, spec in zip(ids, specs):
-        fields = {"spec": encode_spec(spec, job_id), "state": PENDING, "attempt": 0, "epoch": 0, "submit_ms": spec.submit_ms}
+    for job_id, spec, extra in zip(ids, specs, predicted):
+        fields = {"spec": encode_spec(spec, job_id), "state": PENDING, "attempt": 0, "epoch": 0, "submit_ms": spec.submit_ms,
+                  **extra}
         if signed is not None:
             fields.update(signed=signed[0], sig=signed[1])
         pipe.hset(keys.job(ns, job_id), mapping=fields)
@@ -81,6 +94,8 @@ def job_view(job_id: str, raw: dict) -> dict:
         "mem_gb": spec.mem_gb if spec else 0,
         "est_s": spec.est_s if spec else None,
         "checkpointable": spec.checkpointable if spec else False,
+        "after": list(spec.after) if spec else [],
+        "after_any": list(spec.after_any) if spec else [],
         "node": f["node"] or None,
         "gpus": [_num(g) for g in f["gpus"].split(",") if g.isascii() and g.isdigit()],
         "attempt": _num(f["attempt"]),
@@ -102,8 +117,36 @@ def job_view(job_id: str, raw: dict) -> dict:
         "checkpoint_at": secs("checkpoint_ms"),
         "retries": spec.retries if spec else None,
         "lost": _num(f["lost"]),
+        "fingerprint": fingerprint(spec) if spec else None,
+        "prediction": _prediction(f),
+        "plan_est_s": plan_estimate(f["plan_est_s"] or None) or (spec.est_s if spec else None),
+        "peak_gpu_mem_gb": _num(f["peak_gpu_mem_gb"], None, float),
     }
     return view
+
+
+def _prediction(f: dict) -> dict | None:
+    """What submit predicted from the job's run history (store/history.py); None if it had too little."""
+    duration = plan_estimate(f["pred_s"] or None)  # a positive, finite number of seconds, or None
+    if duration is None:
+        return None
+    return {"duration_s": duration, "confidence": _num(f["pred_conf"], 0.0, float), "runs": _num(f["pred_runs"]),
+            "source": f["pred_src"] or None, "peak_gpu_mem_gb": _num(f["pred_mem_gb"], None, float)}
+
+
+def prediction_error(view: dict) -> dict | None:
+    """For a job that succeeded with a prediction: its run time over all attempts against the
+    prediction (error_s = predicted - actual; rel_error = |error| / actual)."""
+    p = view.get("prediction")
+    if view["state"] != "succeeded" or not p:
+        return None
+    actual = sum(a["ended_at"] - a["started_at"] for a in view.get("attempts", [])
+                 if a.get("started_at") and a.get("ended_at"))
+    if actual <= 0:
+        return None
+    error = p["duration_s"] - actual
+    return {"actual_s": round(actual, 3), "predicted_s": p["duration_s"], "error_s": round(error, 3),
+            "rel_error": round(abs(error) / actual, 3)}
 
 
 def read_job(client, ns: str, job_id: str) -> dict:
@@ -117,6 +160,7 @@ def read_job(client, ns: str, job_id: str) -> dict:
         raise JobNotFound(job_id)
     view = job_view(job_id, raw)
     view["attempts"] = [attempt_view(a) for a in attempts]
+    view["prediction_error"] = prediction_error(view)
     return view
 
 

@@ -9,8 +9,18 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:job:<id>              | hash   | submit, scheduler, agent    | until purged                     |
 |   fields: spec (msgpack JobSpec), state, node, gpus ("0,1"), attempt, epoch,               |
 |   submit_ms, assigned_ms, started_ms, finished_ms, exit_code, reason, lost (node failures) |
+|   pred_s, pred_conf, pred_runs, pred_src, pred_mem_gb (submit's prediction from the run    |
+|   history of the job's fingerprint, dispatcher/predict.py), plan_est_s (the estimate the   |
+|   policy uses, when not the user's own),                                                   |
+|   peak_gpu_mem_gb (agent heartbeat, when it grows)                                         |
 | <ns>:job:<id>:log          | stream | agent (XADD, MAXLEN ~)      | until purged                     |
 | <ns>:job:<id>:attempts     | list   | finish.lua (RPUSH)          | one msgpack map per ended attempt|
+| <ns>:history:<fp>          | list   | finish.lua (LPUSH, LTRIM)   | runs of one fingerprint that     |
+|                            |        |                             | succeeded, newest first, msgpack |
+|                            |        |                             | {d, e, m, t}; the latest         |
+|                            |        |                             | predict.KEPT_PER_FINGERPRINT     |
+| <ns>:user:<name>:history   | list   | finish.lua (LPUSH, LTRIM)   | the same for all of a user's     |
+|                            |        |                             | jobs; predict.KEPT_PER_USER      |
 | <ns>:jobs:all              | zset   | submit; id -> submit_ms     | until purged                     |
 | <ns>:jobs:pending          | zset   | submit, scheduler, agent    | member removed when placed       |
 | <ns>:jobs:active           | zset   | scheduler, agent            | id -> assigned_ms while held     |
@@ -58,6 +68,14 @@ def job_log(ns: str, job_id: str) -> str:
 
 def job_attempts(ns: str, job_id: str) -> str:
     return f"{ns}:job:{job_id}:attempts"
+
+
+def history(ns: str, fp: str) -> str:
+    return f"{ns}:history:{fp}"
+
+
+def user_history(ns: str, user: str) -> str:
+    return f"{ns}:user:{user}:history"
 
 
 def jobs_all(ns: str) -> str:

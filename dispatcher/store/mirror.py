@@ -23,6 +23,7 @@ from . import keys
 from .codec import decode_node_info
 from .connect import text
 from .nodes import NodeRecord
+from .dependencies import HELD, READY, judge, read_states
 from .snapshot import ReadResult, SpecCache, node_views, pending_only, read_jobs
 
 log = logging.getLogger("dispatch.store")
@@ -40,6 +41,10 @@ class Mirror:
         self.changed = 0  # jobs reread by the last refresh
         self.bad: dict[str, str] = {}  # unusable records met since the last sync
         self.expected: dict[str, tuple] = {}  # job id -> how our own commit left it (see expect)
+        self.held: dict[str, PendingJob] = {}  # pending jobs whose dependencies are not met yet
+        self.held_why: dict[str, str] = {}  # held job id -> what it waits for
+        self.doomed: dict[str, str] = {}  # held job id -> the dependency that failed (the scheduler fails it)
+        self._waiting_on: dict[str, set[str]] = {}  # dependency id -> held jobs waiting on it
 
     def invalidate(self) -> None:
         """Read everything again at the next sync."""
@@ -76,8 +81,11 @@ class Mirror:
             ids = [text(i) for i in pending] + [text(i) for i in active]
             self.backlog = Backlog(self.backlog.config)
             self.running, self.epochs, self.cache, self.expected = {}, {}, SpecCache(), {}
+            self.held, self.held_why, self.doomed, self._waiting_on = {}, {}, {}, {}
             self.fresh, arrivals = True, None
+        rejudge = set()  # held jobs to judge again: new ones, and those waiting on a job that changed
         for job_id, got in read_jobs(self.client, self.ns, ids, self.cache):
+            rejudge |= self._waiting_on.get(job_id, set())
             known, was = job_id in self.epochs, self._running_as(job_id)
             self._forget(job_id)
             if isinstance(got, Exception):
@@ -88,7 +96,10 @@ class Mirror:
                 arrivals = None if known else arrivals
             else:
                 job, self.epochs[job_id] = got
-                if isinstance(job, PendingJob):
+                if isinstance(job, PendingJob) and (job.spec.after or job.spec.after_any):
+                    self._hold(job)
+                    rejudge.add(job_id)
+                elif isinstance(job, PendingJob):
                     self.backlog.add(job)
                     if arrivals is not None and not known:
                         arrivals.append(job)
@@ -100,7 +111,35 @@ class Mirror:
                     if now_as != was and now_as != self.expected.pop(job_id, None):
                         arrivals = None
         self.changed = len(ids)
+        released = self._judge(rejudge)
+        if released and arrivals is not None:
+            arrivals += released
         return arrivals
+
+    def _hold(self, job: PendingJob) -> None:
+        self.held[job.spec.id] = job
+        for dep in (*job.spec.after, *job.spec.after_any):
+            self._waiting_on.setdefault(dep, set()).add(job.spec.id)
+
+    def _judge(self, ids) -> list[PendingJob]:
+        """Judge held jobs against their dependencies' states: the ready ones go to the backlog (and
+        are returned), the doomed ones wait in `doomed` for the scheduler to fail them."""
+        jobs = [self.held[i] for i in ids if i in self.held]
+        if not jobs:
+            return []
+        states = read_states(self.client, self.ns, {d for p in jobs for d in (*p.spec.after, *p.spec.after_any)})
+        released = []
+        for p in jobs:
+            verdict, why = judge(p.spec, states)
+            if verdict == READY:
+                self._unhold(p.spec.id)
+                self.backlog.add(p)
+                released.append(p)
+            elif verdict == HELD:
+                self.held_why[p.spec.id] = why
+            else:
+                self.doomed[p.spec.id] = why
+        return released
 
     def _pending_ids(self, bad) -> set[str]:
         """Of the unusable records, those still in the pending index (to quarantine)."""
@@ -119,7 +158,20 @@ class Mirror:
         r = self.running.get(job_id)
         return None if r is None else (r.node, r.gpus, r.stopping, self.epochs[job_id])
 
+    def _unhold(self, job_id: str) -> None:
+        job = self.held.pop(job_id, None)
+        if job is not None:
+            for dep in (*job.spec.after, *job.spec.after_any):
+                waiting = self._waiting_on.get(dep)
+                if waiting is not None:
+                    waiting.discard(job_id)
+                    if not waiting:
+                        del self._waiting_on[dep]
+            self.held_why.pop(job_id, None)
+            self.doomed.pop(job_id, None)
+
     def _forget(self, job_id: str) -> None:
+        self._unhold(job_id)
         self.backlog.discard(job_id)
         self.running.pop(job_id, None)
         self.epochs.pop(job_id, None)

@@ -44,23 +44,33 @@ class Scripts:
                                        args=[epoch, now_ms, pid, job_id], client=client)
 
     def finish(self, job_id, node, epoch, state, exit_code, now_ms, reason="", *, preempted=False,
-               keep_wait=True, checkpointable=False, lost_retries=None, fence="", client=None):
+               keep_wait=True, checkpointable=False, lost_retries=None, fence="", spec=None, client=None):
         """End the job (state succeeded/failed/cancelled) or requeue it (state 'pending').
         `lost_retries`: the attempt was lost with its node; the job's retry budget. `fence`: the
-        leading scheduler's lease value, for its requeues of dead nodes' jobs."""
+        leading scheduler's lease value, for its requeues of dead nodes' jobs. `spec`: the job's
+        JobSpec, given by its agent; a success is then recorded in the run history of its fingerprint
+        and of its user (dispatcher/predict.py)."""
+        from ..predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, fingerprint
+
         ns = self.ns
+        record = spec is not None and state == "succeeded"
+        history = ([keys.history(ns, fingerprint(spec)), keys.user_history(ns, spec.user)] if record
+                   else [keys.job(ns, job_id)] * 2)  # unused: the script records nothing then
         return self._s["finish"](
             keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
-                  keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns)],
+                  keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns), *history],
             args=[job_id, epoch, state, "" if exit_code is None else exit_code, now_ms, reason, _flag(preempted),
                   _flag(keep_wait), _flag(checkpointable), "" if lost_retries is None else int(lost_retries),
-                  fence],
+                  fence, KEPT_PER_FINGERPRINT if record else "", KEPT_PER_USER,
+                  "" if not record or spec.est_s is None else repr(float(spec.est_s))],
             client=client)
 
-    def cancel(self, job_id, now_ms, reason, *, client=None):
+    def cancel(self, job_id, now_ms, reason, *, state="cancelled", client=None):
+        """`state`: what a pending job ends as ("failed": the scheduler failing a job whose dependency
+        failed)."""
         ns = self.ns
         return self._s["cancel"](keys=[keys.job(ns, job_id), keys.jobs_pending(ns), keys.jobs_changed(ns)],
-                                 args=[job_id, now_ms, reason], client=client)
+                                 args=[job_id, now_ms, reason, state], client=client)
 
     def mark_preempting(self, job_id, epoch, now_ms, by, mode, why, *, fence="", client=None):
         return self._s["mark_preempting"](keys=[keys.job(self.ns, job_id), keys.scheduler_leader(self.ns),

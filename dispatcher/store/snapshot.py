@@ -7,13 +7,15 @@ immutable, so a SpecCache keeps them decoded across cycles.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import MalformedRecord
 from ..model import ACTIVE_STATES, FAILED, NodeView, PendingJob, Plan, Preemption, RunningJob, Snapshot
 from . import keys
 from .codec import decode_spec
 from .connect import text
+from .dependencies import READY, judge, read_states
+from .history import plan_estimate
 from .nodes import NodeRecord, read_nodes
 
 log = logging.getLogger("dispatch.store")
@@ -23,12 +25,18 @@ log = logging.getLogger("dispatch.store")
 class SpecCache:
     specs: dict = field(default_factory=dict)
 
-    def get(self, job_id: str, raw):
+    def get(self, job_id: str, raw, plan_est=None):
+        """The job's spec as the policy sees it: est_s is the job's plan_est_s when it has one (the
+        user's estimate corrected by their history, or the prediction: store/history.py). A local
+        copy; the stored spec, which agents check signatures on, never changes."""
         spec = self.specs.get(job_id)
         if spec is None and raw is not None:
             spec = decode_spec(raw, key=f"job {job_id}")
             if spec.id != job_id:
                 raise MalformedRecord(f"job {job_id}", f"its spec is for job {spec.id!r}")
+            est_s = plan_estimate(plan_est)
+            if est_s is not None:
+                spec = replace(spec, est_s=est_s)
             self.specs[job_id] = spec
         return spec
 
@@ -44,11 +52,12 @@ class ReadResult:
     epochs: dict[str, int]  # pending and active job id -> epoch the plan is based on
     nodes: list[NodeRecord]
     bad_jobs: dict[str, str]  # job id -> why its record is unusable
+    held: dict[str, str] = field(default_factory=dict)  # pending job id -> the dependencies it waits for
 
 
 #: The job hash fields the scheduler reads (the spec too, until it is cached).
 _FIELDS = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_ms", "checkpoint_ms",
-           "last_preempted_ms")
+           "last_preempted_ms", "plan_est_s")
 
 
 def read_jobs(client, ns: str, ids, cache: SpecCache):
@@ -72,15 +81,15 @@ def read_jobs(client, ns: str, ids, cache: SpecCache):
 
 
 def _job_from(job_id: str, reply, since, cache: SpecCache):
-    state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, raw = reply
+    state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, plan_est, raw = reply
     state = text(state)
     epoch = 0 if epoch is None else int(epoch)  # absent is 0; present must be a number
     if state == "pending":
         if since is None:
             return None  # moved on between the two reads; it is in the changed set again
-        return PendingJob(cache.get(job_id, raw), 0 if attempt is None else int(attempt), int(since)), epoch
+        return PendingJob(cache.get(job_id, raw, plan_est), 0 if attempt is None else int(attempt), int(since)), epoch
     if state in ACTIVE_STATES:
-        spec = cache.get(job_id, raw)
+        spec = cache.get(job_id, raw, plan_est)
         if spec is None:
             return None
         return RunningJob(spec, text(node), tuple(int(g) for g in text(gpus).split(",") if g),
@@ -136,8 +145,24 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
             job, epochs[job_id] = got
             (pending_jobs if isinstance(job, PendingJob) else running).append(job)
     cache.keep_only(ids)
+    held = held_back(client, ns, pending_jobs)
+    pending_jobs = [p for p in pending_jobs if p.spec.id not in held]
     return ReadResult(Snapshot(tuple(pending_jobs), tuple(running), node_views(live, running)), epochs, nodes,
-                      pending_only(bad, set(ids[:len(pending)])))
+                      pending_only(bad, set(ids[:len(pending)])), held)
+
+
+def held_back(client, ns: str, pending) -> dict[str, str]:
+    """Of these pending jobs, those whose dependencies are not met (or failed), with why."""
+    waiting = [p for p in pending if p.spec.after or p.spec.after_any]
+    if not waiting:
+        return {}
+    states = read_states(client, ns, {d for p in waiting for d in (*p.spec.after, *p.spec.after_any)})
+    out = {}
+    for p in waiting:
+        verdict, why = judge(p.spec, states)
+        if verdict != READY:
+            out[p.spec.id] = why
+    return out
 
 
 def pending_only(bad: dict[str, str], pending_ids) -> dict[str, str]:
@@ -174,12 +199,15 @@ class RedisPlanner:
         return q
 
     def commit(self, plan: Plan, epochs: dict[str, int], now_ms: int, keep_wait: bool = True,
-               fence: str = "") -> tuple[list[tuple[str, int]], list[Preemption]]:
+               fence: str = "", held: dict[str, str] | None = None,
+               waiting=()) -> tuple[list[tuple[str, int]], list[Preemption]]:
         """Returns (job id, new epoch) for placements that took, and the preemptions that took.
 
         Each preemption marks the victim `preempting` (mark_preempting.lua, refused if it is no
         longer running at the epoch the plan saw) and queues the command on its node's control
         stream in the same transaction; an agent ignores a command whose epoch is stale.
+        `held`: jobs waiting for their dependencies, with what they wait for (written as reasons);
+        `waiting`: the pending jobs the policy saw (a job that left them keeps the reason it ended with).
         `fence` is the leader's lease value: once another scheduler leads, both scripts refuse (-4).
         """
         from .. import control
@@ -201,7 +229,7 @@ class RedisPlanner:
             by_node.setdefault(p.node, []).append(self._queue_cls.prepare_data(
                 "workers.jobs.launch", args=[p.job_id, epoch + 1], timeout=-1, result_ttl=300,
                 failure_ttl=86400, description=f"dispatch job {p.job_id} attempt epoch {epoch + 1}"))
-        self._write_reasons(pipe, plan)
+        self._write_reasons(pipe, plan, held or {}, waiting)
         for node, datas in by_node.items():
             self._queue(node).enqueue_many(datas, pipeline=pipe)
         if plan.placements or plan.preemptions:
@@ -219,19 +247,18 @@ class RedisPlanner:
                 log.info("placement of job %s on %s refused (code %s); will replan", p.job_id, p.node, code)
         return done, preempted
 
-    def _write_reasons(self, pipe, plan: Plan) -> None:
+    def _write_reasons(self, pipe, plan: Plan, held: dict[str, str], waiting) -> None:
         """Each judged job's reason, when it changed; a job the cycle did not reach (plan.rest) loses
         the reason an earlier cycle gave it (`dispatch why` works its reason out; the queue shows the
         scheduler's rest reason). Costs what changed, not what waits."""
-        judged = {v.job_id: v.reason for v in plan.verdicts}
+        judged = {**held, **{v.job_id: v.reason for v in plan.verdicts}}
         for job_id, reason in judged.items():
             if self._reasons.get(job_id) != reason:
                 self._reasons[job_id] = reason
                 pipe.hset(keys.job(self.ns, job_id), "reason", reason)
-        placed = {p.job_id for p in plan.placements}
         for job_id in [j for j in self._reasons if j not in judged]:
             del self._reasons[job_id]
-            if job_id not in placed:
+            if job_id in waiting:  # still waiting, now among the jobs the cycle did not reach
                 pipe.hdel(keys.job(self.ns, job_id), "reason")
 
     def quarantine(self, bad: dict[str, str], now_ms: int) -> None:

@@ -2,12 +2,14 @@
 -- agent kills the process and finishes it as cancelled.
 -- KEYS[1] job hash   KEYS[2] pending zset   KEYS[3] changed-jobs set
 -- ARGV[1] job id     ARGV[2] now_ms   ARGV[3] reason
+-- ARGV[4] the state a pending job ends in: "cancelled" (absent too), or "failed" (the scheduler failing a
+--   job whose dependency failed)
 -- returns 1 cancelled now; 2 cancel requested from the node; 0 already final; -1 no such job
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return -1 end
 if state == 'pending' then
   redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished_ms', ARGV[2], 'reason', ARGV[3])
+  redis.call('HSET', KEYS[1], 'state', ARGV[4] or 'cancelled', 'finished_ms', ARGV[2], 'reason', ARGV[3])
   redis.call('SADD', KEYS[#KEYS], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
   return 1
 end

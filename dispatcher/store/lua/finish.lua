@@ -1,6 +1,7 @@
 -- A job ended, or goes back to the queue: free what it held, record the outcome and the attempt.
 -- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] active zset   KEYS[4] pending zset
 -- KEYS[5] the job's attempts list   KEYS[6] scheduler leader key   KEYS[7] changed-jobs set
+-- KEYS[8] the history list of the job's fingerprint   KEYS[9] the history list of its user
 -- ARGV[1] job id     ARGV[2] epoch the writer was given   ARGV[3] new state
 -- ARGV[4] exit code ("" if none)   ARGV[5] now_ms   ARGV[6] reason
 -- ARGV[7] "1" if this requeue is a preemption   ARGV[8] "1" to keep the original submit time for aging
@@ -9,6 +10,10 @@
 --   that had started counts in `lost`, and past the budget the job fails instead of going back
 -- ARGV[11] the leader's fencing value when the scheduler requeues a dead node's job ("" = not checked:
 --   node agents write their own jobs' outcomes, fenced by the epoch alone)
+-- ARGV[12] "" normally; for a job that succeeded, how many runs KEYS[8] keeps (then it records the
+--   run in KEYS[8] and KEYS[9]: its run time over all attempts, the user's estimate, the peak GPU memory
+--   the agent measured; once, since a job succeeds once)   ARGV[13] how many runs KEYS[9] keeps
+-- ARGV[14] the user's estimate in seconds ("" = none)
 -- New state 'pending' puts the job back in the queue: attempt + 1, epoch + 1 (fencing any copy
 -- still running); a preemption or a lost attempt also counts gpu_s_lost.
 -- returns 1 done; 0 stale write refused (epoch moved or job not active); -4 the caller no longer leads
@@ -78,6 +83,24 @@ else
   if ARGV[10] ~= '' then redis.call('HINCRBY', KEYS[1], 'epoch', 1) end  -- fence a copy cut off with its node
   redis.call('HSET', KEYS[1], 'state', new_state, 'exit_code', ARGV[4], 'finished_ms', ARGV[5],
              'reason', reason)
+  if new_state == 'succeeded' and ARGV[12] ~= '' then
+    local run_ms = 0
+    for _, raw in ipairs(redis.call('LRANGE', KEYS[5], 0, -1)) do  -- every attempt, this one included
+      local ok, a = pcall(cmsgpack.unpack, raw)
+      if ok and type(a) == 'table' then
+        local s, e = tonumber(a.started_ms), tonumber(a.ended_ms)
+        if s and e and s > 0 and e > s then run_ms = run_ms + (e - s) end
+      end
+    end
+    if run_ms > 0 then
+      local run = cmsgpack.pack({d = run_ms / 1000, e = tonumber(ARGV[14]),
+                                 m = tonumber(redis.call('HGET', KEYS[1], 'peak_gpu_mem_gb') or ''), t = now})
+      redis.call('LPUSH', KEYS[8], run)
+      redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[12]) - 1)
+      redis.call('LPUSH', KEYS[9], run)
+      redis.call('LTRIM', KEYS[9], 0, tonumber(ARGV[13]) - 1)
+    end
+  end
 end
-redis.call('SADD', KEYS[#KEYS], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
+redis.call('SADD', KEYS[7], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
 return 1

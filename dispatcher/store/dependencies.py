@@ -1,0 +1,71 @@
+"""Job dependencies: `--after` (start once these succeeded) and `--after-any` (once they ended).
+
+A job may only wait for jobs that exist when it is submitted, so no cycle can
+form; a dependency already failed or cancelled is refused at submit, since
+`--after` could never be met. While a dependency runs or waits, the job is held:
+the scheduler's mirror keeps it out of the policy's backlog (store/mirror.py).
+When a dependency of `--after` fails or is cancelled later, the scheduler fails
+the job with that reason, and so on down the chain.
+"""
+
+from __future__ import annotations
+
+from ..errors import InvalidRequestError
+from ..model import FINAL_STATES, JobSpec
+from . import keys
+from .connect import text
+
+READY, HELD, DOOMED = "ready", "held", "doomed"
+
+
+def read_states(client, ns: str, ids) -> dict[str, tuple[str, str]]:
+    """job id -> (state, why it ended) for the given jobs, in one round trip; state "" if no such job."""
+    ids = list(dict.fromkeys(ids))
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hmget(keys.job(ns, job_id), "state", "reason", "exit_code")
+    out = {}
+    for job_id, reply in zip(ids, pipe.execute(raise_on_error=False)):
+        if isinstance(reply, Exception):
+            out[job_id] = ("", "")
+            continue
+        state, reason, code = (text(v) for v in reply)
+        out[job_id] = (state, reason or (f"exit code {code}" if code else state))
+    return out
+
+
+def judge(spec: JobSpec, states: dict[str, tuple[str, str]]) -> tuple[str, str]:
+    """(READY | HELD | DOOMED, why) for a job with dependencies, given their states (read_states)."""
+    waiting = []
+    for dep in spec.after:
+        state, why = states.get(dep, ("", ""))
+        if state in ("failed", "cancelled") or not state:
+            what = f"{state}: {why}" if state else "no longer exists"
+            return DOOMED, f"dependency job {dep} {what}"
+        if state != "succeeded":
+            waiting.append(f"job {dep} ({state}) to succeed")
+    for dep in spec.after_any:
+        state, _ = states.get(dep, ("", ""))
+        if state and state not in FINAL_STATES:
+            waiting.append(f"job {dep} ({state}) to end")
+    if waiting:
+        return HELD, "waits for " + ", ".join(waiting)
+    return READY, ""
+
+
+def check_dependencies(client, ns: str, specs) -> None:
+    """At submit: every job waited for exists, and no `--after` job has already failed or been
+    cancelled. Raises InvalidRequestError naming the first problem."""
+    deps = {d for s in specs for d in (*s.after, *s.after_any)}
+    if not deps:
+        return
+    states = read_states(client, ns, deps)
+    for spec in specs:
+        for flag, ids in (("--after", spec.after), ("--after-any", spec.after_any)):
+            for dep in ids:
+                state, why = states[dep]
+                if not state:
+                    raise InvalidRequestError(f"{flag}: there is no job {dep}", field=flag)
+                if flag == "--after" and state in ("failed", "cancelled"):
+                    raise InvalidRequestError(f"{flag}: job {dep} already {state} ({why}); this job could "
+                                              "never start", field=flag)

@@ -1,0 +1,105 @@
+"""Job dependencies against a real server and the real scheduler: `--after` waits for success and
+fails with its dependency, `--after-any` waits for any end, and bad dependencies are refused at
+submit. Agents are played by the scripts they call (mark_running, finish)."""
+
+import pytest
+
+from dispatcher.errors import InvalidRequestError
+from dispatcher.explain import explain
+from dispatcher.scheduler import Scheduler, now_ms
+from dispatcher.store.jobs import read_job
+from dispatcher.store.scripts import Scripts
+from tests.redis.test_store import beat, submit
+
+
+def run_to_end(client, ns, job_id, state="succeeded", exit_code=0):
+    """The job's agent starts it and it ends as `state`."""
+    scripts = Scripts(client, ns)
+    epoch = read_job(client, ns, job_id)["epoch"]
+    assert scripts.mark_running(job_id, epoch, now_ms(), 4242) == 1
+    node = read_job(client, ns, job_id)["node"]
+    assert scripts.finish(job_id, node, epoch, state, exit_code, now_ms()) == 1
+
+
+def placed(plan):
+    return {p.job_id for p in plan.placements}
+
+
+def test_an_after_job_waits_until_its_dependency_succeeded(client, ns):
+    beat(client, ns, "a", gpus=2)
+    first = submit(client, ns, gpus=1)
+    then = submit(client, ns, gpus=1, after=first)
+    sched = Scheduler(client, ns)
+    assert placed(sched.cycle()) == {first}  # a GPU is free, yet `then` is held
+    job = read_job(client, ns, then)
+    assert job["state"] == "pending" and job["reason"] == f"waits for job {first} (pending) to succeed"
+    assert placed(sched.cycle()) == set()  # the reason follows its dependency
+    assert read_job(client, ns, then)["reason"] == f"waits for job {first} (assigned) to succeed"
+    assert explain(client, ns, then)["outcome"]["code"] == "held"
+
+    run_to_end(client, ns, first)
+    assert placed(sched.cycle()) == {then}
+    assert read_job(client, ns, then)["after"] == [first]
+
+
+def test_a_failed_dependency_fails_its_dependents_down_the_chain(client, ns):
+    beat(client, ns, "a", gpus=1)
+    first = submit(client, ns, gpus=1)
+    second = submit(client, ns, gpus=1, after=first)
+    third = submit(client, ns, gpus=1, after=second)
+    sched = Scheduler(client, ns)
+    sched.cycle()
+    run_to_end(client, ns, first, "failed", 3)
+    for _ in range(3):  # each cycle sees one more link of the chain fail
+        sched.cycle()
+    job = read_job(client, ns, second)
+    assert job["state"] == "failed" and job["reason"] == f"dependency job {first} failed: exit code 3"
+    job = read_job(client, ns, third)
+    assert job["state"] == "failed" and job["reason"].startswith(f"dependency job {second} failed: dependency")
+
+
+def test_an_after_any_job_starts_however_its_dependencies_ended(client, ns):
+    beat(client, ns, "a", gpus=2)
+    ok, bad = submit(client, ns, gpus=1), submit(client, ns, gpus=1)
+    cleanup = submit(client, ns, gpus=1, after_any=f"{ok},{bad}")
+    sched = Scheduler(client, ns)
+    assert placed(sched.cycle()) == {ok, bad}
+    run_to_end(client, ns, bad, "failed", 1)
+    assert placed(sched.cycle()) == set()  # `ok` still runs
+    assert read_job(client, ns, cleanup)["reason"] == f"waits for job {ok} (assigned) to end"
+    run_to_end(client, ns, ok)
+    assert placed(sched.cycle()) == {cleanup}
+
+
+def test_a_dependency_met_before_the_scheduler_took_the_lead_is_seen_on_its_first_read(client, ns):
+    beat(client, ns, "a", gpus=1)
+    first = submit(client, ns, gpus=1)
+    Scheduler(client, ns).cycle()
+    run_to_end(client, ns, first)
+    then = submit(client, ns, gpus=1, after=first)
+    assert placed(Scheduler(client, ns, holder="another").cycle()) == set()  # the first one still leads
+    Scheduler(client, ns).lease.release()
+    fresh = Scheduler(client, ns, holder="fresh")
+    fresh.lease.client.delete(f"{ns}:scheduler:leader")  # (the first scheduler is gone)
+    assert placed(fresh.cycle()) == {then}
+
+
+@pytest.mark.parametrize("flag, make, message", [
+    ("after", lambda client, ns: "9999", "--after: there is no job 9999"),
+    ("after_any", lambda client, ns: "9999", "--after-any: there is no job 9999"),
+    ("after", lambda client, ns: _cancelled(client, ns), "already cancelled"),
+    ("after", lambda client, ns: "1,a:b", "--after: 'a:b' is not a job id"),
+])
+def test_bad_dependencies_are_refused_at_submit_and_nothing_is_written(client, ns, flag, make, message):
+    dep = make(client, ns)
+    before = client.dbsize()
+    with pytest.raises(InvalidRequestError) as e:
+        submit(client, ns, gpus=1, **{flag: dep})
+    assert message in str(e.value)
+    assert client.dbsize() == before
+
+
+def _cancelled(client, ns) -> str:
+    job_id = submit(client, ns)
+    assert Scripts(client, ns).cancel(job_id, now_ms(), "changed my mind") == 1
+    return job_id
