@@ -114,7 +114,11 @@ def cli():
 @click.option("--name", default="", help="A name for the job.")
 @click.option("--user", default=None, help="Owner (default: $USER).")
 @click.option("--team", default="", help="Team, for quotas.")
-@click.option("--gpus", default="0", metavar="N", help="Number of GPUs, all on one node (0: CPU only).")
+@click.option("--gpus", default="0", metavar="N|MIN-MAX",
+              help="Number of GPUs, all on one node (0: CPU only); a range (1-8) lets the scheduler choose.")
+@click.option("--scaling", default=None, metavar="MODEL",
+              help="With --gpus MIN-MAX: linear, amdahl:P or a table like 1:10h,2:5.5h,4:3h,8:1.5h (--est is "
+                   "the run time on MAX GPUs).")
 @click.option("--gpu-type", default=None, metavar="T", help="Acceptable GPU families, e.g. A100 or 'A100|H100'.")
 @click.option("--gpu-mem", default="0", metavar="GB", help="Minimum memory of each GPU, in GB.")
 @click.option("--cpus", default="1", metavar="N", help="CPU cores.")

@@ -63,6 +63,7 @@ class JobSpec:
     retries: int = 3  # attempts lost with their node that are rerun before the job fails
     after: tuple[str, ...] = ()  # starts once all of these jobs succeeded (fails if one fails or is cancelled)
     after_any: tuple[str, ...] = ()  # starts once all of these jobs ended, however they ended
+    scaling: str = ""  # elastic (--gpus MIN-MAX): how the run time scales with GPUs (policy/elastic.py)
 
     @property
     def rank(self) -> int:

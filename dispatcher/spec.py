@@ -7,6 +7,7 @@ allowed. Pure: the caller passes the user name and the submit time.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import re
 
@@ -164,6 +165,34 @@ def parse_job_ids(value, flag: str) -> tuple[str, ...]:
 _JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
+def _gpu_range(gpus) -> tuple[object, int | None]:
+    """--gpus N, or MIN-MAX for an elastic job: (the most GPUs, the least or None)."""
+    if isinstance(gpus, str) and "-" in gpus.strip().lstrip("-"):
+        low, _, high = gpus.strip().partition("-")
+        low = _number(low, "--gpus", lo=1, hi=MAX_GPUS, integer=True)
+        high = _number(high, "--gpus", lo=1, hi=MAX_GPUS, integer=True)
+        if low >= high:
+            raise InvalidRequestError(f"--gpus: {gpus!r}: the range must go from fewer to more GPUs, e.g. 1-8",
+                                      field="--gpus")
+        return high, low
+    return gpus, None
+
+
+def _scaling_text(scaling, elastic: bool) -> str:
+    from .policy.elastic import ScalingError, parse_scaling
+
+    if scaling in (None, ""):
+        return ""
+    if not elastic:
+        raise InvalidRequestError("--scaling describes an elastic job: give --gpus as a range, e.g. --gpus 1-8",
+                                  field="--scaling")
+    try:
+        parse_scaling(str(scaling))
+    except ScalingError as e:
+        raise InvalidRequestError(f"--scaling: {e}", field="--scaling") from None
+    return str(scaling).strip()
+
+
 def _gpu_type_text(gpu_type) -> str | None:
     """--gpu-type as text: 'A100|H100', or a list of families from the Python API."""
     if gpu_type is None or isinstance(gpu_type, str):
@@ -199,6 +228,7 @@ def build_spec(
     retries=3,
     after=(),
     after_any=(),
+    scaling=None,
 ) -> JobSpec:
     """Check every field of a request and return the spec; raises InvalidRequestError."""
     if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple, type(None))):
@@ -215,6 +245,11 @@ def build_spec(
         est_s = est if isinstance(est, (int, float)) and not isinstance(est, bool) else parse_duration(est)
         est_s = _number(est_s, "--est", lo=0.001, hi=1e9, integer=False)
     grace_s = parse_duration(grace, flag="--grace") if isinstance(grace, str) else grace
+    gpus, low = _gpu_range(gpus)
+    if low is not None:
+        if min_gpus not in (None, ""):
+            raise InvalidRequestError("give either --gpus MIN-MAX or --min-gpus, not both", field="--min-gpus")
+        min_gpus = low
     spec = JobSpec(
         id=job_id,
         command=command,
@@ -240,10 +275,15 @@ def build_spec(
         retries=_number(retries, "--retries", lo=0, hi=100, integer=True),
         after=parse_job_ids(after, "--after"),
         after_any=parse_job_ids(after_any, "--after-any"),
+        scaling=_scaling_text(scaling, low is not None),
     )
+    if spec.scaling and spec.est_s is None:  # a table's time on the most GPUs is the estimate
+        from .policy.elastic import run_time
+
+        spec = replace(spec, est_s=run_time(spec, spec.gpus))
     if spec.min_gpus is not None and spec.min_gpus > spec.gpus:
         raise InvalidRequestError(f"--min-gpus: {spec.min_gpus} is more than --gpus {spec.gpus}", field="--min-gpus")
-    if spec.min_gpus is not None and not spec.checkpointable:
+    if spec.min_gpus is not None and not spec.checkpointable and low is None:
         raise InvalidRequestError("--min-gpus: an elastic job is shrunk by checkpoint and restart; "
                                   "add --checkpointable", field="--min-gpus")
     if spec.share and not (spec.gpus >= 1 and spec.gpu_mem_gb > 0):
@@ -267,7 +307,7 @@ REQUEST_FIELDS = {"command": "command", "name": "name", "user": "user", "team": 
                   "priority": "priority", "est": "est", "checkpointable": "checkpointable", "grace": "grace",
                   "share": "share", "min_gpus": "min_gpus", "preemptible": "preemptible",
                   "checkpoint_signal": "checkpoint_signal", "retries": "retries", "after": "after",
-                  "after_any": "after_any"}
+                  "after_any": "after_any", "scaling": "scaling"}
 
 
 def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> JobSpec:

@@ -65,6 +65,10 @@ class JobBuilder:
     def user(self, u: str) -> "JobBuilder":
         return self._set(user=u)
 
+    def elastic(self, low: int, high: int, scaling: str = "linear") -> "JobBuilder":
+        """--gpus LOW-HIGH --scaling SCALING."""
+        return self._set(gpus=high, min_gpus=low, scaling=scaling)
+
     def est(self, s: float | None) -> "JobBuilder":
         return self._set(est_s=s)
 

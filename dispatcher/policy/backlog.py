@@ -26,6 +26,7 @@ from collections import Counter, defaultdict
 
 from ..model import PRIORITIES, JobSpec, PendingJob
 from .config import PolicyConfig
+from .elastic import smallest
 from .score import attained_term, priority_term, remaining_term
 
 
@@ -35,7 +36,9 @@ def id_key(job_id: str) -> tuple[int, str]:
 
 
 def shape_of(spec: JobSpec) -> tuple:
-    """What decides where a job fits: jobs of one shape fit (or not) on the same nodes."""
+    """What decides where a job fits: jobs of one shape fit (or not) on the same nodes. An elastic
+    job counts as the least it asks for (it may start with that many)."""
+    spec = smallest(spec)
     return (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb, spec.share)
 
 

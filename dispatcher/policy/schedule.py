@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from ..model import (Code, JobSpec, NodeView, PendingJob, Placement, Plan, Preemption, Reservation,
                      RunningJob, Snapshot, Verdict)
 from .backlog import Backlog, bucket_key, id_key, shape_of, strength
+from .elastic import counts, is_elastic, run_time, smallest
 from .config import PolicyConfig
 from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_usable, usable
 from .preemption import choose_victims, past_starvation, preemptible_below
@@ -352,8 +353,20 @@ class _Cycle:
         return best
 
     def place(self, spec: JobSpec, terms: dict[str, float], why: str) -> bool:
-        """Place `spec` on its best node, or give it a verdict (and maybe a reservation). True if placed."""
+        """Place `spec` on its best node, or give it a verdict (and maybe a reservation). True if placed.
+        An elastic job is placed (or waits) with the GPU count that finishes it soonest."""
         self.rank += 1
+        if not is_elastic(spec):
+            return self._place(spec, terms, why)
+        spec, note = self.elastic_count(spec)
+        if self._place(spec, terms, f"{why}; {note}"):
+            return True
+        v = self.verdicts[-1]
+        if v.job_id == spec.id:  # why it waits with this many
+            self.verdicts[-1] = replace(v, reason=f"{note}; {v.reason}")
+        return False
+
+    def _place(self, spec: JobSpec, terms: dict[str, float], why: str) -> bool:
         team = self.teams.check(spec, self.free_total)
         if team is None and self.quick_block(spec, terms):
             return False
@@ -386,6 +399,32 @@ class _Cycle:
                                          {k: round(v, 3) for k, v in terms.items()}, self.rank,
                                          f"{why}; best fit on {node.view.name} ({fit:.0f}/100)", spec.share))
         return True
+
+    def elastic_count(self, spec: JobSpec) -> tuple[JobSpec, str]:
+        """The GPU count (elastic.counts) whose expected completion is soonest: now on the best node
+        with room, or when a reservation for that many could start (_reserve's estimate), plus the
+        run time on that many (elastic.run_time). Ties go to fewer GPUs. Returns the job as it will be
+        placed or held (that count, its run time as the estimate) and why."""
+        best, notes = None, []
+        for g in counts(spec):
+            trial = replace(spec, gpus=g, min_gpus=None, est_s=run_time(spec, g))
+            run_s = trial.est_s if trial.est_s is not None else self.config.unknown_remaining_s
+            if self.teams.check(trial, self.free_total) is None and self.best_node(trial) is not None:
+                start = self.now
+            else:
+                resv = _reserve(trial, self.nodes, self.now)
+                if resv is None:
+                    continue
+                start = resv.start_ms
+            done = start + int(run_s * 1000)
+            wait = "now" if start <= self.now else f"in ~{_span((start - self.now) / 1000)}"
+            notes.append(f"{g} starts {wait}, runs ~{_span(run_s)}")
+            if best is None or (done, g) < best[0]:
+                best = ((done, g), trial)
+        if best is None:
+            return replace(spec, min_gpus=None), "elastic: no count could start before others end"
+        chosen = best[1]
+        return chosen, f"elastic: {chosen.gpus} GPUs finish soonest ({'; '.join(notes)})"
 
     def quick_block(self, spec: JobSpec, terms: dict[str, float]) -> bool:
         """The common cases under load, in O(1): more GPUs than any node has free (NO_FIT_NOW), or
@@ -736,12 +775,20 @@ def place_arrivals(c: _Cycle, jobs, now_ms: int) -> Plan:
     for p in sorted(jobs, key=lambda p: (-weighted(c.static(p.spec), c.w), p.spec.submit_ms, id_key(p.spec.id))):
         spec = p.spec
         c.teams.demand[spec.team] += spec.gpus
-        if _NeverFit(c.views, c.config.gang_across_nodes).check(spec):
+        if _NeverFit(c.views, c.config.gang_across_nodes).check(smallest(spec)):
             c.verdicts.append(Verdict(spec.id, Code.NO_FIT_EVER, _never_reason(spec, c.views)))
             continue
         c.place(spec, dict(c.static(spec), fairness=c.fair(spec.user)), f"rank {c.rank + 1}: arrived, and "
                 "the jobs before it could not use the room")
     return c.plan()
+
+
+def _span(seconds: float) -> str:
+    """90 -> '1.5m', 5400 -> '1.5h': a duration in a few characters."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g}{unit}"
+    return f"{seconds:.0f}s"
 
 
 def rest_verdict(plan: Plan, p: PendingJob, config: PolicyConfig) -> tuple[Code, str]:
@@ -760,7 +807,7 @@ def _walk(c: _Cycle, backlog: Backlog, order) -> None:
     excluded, n_never = set(), 0
     for shape, ids in backlog.shapes.items():
         spec = backlog.jobs[next(iter(ids))].spec
-        if never.check(spec):
+        if never.check(smallest(spec)):
             excluded.add(shape)
             reason = _never_reason(spec, c.views)
             for job_id in ids:

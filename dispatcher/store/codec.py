@@ -26,7 +26,7 @@ def encode_spec(spec: JobSpec, job_id: str | None = None) -> bytes:
         "ckpt": spec.checkpointable, "grace_s": spec.grace_s, "submit_ms": spec.submit_ms,
         "share": spec.share, "min_gpus": spec.min_gpus, "preemptible": spec.preemptible,
         "ckpt_sig": spec.checkpoint_signal, "retries": spec.retries,
-        "after": list(spec.after), "after_any": list(spec.after_any),
+        "after": list(spec.after), "after_any": list(spec.after_any), "scaling": spec.scaling,
     })
 
 
@@ -52,6 +52,18 @@ def _ids(value, key: str) -> tuple[str, ...]:
     _check(isinstance(value, list) and len(value) <= 64 and all(isinstance(i, str) and i for i in value), key,
            "bad dependency list")
     return tuple(value)
+
+
+def _scaling(value, key: str) -> str:
+    from ..policy.elastic import ScalingError, parse_scaling
+
+    value = "" if value is None else value
+    _check(isinstance(value, str) and len(value) <= 512, key, "bad scaling")
+    try:
+        parse_scaling(value)
+    except ScalingError as e:
+        raise MalformedRecord(key, f"bad scaling ({e})") from None
+    return value
 
 
 def _signal(value, key: str) -> str:
@@ -97,6 +109,7 @@ def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
             preemptible=bool(d.get("preemptible", False)), checkpoint_signal=_signal(d.get("ckpt_sig"), key),
             retries=_retries(d.get("retries"), key),
             after=_ids(d.get("after"), key), after_any=_ids(d.get("after_any"), key),
+            scaling=_scaling(d.get("scaling"), key),
         )
     except KeyError as e:
         raise MalformedRecord(key, f"missing field {e.args[0]!r}") from None

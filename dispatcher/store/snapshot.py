@@ -14,6 +14,7 @@ from ..model import ACTIVE_STATES, FAILED, NodeView, PendingJob, Plan, Preemptio
 from . import keys
 from .codec import decode_spec
 from .connect import text
+from ..policy.elastic import is_elastic, run_time
 from .dependencies import READY, judge, read_states
 from .history import plan_estimate
 from .nodes import NodeRecord, read_nodes
@@ -92,7 +93,10 @@ def _job_from(job_id: str, reply, since, cache: SpecCache):
         spec = cache.get(job_id, raw, plan_est)
         if spec is None:
             return None
-        return RunningJob(spec, text(node), tuple(int(g) for g in text(gpus).split(",") if g),
+        held = tuple(int(g) for g in text(gpus).split(",") if g)
+        if is_elastic(spec) and len(held) != spec.gpus:  # its estimate is for the most it asked for
+            spec = replace(spec, est_s=run_time(spec, len(held)))
+        return RunningJob(spec, text(node), held,
                           int(started_ms or assigned_ms or 0), int(ckpt_ms or 0), int(preempted_ms or 0),
                           state == "preempting"), epoch
     return None
