@@ -30,6 +30,11 @@ def encode_spec(spec: JobSpec, job_id: str | None = None) -> bytes:
     })
 
 
+_TEXTS = ("id", "name", "user", "team", "cwd", "prio")
+_COUNTS = ("gpus", "cpus", "submit_ms")  # ints (not bools), >= 0
+_AMOUNTS = ("gpu_mem_gb", "mem_gb", "grace_s")
+
+
 def _check(cond: bool, key: str, what: str) -> None:
     if not cond:
         raise MalformedRecord(key, what)
@@ -55,9 +60,10 @@ def _ids(value, key: str) -> tuple[str, ...]:
 
 
 def _scaling(value, key: str) -> str:
+    if value is None or value == "":
+        return ""
     from ..policy.elastic import ScalingError, parse_scaling
 
-    value = "" if value is None else value
     _check(isinstance(value, str) and len(value) <= 512, key, "bad scaling")
     try:
         parse_scaling(value)
@@ -70,7 +76,8 @@ def _signal(value, key: str) -> str:
     from ..spec import CHECKPOINT_SIGNALS
 
     value = "TERM" if value is None else value
-    _check(value in CHECKPOINT_SIGNALS, key, f"bad checkpoint signal {value!r}")
+    if value not in CHECKPOINT_SIGNALS:
+        raise MalformedRecord(key, f"bad checkpoint signal {value!r}")
     return value
 
 
@@ -91,13 +98,14 @@ def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
                                              and all(isinstance(x, str) for x in kv) for kv in env),
                key, "bad env")
         _check(isinstance(types, list) and all(isinstance(t, str) for t in types), key, "bad gpu_types")
-        for f in ("id", "name", "user", "team", "cwd", "prio"):
-            _check(isinstance(d[f], str), key, f"bad {f}")
-        _check(d["prio"] in PRIORITIES, key, f"unknown priority {d['prio']!r}")
-        for f in ("gpus", "cpus", "submit_ms"):
-            _check(isinstance(d[f], int) and not isinstance(d[f], bool) and d[f] >= 0, key, f"bad {f}")
-        for f in ("gpu_mem_gb", "mem_gb", "grace_s"):
-            _check(isinstance(d[f], num) and d[f] >= 0, key, f"bad {f}")
+        # (the messages are built only for a bad record: this runs once per job the scheduler meets)
+        bad = next((f for f in _TEXTS if not isinstance(d[f], str)), None) \
+            or next((f for f in _COUNTS if not (type(d[f]) is int and d[f] >= 0)), None) \
+            or next((f for f in _AMOUNTS if not (isinstance(d[f], num) and d[f] >= 0)), None)
+        if bad is not None:
+            raise MalformedRecord(key, f"bad {bad}")
+        if d["prio"] not in PRIORITIES:
+            raise MalformedRecord(key, f"unknown priority {d['prio']!r}")
         _check(d["est_s"] is None or (isinstance(d["est_s"], num) and d["est_s"] > 0), key, "bad est_s")
         return JobSpec(
             id=d["id"], command=tuple(cmd), name=d["name"], user=d["user"], team=d["team"],
