@@ -182,7 +182,7 @@ def _scaling_text(scaling, elastic: bool) -> str:
     from .policy.elastic import ScalingError, parse_scaling
 
     if scaling in (None, ""):
-        return ""
+        return "linear" if elastic else ""
     if not elastic:
         raise InvalidRequestError("--scaling describes an elastic job: give --gpus as a range, e.g. --gpus 1-8",
                                   field="--scaling")

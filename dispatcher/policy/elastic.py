@@ -57,7 +57,10 @@ def parse_scaling(text: str) -> tuple:
 
 
 def is_elastic(spec: JobSpec) -> bool:
-    return bool(spec.gpus) and spec.min_gpus is not None and spec.min_gpus < spec.gpus and not spec.share
+    """Does the policy choose how many GPUs it starts with? (`--gpus MIN-MAX`, which always has a
+    scaling; `--min-gpus` alone only lets preemption shrink a checkpointable job.)"""
+    return bool(spec.gpus and spec.scaling) and spec.min_gpus is not None and spec.min_gpus < spec.gpus \
+        and not spec.share
 
 
 def smallest(spec: JobSpec) -> JobSpec:

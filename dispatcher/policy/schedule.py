@@ -403,7 +403,7 @@ class _Cycle:
     def elastic_count(self, spec: JobSpec) -> tuple[JobSpec, str]:
         """The GPU count (elastic.counts) whose expected completion is soonest: now on the best node
         with room, or when a reservation for that many could start (_reserve's estimate), plus the
-        run time on that many (elastic.run_time). Ties go to fewer GPUs. Returns the job as it will be
+        run time on that many (elastic.run_time). Ties go to more GPUs. Returns the job as it will be
         placed or held (that count, its run time as the estimate) and why."""
         best, notes = None, []
         for g in counts(spec):
@@ -419,8 +419,8 @@ class _Cycle:
             done = start + int(run_s * 1000)
             wait = "now" if start <= self.now else f"in ~{_span((start - self.now) / 1000)}"
             notes.append(f"{g} starts {wait}, runs ~{_span(run_s)}")
-            if best is None or (done, g) < best[0]:
-                best = ((done, g), trial)
+            if best is None or (done, -g) < best[0]:  # a tie (no estimates): the most GPUs
+                best = ((done, -g), trial)
         if best is None:
             return replace(spec, min_gpus=None), "elastic: no count could start before others end"
         chosen = best[1]
