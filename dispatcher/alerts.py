@@ -25,8 +25,8 @@ class AlertConfig:
     #: while jobs waited in every one of them.
     low_util_pct: float = 50.0
     low_util_for_s: float = 1800.0
-    #: A held GPU below samples.IDLE_UTIL_PCT utilization in every sample of this long.
-    idle_gpu_for_s: float = 1800.0
+    # Idle GPUs have no threshold here: the idle_gpu alert shows the node agents' idle warnings,
+    # whose thresholds are the policy's idle_util and idle_warn (dispatcher/policy/idle.py).
 
     @classmethod
     def parse(cls, raw: str | None) -> "AlertConfig":
@@ -36,6 +36,9 @@ class AlertConfig:
         for item in filter(None, (p.strip() for p in (raw or "").split(","))):
             key, _, value = item.partition("=")
             name = names.get(key.strip())
+            if key.strip() == "idle_gpu_for":
+                raise ConfigError("--alerts: idle_gpu_for is now the policy's idle_warn (docs/policy.md): "
+                                  "one threshold for the jobs' idle warnings and this alert", key="--alerts")
             if name is None:
                 raise ConfigError(f"--alerts: unknown key {key.strip()!r}; known: {', '.join(sorted(names))}",
                                   key="--alerts")
@@ -91,6 +94,10 @@ def evaluate(view: dict, waits_s: dict[str, list[float]], samples: list[dict], c
             if g["blocked"]:
                 out.append({"kind": "zombie", "severity": "warning", "subject": f"{n['name']}:{g['index']}",
                             "message": f"{n['name']} GPU {g['index']}: {g['blocked']}"})
+            if g.get("idle") and g["job"]:  # its job's idle warning, from its node agent (policy/idle.py)
+                spell = f" (idle for {_age(max(0.0, now_ms / 1000 - g['idle_since']))})" if g.get("idle_since") else ""
+                out.append({"kind": "idle_gpu", "severity": "warning", "subject": f"{n['name']}:{g['index']}",
+                            "message": f"{n['name']} GPU {g['index']} held by job {g['job']}: {g['idle']}{spell}"})
     low = _window(samples, now_ms, cfg.low_util_for_s)
     if low and all(s["pending"] > 0 and s["gpus"] and 100.0 * s["held"] / s["gpus"] < cfg.low_util_pct
                    for s in low):
@@ -98,13 +105,4 @@ def evaluate(view: dict, waits_s: dict[str, list[float]], samples: list[dict], c
         out.append({"kind": "low_util", "severity": "warning", "subject": "cluster",
                     "message": f"GPU allocation under {cfg.low_util_pct:g}% for {_age(cfg.low_util_for_s)} while "
                                f"jobs wait (now {held:.0f}%, {low[-1]['pending']} pending)"})
-    idle = _window(samples, now_ms, cfg.idle_gpu_for_s)
-    if idle:
-        always = set(idle[0]["idle"]).intersection(*(s["idle"] for s in idle[1:]))
-        for n in view["nodes"]:
-            for g in n["gpus"]:
-                if f"{n['name']}:{g['index']}" in always and g["job"]:
-                    out.append({"kind": "idle_gpu", "severity": "warning", "subject": f"{n['name']}:{g['index']}",
-                                "message": f"{n['name']} GPU {g['index']} held by job {g['job']} and idle "
-                                           f"for {_age(cfg.idle_gpu_for_s)}+"})
     return sorted(out, key=lambda a: (a["severity"] != "critical", a["kind"], a["subject"]))

@@ -36,6 +36,14 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _secs(ms: str) -> float | None:
+    """Epoch seconds from a record's *_ms text; None for a missing or bad one."""
+    try:
+        return int(ms) / 1000.0 if ms else None
+    except ValueError:
+        return None
+
+
 class _Cached:
     """A value recomputed at most every ttl_s, shared by threads."""
 
@@ -71,13 +79,19 @@ class Board:
         pipe = self.client.pipeline(transaction=False)
         for p in read.snapshot.pending:
             pipe.hget(keys.job(self.ns, p.spec.id), "reason")
+        for r in read.snapshot.running:  # the node agents' idle warnings (workers/idle.py)
+            pipe.hmget(keys.job(self.ns, r.spec.id), "warning", "idle_since_ms")
+        replies = pipe.execute()
         stats = {k.decode(): text(v) for k, v in self.client.hgetall(keys.scheduler_stats(self.ns)).items()}
         rest = stats.get("rest_reason") or "no reason recorded yet"  # jobs the last full cycle did not reach
-        reasons = {p.spec.id: text(r) or rest for p, r in zip(read.snapshot.pending, pipe.execute())}
+        reasons = {p.spec.id: text(r) or rest for p, r in zip(read.snapshot.pending, replies)}
+        idle = {r.spec.id: (text(w), text(since)) for r, (w, since)
+                in zip(read.snapshot.running, replies[len(read.snapshot.pending):]) if w}
         pending = sorted(read.snapshot.pending, key=lambda p: (-p.spec.rank, p.wait_from_ms, int(p.spec.id)))
         running = sorted(read.snapshot.running, key=lambda r: (-r.spec.rank, r.started_ms, int(r.spec.id)))
+        _, config, _ = policy_in_force(self.client, self.ns, now / 1000.0)
         return {"now_ms": now, "read": read, "pending": pending, "running": running, "reasons": reasons,
-                "stats": stats}
+                "stats": stats, "idle": idle, "config": config}
 
     def _read_outcomes(self) -> dict:
         """Counts of the newest finished jobs by state, and their most common reasons."""
@@ -116,7 +130,8 @@ class Board:
                 "classes": self._classes(c, now), "nodes": self._nodes(c, now),
                 "decisions": read_decisions(self.client, self.ns, limit=20), "usage": self._usage(c),
                 "outcomes": self._outcomes.get()}
-        f = figures(read.nodes, c["running"], now, self.timing.node_timeout_s, smallest_request(c["pending"]))
+        f = figures(read.nodes, c["running"], now, self.timing.node_timeout_s, smallest_request(c["pending"]),
+                    c["config"].idle_util_pct)
         view["totals"] = {"nodes": len(read.nodes), "nodes_dead": sum(1 for n in view["nodes"] if not n["alive"]),
                           "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
                           "frag": f["frag"], "idle_held": len(f["idle"]), "pending": len(c["pending"]),
@@ -124,7 +139,7 @@ class Board:
         waits: dict[str, list[float]] = {}
         for p in c["pending"]:
             waits.setdefault(p.spec.priority, []).append((now - p.wait_from_ms) / 1000.0)
-        window_s = max(self.alert_config.low_util_for_s, self.alert_config.idle_gpu_for_s) + 60
+        window_s = self.alert_config.low_util_for_s + 60
         samples = read_samples(self.client, self.ns, int(now - window_s * 1000))
         view["alerts"] = evaluate(view, waits, samples, self.alert_config, now)
         return view
@@ -165,11 +180,15 @@ class Board:
             gpus = []
             for g in n.gpus:
                 jobs = taken.get((n.name, g.index), [])
+                idle = [c["idle"][r.spec.id] for r in jobs if r.spec.id in c["idle"]]
                 gpus.append({"index": g.index, "name": g.name.replace("NVIDIA ", ""), "util_pct": g.util_pct,
                              "mem_used_gb": g.mem_used_gb, "mem_total_gb": g.mem_total_gb,
                              "job": ",".join(r.spec.id for r in jobs) or None,
                              "users": sorted({r.spec.user for r in jobs}), "shared": any(r.spec.share for r in jobs),
                              "blocked": g.blocked or None,
+                             # the holder's idle warning, when every job holding it has one (policy/idle.py)
+                             "idle": idle[0][0] if jobs and len(idle) == len(jobs) else None,
+                             "idle_since": _secs(idle[0][1]) if jobs and len(idle) == len(jobs) else None,
                              "state": "dead" if not alive else "blocked" if g.blocked else
                                       "held" if jobs else "free"})
             out.append({"name": n.name, "alive": alive, "seen_s_ago": round((now - n.seen_ms) / 1000.0, 1),
@@ -194,7 +213,7 @@ class Board:
             for row in (users.setdefault(p.spec.user, {"team": p.spec.team}), teams.setdefault(p.spec.team, {})):
                 row["pending"] = row.get("pending", 0) + 1
                 row["gpus_pending"] = row.get("gpus_pending", 0) + p.spec.gpus
-        _, config, _ = policy_in_force(self.client, self.ns, c["now_ms"] / 1000.0)
+        config = c["config"]
         for t in config.teams:
             teams.setdefault(t, {})
         fair = 1.0 / len(users) if users else 0.0

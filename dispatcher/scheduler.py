@@ -145,7 +145,8 @@ class Scheduler:
         self.planner.quarantine(read.bad_jobs, now)
         self._fail_doomed(now)
         self.watch.observe({n.name: n.seen_ms for n in read.nodes})
-        record_sample(self.client, self.ns, now, read, self.timing.node_timeout_s)  # the dashboard's history
+        record_sample(self.client, self.ns, now, read, self.timing.node_timeout_s,  # the dashboard's history
+                      idle_pct=config.idle_util_pct)
         lost = lost_jobs(read.snapshot.running, self.watch)
         if lost:  # their GPUs are gone with the node; plan again once they are back in the queue
             self.stats.requeued_lost += requeue_lost(self.scripts, lost, read.epochs, now, self.lease.fence)

@@ -2,7 +2,7 @@
 
 The main thread runs an RQ SimpleWorker on the node's queue (JSON serializer, no
 pickle); a heartbeat thread writes GPU state every Timing.heartbeat_s and checks
-the running jobs for fencing and reported checkpoints; a control thread reads the
+the running jobs for fencing, reported checkpoints and idle GPUs; a control thread reads the
 node's command stream (preempt, cancel, shrink; dispatcher/control.py). SIGINT/SIGTERM stop the worker; the
 agent then puts its running jobs back in the queue and deregisters the node.
 
@@ -28,7 +28,7 @@ from dispatcher.store import keys
 from dispatcher.store.nodes import remove_node, write_heartbeat
 from dispatcher.store.scripts import Scripts
 
-from . import jobs, procs, usage
+from . import idle, jobs, procs, usage
 
 log = logging.getLogger("dispatch.agent")
 
@@ -52,18 +52,22 @@ class NodeAgent:
         self.supervisor = jobs.Supervisor(client, ns, name, self.scripts, Path(work_dir), url, run_as_user,
                                           verifier)
         self.peak_memory = usage.PeakMemory(client, ns, probe, self.supervisor)
+        self.idle = idle.IdleWatch(client, ns, name, self.supervisor, self.scripts,
+                                   heartbeat_s=self.timing.heartbeat_s)
         self._stop = threading.Event()
         self._last_gpus = None
         self._last_beat = time.monotonic()  # the last heartbeat Redis took
         self.kill_zombies = kill_zombies
         self._zombies_seen: set[int] = set()
 
-    def heartbeat(self) -> None:
+    def heartbeat(self) -> list:
+        """Write the GPUs' state; returns the sample written (GpuInfo list)."""
         gpus = self.mark_zombies(self.probe.gpus())
         shape = [(g.index, g.name, g.mem_total_gb) for g in gpus]
         write_heartbeat(self.client, self.ns, self.name, gpus, self.cpus, self.mem_gb, int(time.time() * 1000),
                         announce=shape != self._last_gpus)
         self._last_gpus = shape
+        return gpus
 
     def mark_zombies(self, gpus: list) -> list:
         """A GPU held by a process that no job of this agent owns is a zombie's: it is reported as
@@ -102,11 +106,12 @@ class NodeAgent:
         beats = 0
         while not self._stop.wait(self.timing.heartbeat_s):
             try:
-                self.heartbeat()
+                gpus = self.heartbeat()
                 self._last_beat = time.monotonic()
                 self.supervisor.flush_outbox()
                 self.supervisor.check()
                 self.peak_memory.sample()  # each job's peak GPU memory, into its record (workers/usage.py)
+                self.idle.sample(gpus)  # idle GPUs: warn, and requeue if the policy says so (workers/idle.py)
                 beats += 1
                 if beats % 10 == 0:  # e.g. an outcome Redis lost in a restart: requeue, never leave it
                     self.supervisor.reconcile(f"node {self.name} runs no such attempt; attempt lost")

@@ -13,10 +13,24 @@ from .procs import environs
 
 #: With --fake-gpus, a job's environment variable that says how many GB it "uses" on each GPU.
 FAKE_MEM_VAR = "DISPATCH_FAKE_GPU_MEM_GB"
+#: With --fake-gpus, a job's environment variable that says how busy (utilization, percent) its GPUs are.
+FAKE_UTIL_VAR = "DISPATCH_FAKE_GPU_UTIL"
+
+
+def _env_number(env, name: str, lo: float, hi: float) -> float:
+    """The number a process's environment gives `name`, if it is one in [lo, hi]; else 0."""
+    prefix = name.encode() + b"="
+    raw = next((var[len(prefix):] for var in env if var.startswith(prefix)), b"")
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError:
+        return 0.0
+    return value if lo <= value <= hi else 0.0
 
 
 class FakeProbe:
-    """GPUs that exist only on paper; utilization and used memory stay 0.
+    """GPUs that exist only on paper; utilization and used memory are 0 unless a job's environment
+    says otherwise (FAKE_UTIL_VAR, FAKE_MEM_VAR).
 
     A process "uses" fake GPU i of node N when its environment has DISPATCH_NODE=N and i in
     CUDA_VISIBLE_DEVICES, as every job the agent starts does; so a leftover job process, or one
@@ -27,7 +41,16 @@ class FakeProbe:
         self.node = node
 
     def gpus(self) -> list[GpuInfo]:
-        return list(self._gpus)
+        """The fake GPUs; one used by a process whose environment sets FAKE_UTIL_VAR (e.g. a job
+        submitted with --env DISPATCH_FAKE_GPU_UTIL=90) reports that utilization (the most of them)."""
+        from dataclasses import replace
+
+        util: dict[int, float] = {}
+        for _, env, gpus in self._on_gpus():
+            busy = _env_number(env, FAKE_UTIL_VAR, 0.0, 100.0)
+            for g in gpus:
+                util[g] = max(util.get(g, 0.0), busy)
+        return [replace(g, util_pct=util[g.index]) if util.get(g.index) else g for g in self._gpus]
 
     def _on_gpus(self):
         """(pid, its environment, the fake GPUs it uses) for each process on this node's fake GPUs."""
@@ -55,15 +78,14 @@ class FakeProbe:
         import os
 
         out: dict[int, dict[int, float]] = {}
-        prefix = FAKE_MEM_VAR.encode() + b"="
         for pid, env, gpus in self._on_gpus():
-            gb = next((var[len(prefix):] for var in env if var.startswith(prefix)), b"")
             try:
-                used = float(gb) if gb and os.getsid(pid) == pid else 0.0
-            except (ValueError, OSError):
-                used = 0.0
+                leader = os.getsid(pid) == pid
+            except OSError:
+                leader = False
+            used = _env_number(env, FAKE_MEM_VAR, 0.0, 1e6) if leader else 0.0
             for g in gpus:
-                out.setdefault(g, {})[pid] = used if 0 <= used < 1e6 else 0.0
+                out.setdefault(g, {})[pid] = used
         return out
 
     def close(self) -> None:

@@ -106,6 +106,7 @@ class Running:
     acks: list = field(default_factory=list)  # control stream ids to ack once the job is down
     ckpt_seen: float = 0.0
     thread: threading.Thread | None = field(default=None, repr=False)
+    gpus: tuple[int, ...] = ()  # the GPUs it was given (CUDA_VISIBLE_DEVICES)
 
 
 class Supervisor:
@@ -191,7 +192,8 @@ class Supervisor:
         started = self.scripts.mark_running(job_id, epoch, now_ms(), proc.pid)
         ckpt_file = ckpt / CHECKPOINT_FILE
         run = Running(job_id, epoch, proc, spec, ckpt,
-                      ckpt_seen=ckpt_file.stat().st_mtime if ckpt_file.exists() else 0.0)
+                      ckpt_seen=ckpt_file.stat().st_mtime if ckpt_file.exists() else 0.0,
+                      gpus=tuple(int(g) for g in gpu_list.split(",") if g.strip().isdigit()))
         if started != 1:
             run.stopping = "stale" if started == 0 else "cancel"
             self._signal(run, grace_s=0)

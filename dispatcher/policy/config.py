@@ -86,3 +86,9 @@ class PolicyConfig:
     #: A job larger than any node may run on several whole nodes at once (the simulator's gangs;
     #: node agents run single-node jobs only, so the live scheduler leaves this off).
     gang_across_nodes: bool = False
+    #: Idle GPUs (policy/idle.py): a GPU under this utilization (percent, as NVML reports it) is idle.
+    idle_util_pct: float = 5.0
+    #: A job whose GPUs have all been idle this long gets a warning on its record (and the dashboard's alert).
+    idle_warn_s: float = 1800.0
+    #: ... and this long, is requeued (a graceful preemption by its node agent); None: never.
+    idle_requeue_s: float | None = None

@@ -34,12 +34,13 @@ from .config import WEIGHT_TERMS, PolicyConfig, TeamQuota
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _DURATION_KEYS = {"aging_horizon": "aging_horizon_s", "remaining_ref": "remaining_ref_s",
                   "unknown_remaining": "unknown_remaining_s", "preempt_cooldown": "preempt_cooldown_s",
-                  "min_run": "min_run_s"}
+                  "min_run": "min_run_s", "idle_warn": "idle_warn_s"}
 _INT_KEYS = {"reservations": "reservations", "forced_min_gap": "forced_min_gap",
              "preemptors_per_cycle": "preemptors_per_cycle", "starvation_reservations": "starvation_reservations"}
 _BOOL_KEYS = {"preemption": "preemption", "keep_wait_on_requeue": "keep_wait_on_requeue"}
 _PROFILE_KEYS = set(_DURATION_KEYS) | set(_INT_KEYS) | set(_BOOL_KEYS) | {"weights", "aging_cap", "starvation",
-                                                                           "preempt_by", "las_tiers"}
+                                                                           "preempt_by", "las_tiers",
+                                                                           "idle_util", "idle_requeue"}
 PREEMPT_BY = ("class", "class+attained", "attained", "remaining")
 
 
@@ -163,7 +164,27 @@ def _profile(raw: dict, key: str, base: PolicyConfig) -> PolicyConfig:
                 raise _err(f"{key}.starvation.{cls}", f"unknown class; use {', '.join(PRIORITIES)}")
         changes["starvation_s"] = {**base.starvation_s,
                                    **{c: _duration(v, f"{key}.starvation.{c}") for c, v in s.items()}}
-    return replace(base, **changes)
+    _idle(raw, key, changes)
+    config = replace(base, **changes)
+    if config.idle_requeue_s is not None and config.idle_requeue_s < config.idle_warn_s:
+        raise _err(f"{key}.idle_requeue", f"{config.idle_requeue_s:g}s is shorter than idle_warn "
+                                          f"({config.idle_warn_s:g}s): a job is warned before it is requeued")
+    return config
+
+
+def _idle(raw: dict, key: str, changes: dict) -> None:
+    """idle_util (percent, 0..100) and idle_requeue (a duration, or "never")."""
+    if "idle_util" in raw:
+        pct = _number(raw["idle_util"], f"{key}.idle_util")
+        if pct > 100:
+            raise _err(f"{key}.idle_util", f"is a utilization in percent, at most 100, got {pct!r}")
+        changes["idle_util_pct"] = float(pct)
+    if "idle_requeue" in raw:
+        value = raw["idle_requeue"]
+        never = value is False or str(value).strip().lower() == "never"
+        changes["idle_requeue_s"] = None if never else _duration(value, f"{key}.idle_requeue")
+        if changes["idle_requeue_s"] == 0:
+            raise _err(f"{key}.idle_requeue", 'must be above 0; "never" turns idle requeues off')
 
 
 def _teams(raw, key: str = "teams") -> dict[str, TeamQuota]:

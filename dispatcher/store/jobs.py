@@ -22,7 +22,7 @@ LOG_MAXLEN = 10_000
 _FIELDS = ("state", "node", "gpus", "attempt", "epoch", "submit_ms", "assigned_ms", "started_ms",
            "finished_ms", "exit_code", "reason", "cancel_ms", "preemptions", "gpu_s_lost", "preempted_by",
            "preempt_mode", "preempt_reason", "last_preempted_ms", "checkpoint_ms", "lost", "pred_s", "pred_conf",
-           "pred_runs", "pred_src", "pred_mem_gb", "plan_est_s", "peak_gpu_mem_gb")
+           "pred_runs", "pred_src", "pred_mem_gb", "plan_est_s", "peak_gpu_mem_gb", "warning", "idle_since_ms")
 
 
 def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, str] | None = None,
@@ -121,6 +121,8 @@ def job_view(job_id: str, raw: dict) -> dict:
         "prediction": _prediction(f),
         "plan_est_s": plan_estimate(f["plan_est_s"] or None) or (spec.est_s if spec else None),
         "peak_gpu_mem_gb": _num(f["peak_gpu_mem_gb"], None, float),
+        "warning": f["warning"] or None,  # its node agent's, while its GPUs idle (workers/idle.py)
+        "idle_since_at": secs("idle_since_ms"),
     }
     return view
 

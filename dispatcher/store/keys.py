@@ -12,7 +12,9 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |   pred_s, pred_conf, pred_runs, pred_src, pred_mem_gb (submit's prediction from the run    |
 |   history of the job's fingerprint, dispatcher/predict.py), plan_est_s (the estimate the   |
 |   policy uses, when not the user's own),                                                   |
-|   peak_gpu_mem_gb (agent heartbeat, when it grows)                                         |
+|   peak_gpu_mem_gb (agent heartbeat, when it grows),                                        |
+|   warning, idle_since_ms (agent, while all its GPUs idle; idle_warning.lua, cleared when   |
+|   busy again and by finish.lua/shrink.lua: workers/idle.py)                                |
 | <ns>:job:<id>:log          | stream | agent (XADD, MAXLEN ~)      | until purged                     |
 | <ns>:job:<id>:attempts     | list   | finish.lua (RPUSH)          | one msgpack map per ended attempt|
 | <ns>:history:<fp>          | list   | finish.lua (LPUSH, LTRIM)   | runs of one fingerprint that     |

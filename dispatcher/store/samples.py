@@ -4,11 +4,12 @@ The leading scheduler records one sample per SAMPLE_EVERY_MS into a capped strea
 (keys.samples) from the snapshot it has just read, so sampling costs no extra read
 and there is exactly one writer however many dashboards run. The dashboard, `dispatch
 top` and /metrics read them for the charts and for the alerts that need a duration
-("utilization low for 30 minutes", "GPU idle for 30 minutes").
+("utilization low for 30 minutes").
 """
 
 from __future__ import annotations
 
+from ..policy.config import PolicyConfig
 from . import keys
 from .connect import text
 
@@ -16,8 +17,9 @@ from .connect import text
 SAMPLE_EVERY_MS = 15_000
 #: Samples kept: 12 hours of them (approximate trim).
 SAMPLES_KEPT = 12 * 3600 * 1000 // SAMPLE_EVERY_MS
-#: A held GPU below this utilization (percent, as NVML reports it) counts as idle.
-IDLE_UTIL_PCT = 5.0
+#: A held GPU below this utilization (percent, as NVML reports it) counts as idle, unless the
+#: policy sets another idle_util (the figure the node agents' idle warnings use: policy/idle.py).
+IDLE_UTIL_PCT = PolicyConfig.idle_util_pct
 #: At most this many idle GPUs are named in one sample (the count is always exact).
 IDLE_NAMED = 512
 
@@ -41,7 +43,8 @@ def holders(running) -> dict[tuple[str, int], list]:
     return out
 
 
-def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int) -> dict:
+def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int,
+            idle_pct: float = IDLE_UTIL_PCT) -> dict:
     """Figures of the live nodes (NodeRecords) with the RunningJobs: usable GPUs, GPUs held, GPUs
     blocked by zombies, mean utilization (%), fragmentation, and the held GPUs that are idle
     ("node:index").
@@ -63,7 +66,7 @@ def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int) -
             gpus += 1
             if (n.name, g.index) in taken:
                 held += 1
-                if g.util_pct < IDLE_UTIL_PCT:
+                if g.util_pct < idle_pct:
                     idle.append(f"{n.name}:{g.index}")
             else:
                 node_free += 1
@@ -81,7 +84,7 @@ _recorded: dict[tuple[int, str], int] = {}
 
 
 def record_sample(client, ns: str, now_ms: int, read, node_timeout_s: float,
-                  every_ms: int = SAMPLE_EVERY_MS) -> bool:
+                  every_ms: int = SAMPLE_EVERY_MS, idle_pct: float = IDLE_UTIL_PCT) -> bool:
     """Append a sample of `read` (what the scheduler read this cycle: .nodes, and .snapshot with
     .pending and .running) unless this slot of `every_ms` has one already; returns whether it
     wrote. Cheap to call every cycle; safe from any number of schedulers (a second writer in the
@@ -92,7 +95,8 @@ def record_sample(client, ns: str, now_ms: int, read, node_timeout_s: float,
     if _recorded.get((id(client), ns)) == slot:
         return False
     _recorded[(id(client), ns)] = slot
-    f = figures(read.nodes, read.snapshot.running, now_ms, node_timeout_s, smallest_request(read.snapshot.pending))
+    f = figures(read.nodes, read.snapshot.running, now_ms, node_timeout_s, smallest_request(read.snapshot.pending),
+                idle_pct)
     fields = {"v": 1, "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
               "frag": f["frag"], "pending": len(read.snapshot.pending), "running": len(read.snapshot.running),
               "idle_n": len(f["idle"]), "idle": " ".join(f["idle"][:IDLE_NAMED])}

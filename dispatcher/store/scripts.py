@@ -10,7 +10,7 @@ from importlib import resources
 from . import keys
 
 _NAMES = ("commit_placement", "mark_running", "finish", "cancel", "mark_preempting", "shrink", "checkpointed",
-          "lease")
+          "lease", "idle_warning")
 
 
 def _flag(value: bool) -> str:
@@ -85,6 +85,12 @@ class Scripts:
     def checkpointed(self, job_id, epoch, at_ms, *, client=None):
         return self._s["checkpointed"](keys=[keys.job(self.ns, job_id), keys.jobs_changed(self.ns)],
                                               args=[epoch, at_ms, job_id], client=client)
+
+    def idle_warning(self, job_id, epoch, since_ms, warning, *, client=None):
+        """Write (since_ms an int) or clear (since_ms None) a running job's idle warning at its epoch."""
+        return self._s["idle_warning"](keys=[keys.job(self.ns, job_id)],
+                                       args=[epoch, "" if since_ms is None else int(since_ms), warning],
+                                       client=client)
 
     def lease(self, holder, ttl_ms, op, *, client=None):
         ns = self.ns

@@ -78,12 +78,14 @@ def test_bad_alert_thresholds_name_the_flag(raw):
 
 def test_alerts_fire_on_long_waits_dead_nodes_zombies_low_allocation_and_idle_gpus():
     now = 10_000_000
-    cfg = AlertConfig(critical_wait_s=60, high_wait_s=600, low_util_pct=50, low_util_for_s=300, idle_gpu_for_s=300)
+    cfg = AlertConfig(critical_wait_s=60, high_wait_s=600, low_util_pct=50, low_util_for_s=300)
     view = {"classes": [{"class": "critical", "pending": 2, "oldest_wait_s": 90.0, "oldest_job": "7"},
                         {"class": "high", "pending": 1, "oldest_wait_s": 100.0, "oldest_job": "8"},
                         {"class": "low", "pending": 1, "oldest_wait_s": 9e9, "oldest_job": "9"}],
             "nodes": [{"name": "a", "alive": True, "seen_s_ago": 1, "gpus": [
-                          {"index": 0, "job": "3", "blocked": None}, {"index": 1, "job": None, "blocked": "zombie: pid 9"}]},
+                          {"index": 0, "job": "3", "blocked": None, "idle": "GPUs idle: all below 5% utilization for 30m",
+                           "idle_since": now / 1000 - 2400},
+                          {"index": 1, "job": None, "blocked": "zombie: pid 9"}]},
                       {"name": "b", "alive": False, "seen_s_ago": 42, "gpus": []}]}
     samples = [{"t_ms": now - s * 1000, "pending": 3, "gpus": 4, "held": 1, "idle": ["a:0"]}
                for s in range(400, -1, -20)]
@@ -92,8 +94,15 @@ def test_alerts_fire_on_long_waits_dead_nodes_zombies_low_allocation_and_idle_gp
         ("dead_node", "critical", "b"), ("wait", "critical", "critical"),
         ("idle_gpu", "warning", "a:0"), ("low_util", "warning", "cluster"), ("zombie", "warning", "a:1")]
     assert "1 critical job waiting over 60s (longest: job 7, 90s)" in got[1]["message"]
-    # a window the samples do not reach back over raises nothing
-    assert [a["kind"] for a in evaluate(view, {}, samples[-5:], cfg, now)] == ["dead_node", "zombie"]
+    assert got[2]["message"] == "a GPU 0 held by job 3: GPUs idle: all below 5% utilization for 30m (idle for 40m)"
+    # a window the samples do not reach back over raises nothing; the idle warning needs none (its agent timed it)
+    assert [a["kind"] for a in evaluate(view, {}, samples[-5:], cfg, now)] == ["dead_node", "idle_gpu", "zombie"]
+
+
+def test_the_old_idle_alert_threshold_points_to_the_policy():
+    with pytest.raises(ConfigError) as e:
+        AlertConfig.parse("idle_gpu_for=1h")
+    assert e.value.key == "--alerts" and "idle_warn" in str(e.value)
 
 
 def dump_all(client, ns):

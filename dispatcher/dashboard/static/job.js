@@ -11,6 +11,10 @@ function why(out) {
   let html = `<div>${state(j.state)} ${cls(j.priority)} ` +
     (j.node ? `on <span class="mono">${esc(j.node)}:${j.gpus.join(",")}</span> ` : "") +
     (j.reason ? `<span class="muted">· ${esc(j.reason)}</span>` : "") + `</div>`;
+  if (j.warning) {  // its node agent's idle-GPU warning (policy idle_warn)
+    html += `<div class="alert" style="margin-top:8px"><b>idle</b>${esc(j.warning)}` +
+      (j.idle_since_at ? ` <span class="muted">· since ${clock(j.idle_since_at)}</span>` : "") + `</div>`;
+  }
   if (o) {
     const total = Object.values(out.weights || {}).reduce((a, b) => a + b, 0) || 1;
     html += `<div class="why" style="margin-top:8px"><b>${esc(o.code.replace(/_/g, " "))}</b>: ${esc(o.reason)}`;

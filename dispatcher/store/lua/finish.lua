@@ -40,6 +40,7 @@ for g in string.gmatch(gpus, '[^,]+') do
   end
 end
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[1], 'idle_since_ms', 'warning')  -- the idle warning was about this attempt
 local new_state, reason = ARGV[3], ARGV[6]
 local outcome = new_state
 local lost = ARGV[10] ~= '' and state ~= 'assigned'  -- an attempt that never started lost nothing

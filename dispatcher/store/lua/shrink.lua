@@ -23,6 +23,6 @@ redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'state', 'assigned', 'gpus', ARGV[3], 'assigned_ms', ARGV[4],
            'last_preempted_ms', ARGV[4], 'reason', 'shrunk to ' .. ARGV[3])
-redis.call('HDEL', KEYS[1], 'started_ms', 'pid', 'preempting_ms')
+redis.call('HDEL', KEYS[1], 'started_ms', 'pid', 'preempting_ms', 'idle_since_ms', 'warning')
 redis.call('SADD', KEYS[#KEYS], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
 return epoch
