@@ -230,8 +230,10 @@ class RedisPlanner:
             epoch = epochs[p.job_id]
             self.scripts.commit_placement(p.job_id, p.node, p.gpus, epoch, now_ms, share=p.share, fence=fence,
                                           client=pipe)
+            # result_ttl=0: a launch's result is only "started" (the job's outcome is dispatch's record),
+            # so RQ keeps nothing once it ran; a failed launch stays a day for an operator to read
             by_node.setdefault(p.node, []).append(self._queue_cls.prepare_data(
-                "workers.jobs.launch", args=[p.job_id, epoch + 1], timeout=-1, result_ttl=300,
+                "workers.jobs.launch", args=[p.job_id, epoch + 1], timeout=-1, result_ttl=0,
                 failure_ttl=86400, description=f"dispatch job {p.job_id} attempt epoch {epoch + 1}"))
         self._write_reasons(pipe, plan, held or {}, waiting)
         for node, datas in by_node.items():

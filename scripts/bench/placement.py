@@ -52,7 +52,7 @@ def rq_enqueue(client, ns: str, n_jobs: int, n_nodes: int) -> float:
     by_queue = {}
     for i in range(n_jobs):
         by_queue.setdefault(i % n_nodes, []).append(Queue.prepare_data(
-            "workers.jobs.launch", args=[str(i), 1], timeout=-1, result_ttl=300, failure_ttl=86400,
+            "workers.jobs.launch", args=[str(i), 1], timeout=-1, result_ttl=0, failure_ttl=86400,
             description=f"dispatch job {i} attempt epoch 1"))
     for q, datas in by_queue.items():
         queues[q].enqueue_many(datas, pipeline=pipe)
