@@ -7,7 +7,6 @@ allowed. Pure: the caller passes the user name and the submit time.
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 
 import re
 
@@ -202,12 +201,14 @@ def _gpu_type_text(gpu_type) -> str | None:
     raise InvalidRequestError(f"--gpu-type: {gpu_type!r} is not a GPU family or a list of them", field="--gpu-type")
 
 
-def build_spec(
+@functools.lru_cache(maxsize=256)
+def _checked_options(items: tuple) -> dict:
+    return check_options(**dict(items))
+
+
+def check_options(
     *,
-    command,
     user: str,
-    submit_ms: int,
-    job_id: str = "",
     name: str = "",
     team: str = "",
     cwd: str = "",
@@ -229,17 +230,8 @@ def build_spec(
     after=(),
     after_any=(),
     scaling=None,
-) -> JobSpec:
-    """Check every field of a request and return the spec; raises InvalidRequestError."""
-    if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple, type(None))):
-        raise InvalidRequestError("the command must be a list of arguments, e.g. ['python', 'train.py']",
-                                  field="COMMAND")
-    command = tuple(_utf8(str(a), "COMMAND") for a in (command or ()))
-    if not command:
-        raise InvalidRequestError("no command given; put it after --, e.g. dispatch submit -- python train.py",
-                                  field="COMMAND")
-    if sum(len(a.encode()) for a in command) > MAX_COMMAND_BYTES:
-        raise InvalidRequestError(f"the command is longer than {MAX_COMMAND_BYTES} bytes", field="COMMAND")
+) -> dict:
+    """Every field of a request but its command, checked: the JobSpec fields they give."""
     est_s = None
     if est is not None and est != "":
         est_s = est if isinstance(est, (int, float)) and not isinstance(est, bool) else parse_duration(est)
@@ -250,9 +242,7 @@ def build_spec(
         if min_gpus not in (None, ""):
             raise InvalidRequestError("give either --gpus MIN-MAX or --min-gpus, not both", field="--min-gpus")
         min_gpus = low
-    spec = JobSpec(
-        id=job_id,
-        command=command,
+    f = dict(
         name=_label(str(name or ""), "--name"),
         user=_label(str(user or ""), "--user") or "nobody",
         team=_label(str(team or ""), "--team"),
@@ -267,7 +257,6 @@ def build_spec(
         est_s=est_s,
         checkpointable=bool(checkpointable),
         grace_s=_number(grace_s, "--grace", lo=0, hi=86400, integer=False),
-        submit_ms=int(submit_ms),
         share=bool(share),
         min_gpus=None if min_gpus in (None, "") else _number(min_gpus, "--min-gpus", lo=1, hi=MAX_GPUS, integer=True),
         preemptible=bool(preemptible),
@@ -277,18 +266,40 @@ def build_spec(
         after_any=parse_job_ids(after_any, "--after-any"),
         scaling=_scaling_text(scaling, low is not None),
     )
-    if spec.scaling and spec.est_s is None:  # a table's time on the most GPUs is the estimate
+    if f["scaling"] and f["est_s"] is None:  # a table's time on the most GPUs is the estimate
         from .policy.elastic import run_time
 
-        spec = replace(spec, est_s=run_time(spec, spec.gpus))
-    if spec.min_gpus is not None and spec.min_gpus > spec.gpus:
-        raise InvalidRequestError(f"--min-gpus: {spec.min_gpus} is more than --gpus {spec.gpus}", field="--min-gpus")
-    if spec.min_gpus is not None and not spec.checkpointable and low is None:
+        f["est_s"] = run_time(JobSpec(id="", command=(), **f), f["gpus"])
+    if f["min_gpus"] is not None and f["min_gpus"] > f["gpus"]:
+        raise InvalidRequestError(f"--min-gpus: {f['min_gpus']} is more than --gpus {f['gpus']}", field="--min-gpus")
+    if f["min_gpus"] is not None and not f["checkpointable"] and low is None:
         raise InvalidRequestError("--min-gpus: an elastic job is shrunk by checkpoint and restart; "
                                   "add --checkpointable", field="--min-gpus")
-    if spec.share and not (spec.gpus >= 1 and spec.gpu_mem_gb > 0):
+    if f["share"] and not (f["gpus"] >= 1 and f["gpu_mem_gb"] > 0):
         raise InvalidRequestError("--share needs --gpus 1 or more and --gpu-mem GB (the memory it may use "
                                   "on each GPU)", field="--share")
+    return f
+
+
+def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", **options) -> JobSpec:
+    """Check every field of a request and return the spec; raises InvalidRequestError. `options` are
+    check_options' keywords (submit's flags). A sweep's jobs differ in their command and share their
+    options, so checked options are remembered per distinct set (when all their values hash)."""
+    if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple, type(None))):
+        raise InvalidRequestError("the command must be a list of arguments, e.g. ['python', 'train.py']",
+                                  field="COMMAND")
+    command = tuple(_utf8(str(a), "COMMAND") for a in (command or ()))
+    if not command:
+        raise InvalidRequestError("no command given; put it after --, e.g. dispatch submit -- python train.py",
+                                  field="COMMAND")
+    if sum(len(a.encode()) for a in command) > MAX_COMMAND_BYTES:
+        raise InvalidRequestError(f"the command is longer than {MAX_COMMAND_BYTES} bytes", field="COMMAND")
+    options["user"] = user
+    try:
+        fields = _checked_options(tuple(sorted(options.items())))
+    except TypeError:  # a list or dict among the values (env from the Python API): check it uncached
+        fields = check_options(**options)
+    spec = JobSpec(id=job_id, command=command, submit_ms=int(submit_ms), **fields)
     from .store.codec import MAX_SPEC_BYTES, encode_spec
 
     # an upper bound first (UTF-8 takes at most 4 bytes a character, msgpack at most 5 a string, the
