@@ -288,11 +288,17 @@ def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", **option
     if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple, type(None))):
         raise InvalidRequestError("the command must be a list of arguments, e.g. ['python', 'train.py']",
                                   field="COMMAND")
-    command = tuple(_utf8(str(a), "COMMAND") for a in (command or ()))
+    command = tuple(a if type(a) is str else str(a) for a in (command or ()))
     if not command:
         raise InvalidRequestError("no command given; put it after --, e.g. dispatch submit -- python train.py",
                                   field="COMMAND")
-    if sum(len(a.encode()) for a in command) > MAX_COMMAND_BYTES:
+    try:
+        size = len("\0".join(command).encode()) - len(command) + 1  # one encode for all the arguments
+    except UnicodeEncodeError:
+        for arg in command:
+            _utf8(arg, "COMMAND")  # names the argument that is not UTF-8
+        raise
+    if size > MAX_COMMAND_BYTES:
         raise InvalidRequestError(f"the command is longer than {MAX_COMMAND_BYTES} bytes", field="COMMAND")
     options["user"] = user
     try:
@@ -302,10 +308,10 @@ def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", **option
     spec = JobSpec(id=job_id, command=command, submit_ms=int(submit_ms), **fields)
     from .store.codec import MAX_SPEC_BYTES, encode_spec
 
-    # an upper bound first (UTF-8 takes at most 4 bytes a character, msgpack at most 5 a string, the
-    # fixed fields well under 1 KiB): only a request that comes near the limit is encoded to check
-    texts = sum(len(a) for a in command) + sum(len(k) + len(v) for k, v in spec.env) + len(spec.cwd) + len(spec.name)
-    bound = 4 * texts + 5 * (len(command) + 2 * len(spec.env)) + 1024
+    # an upper bound first (msgpack takes at most 5 bytes a string beyond its UTF-8, which takes at most
+    # 4 a character; the fixed fields well under 1 KiB): only a request near the limit is encoded to check
+    texts = sum(len(k) + len(v) for k, v in spec.env) + len(spec.cwd) + len(spec.name)
+    bound = size + 4 * texts + 5 * (len(command) + 2 * len(spec.env)) + 1024
     if bound > MAX_SPEC_BYTES and len(encode_spec(spec)) > MAX_SPEC_BYTES:
         raise InvalidRequestError(f"the request is larger than {MAX_SPEC_BYTES // 1024} KiB (command, --env, --cwd)",
                                   field="COMMAND")
@@ -325,11 +331,12 @@ def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> 
     """A request dict (REQUEST_FIELDS; `user` and `cwd` default to the caller's) -> a checked spec."""
     if not isinstance(request, dict):
         raise InvalidRequestError("a request must be an object of submit's fields, with 'command'", field="request")
-    unknown = sorted(set(request) - set(REQUEST_FIELDS))
-    if unknown:
+    try:
+        fields = {REQUEST_FIELDS[k]: v for k, v in request.items()}
+    except (KeyError, TypeError):
+        unknown = sorted(str(k) for k in request if k not in REQUEST_FIELDS)
         raise InvalidRequestError(f"unknown field {unknown[0]!r}; known: {', '.join(REQUEST_FIELDS)}",
-                                  field=unknown[0])
-    fields = {REQUEST_FIELDS[k]: v for k, v in request.items()}
+                                  field=unknown[0]) from None
     fields.setdefault("user", user)
     fields.setdefault("cwd", cwd)
     return build_spec(submit_ms=submit_ms, **fields)
