@@ -202,8 +202,16 @@ def _gpu_type_text(gpu_type) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _checked_options(items: tuple) -> dict:
-    return check_options(**dict(items))
+def _checked_options(items: tuple) -> tuple[dict, int]:
+    return _with_bound(check_options(**dict(items)))
+
+
+def _with_bound(fields: dict) -> tuple[dict, int]:
+    """The fields, and an upper bound of what they add to an encoded spec (msgpack takes at most 5
+    bytes a string beyond its UTF-8, which takes at most 4 a character; the fixed fields well under
+    1 KiB)."""
+    texts = sum(len(k) + len(v) for k, v in fields["env"]) + len(fields["cwd"]) + len(fields["name"])
+    return fields, 4 * texts + 10 * len(fields["env"]) + 1024
 
 
 def check_options(
@@ -302,20 +310,25 @@ def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", **option
         raise InvalidRequestError(f"the command is longer than {MAX_COMMAND_BYTES} bytes", field="COMMAND")
     options["user"] = user
     try:
-        fields = _checked_options(tuple(sorted(options.items())))
+        fields, bound = _checked_options(tuple(sorted(options.items())))
     except TypeError:  # a list or dict among the values (env from the Python API): check it uncached
-        fields = check_options(**options)
+        fields, bound = _with_bound(check_options(**options))
     spec = JobSpec(id=job_id, command=command, submit_ms=int(submit_ms), **fields)
-    from .store.codec import MAX_SPEC_BYTES, encode_spec
-
-    # an upper bound first (msgpack takes at most 5 bytes a string beyond its UTF-8, which takes at most
-    # 4 a character; the fixed fields well under 1 KiB): only a request near the limit is encoded to check
-    texts = sum(len(k) + len(v) for k, v in spec.env) + len(spec.cwd) + len(spec.name)
-    bound = size + 4 * texts + 5 * (len(command) + 2 * len(spec.env)) + 1024
-    if bound > MAX_SPEC_BYTES and len(encode_spec(spec)) > MAX_SPEC_BYTES:
+    if size + 5 * len(command) + bound > MAX_SPEC_BYTES and _encoded_size(spec) > MAX_SPEC_BYTES:
+        # (only a request that comes near the limit is encoded to check)
         raise InvalidRequestError(f"the request is larger than {MAX_SPEC_BYTES // 1024} KiB (command, --env, --cwd)",
                                   field="COMMAND")
     return spec
+
+
+def _encoded_size(spec: JobSpec) -> int:
+    from .store.codec import encode_spec
+
+    return len(encode_spec(spec))
+
+
+#: A spec larger than this is refused at submit, and by store.codec before decoding.
+MAX_SPEC_BYTES = 256 * 1024
 
 
 #: The fields of a request as the Python API and `submit --from FILE.jsonl` name them (submit's flags).

@@ -10,9 +10,8 @@ import msgpack
 
 from ..errors import MalformedRecord
 from ..model import PRIORITIES, SPEC_VERSION, GpuInfo, JobSpec
+from ..spec import MAX_SPEC_BYTES
 
-#: A spec larger than this is refused before decoding.
-MAX_SPEC_BYTES = 256 * 1024
 
 
 def encode_spec(spec: JobSpec, job_id: str | None = None) -> bytes:
