@@ -397,9 +397,25 @@ def why(ctx, job_id, as_json):
     for r in out.get("reservations", []):
         if r["job"] != job["id"]:
             click.echo(f"  reservation: job {r['job']} holds {r['node']} GPUs {r['gpus']} from ~{r['starts_in_s']:g}s")
+    if out.get("forecast"):
+        from .forecast import describe
+
+        click.echo(f"  forecast: {describe(out['forecast'], with_job=False)}")
     for d in out["decisions"]:
         when = time.strftime("%H:%M:%S", time.localtime(d["time"]))
         click.echo(f"  decision {when}: started on {d['node']} GPUs {d['gpus']}, score {d['score']:.1f}: {d['why']}")
+
+
+@cli.command()
+@click.argument("job_id")
+@json_flag
+@common
+def eta(ctx, job_id, as_json):
+    """When a pending job is expected to start, and the quickest change that would start it sooner."""
+    from .forecast import describe, read_eta
+
+    out = read_eta(ctx.client, ctx.ns, job_id)
+    click.echo(json.dumps(out, indent=1) if as_json else describe(out))
 
 
 @cli.command()
@@ -468,8 +484,8 @@ def policy_show(ctx, as_json):
 
 def _alerts_option(fn):
     return click.option("--alerts", default=None, envvar="DISPATCH_ALERTS", metavar="KEY=VALUE,...",
-                        help="Alert thresholds, e.g. critical_wait=5m,high_wait=30m,low_util=50,low_util_for=30m,"
-                             "idle_gpu_for=30m (docs/dashboard.md).")(fn)
+                        help="Alert thresholds, e.g. critical_wait=5m,high_wait=30m,low_util=50,low_util_for=30m "
+                             "(docs/dashboard.md; idle GPUs: the policy's idle_warn).")(fn)
 
 
 def _board(ctx, alerts):

@@ -10,6 +10,7 @@ import time
 
 from .config import Timing
 from .errors import ConfigError
+from .forecast import forecast_read
 from .policy import rest_verdict, schedule
 from .policy.profiles import PolicySet, parse_policy
 from .policy_source import local_weekday_minute
@@ -59,4 +60,5 @@ def explain(client, ns: str, job_id: str) -> dict:
         out["outcome"] = {"code": "held", "reason": read.held[job_id], "rank": None}
     if job_id in read.bad_jobs:
         out["outcome"] = {"code": "invalid", "reason": read.bad_jobs[job_id]}
+    out["forecast"] = forecast_read(read, job_id, now, config)  # `dispatch eta`'s line
     return out

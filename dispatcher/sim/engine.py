@@ -7,6 +7,10 @@ the live planner and node agents would: placements start jobs, graceful
 preemptions hold the victim's GPUs for the checkpoint save and requeue it with
 its progress kept, forced ones requeue it at once with its progress lost. A
 job resumed from a checkpoint pays the restore time.
+
+`Engine.from_snapshot` goes on from a live cluster's state instead of a trace
+(sim/forecast.py: `dispatch eta`); `run(until_s=, watch=)` stops early and can be
+called again.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from ..policy import Backlog, schedule
 from ..predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, RECENT, Run, fingerprint, policy_estimate, predict
 from .workload import EstimateModel, TraceJob
 
-ARRIVE, FINISH, SAVED = 0, 1, 2
+ARRIVE, FINISH, SAVED, TICK = 0, 1, 2, 3  # TICK: a cycle with nothing new (time alone changes the plan)
 
 
 @dataclass
@@ -138,6 +142,52 @@ class Engine:
         self.node_views: dict[str, NodeView] = {}
         self.dirty: set[str] = set(self.nodes)
         self.cycles = 0
+        #: None, or t -> a later time: the events from t up to it happen together, at the last one's
+        #: time (fewer cycles, each event at most that much late; forecasts use it)
+        self.coalesce = None
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot, now_s: float, work_s: dict[str, float], config, *,
+                      name: str = "forecast", ckpt_save_s: float = 30.0) -> "Engine":
+        """An engine that goes on from a cluster's state at `now_s` (seconds on the snapshot's clock):
+        its nodes with what is free on them now (blocked GPUs never come back), its running jobs, each
+        ending `work_s[id]` seconds from now (a stopping one is requeued after `ckpt_save_s` with that
+        much left), and its pending jobs, each running `work_s[id]` once started. The policy is told
+        the estimates the specs carry. Nothing else arrives. The snapshot is not changed."""
+        engine = cls([], [(v.name, v.gpus) for v in snapshot.nodes], config, name=name,
+                     estimates=EstimateModel("given"), ckpt_save_s=ckpt_save_s, ckpt_restore_s=0.0)
+        for v in snapshot.nodes:
+            engine.free[v.name] = set(v.free_gpus)
+
+        def admit(spec: JobSpec, since_s: float) -> SimJob:
+            work = work_s[spec.id]
+            trace = TraceJob(spec.id, spec.submit_ms / 1000.0, spec.user, spec.gpus, work, spec.gpu_types,
+                             spec.priority)
+            engine.jobs[spec.id] = SimJob(trace, spec, work, since_s)
+            return engine.jobs[spec.id]
+
+        pieces: dict[str, list[RunningJob]] = defaultdict(list)
+        for r in snapshot.running:
+            if r.node in engine.nodes:  # a dead node's jobs hold nothing the policy could use
+                pieces[r.spec.id].append(r)
+        for job_id, views in pieces.items():
+            r = views[0]
+            job = admit(r.spec, r.spec.submit_ms / 1000.0)
+            job.node_gpus = [(v.node, v.gpus) for v in views]
+            job.started_s = job.run_start_s = job.first_start_s = r.started_ms / 1000.0
+            job.preemptions, job.last_preempted_s = (1, r.preempted_ms / 1000.0) if r.preempted_ms else (0, 0.0)
+            job.attained_gpu_s, job.state = r.attained_gpu_s, "stopping" if r.stopping else "running"
+            engine.running[job_id] = job
+            engine.view_running(job)
+            if r.stopping:
+                engine.push(now_s + ckpt_save_s, SAVED, job_id, job.token)
+            else:
+                engine.push(now_s + job.work_left_s, FINISH, job_id, job.token)
+        for p in snapshot.pending:
+            job = admit(p.spec, p.wait_from_ms / 1000.0)
+            job.attempts, job.attained_gpu_s = p.attempt, p.attained_gpu_s
+            engine.push(now_s, ARRIVE, p.spec.id, 0)
+        return engine
 
     def push(self, t: float, kind: int, job_id: str, token: int) -> None:
         self.seq += 1
@@ -146,6 +196,8 @@ class Engine:
     # -- estimates ------------------------------------------------------------------------------
     def estimate(self, job: SimJob) -> float | None:
         kind = self.estimates.kind
+        if kind == "given":  # what the spec carries (from_snapshot: the live estimate)
+            return job.spec.est_s
         if kind == "oracle":
             return max(1.0, job.work_left_s)
         if kind == "none":
@@ -165,12 +217,24 @@ class Engine:
         self.pending.add(PendingJob(job.spec, job.attempts, int(job.since_s * 1000), job.attained_gpu_s))
 
     # -- the loop ------------------------------------------------------------------------------
-    def run(self) -> SimResult:
-        while self.events:
-            now = self.events[0][0]
-            changed = False
-            while self.events and self.events[0][0] == now:
-                _, kind, _, job_id, token = heapq.heappop(self.events)
+    def run(self, *, until_s: float = math.inf, watch: str | None = None, max_cycles: int | None = None) -> SimResult:
+        """Replays every event; stops early (and may be called again) before the first instant past
+        `until_s`, after the instant at which job `watch` first started, or once `max_cycles` cycles ran."""
+        while self.events and self.events[0][0] <= until_s:
+            if watch is not None and self.jobs[watch].first_start_s is not None:
+                break
+            if max_cycles is not None and self.cycles >= max_cycles:
+                break
+            limit = self.events[0][0] if self.coalesce is None else self.coalesce(self.events[0][0])
+            batch = []
+            while self.events and self.events[0][0] <= limit:
+                batch.append(heapq.heappop(self.events))
+            # a batch's events happen at the time of its last one (ticks delay none)
+            now, changed = max((e[0] for e in batch if e[1] != TICK), default=batch[-1][0]), False
+            for _, kind, _, job_id, token in batch:
+                if kind == TICK:
+                    changed = True
+                    continue
                 job = self.jobs[job_id]
                 if kind == ARRIVE:
                     self.enqueue(job, now)
