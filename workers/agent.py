@@ -147,6 +147,7 @@ class NodeAgent:
         `before_shutdown` runs first (`dispatch up` stops its scheduler there, so that
         nothing is placed on this node while its jobs are being requeued).
         """
+        import redis
         from rq import Queue, SimpleWorker
         from rq.serializers import JSONSerializer
 
@@ -161,12 +162,23 @@ class NodeAgent:
         # RQ blocks in BLPOP for minutes: its connection must not have redis-py's 5 s read timeout.
         rq_client = clone(self.client, socket_timeout=None)
         queue = Queue(keys.rq_queue_name(self.ns, self.name), connection=rq_client, serializer=JSONSerializer)
-        worker = SimpleWorker([queue], connection=rq_client, serializer=JSONSerializer,
-                              name=f"{self.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
         log.info("node %s: %d GPUs, %d CPUs, %.0f GB; listening on RQ queue %s",
                  self.name, len(self.probe.gpus()), self.cpus, self.mem_gb, queue.name)
         try:
-            worker.work(logging_level="WARNING", with_scheduler=False)
+            while True:
+                worker = SimpleWorker([queue], connection=rq_client, serializer=JSONSerializer,
+                                      name=f"{self.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
+                try:
+                    worker.work(logging_level="WARNING", with_scheduler=False)
+                    break  # a warm shutdown (SIGINT/SIGTERM)
+                except redis.exceptions.RedisError as e:
+                    # RQ retries a lost server while it waits for work, but not while it is finishing a
+                    # launch: the agent outlives that (its jobs, heartbeats and outbox carry on) and
+                    # starts a new worker once the server is back
+                    log.warning("RQ worker stopped on a Redis error (%s); starting a new one in 1 s", e)
+                    time.sleep(1.0)
+                    if getattr(worker, "_stop_requested", False):  # SIGINT/SIGTERM came meanwhile
+                        break
         finally:
             if before_shutdown is not None:
                 before_shutdown()
