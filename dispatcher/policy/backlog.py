@@ -102,13 +102,12 @@ class _Bucket:
     """One user's jobs of one shape and strength: `old` is keyed by -score (capped or no aging),
     `young` by -(base - w_wait * rate * wait_from), valid while the job is under the cap."""
 
-    __slots__ = ("key", "user", "shape", "strength", "young", "old", "live")
+    __slots__ = ("key", "shape", "strength", "young", "old")
 
-    def __init__(self, key, user, shape, strength_):
-        self.key, self.user, self.shape, self.strength = key, user, shape, strength_
+    def __init__(self, key):
+        self.key, self.shape, self.strength = key, key[1], key[3]  # (bucket_key: user, shape, team, strength)
         self.young: list = []
         self.old: list = []
-        self.live = 0
 
 
 class Backlog:
@@ -138,14 +137,9 @@ class Backlog:
 
     def configure(self, config: PolicyConfig) -> None:
         """Use `config` from now on; the keys are worked out again only if its scoring changed."""
-        keys_ = _Keys(config)
+        if _Keys(config).signature != self._keys.signature:
+            self._rebuild(config)
         self.config = config
-        if keys_.signature != self._keys.signature:
-            self._keys = keys_
-            jobs = list(self.jobs.values())
-            self.__init__(config)
-            for p in jobs:
-                self.add(p)
 
     # -- changes ------------------------------------------------------------------------------
     def add(self, p: PendingJob) -> None:
@@ -156,10 +150,9 @@ class Backlog:
         self._seq += 1
         seq = self._seq  # ties never reach the PendingJob, even with a dead entry of the same id
         bkey = bucket_key(p, self.config)
-        shape = bkey[1]
         b = self._buckets.get(bkey)
         if b is None:
-            b = self._buckets[bkey] = _Bucket(bkey, spec.user, shape, bkey[3])
+            b = self._buckets[bkey] = _Bucket(bkey)
             self._by_user[spec.user].append(b)
         if k.aging():
             entry = (-(k.base(p) - k.ww * k.rate * p.wait_from_ms), spec.submit_ms, id_key(spec.id), seq, spec.id, p)
@@ -167,19 +160,17 @@ class Backlog:
         else:
             entry = (-k.capped(p), spec.submit_ms, id_key(spec.id), seq, spec.id, p)
             heapq.heappush(b.old, entry)
-        b.live += 1
         self.jobs[spec.id] = p
         self._entry[spec.id] = (entry, b)
         heapq.heappush(self._starve[spec.priority], (spec.submit_ms, id_key(spec.id), seq, spec.id, p))
-        self.shapes[shape].add(spec.id)
+        self.shapes[b.shape].add(spec.id)
         self.team_gpus[spec.team] += spec.gpus
 
     def discard(self, job_id: str) -> None:
         p = self.jobs.pop(job_id, None)
         if p is None:
             return
-        _, b = self._entry.pop(job_id)
-        b.live -= 1
+        del self._entry[job_id]
         shape = shape_of(p.spec)
         ids = self.shapes[shape]
         ids.discard(job_id)
@@ -188,11 +179,11 @@ class Backlog:
         self.team_gpus[p.spec.team] -= p.spec.gpus
         self._dead += 1
         if self._dead > 1024 and self._dead > 2 * len(self.jobs):
-            self._compact()
+            self._rebuild(self.config)
 
-    def _compact(self) -> None:
+    def _rebuild(self, config: PolicyConfig) -> None:
+        """Every job added again under `config`: new keys, and no dead heap entries."""
         jobs = list(self.jobs.values())
-        config = self.config
         self.__init__(config)
         for p in jobs:
             self.add(p)
@@ -319,13 +310,6 @@ class Order:
         else:
             heapq.heapreplace(heap, (head[0], self._tick(), bucket))
         return e[5]
-
-    def drop_bucket(self, user: str, bucket: _Bucket) -> None:
-        """Nothing more of this bucket this cycle."""
-        heap = self.users.get(user)
-        if heap:
-            self.users[user] = [x for x in heap if x[2] is not bucket]
-            heapq.heapify(self.users[user])
 
     def left(self) -> int:
         """How many jobs were not popped (nor skipped) this cycle."""

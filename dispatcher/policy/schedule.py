@@ -772,10 +772,11 @@ def place_arrivals(c: _Cycle, jobs, now_ms: int) -> Plan:
     Returns only what the arrivals did; `c` goes on from there."""
     c.now = now_ms
     c.begin_more()
+    never = _NeverFit(c.views, c.config.gang_across_nodes)
     for p in sorted(jobs, key=lambda p: (-weighted(c.static(p.spec), c.w), p.spec.submit_ms, id_key(p.spec.id))):
         spec = p.spec
         c.teams.demand[spec.team] += spec.gpus
-        if _NeverFit(c.views, c.config.gang_across_nodes).check(smallest(spec)):
+        if never.check(smallest(spec)):
             c.verdicts.append(Verdict(spec.id, Code.NO_FIT_EVER, _never_reason(spec, c.views)))
             continue
         c.place(spec, dict(c.static(spec), fairness=c.fair(spec.user)), f"rank {c.rank + 1}: arrived, and "

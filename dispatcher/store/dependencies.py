@@ -53,6 +53,12 @@ def judge(spec: JobSpec, states: dict[str, tuple[str, str]]) -> tuple[str, str]:
     return READY, ""
 
 
+def judge_all(client, ns: str, specs) -> dict[str, tuple[str, str]]:
+    """judge() for each of these specs, their dependencies' states read in one round trip."""
+    states = read_states(client, ns, {d for s in specs for d in (*s.after, *s.after_any)})
+    return {s.id: judge(s, states) for s in specs}
+
+
 def check_dependencies(client, ns: str, specs) -> None:
     """At submit: every job waited for exists, and no `--after` job has already failed or been
     cancelled. Raises InvalidRequestError naming the first problem."""

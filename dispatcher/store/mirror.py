@@ -23,7 +23,7 @@ from . import keys
 from .codec import decode_node_info
 from .connect import text
 from .nodes import NodeRecord
-from .dependencies import HELD, READY, judge, read_states
+from .dependencies import HELD, READY, judge_all
 from .snapshot import ReadResult, SpecCache, node_views, pending_only, read_jobs
 
 log = logging.getLogger("dispatch.store")
@@ -127,10 +127,10 @@ class Mirror:
         jobs = [self.held[i] for i in ids if i in self.held]
         if not jobs:
             return []
-        states = read_states(self.client, self.ns, {d for p in jobs for d in (*p.spec.after, *p.spec.after_any)})
+        verdicts = judge_all(self.client, self.ns, [p.spec for p in jobs])
         released = []
         for p in jobs:
-            verdict, why = judge(p.spec, states)
+            verdict, why = verdicts[p.spec.id]
             if verdict == READY:
                 self._unhold(p.spec.id)
                 self.backlog.add(p)

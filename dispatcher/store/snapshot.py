@@ -15,7 +15,7 @@ from . import keys
 from .codec import decode_spec
 from .connect import text
 from ..policy.elastic import is_elastic, run_time
-from .dependencies import READY, judge, read_states
+from .dependencies import READY, judge_all
 from .history import plan_estimate
 from .nodes import NodeRecord, read_nodes
 
@@ -157,16 +157,10 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
 
 def held_back(client, ns: str, pending) -> dict[str, str]:
     """Of these pending jobs, those whose dependencies are not met (or failed), with why."""
-    waiting = [p for p in pending if p.spec.after or p.spec.after_any]
+    waiting = [p.spec for p in pending if p.spec.after or p.spec.after_any]
     if not waiting:
         return {}
-    states = read_states(client, ns, {d for p in waiting for d in (*p.spec.after, *p.spec.after_any)})
-    out = {}
-    for p in waiting:
-        verdict, why = judge(p.spec, states)
-        if verdict != READY:
-            out[p.spec.id] = why
-    return out
+    return {job_id: why for job_id, (verdict, why) in judge_all(client, ns, waiting).items() if verdict != READY}
 
 
 def pending_only(bad: dict[str, str], pending_ids) -> dict[str, str]:
