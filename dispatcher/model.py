@@ -69,6 +69,15 @@ class JobSpec:
     def rank(self) -> int:
         return priority_rank(self.priority)
 
+    def filled(self, **values) -> "JobSpec":
+        """A copy with these fields set, as dataclasses.replace but without running __init__ again
+        (which costs more than the rest of a submit): for values already checked, as submit fills a
+        sweep's checked template with each job's id, command, name and time."""
+        spec = object.__new__(JobSpec)
+        spec.__dict__.update(self.__dict__)
+        spec.__dict__.update(values)
+        return spec
+
 
 @dataclass(frozen=True)
 class GpuInfo:

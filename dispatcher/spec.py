@@ -202,22 +202,22 @@ def _gpu_type_text(gpu_type) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _checked_options(items: tuple) -> tuple[dict, int]:
-    return _with_bound(check_options(**dict(items)))
+def _checked_template(items: tuple) -> tuple[JobSpec, int]:
+    return _template(dict(items))
 
 
-def _with_bound(fields: dict) -> tuple[dict, int]:
-    """The fields, and an upper bound of what they add to an encoded spec (msgpack takes at most 5
-    bytes a string beyond its UTF-8, which takes at most 4 a character; the fixed fields well under
-    1 KiB)."""
-    texts = sum(len(k) + len(v) for k, v in fields["env"]) + len(fields["cwd"]) + len(fields["name"])
-    return fields, 4 * texts + 10 * len(fields["env"]) + 1024
+def _template(options: dict) -> tuple[JobSpec, int]:
+    """The checked options as a spec with no id, command, name or time, and an upper bound of what
+    they add to an encoded spec (msgpack takes at most 5 bytes a string beyond its UTF-8, which takes
+    at most 4 a character; the name at most 64 characters; the fixed fields well under 1 KiB)."""
+    fields = check_options(**options)
+    texts = sum(len(k) + len(v) for k, v in fields["env"]) + len(fields["cwd"]) + 64
+    return JobSpec(id="", command=(), **fields), 4 * texts + 10 * len(fields["env"]) + 1024
 
 
 def check_options(
     *,
     user: str,
-    name: str = "",
     team: str = "",
     cwd: str = "",
     env=(),
@@ -239,7 +239,7 @@ def check_options(
     after_any=(),
     scaling=None,
 ) -> dict:
-    """Every field of a request but its command, checked: the JobSpec fields they give."""
+    """Every field of a request but its command and name, checked: the JobSpec fields they give."""
     est_s = None
     if est is not None and est != "":
         est_s = est if isinstance(est, (int, float)) and not isinstance(est, bool) else parse_duration(est)
@@ -251,7 +251,6 @@ def check_options(
             raise InvalidRequestError("give either --gpus MIN-MAX or --min-gpus, not both", field="--min-gpus")
         min_gpus = low
     f = dict(
-        name=_label(str(name or ""), "--name"),
         user=_label(str(user or ""), "--user") or "nobody",
         team=_label(str(team or ""), "--team"),
         cwd=_utf8(str(cwd or ""), "--cwd"),
@@ -289,10 +288,11 @@ def check_options(
     return f
 
 
-def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", **options) -> JobSpec:
+def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", name="", **options) -> JobSpec:
     """Check every field of a request and return the spec; raises InvalidRequestError. `options` are
-    check_options' keywords (submit's flags). A sweep's jobs differ in their command and share their
-    options, so checked options are remembered per distinct set (when all their values hash)."""
+    check_options' keywords (submit's flags). A sweep's jobs differ in their command and name and
+    share their other options, so those are checked once per distinct set (when all their values hash)
+    into a template that each job's spec copies."""
     if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple, type(None))):
         raise InvalidRequestError("the command must be a list of arguments, e.g. ['python', 'train.py']",
                                   field="COMMAND")
@@ -310,10 +310,11 @@ def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", **option
         raise InvalidRequestError(f"the command is longer than {MAX_COMMAND_BYTES} bytes", field="COMMAND")
     options["user"] = user
     try:
-        fields, bound = _checked_options(tuple(sorted(options.items())))
+        template, bound = _checked_template(tuple(sorted(options.items())))
     except TypeError:  # a list or dict among the values (env from the Python API): check it uncached
-        fields, bound = _with_bound(check_options(**options))
-    spec = JobSpec(id=job_id, command=command, submit_ms=int(submit_ms), **fields)
+        template, bound = _template(options)
+    spec = template.filled(id=job_id, command=command, name=_label(str(name or ""), "--name"),
+                           submit_ms=int(submit_ms))
     if size + 5 * len(command) + bound > MAX_SPEC_BYTES and _encoded_size(spec) > MAX_SPEC_BYTES:
         # (only a request that comes near the limit is encoded to check)
         raise InvalidRequestError(f"the request is larger than {MAX_SPEC_BYTES // 1024} KiB (command, --env, --cwd)",

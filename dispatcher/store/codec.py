@@ -6,6 +6,9 @@ so a hostile or corrupt record never reaches the policy.
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import msgpack
 
 from ..errors import MalformedRecord
@@ -14,19 +17,37 @@ from ..spec import MAX_SPEC_BYTES
 
 
 
+#: The spec's fields as the record names them (JobSpec attribute, key). A job's own fields, then those
+#: a sweep's jobs share, whose packed form encode_spec keeps and reuses.
+_OWN = (("id", "id"), ("name", "name"), ("command", "cmd"), ("submit_ms", "submit_ms"))
+_SHARED = (("user", "user"), ("team", "team"), ("cwd", "cwd"), ("env", "env"), ("gpus", "gpus"),
+           ("gpu_types", "gpu_types"), ("gpu_mem_gb", "gpu_mem_gb"), ("cpus", "cpus"), ("mem_gb", "mem_gb"),
+           ("priority", "prio"), ("est_s", "est_s"), ("checkpointable", "ckpt"), ("grace_s", "grace_s"),
+           ("share", "share"), ("min_gpus", "min_gpus"), ("preemptible", "preemptible"),
+           ("checkpoint_signal", "ckpt_sig"), ("retries", "retries"), ("after", "after"),
+           ("after_any", "after_any"), ("scaling", "scaling"))
+_shared_values = operator.attrgetter(*(attr for attr, _ in _SHARED))
+#: One map of the version and every field (a map of 16 or more entries has a 3-byte header).
+_HEADER = b"\xde" + (1 + len(_SHARED) + len(_OWN)).to_bytes(2, "big")
+
+
 def encode_spec(spec: JobSpec, job_id: str | None = None) -> bytes:
-    """`job_id`: encode it under this id instead of spec.id (submit assigns ids as it writes)."""
-    return msgpack.packb({
-        "v": SPEC_VERSION,
-        "id": spec.id if job_id is None else job_id, "name": spec.name, "user": spec.user, "team": spec.team,
-        "cmd": list(spec.command), "cwd": spec.cwd, "env": [list(kv) for kv in spec.env],
-        "gpus": spec.gpus, "gpu_types": list(spec.gpu_types), "gpu_mem_gb": spec.gpu_mem_gb,
-        "cpus": spec.cpus, "mem_gb": spec.mem_gb, "prio": spec.priority, "est_s": spec.est_s,
-        "ckpt": spec.checkpointable, "grace_s": spec.grace_s, "submit_ms": spec.submit_ms,
-        "share": spec.share, "min_gpus": spec.min_gpus, "preemptible": spec.preemptible,
-        "ckpt_sig": spec.checkpoint_signal, "retries": spec.retries,
-        "after": list(spec.after), "after_any": list(spec.after_any), "scaling": spec.scaling,
-    })
+    """`job_id`: encode it under this id instead of spec.id (submit assigns ids as it writes).
+    Tuples pack as arrays; the map is the version, the shared fields and the job's own."""
+    values = _shared_values(spec)
+    try:
+        shared = _packed_shared(values)
+    except TypeError:  # a list among the values (a spec built by hand): nothing to remember
+        shared = _packed_shared.__wrapped__(values)
+    own = msgpack.packb({"id": spec.id if job_id is None else job_id, "name": spec.name, "cmd": spec.command,
+                         "submit_ms": spec.submit_ms})
+    return _HEADER + shared + own[1:]  # (own: a map of 4, its header one byte)
+
+
+@functools.lru_cache(maxsize=256)
+def _packed_shared(values: tuple) -> bytes:
+    """The version and the shared fields as packed key/value pairs, without their map's header."""
+    return msgpack.packb({"v": SPEC_VERSION, **{key: v for (_, key), v in zip(_SHARED, values)}})[3:]
 
 
 _TEXTS = ("id", "name", "user", "team", "cwd", "prio")

@@ -1,16 +1,16 @@
 """Job records in Redis: submit, read, cancel, logs.
 
 A job is one hash (keys.job): the immutable msgpack spec under `spec` plus the
-mutable state fields listed in keys.py. Submitting writes the hash and adds the
-id to the pending and all-jobs indexes in one MULTI/EXEC.
+mutable state fields listed in keys.py. Submitting writes the hashes and adds the
+ids to the pending and all-jobs indexes in one call of lua/submit.lua.
 """
 
 from __future__ import annotations
 
 from ..errors import JobNotFound, MalformedRecord
-from ..model import FINAL_STATES, PENDING, JobSpec
+from ..model import FINAL_STATES, JobSpec
 from ..predict import fingerprint
-from . import keys
+from . import keys, scripts
 from .codec import decode_spec, encode_spec
 from .connect import text
 from .dependencies import check_dependencies
@@ -43,17 +43,14 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, st
         raise replies[0]
     last, predicted = replies[0], predictor.fields(replies[1:])
     ids = [str(last - len(specs) + 1 + i) for i in range(len(specs))]
-    pipe = client.pipeline(transaction=True)
+    args: list = []
     for job_id, spec, extra in zip(ids, specs, predicted):
-        fields = {"spec": encode_spec(spec, job_id), "state": PENDING, "attempt": 0, "epoch": 0, "submit_ms": spec.submit_ms,
-                  **extra}
+        fields = [b"spec", encode_spec(spec, job_id), *(x for kv in extra.items() for x in kv)]
         if signed is not None:
-            fields.update(signed=signed[0], sig=signed[1])
-        pipe.hset(keys.job(ns, job_id), mapping=fields)
-    since = {job_id: spec.submit_ms for job_id, spec in zip(ids, specs)}
-    pipe.zadd(keys.jobs_all(ns), since)  # one command per index for the whole batch
-    pipe.zadd(keys.jobs_pending(ns), since)
-    pipe.sadd(keys.jobs_changed(ns), *ids)
+            fields += [b"signed", signed[0], b"sig", signed[1]]
+        args += (job_id, spec.submit_ms, len(fields) // 2, *fields)
+    pipe = client.pipeline(transaction=True)
+    scripts.submit(pipe, ns, ids, args)
     if also is not None:
         also(pipe, ids)
     pipe.publish(keys.events(ns), b"submit")

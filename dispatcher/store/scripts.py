@@ -5,12 +5,26 @@ Each script's header lists its KEYS, ARGV and return codes.
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 
 from . import keys
 
 _NAMES = ("commit_placement", "mark_running", "finish", "cancel", "mark_preempting", "shrink", "checkpointed",
           "lease", "idle_warning")
+
+
+@functools.cache
+def source(name: str) -> str:
+    return resources.files(__package__).joinpath(f"lua/{name}.lua").read_text()
+
+
+def submit(pipe, ns: str, ids: list[str], args: list) -> None:
+    """Queue submit.lua on `pipe` for jobs `ids` (ARGV as its header says). Sent as EVAL with its
+    source: no SCRIPT EXISTS round trip first, and nothing to reload after a server restart; the
+    server compiles it once and keeps it."""
+    pipe.eval(source("submit"), len(ids) + 3, *[keys.job(ns, i) for i in ids], keys.jobs_all(ns),
+              keys.jobs_pending(ns), keys.jobs_changed(ns), *args)
 
 
 def _flag(value: bool) -> str:
@@ -29,8 +43,7 @@ def lost_attempt(spec) -> dict:
 class Scripts:
     def __init__(self, client, ns: str):
         self.ns = ns
-        self._s = {n: client.register_script(resources.files(__package__).joinpath(f"lua/{n}.lua").read_text())
-                   for n in _NAMES}
+        self._s = {n: client.register_script(source(n)) for n in _NAMES}
 
     def commit_placement(self, job_id, node, gpus, epoch, now_ms, *, share=False, fence="", client=None):
         ns = self.ns

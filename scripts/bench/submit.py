@@ -3,7 +3,8 @@
 - Client.submit, one job at a time, and Client.submit_many in batches: jobs/s, against
   the ceiling: raw redis-py pipelines (transaction=False) writing the same records
   (encoded beforehand with codec.encode_spec) under the same keys and fields as
-  store.jobs.write_jobs, in batches of the same size.
+  store.jobs.write_jobs (whose lua/submit.lua writes a batch in one script call), in
+  batches of the same size.
 - `python -m dispatcher submit --gpus 1 -- true` (a fresh process each time) against
   `python -c 'import click, redis, msgpack'`, run alternately.
 """

@@ -4,6 +4,7 @@ import pytest
 
 from dispatcher.api import Client
 from dispatcher.errors import InvalidRequestError
+from dispatcher.store import keys
 
 
 def test_submit_and_show_through_the_python_api(redis_url, ns):
@@ -21,6 +22,20 @@ def test_submit_many_writes_all_or_nothing(redis_url, ns, client):
     with pytest.raises(InvalidRequestError):
         c.submit_many([{"command": ["true"]}, {"command": ["true"], "priority": "urgent"}])
     assert client.zcard(f"{ns}:jobs:all") == 50
+
+
+def test_a_sweep_larger_than_the_submit_scripts_chunk_is_written_whole(redis_url, ns, client):
+    c = Client(redis_url, ns)
+    sweep = [{"command": ["python", "train.py", "--lr", str(i / 1000)], "name": f"lr-{i}", "gpus": 1 + i % 2}
+             for i in range(4_500)]  # submit.lua adds to the indexes 2,000 jobs at a time
+    ids = c.submit_many(sweep)
+    assert len(set(ids)) == 4_500
+    assert client.zcard(keys.jobs_all(ns)) == client.zcard(keys.jobs_pending(ns)) == 4_500
+    assert client.scard(keys.jobs_changed(ns)) == 4_500
+    first, last = c.show(ids[0]), c.show(ids[-1])
+    assert (first["name"], first["command"], first["gpus_requested"], first["state"]) == (
+        "lr-0", ["python", "train.py", "--lr", "0.0"], 1, "pending")
+    assert (last["name"], last["command"][-1], last["gpus_requested"]) == ("lr-4499", "4.499", 2)
 
 
 def test_wait_times_out_on_a_job_that_cannot_run(redis_url, ns):

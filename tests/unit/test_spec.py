@@ -1,9 +1,12 @@
 """Validating requests at the edge, and the msgpack codec."""
 
+import dataclasses
+
 import msgpack
 import pytest
 
 from dispatcher.errors import InvalidRequestError, MalformedRecord
+from dispatcher.model import JobSpec
 from dispatcher.spec import build_spec, parse_duration, parse_gpu_types, parse_priority
 from dispatcher.store.codec import decode_spec, encode_spec
 
@@ -54,6 +57,31 @@ def test_a_spec_survives_the_codec():
                       grace="1m")
     assert decode_spec(encode_spec(spec)) == spec
     assert spec.env == (("A", "1"), ("B", "x=y")) and spec.est_s == 7200 and spec.grace_s == 60
+
+
+def test_a_sweeps_jobs_share_their_checked_options_and_keep_their_own_fields():
+    a, b = (build_spec(command=["python", "train.py", "--lr", lr], user="alice", submit_ms=ms, job_id=job, name=name,
+                       gpus=2, est="2h", env=["A=1"]) for lr, ms, job, name in (("0.1", 1, "1", "a"), ("0.2", 2, "2", "b")))
+    assert (a.command[-1], a.submit_ms, a.id, a.name) == ("0.1", 1, "1", "a")
+    assert (b.command[-1], b.submit_ms, b.id, b.name) == ("0.2", 2, "2", "b")
+    assert (b.gpus, b.est_s, b.env, b.user) == (2, 7200.0, (("A", "1"),), "alice")
+    assert decode_spec(encode_spec(a)) == a and decode_spec(encode_spec(b)) == b
+    assert decode_spec(encode_spec(a, "9")) == dataclasses.replace(a, id="9")
+    with pytest.raises(InvalidRequestError):  # the name is checked for each job, not with the shared options
+        build_spec(command=["true"], user="alice", submit_ms=1, gpus=2, est="2h", env=["A=1"], name="has space")
+
+
+def test_filled_is_replace_without_running_init_again():
+    spec = build_spec(command=["true"], user="alice", submit_ms=1, gpus=1)
+    copy = spec.filled(id="5", command=("false",))
+    assert copy == dataclasses.replace(spec, id="5", command=("false",)) and spec.id == ""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.id = "6"
+
+
+def test_a_spec_built_by_hand_with_lists_still_encodes():
+    spec = JobSpec(id="1", command=["a"], env=[["A", "b"]], after=["2"])
+    assert decode_spec(encode_spec(spec)) == JobSpec(id="1", command=("a",), env=(("A", "b"),), after=("2",))
 
 
 @pytest.mark.parametrize("raw", [b"", b"\xc1", msgpack.packb("str"), msgpack.packb({"v": 2}),
