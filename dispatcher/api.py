@@ -15,7 +15,7 @@ import time
 
 from .config import resolve_url
 from .identity import current_user
-from .spec import spec_from_request
+from .spec import gc_paused, spec_from_request
 from .store import jobs as store_jobs
 from .store.connect import connect
 from .store.keys import DEFAULT_NS
@@ -57,8 +57,9 @@ class Client:
         Every request is validated before anything is written: one bad request writes nothing.
         (With identity on, each job is its own signed request.)"""
         user, submit_ms, cwd = self._caller()
-        specs = [spec_from_request(r, user=user, submit_ms=submit_ms, cwd=cwd) for r in requests]
-        return self._write(specs)
+        with gc_paused():
+            specs = [spec_from_request(r, user=user, submit_ms=submit_ms, cwd=cwd) for r in requests]
+            return self._write(specs)
 
     def _write(self, specs) -> list[str]:
         from .store.requests import submit_specs

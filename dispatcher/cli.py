@@ -146,30 +146,33 @@ def cli():
 @common
 def submit(ctx, from_file, command, **flags):
     """Submit a job: dispatch submit --gpus 2 --gpu-type A100 -- python train.py. Prints the job id."""
-    from .spec import spec_from_request
+    from .spec import gc_paused, spec_from_request
     from .store.requests import submit_specs
 
-    defaults = {k: v for k, v in flags.items() if v not in (None, ())}
+    given = click.get_current_context().get_parameter_source  # (flags left at their defaults are the spec's)
+    defaults = {k: v for k, v in flags.items() if given(k) is not click.core.ParameterSource.DEFAULT}
     now, here, me = now_ms(), os.getcwd(), current_user()
-    if from_file is None:
-        specs = [spec_from_request({**defaults, "command": list(command)}, user=me, submit_ms=now, cwd=here)]
-    elif command:
+    if from_file is not None and command:
         raise InvalidRequestError("give either a command or --from FILE, not both", field="--from")
-    else:
-        specs = []
-        for n, line in enumerate(from_file, 1):
-            if not line.strip():
-                continue
-            try:
-                request = json.loads(line)
-                specs.append(spec_from_request({**defaults, **request} if isinstance(request, dict) else request,
-                                               user=me, submit_ms=now, cwd=here))
-            except json.JSONDecodeError as e:
-                raise InvalidRequestError(f"{from_file.name} line {n}: not JSON ({e.msg})", field="--from") from None
-            except InvalidRequestError as e:
-                raise InvalidRequestError(f"{from_file.name} line {n}: {e}", field="--from") from None
-    for job_id in submit_specs(ctx.client, ctx.ns, specs, me):
-        click.echo(job_id)
+    with gc_paused():
+        if from_file is None:
+            specs = [spec_from_request({**defaults, "command": list(command)}, user=me, submit_ms=now, cwd=here)]
+        else:
+            specs = []
+            for n, line in enumerate(from_file, 1):
+                if not line.strip():
+                    continue
+                try:
+                    request = json.loads(line)
+                    specs.append(spec_from_request({**defaults, **request} if isinstance(request, dict) else request,
+                                                   user=me, submit_ms=now, cwd=here))
+                except json.JSONDecodeError as e:
+                    raise InvalidRequestError(f"{from_file.name} line {n}: not JSON ({e.msg})",
+                                              field="--from") from None
+                except InvalidRequestError as e:
+                    raise InvalidRequestError(f"{from_file.name} line {n}: {e}", field="--from") from None
+        ids = submit_specs(ctx.client, ctx.ns, specs, me)
+    click.echo("\n".join(ids))
 
 
 @cli.command()

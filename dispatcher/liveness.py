@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 
-from .model import RunningJob
+from .cycle import RunningJob
 from .store.scripts import lost_attempt
 
 log = logging.getLogger("dispatch.scheduler")

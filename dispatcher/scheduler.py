@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from .config import Timing
 from .liveness import HeartbeatWatch, lost_jobs, requeue_lost
-from .model import Plan
+from .cycle import Plan
 from .policy_source import PolicySource
 from .policy import place_arrivals, plan_cycle
 from .store import keys

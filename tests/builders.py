@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dispatcher.model import GpuInfo, JobSpec, NodeView, PendingJob, RunningJob, Snapshot
+from dispatcher.cycle import NodeView, PendingJob, RunningJob, Snapshot
+from dispatcher.model import GpuInfo, JobSpec
 
 NOW_MS = 1_000_000_000
 

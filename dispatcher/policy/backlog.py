@@ -24,7 +24,8 @@ from __future__ import annotations
 import heapq
 from collections import Counter, defaultdict
 
-from ..model import PRIORITIES, JobSpec, PendingJob
+from ..cycle import PendingJob
+from ..model import PRIORITIES, JobSpec
 from .config import PolicyConfig
 from .elastic import smallest
 from .score import attained_term, priority_term, remaining_term

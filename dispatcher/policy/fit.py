@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from ..model import JobSpec, NodeView
+from ..cycle import NodeView
+from ..model import JobSpec
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 

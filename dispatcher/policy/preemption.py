@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model import JobSpec, Preemption, RunningJob
+from ..cycle import Preemption, RunningJob
+from ..model import JobSpec
 from .config import PolicyConfig
 from .fit import gpu_usable
 

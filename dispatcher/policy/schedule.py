@@ -34,8 +34,9 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from ..model import (Code, JobSpec, NodeView, PendingJob, Placement, Plan, Preemption, Reservation,
-                     RunningJob, Snapshot, Verdict)
+from ..cycle import (Code, NodeView, PendingJob, Placement, Plan, Preemption, Reservation, RunningJob, Snapshot,
+                     Verdict)
+from ..model import JobSpec
 from .backlog import Backlog, bucket_key, id_key, shape_of, strength
 from .elastic import counts, is_elastic, run_time, smallest
 from .config import PolicyConfig

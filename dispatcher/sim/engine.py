@@ -20,7 +20,8 @@ import math
 from collections import defaultdict, deque
 from dataclasses import dataclass, field, replace
 
-from ..model import GpuInfo, JobSpec, NodeView, PendingJob, RunningJob, Snapshot
+from ..cycle import NodeView, PendingJob, RunningJob, Snapshot
+from ..model import GpuInfo, JobSpec
 from ..policy import Backlog, schedule
 from ..predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, RECENT, Run, fingerprint, policy_estimate, predict
 from .workload import EstimateModel, TraceJob

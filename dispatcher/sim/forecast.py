@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..model import PendingJob, Snapshot
+from ..cycle import PendingJob, Snapshot
 from ..policy import PolicyConfig
 from .engine import TICK, Engine
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from ..errors import MalformedRecord
-from ..model import PendingJob, Snapshot
+from ..cycle import PendingJob, Snapshot
 from ..policy.backlog import Backlog
 from . import keys
 from .codec import decode_node_info

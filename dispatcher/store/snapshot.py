@@ -10,7 +10,8 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from ..errors import MalformedRecord
-from ..model import ACTIVE_STATES, FAILED, NodeView, PendingJob, Plan, Preemption, RunningJob, Snapshot
+from ..cycle import NodeView, PendingJob, Plan, Preemption, RunningJob, Snapshot
+from ..model import ACTIVE_STATES, FAILED
 from . import keys
 from .codec import decode_spec
 from .connect import text

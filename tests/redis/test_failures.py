@@ -8,7 +8,8 @@ import pytest
 
 from dispatcher.config import Timing
 from dispatcher.liveness import HeartbeatWatch
-from dispatcher.model import GpuInfo, Plan
+from dispatcher.cycle import Plan
+from dispatcher.model import GpuInfo
 from dispatcher.scheduler import Scheduler, now_ms
 from dispatcher.spec import build_spec
 from dispatcher.store import keys

@@ -1,13 +1,14 @@
 """Validating requests at the edge, and the msgpack codec."""
 
 import dataclasses
+import gc
 
 import msgpack
 import pytest
 
 from dispatcher.errors import InvalidRequestError, MalformedRecord
 from dispatcher.model import JobSpec
-from dispatcher.spec import build_spec, parse_duration, parse_gpu_types, parse_priority
+from dispatcher.spec import build_spec, gc_paused, parse_duration, parse_gpu_types, parse_priority, spec_from_request
 from dispatcher.store.codec import decode_spec, encode_spec
 
 
@@ -77,6 +78,24 @@ def test_filled_is_replace_without_running_init_again():
     assert copy == dataclasses.replace(spec, id="5", command=("false",)) and spec.id == ""
     with pytest.raises(dataclasses.FrozenInstanceError):
         copy.id = "6"
+
+
+def test_a_batch_pauses_the_garbage_collector_and_restores_it_even_on_a_bad_request():
+    assert gc.isenabled()
+    with pytest.raises(InvalidRequestError), gc_paused():
+        assert not gc.isenabled()
+        spec_from_request({"command": ["true"], "gpus": "many"}, user="alice", submit_ms=1, cwd="/")
+    assert gc.isenabled()
+
+
+def test_requests_that_differ_in_command_and_name_only_share_a_template_but_not_those_fields():
+    lines = [{"command": ["python", "train.py", "--seed", str(i)], "name": f"s{i}", "gpus": 2, "est": "1h"}
+             for i in range(3)]
+    specs = [spec_from_request(r, user="alice", submit_ms=5, cwd="/w") for r in lines]
+    assert [(s.command[-1], s.name) for s in specs] == [("0", "s0"), ("1", "s1"), ("2", "s2")]
+    assert {(s.gpus, s.est_s, s.user, s.cwd, s.submit_ms) for s in specs} == {(2, 3600.0, "alice", "/w", 5)}
+    with pytest.raises(InvalidRequestError, match="unknown field 'gpu'"):
+        spec_from_request({"command": ["true"], "gpu": 2}, user="alice", submit_ms=5, cwd="/w")
 
 
 def test_a_spec_built_by_hand_with_lists_still_encodes():
