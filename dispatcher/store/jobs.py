@@ -45,9 +45,11 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, st
     ids = [str(last - len(specs) + 1 + i) for i in range(len(specs))]
     args: list = []
     for job_id, spec, extra in zip(ids, specs, predicted):
-        fields = [b"spec", encode_spec(spec, job_id), *(x for kv in extra.items() for x in kv)]
+        fields = [b"spec", encode_spec(spec, job_id)]
+        if extra:
+            fields += (x for kv in extra.items() for x in kv)
         if signed is not None:
-            fields += [b"signed", signed[0], b"sig", signed[1]]
+            fields += (b"signed", signed[0], b"sig", signed[1])
         args += (job_id, spec.submit_ms, len(fields) // 2, *fields)
     pipe = client.pipeline(transaction=True)
     scripts.submit(pipe, ns, ids, args)
