@@ -73,9 +73,10 @@ class JobSpec:
         """A copy with these fields set, as dataclasses.replace but without running __init__ again
         (which costs more than the rest of a submit): for values already checked, as submit fills a
         sweep's checked template with each job's id, command, name and time."""
+        fields = self.__dict__.copy()
+        fields.update(values)
         spec = object.__new__(JobSpec)
-        spec.__dict__.update(self.__dict__)
-        spec.__dict__.update(values)
+        object.__setattr__(spec, "__dict__", fields)
         return spec
 
 

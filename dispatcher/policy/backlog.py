@@ -28,7 +28,7 @@ from ..cycle import PendingJob
 from ..model import PRIORITIES, JobSpec
 from .config import PolicyConfig
 from .elastic import smallest
-from .score import attained_term, priority_term, remaining_term
+from .score import attained_term, las_tier, priority_term, remaining_term
 
 
 def id_key(job_id: str) -> tuple[int, str]:
@@ -49,7 +49,7 @@ def strength(spec: JobSpec, attained_gpu_s: float, config: PolicyConfig) -> floa
     mode = config.preempt_by
     if mode == "remaining":
         return -(spec.est_s if spec.est_s is not None else float("inf"))
-    tier = sum(1 for t in config.las_thresholds_gpu_s if attained_gpu_s >= t)
+    tier = las_tier(attained_gpu_s, config.las_thresholds_gpu_s)
     if mode == "attained":
         return -tier
     if mode == "class+attained":

@@ -33,10 +33,11 @@ from ..cycle import Preemption, RunningJob
 from ..model import JobSpec
 from .config import PolicyConfig
 from .fit import gpu_usable
+from .score import las_tier
 
 
 def _tier(attained_gpu_s: float, config: PolicyConfig) -> int:
-    return sum(1 for t in config.las_thresholds_gpu_s if attained_gpu_s >= t)
+    return las_tier(attained_gpu_s, config.las_thresholds_gpu_s)
 
 
 def standing(v: RunningJob, now_ms: int, config: PolicyConfig) -> float:

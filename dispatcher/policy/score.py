@@ -6,6 +6,8 @@ score = Σ weight[term] * term / Σ weight, weights from PolicyConfig, so the sc
 
 from __future__ import annotations
 
+import bisect
+
 from ..model import PRIORITIES
 
 
@@ -38,8 +40,12 @@ def dominant_share(used: tuple[float, float, float], total: tuple[float, float, 
     return max((u / t for u, t in zip(used, total) if t > 0), default=0.0)
 
 
+def las_tier(attained_gpu_s: float, thresholds_gpu_s) -> int:
+    """How many of the (increasing) thresholds the job's received GPU-seconds have passed."""
+    return bisect.bisect_right(thresholds_gpu_s, attained_gpu_s)
+
+
 def attained_term(attained_gpu_s: float, thresholds_gpu_s) -> float:
-    """Least attained service, discretized (Tiresias): 100 * (1 - tier / tiers), where tier is how
-    many thresholds the job's received GPU-seconds have passed. 100 for a fresh job."""
-    tier = sum(1 for t in thresholds_gpu_s if attained_gpu_s >= t)
-    return 100.0 * (1.0 - tier / max(1, len(thresholds_gpu_s)))
+    """Least attained service, discretized (Tiresias): 100 * (1 - tier / tiers) (las_tier). 100 for
+    a fresh job."""
+    return 100.0 * (1.0 - las_tier(attained_gpu_s, thresholds_gpu_s) / max(1, len(thresholds_gpu_s)))

@@ -44,103 +44,147 @@ def encode_spec(spec: JobSpec, job_id: str | None = None) -> bytes:
     return _HEADER + shared + own[1:]  # (own: a map of 4, its header one byte)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)
 def _packed_shared(values: tuple) -> bytes:
     """The version and the shared fields as packed key/value pairs, without their map's header."""
     return msgpack.packb({"v": SPEC_VERSION, **{key: v for (_, key), v in zip(_SHARED, values)}})[3:]
 
 
-_TEXTS = ("id", "name", "user", "team", "cwd", "prio")
-_COUNTS = ("gpus", "cpus", "submit_ms")  # ints (not bools), >= 0
-_AMOUNTS = ("gpu_mem_gb", "mem_gb", "grace_s")
+class _Bad(Exception):
+    """Internal: what is wrong with a record, before decode_spec names the record."""
 
 
-def _check(cond: bool, key: str, what: str) -> None:
+def _check(cond: bool, what: str) -> None:
     if not cond:
-        raise MalformedRecord(key, what)
+        raise _Bad(what)
 
 
-def _opt_int(value, key: str):
-    _check(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0), key,
-           "bad min_gpus")
+#: Absent from the record (distinct from a stored nil).
+_MISSING = object()
+#: Record keys of the fields a sweep's jobs share, checked once per distinct set (_checked_shared);
+#: dependencies, though packed with them, are a job's own when read.
+_SHARED_KEYS = tuple(k for _, k in _SHARED if k not in ("after", "after_any"))
+#: Counts that must be ints, not bools: the cache key carries their types (True == 1 in a key).
+_STRICT_INTS = ("gpus", "cpus", "retries", "min_gpus")
+_shared_of, _strict_of = operator.itemgetter(*_SHARED_KEYS), operator.itemgetter(*_STRICT_INTS)
+_own_of = operator.itemgetter("cmd", "id", "name", "submit_ms")
+
+
+def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
+    try:
+        _check(isinstance(raw, (bytes, bytearray)) and 0 < len(raw) <= MAX_SPEC_BYTES,
+               "missing or larger than the limit")
+        try:
+            d = msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=False)
+        except Exception as e:  # msgpack raises several unrelated types
+            raise _Bad(f"not msgpack ({type(e).__name__})") from None
+        _check(isinstance(d, dict), "not a map")
+        _check(d.get("v") == SPEC_VERSION, f"schema version {d.get('v')!r}, expected {SPEC_VERSION}")
+        try:
+            shared = (*_shared_of(d), *map(type, _strict_of(d)))
+        except KeyError:  # a record written before a field existed, or a broken one
+            shared = (*(d.get(k, _MISSING) for k in _SHARED_KEYS), *(type(d.get(k)) for k in _STRICT_INTS))
+        try:
+            hash(shared)
+        except TypeError:  # a map where none belongs: checked (and refused) uncached
+            template = _checked_shared.__wrapped__(shared)
+        else:
+            template = _checked_shared(shared)
+        try:
+            cmd, job_id, name, submit_ms = _own_of(d)
+        except KeyError as e:
+            raise _Bad(f"missing field {e.args[0]!r}") from None
+        _check(type(cmd) is tuple and cmd and all(type(a) is str for a in cmd), "bad cmd")
+        _check(type(job_id) is str, "bad id")
+        _check(type(name) is str, "bad name")
+        _check(type(submit_ms) is int and submit_ms >= 0, "bad submit_ms")
+        after, after_any = d.get("after"), d.get("after_any")
+        return template.filled(id=job_id, name=name, command=cmd, submit_ms=submit_ms,
+                               after=() if after is None or after == () else _ids(after),
+                               after_any=() if after_any is None or after_any == () else _ids(after_any))
+    except _Bad as e:
+        raise MalformedRecord(key, str(e)) from None
+
+
+def _required(value, field: str):
+    if value is _MISSING:
+        raise _Bad(f"missing field {field!r}")
     return value
 
 
-def _retries(value, key: str) -> int:
+@functools.lru_cache(maxsize=4096)  # a queue holds a few thousand distinct requests at most, usually
+def _checked_shared(values: tuple) -> JobSpec:
+    """The shared fields (as _SHARED_KEYS, then _STRICT_INTS' types), checked, as a spec with no id,
+    name, command, time or dependencies. Raises _Bad."""
+    d = dict(zip(_SHARED_KEYS, values))
+    for field in ("env", "gpu_types", "user", "team", "cwd", "prio", "gpus", "cpus", "gpu_mem_gb", "mem_gb",
+                  "grace_s", "est_s", "ckpt"):
+        _required(d[field], field)
+    env, types, num = d["env"], d["gpu_types"], (int, float)
+    _check(type(env) is tuple and all(type(kv) is tuple and len(kv) == 2 and all(type(x) is str for x in kv)
+                                      for kv in env), "bad env")
+    _check(type(types) is tuple and all(type(t) is str for t in types), "bad gpu_types")
+    bad = next((f for f in ("user", "team", "cwd", "prio") if type(d[f]) is not str), None) \
+        or next((f for f in ("gpus", "cpus") if not (type(d[f]) is int and d[f] >= 0)), None) \
+        or next((f for f in ("gpu_mem_gb", "mem_gb", "grace_s") if not (isinstance(d[f], num) and d[f] >= 0)), None)
+    if bad is not None:
+        raise _Bad(f"bad {bad}")
+    _check(d["prio"] in PRIORITIES, f"unknown priority {d['prio']!r}")
+    est = d["est_s"]
+    _check(est is None or (isinstance(est, num) and est > 0), "bad est_s")
+    return JobSpec(
+        id="", command=(), user=d["user"], team=d["team"], cwd=d["cwd"], env=env, gpus=d["gpus"],
+        gpu_types=types, gpu_mem_gb=float(d["gpu_mem_gb"]), cpus=d["cpus"], mem_gb=float(d["mem_gb"]),
+        priority=d["prio"], est_s=None if est is None else float(est), checkpointable=bool(d["ckpt"]),
+        grace_s=float(d["grace_s"]), share=bool(_given(d["share"], False)), min_gpus=_opt_int(_given(d["min_gpus"])),
+        preemptible=bool(_given(d["preemptible"], False)), checkpoint_signal=_signal(_given(d["ckpt_sig"])),
+        retries=_retries(_given(d["retries"])), scaling=_scaling(_given(d["scaling"])),
+    )
+
+
+def _given(value, default=None):
+    """An optional field's value (absent: the default)."""
+    return default if value is _MISSING else value
+
+
+def _opt_int(value):
+    _check(value is None or (type(value) is int and value >= 0), "bad min_gpus")
+    return value
+
+
+def _retries(value) -> int:
     value = 3 if value is None else value
-    _check(isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100, key, "bad retries")
+    _check(type(value) is int and 0 <= value <= 100, "bad retries")
     return value
 
 
-def _ids(value, key: str) -> tuple[str, ...]:
-    value = [] if value is None else value
-    _check(isinstance(value, list) and len(value) <= 64 and all(isinstance(i, str) and i for i in value), key,
+def _ids(value) -> tuple[str, ...]:
+    value = () if value is None else value
+    _check(type(value) is tuple and len(value) <= 64 and all(type(i) is str and i for i in value),
            "bad dependency list")
-    return tuple(value)
+    return value
 
 
-def _scaling(value, key: str) -> str:
+def _scaling(value) -> str:
     if value is None or value == "":
         return ""
     from ..policy.elastic import ScalingError, parse_scaling
 
-    _check(isinstance(value, str) and len(value) <= 512, key, "bad scaling")
+    _check(isinstance(value, str) and len(value) <= 512, "bad scaling")
     try:
         parse_scaling(value)
     except ScalingError as e:
-        raise MalformedRecord(key, f"bad scaling ({e})") from None
+        raise _Bad(f"bad scaling ({e})") from None
     return value
 
 
-def _signal(value, key: str) -> str:
+def _signal(value) -> str:
     from ..spec import CHECKPOINT_SIGNALS
 
     value = "TERM" if value is None else value
     if value not in CHECKPOINT_SIGNALS:
-        raise MalformedRecord(key, f"bad checkpoint signal {value!r}")
+        raise _Bad(f"bad checkpoint signal {value!r}")
     return value
-
-
-def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
-    _check(isinstance(raw, (bytes, bytearray)) and 0 < len(raw) <= MAX_SPEC_BYTES, key,
-           "missing or larger than the limit")
-    try:
-        d = msgpack.unpackb(raw, raw=False, strict_map_key=True)
-    except Exception as e:  # msgpack raises several unrelated types
-        raise MalformedRecord(key, f"not msgpack ({type(e).__name__})") from None
-    _check(isinstance(d, dict), key, "not a map")
-    _check(d.get("v") == SPEC_VERSION, key, f"schema version {d.get('v')!r}, expected {SPEC_VERSION}")
-    num = (int, float)
-    try:
-        cmd, env, types = d["cmd"], d["env"], d["gpu_types"]
-        _check(isinstance(cmd, list) and cmd and all(isinstance(a, str) for a in cmd), key, "bad cmd")
-        _check(isinstance(env, list) and all(isinstance(kv, list) and len(kv) == 2
-                                             and all(isinstance(x, str) for x in kv) for kv in env),
-               key, "bad env")
-        _check(isinstance(types, list) and all(isinstance(t, str) for t in types), key, "bad gpu_types")
-        # (the messages are built only for a bad record: this runs once per job the scheduler meets)
-        bad = next((f for f in _TEXTS if not isinstance(d[f], str)), None) \
-            or next((f for f in _COUNTS if not (type(d[f]) is int and d[f] >= 0)), None) \
-            or next((f for f in _AMOUNTS if not (isinstance(d[f], num) and d[f] >= 0)), None)
-        if bad is not None:
-            raise MalformedRecord(key, f"bad {bad}")
-        if d["prio"] not in PRIORITIES:
-            raise MalformedRecord(key, f"unknown priority {d['prio']!r}")
-        _check(d["est_s"] is None or (isinstance(d["est_s"], num) and d["est_s"] > 0), key, "bad est_s")
-        return JobSpec(
-            id=d["id"], command=tuple(cmd), name=d["name"], user=d["user"], team=d["team"],
-            cwd=d["cwd"], env=tuple((k, v) for k, v in env), gpus=d["gpus"], gpu_types=tuple(types),
-            gpu_mem_gb=float(d["gpu_mem_gb"]), cpus=d["cpus"], mem_gb=float(d["mem_gb"]),
-            priority=d["prio"], est_s=None if d["est_s"] is None else float(d["est_s"]),
-            checkpointable=bool(d["ckpt"]), grace_s=float(d["grace_s"]), submit_ms=d["submit_ms"],
-            share=bool(d.get("share", False)), min_gpus=_opt_int(d.get("min_gpus"), key),
-            preemptible=bool(d.get("preemptible", False)), checkpoint_signal=_signal(d.get("ckpt_sig"), key),
-            retries=_retries(d.get("retries"), key),
-            after=_ids(d.get("after"), key), after_any=_ids(d.get("after_any"), key),
-            scaling=_scaling(d.get("scaling"), key),
-        )
-    except KeyError as e:
-        raise MalformedRecord(key, f"missing field {e.args[0]!r}") from None
 
 
 def encode_node_info(gpus: list[GpuInfo], cpus: int, mem_gb: float) -> bytes:

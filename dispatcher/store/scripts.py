@@ -27,6 +27,14 @@ def submit(pipe, ns: str, ids: list[str], args: list) -> None:
               keys.jobs_pending(ns), keys.jobs_changed(ns), *args)
 
 
+def read_jobs(pipe, ns: str, ids: list[str], extra: list[str], fields: tuple[str, ...]) -> None:
+    """Queue read_jobs.lua on `pipe`: `fields` of each job in `ids`, and its `extra` field."""
+    args: list = [len(fields), *fields]
+    for job_id, field in zip(ids, extra):
+        args += (job_id, field)
+    pipe.eval(source("read_jobs"), len(ids) + 1, *[keys.job(ns, i) for i in ids], keys.jobs_pending(ns), *args)
+
+
 def _flag(value: bool) -> str:
     return "1" if value else "0"
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import MalformedRecord
 from ..cycle import NodeView, PendingJob, Plan, Preemption, RunningJob, Snapshot
 from ..model import ACTIVE_STATES, FAILED
-from . import keys
+from . import keys, scripts
 from .codec import decode_spec
 from .connect import text
 from ..policy.elastic import is_elastic, run_time
@@ -62,22 +62,30 @@ _FIELDS = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_
            "last_preempted_ms", "plan_est_s")
 
 
+#: Jobs read by one call of read_jobs.lua: the server answers other clients between two.
+_READ_CHUNK = 5_000
+
+
 def read_jobs(client, ns: str, ids, cache: SpecCache):
-    """Queue-side view of the given jobs, in one pipelined round trip: yields (job id, what) where what
-    is a PendingJob, a RunningJob (with its epoch: (job, epoch)), None (neither: ended, or moved
-    between two reads), or an Exception (an unusable record)."""
+    """Queue-side view of the given jobs, in one round trip: yields (job id, what) where what is a
+    PendingJob, a RunningJob (with its epoch: (job, epoch)), None (neither: ended, or moved between
+    two reads), or an Exception (an unusable record)."""
+    ids = list(ids)
     pipe = client.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.hmget(keys.job(ns, job_id), *_FIELDS, "spec" if job_id not in cache.specs else "state")
-        pipe.zscore(keys.jobs_pending(ns), job_id)
-    replies = pipe.execute(raise_on_error=False)  # a key of the wrong type is one bad record, not a failed cycle
-    for k, job_id in enumerate(ids):
-        reply, since = replies[2 * k], replies[2 * k + 1]
-        if isinstance(reply, Exception) or isinstance(since, Exception):
+    for i in range(0, len(ids), _READ_CHUNK):
+        chunk = ids[i:i + _READ_CHUNK]
+        scripts.read_jobs(pipe, ns, chunk, ["spec" if j not in cache.specs else "state" for j in chunk], _FIELDS)
+    replies = []
+    for got in pipe.execute(raise_on_error=False):
+        if isinstance(got, Exception):  # the call failed as a whole: Redis's trouble, not a record's
+            raise got
+        replies += got
+    for job_id, reply in zip(ids, replies):
+        if isinstance(reply, Exception):  # a key of the wrong type is one bad record, not a failed cycle
             yield job_id, MalformedRecord(f"job {job_id}", f"unreadable record ({reply})")
             continue
         try:
-            yield job_id, _job_from(job_id, reply, since, cache)
+            yield job_id, _job_from(job_id, *reply, cache)
         except (MalformedRecord, ValueError) as e:
             yield job_id, e
 

@@ -98,6 +98,28 @@ def test_requests_that_differ_in_command_and_name_only_share_a_template_but_not_
         spec_from_request({"command": ["true"], "gpu": 2}, user="alice", submit_ms=5, cwd="/w")
 
 
+def test_the_decoders_memory_of_shared_fields_never_lets_a_bad_record_through():
+    spec = build_spec(command=["true"], user="alice", submit_ms=1, job_id="1", gpus=1, retries=2)
+    d = msgpack.unpackb(encode_spec(spec))
+    assert decode_spec(msgpack.packb(d)) == spec  # remembered now
+    for field, value in [("gpus", True), ("retries", True), ("cpus", 1.0)]:  # equal to good values as keys
+        with pytest.raises(MalformedRecord, match=f"bad {field}"):
+            decode_spec(msgpack.packb(dict(d, **{field: value})))
+    for field in ("cmd", "user", "ckpt", "submit_ms"):
+        with pytest.raises(MalformedRecord, match=f"missing field '{field}'"):
+            decode_spec(msgpack.packb({k: v for k, v in d.items() if k != field}))
+    with pytest.raises(MalformedRecord, match="bad env"):
+        decode_spec(msgpack.packb(dict(d, env={"A": "1"})))  # a map: not even hashable
+
+
+def test_a_record_written_before_the_optional_fields_existed_still_decodes():
+    spec = build_spec(command=["true"], user="alice", submit_ms=1, job_id="1")
+    d = msgpack.unpackb(encode_spec(spec))
+    old = {k: v for k, v in d.items()
+           if k not in ("share", "min_gpus", "preemptible", "ckpt_sig", "retries", "after", "after_any", "scaling")}
+    assert decode_spec(msgpack.packb(old)) == spec
+
+
 def test_a_spec_built_by_hand_with_lists_still_encodes():
     spec = JobSpec(id="1", command=["a"], env=[["A", "b"]], after=["2"])
     assert decode_spec(encode_spec(spec)) == JobSpec(id="1", command=("a",), env=(("A", "b"),), after=("2",))
