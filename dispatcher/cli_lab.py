@@ -1,4 +1,4 @@
-"""`dispatch simulate` and `dispatch history`: the policy lab's commands (registered in cli.py)."""
+"""`dispatch simulate` and `dispatch history`: the policy lab's commands (registered lazily in cli.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 
 import click
 
+from .cli import common
 from .errors import InvalidRequestError
 
 
@@ -72,6 +73,15 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
         click.echo(table(out))
         click.echo(f"simulated in {out['wall_s']}s" + (f"; plot in {plot}" if plot else ""))
     out["results"] = results
+
+
+@click.command()
+@click.option("--csv", "as_csv", is_flag=True, required=True, help="Print finished jobs in the trace format.")
+@click.option("--since", default=None, metavar="DURATION", help="Only jobs submitted this long ago or later (e.g. 7d).")
+@common
+def history(ctx, as_csv, since):
+    """Finished jobs in the trace format, to replay a lab's own week with `dispatch simulate`."""
+    click.echo(history_csv(ctx.client, ctx.ns, since), nl=False)
 
 
 def history_csv(client, ns: str, since: str | None) -> str:

@@ -1,0 +1,311 @@
+"""The policy and auth groups, `dispatch top` and the long-running parts: scheduler, worker, dashboard, up
+(registered lazily in cli.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+
+import click
+
+from . import errors
+from .cli import _setup_logging, common, json_flag
+from .errors import InvalidRequestError
+
+_NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: The dashboard's default port (`dispatch dashboard`, `dispatch up`).
+DASHBOARD_PORT = 8090
+
+
+@click.group()
+def policy():
+    """Check a policy file, or show the policy in force."""
+
+
+@policy.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+def policy_check(path):
+    """Validate a policy file: exit 0 and a summary, or one line naming the bad key."""
+    from .policy_source import load_policy_file
+
+    pset, _ = load_policy_file(path)
+    for name, cfg in pset.profiles.items():
+        w = cfg.weights
+        step = 100.0 / 3 * w.get("priority", 0.0)
+        rest = 100.0 * sum(v for k, v in w.items() if k != "priority")
+        crossing = "classes never cross" if step > rest else "aging and the other terms can lift a job past a class"
+        click.echo(f"profile {name}: weights {w}; {crossing}")
+    for e in pset.schedule:
+        click.echo(f"schedule: {e.profile} from {e.from_min // 60:02d}:{e.from_min % 60:02d} to "
+                   f"{e.to_min // 60:02d}:{e.to_min % 60:02d}")
+    teams = next(iter(pset.profiles.values())).teams
+    for t, q in teams.items():
+        click.echo(f"team {t}: guarantee {q.guarantee_gpus} GPUs, limit {q.limit_gpus if q.limit_gpus is not None else 'none'}")
+    click.echo(f"{path}: ok")
+
+
+@policy.command("show")
+@json_flag
+@common
+def policy_show(ctx, as_json):
+    """The policy in force: the profile the scheduler runs now, with every setting."""
+    from .explain import policy_in_force
+    from .policy.profiles import describe
+
+    profile, config, source = policy_in_force(ctx.client, ctx.ns)
+    out = {"profile": profile, "source": source, "settings": describe(config)}
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    click.echo(f"profile {profile} from {source}")
+    for k, v in out["settings"].items():
+        click.echo(f"  {k}: {v}")
+
+
+def _alerts_option(fn):
+    return click.option("--alerts", default=None, envvar="DISPATCH_ALERTS", metavar="KEY=VALUE,...",
+                        help="Alert thresholds, e.g. critical_wait=5m,high_wait=30m,low_util=50,low_util_for=30m "
+                             "(docs/dashboard.md; idle GPUs: the policy's idle_warn).")(fn)
+
+
+def _board(ctx, alerts):
+    from .alerts import AlertConfig
+    from .board import Board
+    from .config import Timing
+
+    return Board(ctx.client, ctx.ns, timing=Timing.from_env(), alerts=AlertConfig.parse(alerts))
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="Print one frame and exit (for scripts and logs).")
+@click.option("--interval", default=2.0, type=click.FloatRange(0.2), show_default=True, help="Seconds between frames.")
+@_alerts_option
+@common
+def top(ctx, once, interval, alerts):
+    """A live terminal view: queue by class, GPUs per node, decisions, usage, alerts."""
+    from .top import run
+
+    run(_board(ctx, alerts), interval_s=interval, once=once)
+
+
+# -- long-running parts ---------------------------------------------------------------------
+def _stop_on_signals(event) -> None:
+    def handler(signum, frame):
+        event.set()
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _policy_option(fn):
+    return click.option("--policy", "policy_path", envvar="DISPATCH_POLICY", default=None,
+                        type=click.Path(dir_okay=False),
+                        help="Policy file (TOML); reloaded when it changes. Default: built-in weights.")(fn)
+
+
+def _secret_option(fn):
+    fn = click.option("--admins", default="", envvar="DISPATCH_ADMINS", metavar="USER,USER",
+                      help="With --secret-file: users who may cancel or preempt anyone's jobs.")(fn)
+    return click.option("--secret-file", default=None, envvar="DISPATCH_SECRET_FILE", type=click.Path(dir_okay=False),
+                        help="Turn identity on: the lab secret (chmod 600); see docs/security.md.")(fn)
+
+
+def _verifier(secret_file, admins):
+    if not secret_file:
+        return None
+    from .identity import Verifier, load_secret
+
+    return Verifier(load_secret(secret_file), [a for a in admins.split(",") if a])
+
+
+@click.command()
+@_policy_option
+@_secret_option
+@common
+def scheduler(ctx, policy_path, secret_file, admins):
+    """Run the scoring scheduler (one per cluster)."""
+    import threading
+
+    from .config import Timing
+    from .policy_source import PolicySource
+    from .scheduler import Scheduler
+
+    _setup_logging(ctx.debug)
+    source = PolicySource(policy_path)
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    sched = Scheduler(ctx.client, ctx.ns, policy=source, timing=Timing.from_env(),
+                      verifier=_verifier(secret_file, admins))
+    click.echo(f"dispatch scheduler on {ctx.url} (namespace {ctx.ns}); leads while it holds the lease, "
+               "else stands by", err=True)
+    sched.run(stop)
+
+
+def _node_options(fn):
+    fn = click.option("--fake-gpus", default=None, metavar="SPEC",
+                      help="Pretend GPUs instead of NVML, e.g. 2xA100-40GB,2xV100-16GB or 4xT4:16.")(fn)
+    fn = click.option("--cpus", default=None, type=click.IntRange(1, 100000), help="CPU cores to offer.")(fn)
+    fn = click.option("--mem", "mem_gb", default=None, type=click.FloatRange(0), help="Memory to offer, GB.")(fn)
+    fn = click.option("--work-dir", default=None, type=click.Path(file_okay=False),
+                      help="Where job logs and checkpoints live on this node.")(fn)
+    fn = click.option("--kill-zombies", is_flag=True,
+                      help="Kill processes that hold a GPU but belong to no job (default: only stop handing "
+                           "that GPU out, and report it).")(fn)
+    fn = click.option("--run-as-user", is_flag=True,
+                      help="Run each job as its submitting Unix user (the agent must run as root).")(fn)
+    return fn
+
+
+def _run_agent(ctx, node, opts: dict, verifier=None, before_shutdown=None):
+    """`opts`: the values of _node_options."""
+    from .config import Timing, state_dir
+    from workers.agent import NodeAgent
+    from workers.gpu import open_probe
+
+    if not _NODE_NAME.match(node):
+        raise InvalidRequestError(f"--node: {node!r} may hold only letters, digits and _.- (at most 64)",
+                                  field="--node")
+    if opts["run_as_user"] and os.geteuid() != 0:
+        raise InvalidRequestError("--run-as-user: the node agent must run as root to start jobs as their users",
+                                  field="--run-as-user")
+    probe = open_probe(opts["fake_gpus"], node)
+    agent = NodeAgent(ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"],
+                      work_dir=opts["work_dir"] or state_dir() / "node" / node, timing=Timing.from_env(),
+                      url=ctx.url, run_as_user=opts["run_as_user"], verifier=verifier,
+                      kill_zombies=opts["kill_zombies"])
+    agent.run(before_shutdown)
+
+
+@click.command()
+@click.option("--node", default=None, help="Node name (default: the host name).")
+@_node_options
+@_secret_option
+@common
+def worker(ctx, node, secret_file, admins, **node_opts):
+    """Run a node agent on this GPU host: heartbeat its GPUs and run the jobs placed on it."""
+    import socket
+
+    _setup_logging(ctx.debug)
+    _run_agent(ctx, node or socket.gethostname().split(".")[0], node_opts, _verifier(secret_file, admins))
+
+
+def _dashboard_options(fn):
+    fn = click.option("--allow-cancel", is_flag=True,
+                      help="Let the page cancel jobs (with identity on: the owner's or an admin's token).")(fn)
+    return _alerts_option(fn)
+
+
+def _serve_dashboard(ctx, host, port, allow_cancel, alerts):
+    """The dashboard's server, listening (not yet serving)."""
+    from .dashboard import make_server
+
+    server = make_server(_board(ctx, alerts), host, port, allow_cancel=allow_cancel)
+    click.echo(f"dispatch: dashboard on http://{host}:{server.port}/ (metrics at /metrics)"
+               + ("" if allow_cancel else ", read-only"), err=True)
+    return server
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", envvar="DISPATCH_DASHBOARD_HOST", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--port", default=DASHBOARD_PORT, type=click.IntRange(0, 65535), envvar="DISPATCH_DASHBOARD_PORT",
+              show_default=True, help="Port (0: any free one).")
+@_dashboard_options
+@common
+def dashboard(ctx, host, port, allow_cancel, alerts):
+    """The web dashboard and Prometheus /metrics: queue, GPUs, decisions, usage, alerts; live."""
+    server = _serve_dashboard(ctx, host, port, allow_cancel, alerts)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@click.command()
+@click.option("--node", default=None, help="Name of the local node (default: the host name).")
+@click.option("--port", default=None, type=click.IntRange(1, 65535), help="Port of the embedded server.")
+@click.option("--fsync", default="everysec", type=click.Choice(["everysec", "always"]),
+              help="Embedded server: append-only file synced every second (default) or on every write "
+                   "(docs/guarantees.md).")
+@click.option("--dashboard-port", default=DASHBOARD_PORT, type=click.IntRange(0, 65535), show_default=True,
+              envvar="DISPATCH_DASHBOARD_PORT", help="Port of the dashboard, on 127.0.0.1 (0: any free one).")
+@click.option("--no-dashboard", is_flag=True, help="Do not start the dashboard.")
+@_dashboard_options
+@_node_options
+@_policy_option
+@_secret_option
+@common
+def up(ctx, node, port, fsync, dashboard_port, no_dashboard, allow_cancel, alerts, policy_path, secret_file, admins,
+       **node_opts):
+    """All in one: embedded Redis (unless --redis is given), the scheduler and a local node agent."""
+    import socket
+    import threading
+
+    from .alerts import AlertConfig
+    from .config import Timing, forget_server, record_server, state_dir
+    from .embedded import EmbeddedServer
+    from .policy_source import PolicySource
+    from .scheduler import Scheduler
+
+    _setup_logging(ctx.debug)
+    source = PolicySource(policy_path)  # a bad policy file stops `up` before anything starts
+    AlertConfig.parse(alerts)  # and so do bad alert thresholds
+    if not node_opts["fake_gpus"]:  # fail before starting anything if this host has no GPUs to offer
+        from workers.gpu import NvmlProbe
+
+        NvmlProbe().close()
+    server = None
+    if ctx._url_flag is None:
+        server = EmbeddedServer(state_dir() / "data", port, fsync=fsync).start()
+        ctx._url_flag = server.url
+        record_server(server.url, os.getpid())
+        click.echo(f"dispatch: embedded server on {server.url}, data in {server.data_dir}", err=True)
+    stop = threading.Event()
+    verifier = _verifier(secret_file, admins)
+    sched = Scheduler(ctx.client, ctx.ns, policy=source, timing=Timing.from_env(), verifier=verifier)
+    sched_thread = threading.Thread(target=sched.run, args=(stop,), name="scheduler", daemon=True)
+    sched_thread.start()
+    web = None
+    if not no_dashboard:
+        try:
+            web = _serve_dashboard(ctx, "127.0.0.1", dashboard_port, allow_cancel, alerts)
+            threading.Thread(target=web.serve_forever, name="dashboard", daemon=True).start()
+        except errors.ConfigError as e:  # a taken port costs the page, not the cluster
+            click.echo(f"dispatch: warning: no dashboard: {e}", err=True)
+
+    def stop_scheduler():
+        stop.set()
+        sched_thread.join(5)
+
+    try:
+        click.echo("dispatch: scheduler and node agent running; Ctrl-C stops everything", err=True)
+        _run_agent(ctx, node or socket.gethostname().split(".")[0], node_opts, verifier, stop_scheduler)
+    finally:
+        stop_scheduler()
+        if web is not None:
+            web.shutdown()
+        if server is not None:
+            forget_server(os.getpid())
+            server.stop()
+        click.echo("dispatch: stopped", err=True)
+
+
+@click.group()
+def auth():
+    """Identity (docs/security.md): per-user tokens for signed requests."""
+
+
+@auth.command("token")
+@click.argument("user")
+@click.option("--secret-file", required=True, type=click.Path(dir_okay=False), help="The lab secret (chmod 600).")
+def auth_token(user, secret_file):
+    """Print USER's token (give it to them for $DISPATCH_TOKEN or ~/.config/dispatch/token)."""
+    from .identity import load_secret, token_for
+    from .spec import _label
+
+    click.echo(token_for(load_secret(secret_file), _label(user, "USER")))

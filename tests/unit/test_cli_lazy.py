@@ -1,0 +1,38 @@
+"""The `dispatch` group imports a command's module only when that command runs, and still lists every command."""
+
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from dispatcher.cli import COMMANDS, cli
+
+EVERY_COMMAND = ["auth", "cancel", "checkpointed", "dashboard", "decisions", "eta", "history", "logs", "nodes",
+                 "policy", "preempt", "queue", "scheduler", "show", "simulate", "submit", "top", "up", "wait", "why",
+                 "worker"]
+
+
+def test_the_group_lists_every_command_sorted_and_each_resolves_to_itself():
+    assert cli.list_commands(None) == EVERY_COMMAND
+    assert sorted(COMMANDS) == EVERY_COMMAND
+    for name in EVERY_COMMAND:
+        assert cli.get_command(None, name).name == name
+
+
+def test_an_unknown_command_is_still_no_command():
+    assert cli.get_command(None, "nosuch") is None
+
+
+def test_getting_submit_imports_no_other_command_module():
+    code = ("import sys; from dispatcher.cli import cli; cli.get_command(None, 'submit'); "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('dispatcher.cli'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["dispatcher.cli", "dispatcher.cli_submit"]
+
+
+def test_dispatch_help_lists_every_command_with_its_short_help():
+    out = CliRunner().invoke(cli, ["--help"], prog_name="dispatch").output
+    listed = out.split("Commands:\n", 1)[1].splitlines()
+    assert [line.split()[0] for line in listed if line.strip()] == EVERY_COMMAND
+    assert "  submit        Submit a job: dispatch submit --gpus 2" in out
+    assert "  policy        Check a policy file, or show the policy in force." in out
