@@ -97,7 +97,8 @@ def _job_from(job_id: str, reply, since, cache: SpecCache):
     if state == "pending":
         if since is None:
             return None  # moved on between the two reads; it is in the changed set again
-        return PendingJob(cache.get(job_id, raw, plan_est), 0 if attempt is None else int(attempt), int(since)), epoch
+        return PendingJob(cache.get(job_id, raw, plan_est), 0 if attempt is None else int(attempt),
+                          int(float(since))), epoch  # (a score comes as text from read_jobs.lua)
     if state in ACTIVE_STATES:
         spec = cache.get(job_id, raw, plan_est)
         if spec is None:
