@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import MalformedRecord
 from ..cycle import PendingJob, Snapshot
+from ..errors import MalformedRecord
 from ..policy.backlog import Backlog
 from . import keys
 from .codec import decode_node_info
 from .connect import text
-from .nodes import NodeRecord
+from .nodes import NodeRecord, read_infos
 from .dependencies import HELD, READY, judge_all
 from .snapshot import ReadResult, SpecCache, node_views, pending_only, read_jobs
 
@@ -178,13 +178,8 @@ class Mirror:
 
     def _read_nodes(self) -> list[NodeRecord]:
         """Every node with a heartbeat; a node's record is decoded again only when it changed."""
-        beats = self.client.zrange(keys.nodes_heartbeat(self.ns), 0, -1, withscores=True)
-        pipe = self.client.pipeline(transaction=False)
-        for name, _ in beats:
-            pipe.hget(keys.node(self.ns, text(name)), "info")
         out, seen = [], {}
-        for (name, at), raw in zip(beats, pipe.execute()):
-            name = text(name)
+        for name, at, raw in read_infos(self.client, self.ns):
             if raw is None:
                 continue
             cached = self._nodes.get(name)

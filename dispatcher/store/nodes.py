@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from ..errors import MalformedRecord
 from ..model import GpuInfo
-from . import keys
+from . import keys, scripts
 from .codec import decode_node_info, encode_node_info
 from .connect import text
 
@@ -44,19 +44,23 @@ def remove_node(client, ns: str, name: str) -> None:
     pipe.execute()
 
 
+def read_infos(client, ns: str) -> list[tuple[str, float, bytes | None]]:
+    """Every node with a heartbeat: (name, its heartbeat score (ms; unchecked), its raw info record or
+    None)."""
+    beats = [(text(name), seen) for name, seen in client.zrange(keys.nodes_heartbeat(ns), 0, -1, withscores=True)]
+    infos = scripts.hget_each(client, [keys.node(ns, name) for name, _ in beats], "info")
+    return [(name, seen, info) for (name, seen), info in zip(beats, infos)]
+
+
 def read_nodes(client, ns: str) -> tuple[list[NodeRecord], list[str]]:
-    """Every node with a heartbeat, and the problems met (malformed records are skipped)."""
-    beats = client.zrange(keys.nodes_heartbeat(ns), 0, -1, withscores=True)
+    """Every node with a heartbeat and its GPUs held, and the problems met (malformed records are
+    skipped)."""
+    infos = [i for i in read_infos(client, ns) if i[2] is not None]
     pipe = client.pipeline(transaction=False)
-    for name, _ in beats:
-        pipe.hget(keys.node(ns, text(name)), "info")
-        pipe.hgetall(keys.node_alloc(ns, text(name)))
-    replies = pipe.execute()
+    for name, _, _ in infos:
+        pipe.hgetall(keys.node_alloc(ns, name))
     nodes, problems = [], []
-    for i, (name, seen) in enumerate(beats):
-        name, info, alloc = text(name), replies[2 * i], replies[2 * i + 1]
-        if info is None:
-            continue
+    for (name, seen, info), alloc in zip(infos, pipe.execute()):
         try:
             gpus, cpus, mem_gb = decode_node_info(info, key=keys.node(ns, name))
             held = {int(g): text(j) for g, j in alloc.items() if text(g).isascii() and text(g).isdigit()}

@@ -35,6 +35,12 @@ def read_jobs(pipe, ns: str, ids: list[str], extra: list[str], fields: tuple[str
     pipe.eval(source("read_jobs"), len(ids) + 1, *[keys.job(ns, i) for i in ids], keys.jobs_pending(ns), *args)
 
 
+def hget_each(client, hashes: list[str], field: str) -> list:
+    """`field` of each hash (None where absent, a ResponseError for a key of the wrong type), in one
+    call of hget_each.lua."""
+    return client.eval(source("hget_each"), len(hashes), *hashes, field) if hashes else []
+
+
 def _flag(value: bool) -> str:
     return "1" if value else "0"
 

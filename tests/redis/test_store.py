@@ -8,7 +8,7 @@ from dispatcher.scheduler import Scheduler, now_ms
 from dispatcher.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.jobs import cancel_job, read_job, write_jobs
-from dispatcher.store.nodes import write_heartbeat
+from dispatcher.store.nodes import read_nodes, write_heartbeat
 from dispatcher.store.scripts import Scripts
 
 
@@ -89,6 +89,18 @@ def test_the_scheduler_places_on_live_nodes_only(client, ns):
     beat(client, ns, "fresh")
     plan = sched.cycle()
     assert [(p.job_id, p.node) for p in plan.placements] == [(job, "fresh")]
+
+
+def test_a_node_record_of_the_wrong_type_costs_that_node_not_the_cycle(client, ns):
+    beat(client, ns, "bad")
+    client.delete(keys.node(ns, "bad"))
+    client.set(keys.node(ns, "bad"), "not a hash")  # still in the heartbeat index
+    beat(client, ns, "good")
+    job = submit(client, ns, gpus=1)
+    plan = Scheduler(client, ns).cycle()
+    assert [(p.job_id, p.node) for p in plan.placements] == [(job, "good")]
+    nodes, problems = read_nodes(client, ns)
+    assert [n.name for n in nodes] == ["good"] and len(problems) == 1 and "bad" in problems[0]
 
 
 def test_a_placement_enqueues_an_rq_job_with_plain_json_arguments(client, ns):
