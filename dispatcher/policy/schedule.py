@@ -146,16 +146,30 @@ def _room(spec: JobSpec, node: _Node, now_ms: int) -> bool:
 
 
 def _reserve(spec: JobSpec, nodes: list[_Node], now_ms: int) -> Reservation | None:
-    """Hold GPUs (and CPUs, memory) for a blocked job on the node where it could start first.
+    """Hold GPUs (and CPUs, memory) for a blocked job on the node where it could start first (the
+    first such node in `nodes` on a tie).
 
     Each GPU is free at the latest end of the jobs holding it; CPUs and memory come
-    back as jobs end. The start is the first moment all three suffice.
+    back as jobs end. The start is the first moment all three suffice. Nodes are tried
+    in the order of a lower bound of that start (now, with enough GPUs free; else the
+    first end of a job there), and the search stops once no node left can do better.
     """
-    best: Reservation | None = None
-    for node in nodes:
+    order = []
+    for i, node in enumerate(nodes):
         if node.resv is not None or not fits_ever(spec, node.view):
             continue
-        free_at = {i: now_ms for i in node.free}
+        if len(node.free) >= spec.gpus:
+            order.append((now_ms, i))
+        elif node.releases:
+            order.append((min(r.end_ms for r in node.releases), i))
+    order.sort()
+    best: Reservation | None = None
+    best_key = None
+    for bound, i in order:
+        if best_key is not None and (bound, i) > best_key:
+            break
+        node = nodes[i]
+        free_at = {g: now_ms for g in node.free}
         for r in node.releases:
             for g in r.gpus:
                 if g not in node.free:
@@ -172,8 +186,8 @@ def _reserve(spec: JobSpec, nodes: list[_Node], now_ms: int) -> Reservation | No
             if len(ready) >= spec.gpus and cpus_t >= spec.cpus and mem_t + 1e-9 >= spec.mem_gb:
                 start = t
                 break
-        if start is not None and (best is None or start < best.start_ms):
-            best = Reservation(spec.id, node.view.name, tuple(sorted(gpus[: spec.gpus])), start)
+        if start is not None and (best_key is None or (start, i) < best_key):
+            best, best_key = Reservation(spec.id, node.view.name, tuple(sorted(gpus[: spec.gpus])), start), (start, i)
     return best
 
 
