@@ -306,6 +306,21 @@ def test_easy_backfill_lets_a_later_job_use_reserved_gpus_only_if_it_ends_first(
         assert "reserved for job BIG" in v.reason, f"reason {v.reason!r} does not name BIG"
 
 
+@pytest.mark.parametrize("ends_s, want_node", [
+    ((300, 100, 200), "n2"),   # the node whose job ends first
+    ((300, 100, 100), "n2"),   # a tie goes to the first such node
+    ((100, 100, 100), "n1"),
+    ((400, 300, 50), "n3"),    # the last node tried in name order is still found
+], ids=["earliest_end_wins", "a_tie_goes_to_the_first_node", "all_tied", "the_last_node_can_win"])
+def test_a_reservation_goes_where_the_blocked_job_could_start_first(ends_s, want_node):
+    nodes = [make_node(f"n{i + 1}").gpus(2, "A100", 40).held(0, 1, cpus=1) for i in range(3)]
+    running = [make_job(f"R{i + 1}").gpus(2).est(s).user("rita").running_on(f"n{i + 1}", 0, 1)
+               for i, s in enumerate(ends_s)]
+    plan = plan_of([make_job("BIG").gpus(2).priority("high").est(600)], nodes, running)
+    start = NOW_MS + min(ends_s) * 1000
+    assert plan.reservations == (Reservation("BIG", want_node, (0, 1), start),), plan.reservations
+
+
 def test_a_reservation_waits_a_day_for_a_running_job_with_no_estimate():
     plan = backfill_case(500, running_est_s=None)
     # unknown_remaining_s = 86400
