@@ -45,17 +45,24 @@ def _secs(ms: str) -> float | None:
 
 
 class _Cached:
-    """A value recomputed at most every ttl_s, shared by threads."""
+    """A value recomputed at most every ttl_s, shared by threads; and at most every LOAD_FACTOR times
+    as long as computing it took, so that a long queue (a read of 100,000 jobs takes seconds) keeps
+    the dashboard's share of Redis and of this process bounded, whoever is watching."""
+
+    LOAD_FACTOR = 5.0
 
     def __init__(self, ttl_s: float, compute):
         self.ttl_s, self.compute = ttl_s, compute
         self._lock = threading.Lock()
-        self._value, self._at = None, -1e18
+        self._value, self._at, self._took = None, -1e18, 0.0
 
     def get(self):
         with self._lock:
-            if time.monotonic() - self._at >= self.ttl_s:
-                self._value, self._at = self.compute(), time.monotonic()
+            if time.monotonic() - self._at >= max(self.ttl_s, self.LOAD_FACTOR * self._took):
+                t0 = time.monotonic()
+                self._value = self.compute()
+                self._at = time.monotonic()
+                self._took = self._at - t0
             return self._value
 
 
