@@ -17,7 +17,7 @@ from .config import Timing
 from .explain import policy_in_force
 from .model import FINAL_STATES, PRIORITIES
 from .policy.score import dominant_share
-from .store import keys
+from .store import keys, scripts
 from .store.connect import text
 from .store.decisions import read_decisions
 from .store.jobs import read_jobs
@@ -83,17 +83,17 @@ class Board:
         now = _now_ms()
         with self._specs_lock:
             read = read_snapshot(self.client, self.ns, now, self.timing.node_timeout_s, self._specs)
+        written = scripts.hget_each(self.client, [keys.job(self.ns, p.spec.id) for p in read.snapshot.pending],
+                                    "reason")
         pipe = self.client.pipeline(transaction=False)
-        for p in read.snapshot.pending:
-            pipe.hget(keys.job(self.ns, p.spec.id), "reason")
         for r in read.snapshot.running:  # the node agents' idle warnings (workers/idle.py)
             pipe.hmget(keys.job(self.ns, r.spec.id), "warning", "idle_since_ms")
-        replies = pipe.execute()
+        warnings = pipe.execute()
         stats = {k.decode(): text(v) for k, v in self.client.hgetall(keys.scheduler_stats(self.ns)).items()}
         rest = stats.get("rest_reason") or "no reason recorded yet"  # jobs the last full cycle did not reach
-        reasons = {p.spec.id: text(r) or rest for p, r in zip(read.snapshot.pending, replies)}
-        idle = {r.spec.id: (text(w), text(since)) for r, (w, since)
-                in zip(read.snapshot.running, replies[len(read.snapshot.pending):]) if w}
+        reasons = {p.spec.id: ("" if isinstance(r, Exception) else text(r)) or rest
+                   for p, r in zip(read.snapshot.pending, written)}
+        idle = {r.spec.id: (text(w), text(since)) for r, (w, since) in zip(read.snapshot.running, warnings) if w}
         pending = sorted(read.snapshot.pending, key=lambda p: (-p.spec.rank, p.wait_from_ms, int(p.spec.id)))
         running = sorted(read.snapshot.running, key=lambda r: (-r.spec.rank, r.started_ms, int(r.spec.id)))
         _, config, _ = policy_in_force(self.client, self.ns, now / 1000.0)

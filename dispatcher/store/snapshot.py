@@ -62,18 +62,14 @@ _FIELDS = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_
            "last_preempted_ms", "plan_est_s")
 
 
-#: Jobs read by one call of read_jobs.lua: the server answers other clients between two.
-_READ_CHUNK = 5_000
-
-
 def read_jobs(client, ns: str, ids, cache: SpecCache):
     """Queue-side view of the given jobs, in one round trip: yields (job id, what) where what is a
     PendingJob, a RunningJob (with its epoch: (job, epoch)), None (neither: ended, or moved between
     two reads), or an Exception (an unusable record)."""
     ids = list(ids)
     pipe = client.pipeline(transaction=False)
-    for i in range(0, len(ids), _READ_CHUNK):
-        chunk = ids[i:i + _READ_CHUNK]
+    for i in range(0, len(ids), scripts.CHUNK):
+        chunk = ids[i:i + scripts.CHUNK]
         scripts.read_jobs(pipe, ns, chunk, ["spec" if j not in cache.specs else "state" for j in chunk], _FIELDS)
     replies = []
     for got in pipe.execute(raise_on_error=False):
