@@ -2,7 +2,7 @@
 
 A job is one hash (keys.job): the immutable msgpack spec under `spec` plus the
 mutable state fields listed in keys.py. Submitting writes the hashes and adds the
-ids to the pending and all-jobs indexes in one call of lua/submit.lua.
+ids to the pending and all-jobs indexes with lua/submit.lua, in one MULTI/EXEC.
 """
 
 from __future__ import annotations
@@ -43,16 +43,20 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, st
         raise replies[0]
     last, predicted = replies[0], predictor.fields(replies[1:])
     ids = [str(last - len(specs) + 1 + i) for i in range(len(specs))]
-    args: list = []
-    for job_id, spec, extra in zip(ids, specs, predicted):
-        fields = [b"spec", encode_spec(spec, job_id)]
-        if extra:
-            fields += (x for kv in extra.items() for x in kv)
-        if signed is not None:
-            fields += (b"signed", signed[0], b"sig", signed[1])
-        args += (job_id, spec.submit_ms, len(fields) // 2, *fields)
     pipe = client.pipeline(transaction=True)
-    scripts.submit(pipe, ns, ids, args)
+    # One script call per CHUNK jobs, all in one MULTI: the batch is written atomically, and no call runs
+    # long enough for the server to answer other clients BUSY while a huge batch is written.
+    for start in range(0, len(ids), scripts.CHUNK):
+        chunk = slice(start, start + scripts.CHUNK)
+        args: list = []
+        for job_id, spec, extra in zip(ids[chunk], specs[chunk], predicted[chunk]):
+            fields = [b"spec", encode_spec(spec, job_id)]
+            if extra:
+                fields += (x for kv in extra.items() for x in kv)
+            if signed is not None:
+                fields += (b"signed", signed[0], b"sig", signed[1])
+            args += (job_id, spec.submit_ms, len(fields) // 2, *fields)
+        scripts.submit(pipe, ns, ids[chunk], args)
     if also is not None:
         also(pipe, ids)
     pipe.publish(keys.events(ns), b"submit")

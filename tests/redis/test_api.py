@@ -24,18 +24,19 @@ def test_submit_many_writes_all_or_nothing(redis_url, ns, client):
     assert client.zcard(f"{ns}:jobs:all") == 50
 
 
-def test_a_sweep_larger_than_the_submit_scripts_chunk_is_written_whole(redis_url, ns, client):
+def test_a_sweep_larger_than_the_submit_scripts_chunks_is_written_whole(redis_url, ns, client):
     c = Client(redis_url, ns)
+    n = 11_000  # three calls of submit.lua (5,000 jobs each), each adding to the indexes 2,000 at a time
     sweep = [{"command": ["python", "train.py", "--lr", str(i / 1000)], "name": f"lr-{i}", "gpus": 1 + i % 2}
-             for i in range(4_500)]  # submit.lua adds to the indexes 2,000 jobs at a time
+             for i in range(n)]
     ids = c.submit_many(sweep)
-    assert len(set(ids)) == 4_500
-    assert client.zcard(keys.jobs_all(ns)) == client.zcard(keys.jobs_pending(ns)) == 4_500
-    assert client.scard(keys.jobs_changed(ns)) == 4_500
-    first, last = c.show(ids[0]), c.show(ids[-1])
-    assert (first["name"], first["command"], first["gpus_requested"], first["state"]) == (
-        "lr-0", ["python", "train.py", "--lr", "0.0"], 1, "pending")
-    assert (last["name"], last["command"][-1], last["gpus_requested"]) == ("lr-4499", "4.499", 2)
+    assert len(set(ids)) == n and ids == [str(int(ids[0]) + i) for i in range(n)]
+    assert client.zcard(keys.jobs_all(ns)) == client.zcard(keys.jobs_pending(ns)) == n
+    assert client.scard(keys.jobs_changed(ns)) == n
+    for i in (0, 4_999, 5_000, n - 1):
+        job = c.show(ids[i])
+        assert (job["name"], job["command"][-1], job["gpus_requested"], job["state"]) == (
+            f"lr-{i}", str(i / 1000), 1 + i % 2, "pending")
 
 
 def test_wait_times_out_on_a_job_that_cannot_run(redis_url, ns):
