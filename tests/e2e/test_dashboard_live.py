@@ -2,8 +2,9 @@
 parser, and `dispatch top`, against real scheduler and agent processes on fake GPUs.
 
 The browser tests need Debian's `chromium` and `chromium-driver` (.ci/run installs them) and
-Selenium (the test extra); without them they skip locally and fail in CI. They save the
-screenshots in docs/ that docs/dashboard.md shows.
+Selenium (the test extra); without them they skip locally and fail in CI. They take the
+screenshots docs/dashboard.md shows, and save them in docs/ with DISPATCH_UPDATE_DOCS=1 (else
+in the test's temporary directory, so that a test run leaves the tree as it was).
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ from tests.e2e.test_zombies_live import zombie
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def shots_dir(tmp_path: Path) -> Path:
+    """Where the screenshots go: docs/ when asked (DISPATCH_UPDATE_DOCS=1), else the test's tmp dir."""
+    return DOCS if os.environ.get("DISPATCH_UPDATE_DOCS") == "1" else tmp_path
 ENV = {"DISPATCH_NODE_TIMEOUT_S": "4"}  # a killed node is reported dead within seconds
 
 
@@ -156,7 +162,7 @@ def full_page_screenshot(driver, path: Path) -> None:
     driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
-def test_the_dashboard_shows_the_queue_the_gpus_and_the_decisions_live(cli, busy):
+def test_the_dashboard_shows_the_queue_the_gpus_and_the_decisions_live(cli, busy, tmp_path):
     running, pending = busy
     base = start_dashboard(cli)
     driver = browser()
@@ -185,13 +191,13 @@ def test_the_dashboard_shows_the_queue_the_gpus_and_the_decisions_live(cli, busy
                   f"job {pending[2]} taking the GPU it freed", timeout=30)
         assert re.search(rf"^\S+ {pending[2]} ", text_of(driver, "decisions"), re.M), text_of(driver, "decisions")
         time.sleep(2.5)  # one more poll, so the screenshot shows the settled state
-        full_page_screenshot(driver, DOCS / "dashboard.png")
+        full_page_screenshot(driver, shots_dir(tmp_path) / "dashboard.png")
 
         driver.set_window_size(1480, 1000)
         driver.get(f"{base}/job/{pending[0]}")
         wait_page(driver, lambda d: "rank" in text_of(d, "why") and "score" in text_of(d, "why"), "the job's why")
         assert "submitted" in text_of(driver, "timeline")
-        driver.save_screenshot(str(DOCS / "dashboard-job.png"))
+        driver.save_screenshot(str(shots_dir(tmp_path) / "dashboard-job.png"))
         failed = [j for j in json.loads(cli.run("queue", "--all", "--json").stdout) if j["name"] == "broken"][0]
         driver.get(f"{base}/job/{failed['id']}")
         wait_page(driver, lambda d: "out of memory" in text_of(d, "log"), "the failed job's output")
