@@ -202,7 +202,7 @@ def _gpu_type_text(gpu_type) -> str | None:
     raise InvalidRequestError(f"--gpu-type: {gpu_type!r} is not a GPU family or a list of them", field="--gpu-type")
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)
 def _checked_template(items: tuple) -> tuple[JobSpec, int]:
     return _template(dict(items))
 
@@ -375,7 +375,7 @@ def gc_paused():
             gc.enable()
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)
 def _request_template(key: tuple) -> tuple[JobSpec, int]:
     user, cwd, *shared = key
     return _template(_options(shared, user, cwd))
