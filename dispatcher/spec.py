@@ -12,6 +12,7 @@ import gc
 import re
 
 from .errors import InvalidRequestError
+from .memo import remembered
 from .model import PRIORITIES, PRIORITY_ALIASES, JobSpec
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
@@ -202,7 +203,7 @@ def _gpu_type_text(gpu_type) -> str | None:
     raise InvalidRequestError(f"--gpu-type: {gpu_type!r} is not a GPU family or a list of them", field="--gpu-type")
 
 
-@functools.lru_cache(maxsize=4096)
+@remembered(4096)
 def _checked_template(items: tuple) -> tuple[JobSpec, int]:
     return _template(dict(items))
 
@@ -295,10 +296,7 @@ def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", name="",
     share their other options, so those are checked once per distinct set (when all their values hash)
     into a template that each job's spec copies."""
     options["user"] = user
-    try:
-        template, bound = _checked_template(tuple(sorted(options.items())))
-    except TypeError:  # a list or dict among the values (env from the Python API): check it uncached
-        template, bound = _template(options)
+    template, bound = _checked_template(tuple(sorted(options.items())))
     return _filled(template, bound, command, name, submit_ms, job_id)
 
 
@@ -354,10 +352,7 @@ def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> 
     if not isinstance(request, dict):
         raise InvalidRequestError("a request must be an object of submit's fields, with 'command'", field="request")
     shared = [kv for kv in request.items() if kv[0] != "command" and kv[0] != "name"]
-    try:
-        template, bound = _request_template((user, cwd, *shared))
-    except TypeError:  # a list or dict among the values: check them uncached
-        template, bound = _template(_options(shared, user, cwd))
+    template, bound = _request_template((user, cwd, *shared))
     return _filled(template, bound, request.get("command"), request.get("name"), submit_ms)
 
 
@@ -375,7 +370,7 @@ def gc_paused():
             gc.enable()
 
 
-@functools.lru_cache(maxsize=4096)
+@remembered(4096)
 def _request_template(key: tuple) -> tuple[JobSpec, int]:
     user, cwd, *shared = key
     return _template(_options(shared, user, cwd))

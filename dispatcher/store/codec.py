@@ -6,12 +6,12 @@ so a hostile or corrupt record never reaches the policy.
 
 from __future__ import annotations
 
-import functools
 import operator
 
 import msgpack
 
 from ..errors import MalformedRecord
+from ..memo import remembered
 from ..model import PRIORITIES, SPEC_VERSION, GpuInfo, JobSpec
 from ..spec import MAX_SPEC_BYTES
 
@@ -34,17 +34,13 @@ _HEADER = b"\xde" + (1 + len(_SHARED) + len(_OWN)).to_bytes(2, "big")
 def encode_spec(spec: JobSpec, job_id: str | None = None) -> bytes:
     """`job_id`: encode it under this id instead of spec.id (submit assigns ids as it writes).
     Tuples pack as arrays; the map is the version, the shared fields and the job's own."""
-    values = _shared_values(spec)
-    try:
-        shared = _packed_shared(values)
-    except TypeError:  # a list among the values (a spec built by hand): nothing to remember
-        shared = _packed_shared.__wrapped__(values)
+    shared = _packed_shared(_shared_values(spec))
     own = msgpack.packb({"id": spec.id if job_id is None else job_id, "name": spec.name, "cmd": spec.command,
                          "submit_ms": spec.submit_ms})
     return _HEADER + shared + own[1:]  # (own: a map of 4, its header one byte)
 
 
-@functools.lru_cache(maxsize=4096)
+@remembered(4096)  # (a spec built by hand may hold lists)
 def _packed_shared(values: tuple) -> bytes:
     """The version and the shared fields as packed key/value pairs, without their map's header."""
     return msgpack.packb({"v": SPEC_VERSION, **{key: v for (_, key), v in zip(_SHARED, values)}})[3:]
@@ -84,12 +80,7 @@ def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
             shared = (*_shared_of(d), *map(type, _strict_of(d)))
         except KeyError:  # a record written before a field existed, or a broken one
             shared = (*(d.get(k, _MISSING) for k in _SHARED_KEYS), *(type(d.get(k)) for k in _STRICT_INTS))
-        try:
-            hash(shared)
-        except TypeError:  # a map where none belongs: checked (and refused) uncached
-            template = _checked_shared.__wrapped__(shared)
-        else:
-            template = _checked_shared(shared)
+        template = _checked_shared(shared)  # (a map where none belongs: checked, and refused, uncached)
         try:
             cmd, job_id, name, submit_ms = _own_of(d)
         except KeyError as e:
@@ -98,10 +89,8 @@ def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
         _check(type(job_id) is str, "bad id")
         _check(type(name) is str, "bad name")
         _check(type(submit_ms) is int and submit_ms >= 0, "bad submit_ms")
-        after, after_any = d.get("after"), d.get("after_any")
         return template.filled(id=job_id, name=name, command=cmd, submit_ms=submit_ms,
-                               after=() if after is None or after == () else _ids(after),
-                               after_any=() if after_any is None or after_any == () else _ids(after_any))
+                               after=_ids(d.get("after")), after_any=_ids(d.get("after_any")))
     except _Bad as e:
         raise MalformedRecord(key, str(e)) from None
 
@@ -112,7 +101,7 @@ def _required(value, field: str):
     return value
 
 
-@functools.lru_cache(maxsize=4096)  # a queue holds a few thousand distinct requests at most, usually
+@remembered(4096)  # a queue holds a few thousand distinct requests at most, usually
 def _checked_shared(values: tuple) -> JobSpec:
     """The shared fields (as _SHARED_KEYS, then _STRICT_INTS' types), checked, as a spec with no id,
     name, command, time or dependencies. Raises _Bad."""
