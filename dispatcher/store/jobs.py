@@ -46,8 +46,7 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, st
     pipe = client.pipeline(transaction=True)
     # One script call per CHUNK jobs, all in one MULTI: the batch is written atomically, and no call runs
     # long enough for the server to answer other clients BUSY while a huge batch is written.
-    for start in range(0, len(ids), scripts.CHUNK):
-        chunk = slice(start, start + scripts.CHUNK)
+    for chunk in scripts.chunks(len(ids)):
         args: list = []
         for job_id, spec, extra in zip(ids[chunk], specs[chunk], predicted[chunk]):
             fields = [b"spec", encode_spec(spec, job_id)]

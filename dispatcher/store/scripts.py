@@ -35,17 +35,22 @@ def read_jobs(pipe, ns: str, ids: list[str], extra: list[str], fields: tuple[str
     pipe.eval(source("read_jobs"), len(ids) + 1, *[keys.job(ns, i) for i in ids], keys.jobs_pending(ns), *args)
 
 
-#: Keys one script call reads: the server answers other clients between two.
+#: Keys one script call reads or writes at most: the server answers other clients between two.
 CHUNK = 5_000
+
+
+def chunks(n: int):
+    """Slices of CHUNK items that cover n: one script call each."""
+    return (slice(i, i + CHUNK) for i in range(0, n, CHUNK))
 
 
 def hget_each(client, hashes: list[str], field: str) -> list:
     """`field` of each hash (None where absent, a ResponseError for a key of the wrong type), in one
     round trip of hget_each.lua calls."""
     pipe = client.pipeline(transaction=False)
-    for i in range(0, len(hashes), CHUNK):
-        chunk = hashes[i:i + CHUNK]
-        pipe.eval(source("hget_each"), len(chunk), *chunk, field)
+    for chunk in chunks(len(hashes)):
+        part = hashes[chunk]
+        pipe.eval(source("hget_each"), len(part), *part, field)
     return [value for part in pipe.execute() for value in part]
 
 

@@ -68,9 +68,9 @@ def read_jobs(client, ns: str, ids, cache: SpecCache):
     two reads), or an Exception (an unusable record)."""
     ids = list(ids)
     pipe = client.pipeline(transaction=False)
-    for i in range(0, len(ids), scripts.CHUNK):
-        chunk = ids[i:i + scripts.CHUNK]
-        scripts.read_jobs(pipe, ns, chunk, ["spec" if j not in cache.specs else "state" for j in chunk], _FIELDS)
+    for chunk in scripts.chunks(len(ids)):
+        part = ids[chunk]
+        scripts.read_jobs(pipe, ns, part, ["spec" if j not in cache.specs else "state" for j in part], _FIELDS)
     replies = []
     for got in pipe.execute(raise_on_error=False):
         if isinstance(got, Exception):  # the call failed as a whole: Redis's trouble, not a record's
