@@ -12,7 +12,7 @@ from .errors import InvalidRequestError
 
 
 @click.command()
-@click.argument("trace", type=click.Path(dir_okay=False))
+@click.argument("trace", type=click.Path(dir_okay=False), required=False)
 @click.option("--gpus", type=click.IntRange(1, 10_000_000), default=None, help="Untyped GPUs, in nodes of --gpus-per-node.")
 @click.option("--gpus-per-node", type=click.IntRange(1, 1024), default=8, show_default=True)
 @click.option("--nodes", "nodes_spec", default=None, metavar="SPEC",
@@ -30,8 +30,14 @@ from .errors import InvalidRequestError
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @click.option("--plot", default=None, metavar="FILE.png", help="Write JCT CDF, queue and utilization plots.")
+@click.option("--suite", is_flag=True, help="Instead of TRACE: the workload suite (the Philly and Alibaba weeks and "
+              "the generated lab weeks), every policy against fifo, fifo-easy, las and srtf, as one score card.")
+@click.option("--workloads", default=None, metavar="NAME,NAME,...", help="With --suite: only these workloads.")
+@click.option("--traces", "traces_dir", default=None, metavar="DIR",
+              help="With --suite: where philly_week.csv and alibaba_gpu2023_week.csv are (default: examples/traces).")
+@click.option("--out", "out_json", default=None, metavar="FILE.json", help="With --suite: also write the card as JSON.")
 def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error, ckpt_cost, time_scale, seed,
-             as_json, plot):
+             as_json, plot, suite, workloads, traces_dir, out_json):
     """Replay a job trace through the live scheduler's policy code, and compare policies."""
     import random
     from dataclasses import replace
@@ -42,8 +48,20 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
     from .sim.engine import make_nodes
     from .sim.policies import resolve
     from .sim.workload import EstimateModel, parse_trace
-    from .spec import parse_duration
 
+    names = [n.strip() for n in (compare or policy).split(",") if n.strip()]
+    save_s, restore_s = _ckpt_cost(ckpt_cost)
+    if suite:
+        from .suite_run import suite_card
+
+        card, text_ = suite_card(names, workloads=workloads, traces_dir=traces_dir, seed=seed,
+                                 estimates=est_error, ckpt_s=(save_s, restore_s))
+        if out_json:
+            Path(out_json).write_text(json.dumps(card, indent=1) + "\n")
+        click.echo(json.dumps(card, indent=1) if as_json else text_)
+        return
+    if not trace:
+        raise InvalidRequestError("give a TRACE.csv to replay, or --suite", field="TRACE")
     try:
         text = Path(trace).read_text()
     except OSError as e:
@@ -52,12 +70,8 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
     if time_scale != 1.0:
         jobs = [replace(j, submit_s=j.submit_s / time_scale) for j in jobs]
     nodes = make_nodes(nodes_spec, gpus, gpus_per_node)
-    names = [n.strip() for n in (compare or policy).split(",") if n.strip()]
     files = {n: load_policy_file(n)[0] for n in names if n.endswith(".toml")}
     policies = [resolve(n, files) for n in names]
-    save, _, restore = ckpt_cost.partition(",")
-    save_s = 0.0 if save.strip() in ("0", "0s") else parse_duration(save, flag="--ckpt-cost")
-    restore_s = 0.0 if restore.strip() in ("", "0", "0s") else parse_duration(restore, flag="--ckpt-cost")
     t0 = time.perf_counter()
     out = run(jobs, nodes, policies, estimates=EstimateModel.parse(est_error), make_rng=random.Random, seed=seed,
               ckpt_save_s=save_s, ckpt_restore_s=restore_s)
@@ -73,6 +87,15 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
         click.echo(table(out))
         click.echo(f"simulated in {out['wall_s']}s" + (f"; plot in {plot}" if plot else ""))
     out["results"] = results
+
+
+def _ckpt_cost(text: str) -> tuple[float, float]:
+    from .spec import parse_duration
+
+    save, _, restore = text.partition(",")
+    save_s = 0.0 if save.strip() in ("0", "0s") else parse_duration(save, flag="--ckpt-cost")
+    restore_s = 0.0 if restore.strip() in ("", "0", "0s") else parse_duration(restore, flag="--ckpt-cost")
+    return save_s, restore_s
 
 
 @click.command()

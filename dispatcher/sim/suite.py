@@ -1,0 +1,142 @@
+"""The workload suite: many kinds of week, every policy on each, one score card.
+
+A policy is judged on the shared Philly and Alibaba weeks and on the generated lab
+weeks (sim/generator.py), each against the baselines fifo, fifo-easy, las and the
+srtf oracle. `promises(row, bases)` holds the default policy's promises on every
+workload:
+
+- average JCT below both las and fifo-easy;
+- critical jobs wait at most 1 min on average, high jobs at most 5 min;
+- the low class's p99 wait at most 1.5x FIFO's;
+- the p99 wait of jobs of 8+ GPUs no worse than fifo-easy's.
+
+Pure: workloads come as trace text or from a seeded random.Random; running them is
+the caller's (dispatcher/suite_run.py runs them in parallel processes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .generator import MIXES, generate
+from .workload import TraceJob, parse_trace
+
+BASELINES = ("fifo", "fifo-easy", "las", "srtf")
+
+#: The shared traces the suite runs when it finds them: (name, file, cluster, what).
+TRACES = (
+    ("philly", "philly_week.csv", "32x8xGPU-80GB", "the Philly week, 3,760 jobs of one class on 256 GPUs"),
+    ("alibaba", "alibaba_gpu2023_week.csv", "1x8xG2:24,1x8xT4:16,1x2xP100:16,1x2xV100M16:16,1x2xV100M32:32,1x2xG3:24",
+     "the Alibaba GPU week, 1,138 jobs of four classes on 24 heterogeneous GPUs"),
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    about: str
+    nodes: str  # a `--nodes` spec
+    jobs: tuple[TraceJob, ...]
+
+
+def generated(rng_for, names=None) -> list[Workload]:
+    """The generated weeks (`rng_for(name)`: a seeded random.Random for that week)."""
+    return [Workload(m.name, m.about, m.nodes, tuple(generate(m, rng_for(m.name))))
+            for m in MIXES if names is None or m.name in names]
+
+
+def from_trace(name: str, text: str, *, nodes: str, about: str) -> Workload:
+    return Workload(name, about, nodes, tuple(parse_trace(text, name=name)))
+
+
+def row(metrics: dict, bases: dict[str, dict]) -> dict:
+    """One line of the score card: a policy's figures on one workload, with its JCT against each
+    baseline that ran (`bases`: baseline name -> its metrics on the same workload)."""
+    out = {"avg_jct_s": metrics["avg_jct_s"], "p99_wait_8plus_gpus_s": metrics["p99_wait_8plus_gpus_s"],
+           "jain": metrics["jain_fairness"], "preemptions": metrics["preemptions"],
+           "gpu_hours_lost": metrics["gpu_hours_lost"], "utilization": metrics["utilization"],
+           "classes": {c: {"avg_wait_s": s["avg_wait_s"], "p99_wait_s": s["p99_wait_s"], "jobs": s["jobs"]}
+                       for c, s in metrics["per_class"].items()}}
+    for name, b in bases.items():
+        if b["avg_jct_s"]:
+            out[f"vs_{name}"] = round(metrics["avg_jct_s"] / b["avg_jct_s"], 3)
+    return out
+
+
+def promises(r: dict, bases: dict[str, dict]) -> dict[str, bool]:
+    """Which of the default's promises `r` (a row) keeps on its workload; a promise about a class
+    the workload lacks, or a baseline that did not run, is kept."""
+    cls = r["classes"]
+    fifo, easy, las = bases.get("fifo"), bases.get("fifo-easy"), bases.get("las")
+    fifo_low = fifo and fifo["per_class"].get("low")
+    return {
+        "jct<las": las is None or r["avg_jct_s"] < las["avg_jct_s"],
+        "jct<fifo-easy": easy is None or r["avg_jct_s"] < easy["avg_jct_s"],
+        "critical<=1m": "critical" not in cls or cls["critical"]["avg_wait_s"] <= 60,
+        "high<=5m": "high" not in cls or cls["high"]["avg_wait_s"] <= 300,
+        "low p99<=1.5x fifo": not fifo_low or "low" not in cls
+        or cls["low"]["p99_wait_s"] <= 1.5 * fifo_low["p99_wait_s"] + 60,
+        "8+ p99<=fifo-easy": easy is None or r["p99_wait_8plus_gpus_s"] <= easy["p99_wait_8plus_gpus_s"] + 60,
+    }
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and abs(v) < 10:
+        return f"{v:.3f}".rstrip("0").rstrip(".") if v else "0"
+    return f"{v:,.0f}"
+
+
+def _span(s: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s / size:.1f}{unit}"
+    return f"{s:.0f}s"
+
+
+def format_card(card: dict) -> str:
+    """The score card as text: a row per workload and policy, then each policy's broken promises."""
+    head = ["workload", "policy", "avg JCT", "/fifo", "/easy", "/las", "/srtf", "crit", "high", "normal", "low",
+            "8+ p99", "Jain", "preempt", "GPU-h lost"]
+    lines = []
+    for w, entry in card["workloads"].items():
+        for p, r in entry["rows"].items():
+            cls = r["classes"]
+
+            def wait(c):
+                s = cls.get(c)
+                return f"{_span(s['avg_wait_s'])}/{_span(s['p99_wait_s'])}" if s else "-"
+            lines.append([w, p, _span(r["avg_jct_s"]), _fmt(r.get("vs_fifo")), _fmt(r.get("vs_fifo-easy")),
+                          _fmt(r.get("vs_las")), _fmt(r.get("vs_srtf")), wait("critical"), wait("high"),
+                          wait("normal"), wait("low"), _span(r["p99_wait_8plus_gpus_s"]), _fmt(r["jain"]),
+                          str(r["preemptions"]), _fmt(r["gpu_hours_lost"])])
+    widths = [max(len(x[i]) for x in [head] + lines) for i in range(len(head))]
+    out = ["  ".join(h.ljust(wd) if i < 2 else h.rjust(wd) for i, (h, wd) in enumerate(zip(x, widths)))
+           for x in [head] + lines]
+    out.insert(1, "-" * len(out[0]))
+    out.append("class columns: average/p99 wait. /fifo etc.: average JCT against that baseline on the same week.")
+    for p, broken in card.get("broken", {}).items():
+        if broken:
+            out.append(f"{p}: broken promises: " + "; ".join(f"{w}: {', '.join(b)}" for w, b in broken.items()))
+        else:
+            out.append(f"{p}: every promise kept on every workload")
+    return "\n".join(out)
+
+
+def make_card(workloads: list[Workload], results: dict, policies: list[str]) -> dict:
+    """`results[(workload, policy)]` -> metrics; the card holds every row, and per non-baseline
+    policy the promises it broke on each workload."""
+    card = {"workloads": {}, "broken": {}}
+    for w in workloads:
+        bases = {b: results[(w.name, b)] for b in BASELINES if (w.name, b) in results}
+        rows = {p: row(results[(w.name, p)], bases) for p in policies if (w.name, p) in results}
+        card["workloads"][w.name] = {"about": w.about, "nodes": w.nodes, "jobs": len(w.jobs), "rows": rows}
+        for p in policies:
+            if p in BASELINES or p not in rows:
+                continue
+            broken = [k for k, ok in promises(rows[p], bases).items() if not ok]
+            card["broken"].setdefault(p, {})
+            if broken:
+                card["broken"][p][w.name] = broken
+    return card
