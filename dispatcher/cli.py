@@ -6,8 +6,9 @@ rq and pynvml stay inside the commands that need them, so `dispatch submit` is q
 
 This module holds the group, main() and the helpers the subcommands share. The
 subcommands live by area in cli_submit.py (submit alone: the command run most, kept
-small), cli_jobs.py (the commands that look at or act on jobs), cli_ops.py (policy,
-top, the long-running parts, auth) and cli_lab.py (simulate, history); the group
+small), cli_jobs.py (the commands that look at or act on jobs), cli_policy.py (the
+policy group), cli_ops.py (top, the long-running parts, auth) and cli_lab.py
+(simulate, history); the group
 imports only the module of the command it runs (COMMANDS).
 """
 
@@ -110,7 +111,7 @@ COMMANDS = {
     "preempt": "dispatcher.cli_jobs:preempt", "checkpointed": "dispatcher.cli_jobs:checkpointed",
     "logs": "dispatcher.cli_jobs:logs", "wait": "dispatcher.cli_jobs:wait", "nodes": "dispatcher.cli_jobs:nodes",
     "why": "dispatcher.cli_jobs:why", "eta": "dispatcher.cli_jobs:eta", "decisions": "dispatcher.cli_jobs:decisions",
-    "policy": "dispatcher.cli_ops:policy", "top": "dispatcher.cli_ops:top", "scheduler": "dispatcher.cli_ops:scheduler",
+    "policy": "dispatcher.cli_policy:policy", "top": "dispatcher.cli_ops:top", "scheduler": "dispatcher.cli_ops:scheduler",
     "worker": "dispatcher.cli_ops:worker", "dashboard": "dispatcher.cli_ops:dashboard", "up": "dispatcher.cli_ops:up",
     "auth": "dispatcher.cli_ops:auth",
     "simulate": "dispatcher.cli_lab:simulate", "history": "dispatcher.cli_lab:history",

@@ -1,9 +1,8 @@
-"""The policy and auth groups, `dispatch top` and the long-running parts: scheduler, worker, dashboard, up
-(registered lazily in cli.py)."""
+"""The auth group, `dispatch top` and the long-running parts: scheduler, worker, dashboard, up
+(registered lazily in cli.py; the policy group is in cli_policy.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -12,57 +11,12 @@ import sys
 import click
 
 from . import errors
-from .cli import _setup_logging, common, json_flag
+from .cli import _setup_logging, common
 from .errors import InvalidRequestError
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 #: The dashboard's default port (`dispatch dashboard`, `dispatch up`).
 DASHBOARD_PORT = 8090
-
-
-@click.group()
-def policy():
-    """Check a policy file, or show the policy in force."""
-
-
-@policy.command("check")
-@click.argument("path", type=click.Path(dir_okay=False))
-def policy_check(path):
-    """Validate a policy file: exit 0 and a summary, or one line naming the bad key."""
-    from .policy_source import load_policy_file
-
-    pset, _ = load_policy_file(path)
-    for name, cfg in pset.profiles.items():
-        w = cfg.weights
-        step = 100.0 / 3 * w.get("priority", 0.0)
-        rest = 100.0 * sum(v for k, v in w.items() if k != "priority")
-        crossing = "classes never cross" if step > rest else "aging and the other terms can lift a job past a class"
-        click.echo(f"profile {name}: weights {w}; {crossing}")
-    for e in pset.schedule:
-        click.echo(f"schedule: {e.profile} from {e.from_min // 60:02d}:{e.from_min % 60:02d} to "
-                   f"{e.to_min // 60:02d}:{e.to_min % 60:02d}")
-    teams = next(iter(pset.profiles.values())).teams
-    for t, q in teams.items():
-        click.echo(f"team {t}: guarantee {q.guarantee_gpus} GPUs, limit {q.limit_gpus if q.limit_gpus is not None else 'none'}")
-    click.echo(f"{path}: ok")
-
-
-@policy.command("show")
-@json_flag
-@common
-def policy_show(ctx, as_json):
-    """The policy in force: the profile the scheduler runs now, with every setting."""
-    from .explain import policy_in_force
-    from .policy.profiles import describe
-
-    profile, config, source = policy_in_force(ctx.client, ctx.ns)
-    out = {"profile": profile, "source": source, "settings": describe(config)}
-    if as_json:
-        click.echo(json.dumps(out, indent=1))
-        return
-    click.echo(f"profile {profile} from {source}")
-    for k, v in out["settings"].items():
-        click.echo(f"  {k}: {v}")
 
 
 def _alerts_option(fn):

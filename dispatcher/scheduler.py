@@ -7,8 +7,10 @@ read whole when it takes the lead and then only what changed.
 Several may run: one leads, through a lease with a fencing token that every write
 it commits carries (store/leader.py); the others stand by and take over when the
 lease lapses. The leader requeues the jobs of dead nodes (liveness.py). The
-policy comes from a PolicySource (a TOML file, reloaded when it changes); the one in
-force is published to Redis for `dispatch why` and `dispatch policy show`.
+policy comes from a PolicySource (a TOML file, reloaded when it changes, or one
+applied through Redis); the one in force is published to Redis for `dispatch why`
+and `dispatch policy show`, and the last ones it ran are kept for `dispatch policy
+rollback`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .policy_source import PolicySource
 from .policy import place_arrivals, plan_cycle
 from .store import keys
 from .store.decisions import write_decisions, write_policy
+from .store.policies import digest, record_policy
 from .store.leader import Lease
 from .store.scripts import Scripts
 from .store.mirror import Mirror
@@ -71,6 +74,8 @@ class Scheduler:
                  timing: Timing | None = None, holder: str | None = None, verifier=None):
         self.client, self.ns = client, ns
         self.policy = policy or PolicySource(None)
+        self.policy.attach(client, ns)  # `dispatch policy apply` and `rollback` reach it through Redis
+        self._entry: dict = {}  # the policy history's entry for the policy in force
         self.timing = timing or Timing()
         self.scripts = Scripts(client, ns)
         self.lease = Lease(client, ns, self.scripts, self.timing.lease_s, holder)
@@ -87,13 +92,26 @@ class Scheduler:
         self._state = None  # (the last full cycle's policy state, when it ran) while quick cycles may use it
 
     def _publish_policy(self, profile: str, now: int) -> None:
+        """Publish the policy in force (keys.policy) when it or its profile changed, and keep each new
+        policy in the history (store/policies.py) that `dispatch policy rollback` returns through."""
         state = (self.policy.version, profile)
         if state != self._published:
-            write_policy(self.client, self.ns, self.policy.text, str(self.policy.path or "(built-in defaults)"),
-                         profile, now)
+            if self._published is None or self._published[0] != self.policy.version:
+                self._entry = self._record_policy(now)
+            write_policy(self.client, self.ns, self.policy.text, self.policy.source, profile, now,
+                         digest=self._entry["digest"], number=self._entry["number"])
             if self._published is not None:
                 log.info("policy profile in force: %s", profile)
             self._published = state
+
+    def _record_policy(self, now: int) -> dict:
+        import redis
+
+        try:
+            return record_policy(self.client, self.ns, self.policy.text, self.policy.source, now)
+        except redis.exceptions.ResponseError as e:  # a history key of the wrong type costs the history only
+            log.error("cannot keep the policy in its history (%s); scheduling goes on", e)
+            return {"digest": digest(self.policy.text), "number": 0}
 
     @property
     def leading(self) -> bool:

@@ -47,9 +47,12 @@ def read_decisions(client, ns: str, *, job_id: str | None = None, limit: int = 5
     return out
 
 
-def write_policy(client, ns: str, text_: str, source: str, profile: str, loaded_ms: int) -> None:
+def write_policy(client, ns: str, text_: str, source: str, profile: str, loaded_ms: int, *, digest: str = "",
+                 number: int = 0) -> None:
+    """The policy in force and its profile now; `digest` and `number` name its entry in the policy
+    history (store/policies.py)."""
     client.hset(keys.policy(ns), mapping={"text": text_, "source": source, "profile": profile,
-                                          "loaded_ms": loaded_ms})
+                                          "loaded_ms": loaded_ms, "digest": digest, "number": number})
 
 
 def read_policy(client, ns: str) -> dict:

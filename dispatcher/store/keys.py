@@ -35,7 +35,13 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |                            |        |                             | or "~id,id" for sharing jobs     |
 | <ns>:nodes:heartbeat       | zset   | agent heartbeat             | name -> last seen ms             |
 | <ns>:decisions             | list   | scheduler (LPUSH, LTRIM)    | the latest DECISIONS_KEPT        |
-| <ns>:policy                | hash   | scheduler, on (re)load      | text, source, profile, loaded_ms |
+| <ns>:policy                | hash   | scheduler, on (re)load      | text, source, profile,           |
+|                            |        |                             | loaded_ms, digest, number        |
+| <ns>:policy:applied        | hash   | policy apply / rollback     | text, source, applied_ms,        |
+|                            |        | (one MULTI, HINCRBY)        | version (polled each cycle)      |
+| <ns>:policy:history        | list   | scheduler (LPUSH, LTRIM)    | the last HISTORY_KEPT policies   |
+|                            |        | (store/policies.py)         | it ran, newest first, msgpack    |
+| <ns>:seq:policy            | string | scheduler (INCR)            | history entry numbers, forever   |
 | <ns>:auth                  | hash   | scheduler with a secret     | mode "hmac", admins: identity on |
 | <ns>:requests              | stream | clients under identity      | signed submit/cancel/preempt     |
 | <ns>:requests:done         | string | leading scheduler           | id of the last request handled   |
@@ -118,6 +124,18 @@ def decisions(ns: str) -> str:
 
 def policy(ns: str) -> str:
     return f"{ns}:policy"
+
+
+def policy_applied(ns: str) -> str:
+    return f"{ns}:policy:applied"
+
+
+def policy_history(ns: str) -> str:
+    return f"{ns}:policy:history"
+
+
+def policy_seq(ns: str) -> str:
+    return f"{ns}:seq:policy"
 
 
 def scheduler_leader(ns: str) -> str:

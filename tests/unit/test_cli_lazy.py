@@ -35,4 +35,4 @@ def test_dispatch_help_lists_every_command_with_its_short_help():
     listed = out.split("Commands:\n", 1)[1].splitlines()
     assert [line.split()[0] for line in listed if line.strip()] == EVERY_COMMAND
     assert "  submit        Submit a job: dispatch submit --gpus 2" in out
-    assert "  policy        Check a policy file, or show the policy in force." in out
+    assert "  policy        Check, diff, apply or roll back a policy." in out
