@@ -107,14 +107,15 @@ def _item(name: str, v) -> str:
     return _toml_number(v)
 
 
-def _profile_lines(config: PolicyConfig, base: PolicyConfig, where: str) -> list[str]:
-    """`key = value` for every setting of `config` that differs from `base` (what the parser fills in)."""
+def _profile_lines(config: PolicyConfig, base: PolicyConfig, where: str, force=frozenset()) -> list[str]:
+    """`key = value` for every setting of `config` that differs from `base` (what the parser fills in),
+    and for the fields in `force` (ones the parser would derive from another setting otherwise)."""
     lines = []
     for f in fields(config):
         if f.name in _OUTSIDE:
             continue
         value, inherited = getattr(config, f.name), getattr(base, f.name)
-        if value == inherited:
+        if value == inherited and f.name not in force:
             continue
         key = file_key(f.name)
         if key is None:
@@ -145,20 +146,45 @@ def _teams_of(pset: PolicySet):
 
 def render_policy(pset: PolicySet) -> str:
     """TOML text that parse_policy reads back to a PolicySet equal to `pset`.
-    ConfigError if `pset` holds something a policy file cannot say."""
+    ConfigError if `pset` holds something a policy file cannot say.
+
+    A setting the parser derives from another (the starvation bounds from `targets`) is written
+    explicitly when the derived value is not the one `pset` holds: the text is read back, and the
+    fields that came back different are written again, until it reads back equal."""
     if pset.default_profile not in pset.profiles:
         raise ConfigError(f"default_profile: no profile named {pset.default_profile!r}", key="default_profile")
+    force: dict[str | None, set] = {}  # section (None: [defaults]) -> fields to write even if inherited
+    while True:
+        text = _render(pset, force)
+        back = _profiles.parse_policy(text)
+        if back == pset:
+            return text
+        grew = False
+        for name, config in pset.profiles.items():
+            got = back.profiles.get(name, config)
+            wrong = {f.name for f in fields(config) if getattr(got, f.name) != getattr(config, f.name)}
+            section = None if name == pset.default_profile else name
+            if wrong - force.get(section, set()):
+                force.setdefault(section, set()).update(wrong)
+                grew = True
+        if not grew:  # writing every differing field did not help: say which one, rather than write a wrong file
+            bad = next((f"profiles.{n}.{f.name}" for n, c in pset.profiles.items() for f in fields(c)
+                        if getattr(back.profiles.get(n, c), f.name) != getattr(c, f.name)), "the profiles")
+            raise ConfigError(f"{bad}: cannot be written so that the file reads back the same", key=bad)
+
+
+def _render(pset: PolicySet, force: dict[str | None, set]) -> str:
     teams = _teams_of(pset)
     default = pset.profiles[pset.default_profile]
     base = PolicyConfig(teams=teams)
     out = ["# A dispatch policy file (see docs/policy.md); check it with `dispatch policy check FILE`.",
            f"default_profile = {_toml_string(pset.default_profile)}", "", "[defaults]"]
-    out += _profile_lines(default, base, "defaults")
+    out += _profile_lines(default, base, "defaults", force.get(None, set()))
     only_default = list(pset.profiles) == ["default"] and pset.default_profile == "default"
     if not only_default:
         for name, config in pset.profiles.items():
             out += ["", f"[profiles.{_toml_key(name)}]"]
-            out += _profile_lines(config, default, f"profiles.{name}")
+            out += _profile_lines(config, default, f"profiles.{name}", force.get(name, set()))
     for e in pset.schedule:
         out += ["", "[[schedule]]", f"profile = {_toml_string(e.profile)}", f'from = "{_clock(e.from_min)}"',
                 f'to = "{_clock(e.to_min)}"']

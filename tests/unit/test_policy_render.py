@@ -114,3 +114,10 @@ def test_diff_reads_a_profile_one_side_lacks_as_that_sides_default_profile():
     assert rows["profiles.night.weights.fairness"] == ("0.005", "0.08")
     assert "profiles.day.weights.fairness" not in rows  # the example's day profile is the built-in weights
     assert rows["schedule[1]"] == ("-", "night 00:00-24:00 sat,sun")
+
+
+@pytest.mark.parametrize("name", [f.name for f in fields(PolicyConfig()) if f.name not in NOT_IN_FILES])
+def test_each_knob_changed_alone_comes_back_equal_even_where_the_parser_derives_another_from_it(name):
+    cfg = replace(PolicyConfig(), **{name: _changed(name, getattr(PolicyConfig(), name))})
+    for pset in (PolicySet({"default": cfg}), PolicySet({"day": PolicyConfig(teams=cfg.teams), "night": cfg}, "day")):
+        assert roundtrip(pset) == pset
