@@ -8,7 +8,7 @@ This module holds the group, main() and the helpers the subcommands share. The
 subcommands live by area in cli_submit.py (submit alone: the command run most, kept
 small), cli_jobs.py (the commands that look at or act on jobs), cli_policy.py (the
 policy group), cli_ops.py (top, the long-running parts, auth) and cli_lab.py
-(simulate, history); the group
+(simulate, history, tune); the group
 imports only the module of the command it runs (COMMANDS).
 """
 
@@ -114,7 +114,7 @@ COMMANDS = {
     "policy": "dispatcher.cli_policy:policy", "top": "dispatcher.cli_ops:top", "scheduler": "dispatcher.cli_ops:scheduler",
     "worker": "dispatcher.cli_ops:worker", "dashboard": "dispatcher.cli_ops:dashboard", "up": "dispatcher.cli_ops:up",
     "auth": "dispatcher.cli_ops:auth",
-    "simulate": "dispatcher.cli_lab:simulate", "history": "dispatcher.cli_lab:history",
+    "simulate": "dispatcher.cli_lab:simulate", "history": "dispatcher.cli_lab:history", "tune": "dispatcher.cli_lab:tune",
 }
 
 

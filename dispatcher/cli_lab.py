@@ -1,4 +1,4 @@
-"""`dispatch simulate` and `dispatch history`: the policy lab's commands (registered lazily in cli.py)."""
+"""`dispatch simulate`, `history` and `tune`: the policy lab's commands (registered lazily in cli.py)."""
 
 from __future__ import annotations
 
@@ -122,3 +122,95 @@ def history_csv(client, ns: str, since: str | None) -> str:
                      round(max(0.001, r["finished_at"] - r["started_at"]), 3), tuple(r["gpu_types"]), r["priority"])
             for r in rows]
     return format_trace(jobs)
+
+
+@click.command()
+@click.option("--since", default=None, metavar="DURATION",
+              help="Replay the jobs that finished in this window (default 7d; with --trace and no --since, "
+                   "only the traces).")
+@click.option("--trace", "traces", multiple=True, type=click.Path(dir_okay=False), metavar="FILE.csv",
+              help="Also replay this trace (repeatable): e.g. `dispatch history --csv` of another week.")
+@click.option("--nodes", "nodes_spec", default=None, metavar="SPEC",
+              help="The cluster, as for simulate: NODESxGPUSxTYPE-MEMGB,... (default: the live nodes in Redis).")
+@click.option("--gpus", type=click.IntRange(1, 10_000_000), default=None, help="Untyped GPUs, in nodes of --gpus-per-node.")
+@click.option("--gpus-per-node", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--current", default="live", show_default=True, metavar="FILE|live|default",
+              help="The policy to beat: a file, the policy in force, or the built-in defaults.")
+@click.option("--out", default="dispatch-tuned.toml", show_default=True, type=click.Path(dir_okay=False),
+              help="Where to write the best candidate.")
+@click.option("--budget", type=click.IntRange(1, 10_000), default=12, show_default=True,
+              help="Candidates to simulate (each on every workload, over 2 seeds).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@common
+def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budget, seed, as_json):
+    """Search the policy's knobs on this lab's own history and write the best candidate as a policy file."""
+    import random
+    from pathlib import Path
+
+    from .cli import _table
+    from .policy.render import diff_policies, render_policy
+    from .policy_changes import named_policy
+    from .sim.engine import make_nodes
+    from .sim.tune import Workload, changes_table, tune as search
+    from .sim.workload import parse_trace
+
+    workloads = []
+    for path in traces:
+        try:
+            workloads.append(Workload(path, parse_trace(Path(path).read_text(), name=path)))
+        except OSError as e:
+            raise InvalidRequestError(f"cannot read trace {path}: {e.strerror or e}", field="--trace") from None
+    if since is not None or not traces:
+        window = since or "7d"
+        jobs = parse_trace(history_csv(ctx.client, ctx.ns, window), name="history")
+        if jobs:
+            workloads.insert(0, Workload(f"history ({window})", jobs))
+        elif not traces:
+            raise InvalidRequestError(f"no jobs finished in the last {window} in namespace {ctx.ns}: run some jobs "
+                                      f"first, or pass --trace FILE.csv (e.g. a `dispatch history --csv` export)",
+                                      field="--since")
+    nodes = make_nodes(nodes_spec, gpus, gpus_per_node) if nodes_spec or gpus else _live_cluster(ctx)
+    pset, _ = named_policy(current, lambda: (ctx.client, ctx.ns))
+    t0 = time.perf_counter()
+    result = search(workloads, nodes, pset, budget=budget, rng=random.Random(seed), make_rng=random.Random, seed=seed)
+    wall_s = round(time.perf_counter() - t0, 2)
+    best = result.best
+    report = {"current": result.current.figures, "candidate": best.figures if best else None,
+              "out": out if best else None, "tried": len(result.trials), "wall_s": wall_s,
+              "workloads": {w.name: len(w.trace) for w in workloads}, "gpus": sum(len(g) for _, g in nodes),
+              "trials": [{"label": t.label, "avg_jct_s": t.figures["avg_jct_s"], "rejected": t.rejected or None}
+                         for t in result.trials]}
+    if best is not None:
+        Path(out).write_text(render_policy(best.policy))
+        report["changes"] = [{"setting": s, "a": a, "b": b} for s, a, b in diff_policies(pset, best.policy)]
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+        return
+    jobs = ", ".join(f"{n} ({c} jobs)" for n, c in report["workloads"].items())
+    click.echo(f"replayed {jobs} on {report['gpus']} GPUs; {len(result.trials)} candidates against {current} "
+               f"in {wall_s}s (estimates lognormal:1, checkpoints 30s,30s, 2 seeds)")
+    if best is None:
+        click.echo(f"no candidate beats the policy in force ({current}): nothing written")
+        return
+    click.echo(_table(changes_table(result.current.figures, best.figures), ["PREDICTED", current, out, "CHANGE"]))
+    click.echo(_table([[c["setting"], c["a"], c["b"]] for c in report["changes"]], ["SETTING", current, out]))
+    click.echo(f"wrote {out} ({best.label}); try it: dispatch policy apply {out}")
+
+
+def _live_cluster(ctx):
+    """The nodes in Redis as the simulator's cluster: the live ones, else every one it last heard from."""
+    from dataclasses import replace
+
+    from .cli import now_ms
+    from .config import Timing
+    from .store.nodes import read_nodes
+
+    found, _ = read_nodes(ctx.client, ctx.ns)
+    timeout = Timing.from_env().node_timeout_s
+    alive = [n for n in found if n.alive(now_ms(), timeout)] or found
+    if not alive:
+        raise InvalidRequestError(f"no nodes in namespace {ctx.ns} to replay on: give the cluster with --nodes SPEC "
+                                  f"or --gpus N", field="--nodes")
+    return [(n.name, tuple(replace(g, mem_used_gb=0.0, util_pct=0.0, blocked="") for g in n.gpus))
+            for n in sorted(alive, key=lambda n: n.name) if n.gpus]

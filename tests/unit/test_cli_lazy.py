@@ -8,8 +8,8 @@ from click.testing import CliRunner
 from dispatcher.cli import COMMANDS, cli
 
 EVERY_COMMAND = ["auth", "cancel", "checkpointed", "dashboard", "decisions", "eta", "history", "logs", "nodes",
-                 "policy", "preempt", "queue", "scheduler", "show", "simulate", "submit", "top", "up", "wait", "why",
-                 "worker"]
+                 "policy", "preempt", "queue", "scheduler", "show", "simulate", "submit", "top", "tune", "up", "wait",
+                 "why", "worker"]
 
 
 def test_the_group_lists_every_command_sorted_and_each_resolves_to_itself():

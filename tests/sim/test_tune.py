@@ -1,0 +1,130 @@
+"""`dispatch tune`: it beats a FIFO-like policy on a trace built to punish it, `dispatch simulate`
+confirms the gain, it declines when nothing beats the policy in force, and it replays a live
+cluster's own history from Redis."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dispatcher.cli import cli as dispatch
+from dispatcher.model import GpuInfo
+from dispatcher.policy.profiles import parse_policy
+from dispatcher.policy_source import PolicySource
+from dispatcher.scheduler import Scheduler, now_ms
+from dispatcher.sim.tune import objective
+from dispatcher.sim.workload import TraceJob, format_trace
+from dispatcher.spec import build_spec
+from dispatcher.store.jobs import write_jobs
+from dispatcher.store.nodes import write_heartbeat
+from dispatcher.store.scripts import Scripts
+
+#: Submit order, nothing else: no class, no estimate, no reservation, no preemption. A team, to see it kept.
+FIFO_LIKE = """[defaults]
+weights = { priority = 0.0, wait = 1.0, fairness = 0.0, remaining = 0.0, fit = 0.0, attained = 0.0 }
+aging_horizon = "3650d"
+reservations = 0
+preemption = false
+[teams.vision]
+limit_gpus = 4
+"""
+H = 3600.0
+
+
+def bursts(n: int, longs: int, shorts: int, every_s: float, long_s: float = 2 * H, short_s: float = 300.0):
+    """Every `every_s`: `longs` 1-GPU jobs of `long_s`, then a minute later `shorts` jobs of `short_s`.
+    In submit order the short ones wait for the long ones that did not fit; shortest first they do not."""
+    jobs = []
+    for b in range(n):
+        t = b * every_s
+        jobs += [TraceJob(f"L{b}-{i}", t + i, f"u{i % 3}", 1, long_s) for i in range(longs)]
+        jobs += [TraceJob(f"S{b}-{i:02d}", t + 60 + i, f"u{3 + i % 4}", 1, short_s) for i in range(shorts)]
+    return jobs
+
+
+def invoke(*args) -> dict:
+    result = CliRunner().invoke(dispatch, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output) if "--json" in args else {"text": result.output}
+
+
+@pytest.fixture
+def punishing(tmp_path):
+    trace, fifo = tmp_path / "week.csv", tmp_path / "fifo.toml"
+    trace.write_text(format_trace(bursts(8, longs=8, shorts=20, every_s=5 * H)))  # 224 jobs on 4 GPUs
+    fifo.write_text(FIFO_LIKE)
+    return trace, fifo
+
+
+def test_tune_beats_a_fifo_like_policy_and_simulate_confirms_the_gain(punishing, tmp_path):
+    trace, fifo = punishing
+    out = tmp_path / "tuned.toml"
+    report = invoke("tune", "--trace", str(trace), "--nodes", "1x4xA100-80GB", "--current", str(fifo),
+                    "--out", str(out), "--json")
+    tuned = parse_policy(out.read_text())
+    assert tuned.profiles["default"].teams == parse_policy(FIFO_LIKE).profiles["default"].teams
+    now, then = report["current"]["avg_jct_s"], report["candidate"]["avg_jct_s"]
+    assert then < now * 0.8, (now, then)  # short jobs no longer wait for long ones: well over 20%
+    assert report["wall_s"] < 30, report["wall_s"]
+    assert {c["setting"] for c in report["changes"]} >= {"profiles.default.weights.wait"}
+    sim = invoke("simulate", str(trace), "--nodes", "1x4xA100-80GB", "--compare", f"{fifo},{out}", "--json")
+    by = sim["policies"]
+    assert by[str(out)]["avg_jct_s"] < by[str(fifo)]["avg_jct_s"] * 0.8, by
+    text = invoke("tune", "--trace", str(trace), "--nodes", "1x4xA100-80GB", "--current", str(fifo),
+                  "--out", str(out), "--budget", "4")["text"]
+    assert "average JCT" in text and "normal wait p99" in text and "Jain fairness" in text, text
+    assert f"try it: dispatch policy apply {out}" in text, text
+
+
+def test_tune_declines_and_writes_nothing_when_no_candidate_beats_the_policy_in_force(tmp_path):
+    trace, out = tmp_path / "quiet.csv", tmp_path / "tuned.toml"
+    trace.write_text(format_trace(bursts(3, longs=2, shorts=2, every_s=6 * H)))  # never more jobs than GPUs
+    text = invoke("tune", "--trace", str(trace), "--gpus", "8", "--current", "default", "--out", str(out))["text"]
+    assert "no candidate beats the policy in force" in text and not out.exists(), text
+
+
+@pytest.mark.parametrize("change, rejected", [
+    ({}, ""),
+    ({"normal": {"avg_wait_s": 1125.0, "p99_wait_s": 2000.0}}, "normal average wait"),  # > 1000 * 1.1
+    ({"normal": {"avg_wait_s": 1000.0, "p99_wait_s": 2300.0}}, "normal p99 wait"),  # > 2000 * 1.1
+    ({"high": {"avg_wait_s": 29.0, "p99_wait_s": 29.0}}, ""),  # 0 -> 29 s: within the 30 s floor
+    ({"high": {"avg_wait_s": 31.0, "p99_wait_s": 0.0}}, "high average wait"),
+], ids=["better", "avg-10pct", "p99-10pct", "within-floor", "past-floor"])
+def test_the_objective_is_average_jct_within_the_wait_constraints(change, rejected):
+    now = {"avg_jct_s": 5000.0, "p99_wait_8plus_gpus_s": 100.0,
+           "per_class": {"high": {"avg_wait_s": 0.0, "p99_wait_s": 0.0},
+                         "normal": {"avg_wait_s": 1000.0, "p99_wait_s": 2000.0}}}
+    cand = {**now, "avg_jct_s": 4000.0, "per_class": {**now["per_class"], **change}}
+    score, why = objective(cand, now)
+    assert (score, why[:len(rejected)]) == ((4000.0 if not rejected else None), rejected)
+    assert objective({**cand, "p99_wait_8plus_gpus_s": 102.0}, now)[0] is None  # big jobs: no worse at all
+
+
+def finished_history(client, ns, jobs: list[TraceJob], start_ms: int) -> None:
+    """Each job submitted, placed, run and ended through the store's own scripts, at the trace's times."""
+    s = Scripts(client, ns)
+    specs = [build_spec(user=j.user, submit_ms=start_ms + int(j.submit_s * 1000), command=["true"], gpus=j.gpus)
+             for j in jobs]
+    for job_id, j, spec in zip(write_jobs(client, ns, specs), jobs, specs):
+        started = spec.submit_ms + 1000
+        epoch = s.commit_placement(job_id, "n1", (0,), 0, started)
+        assert s.mark_running(job_id, epoch, started, 4242) == 1
+        assert s.finish(job_id, "n1", epoch, "succeeded", 0, started + int(j.duration_s * 1000)) == 1
+
+
+def test_tune_replays_a_live_clusters_history_against_the_policy_in_force(client, ns, cli, tmp_path):
+    p = cli.run("tune", check=False)
+    assert p.returncode == 2 and "run some jobs first, or pass --trace" in p.stderr, p.stderr
+    finished_history(client, ns, bursts(3, longs=4, shorts=10, every_s=3 * H, long_s=H, short_s=180.0),
+                     now_ms() - int(2 * 86400 * 1000))
+    write_heartbeat(client, ns, "n1", [GpuInfo(i, "NVIDIA A100-40GB", 40.0) for i in range(2)], 8, 64.0, now_ms())
+    fifo = tmp_path / "fifo.toml"
+    fifo.write_text(FIFO_LIKE)
+    Scheduler(client, ns, policy=PolicySource(fifo)).cycle()  # publishes the policy in force
+    out = tmp_path / "tuned.toml"
+    report = json.loads(cli.run("tune", "--since", "7d", "--out", str(out), "--json").stdout)
+    assert report["workloads"] == {"history (7d)": 42} and report["gpus"] == 2, report
+    assert report["candidate"]["avg_jct_s"] < report["current"]["avg_jct_s"], report
+    assert parse_policy(out.read_text()).profiles["default"].teams == parse_policy(FIFO_LIKE).profiles["default"].teams
