@@ -149,6 +149,7 @@ def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budg
     from pathlib import Path
 
     from .cli import _table
+    from .errors import ConnectionError as NoRedis
     from .policy.render import diff_policies, render_policy
     from .policy_changes import named_policy
     from .sim.engine import make_nodes
@@ -171,7 +172,11 @@ def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budg
                                       f"first, or pass --trace FILE.csv (e.g. a `dispatch history --csv` export)",
                                       field="--since")
     nodes = make_nodes(nodes_spec, gpus, gpus_per_node) if nodes_spec or gpus else _live_cluster(ctx)
-    pset, _ = named_policy(current, lambda: (ctx.client, ctx.ns))
+    try:
+        pset, _ = named_policy(current, lambda: (ctx.client, ctx.ns))
+    except NoRedis as e:
+        e.hint = "`--current live` reads the policy in force from Redis; or give --current FILE or default"
+        raise
     t0 = time.perf_counter()
     result = search(workloads, nodes, pset, budget=budget, rng=random.Random(seed), make_rng=random.Random, seed=seed)
     wall_s = round(time.perf_counter() - t0, 2)
@@ -206,7 +211,13 @@ def _live_cluster(ctx):
     from .config import Timing
     from .store.nodes import read_nodes
 
-    found, _ = read_nodes(ctx.client, ctx.ns)
+    from .errors import ConnectionError as NoRedis
+
+    try:
+        found, _ = read_nodes(ctx.client, ctx.ns)
+    except NoRedis as e:
+        e.hint = "the cluster comes from the live nodes' records; without Redis give it with --nodes SPEC or --gpus N"
+        raise
     timeout = Timing.from_env().node_timeout_s
     alive = [n for n in found if n.alive(now_ms(), timeout)] or found
     if not alive:
