@@ -238,6 +238,10 @@ def why(ctx, job_id, as_json):
                        "the scheduler places it at its next cycle")
         else:
             click.echo(f"  blocked ({o['code']}): {o['reason']}")
+    if out.get("promise"):
+        from .policy.promises import describe as promised
+
+        click.echo(f"  promise: {promised(out['promise'])}")
     for r in out.get("reservations", []):
         if r["job"] != job["id"]:
             click.echo(f"  reservation: job {r['job']} holds {r['node']} GPUs {r['gpus']} from ~{r['starts_in_s']:g}s")

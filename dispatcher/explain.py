@@ -13,6 +13,7 @@ from .errors import ConfigError
 from .forecast import forecast_read
 from .policy import rest_verdict, schedule
 from .policy.profiles import PolicySet, parse_policy
+from .policy.promises import promise
 from .policy_source import local_weekday_minute
 from .store.decisions import read_decisions, read_policy
 from .store.jobs import read_job
@@ -60,5 +61,8 @@ def explain(client, ns: str, job_id: str) -> dict:
         out["outcome"] = {"code": "held", "reason": read.held[job_id], "rank": None}
     if job_id in read.bad_jobs:
         out["outcome"] = {"code": "invalid", "reason": read.bad_jobs[job_id]}
+    waiting = read.snapshot.pending.jobs.get(job_id) if job_id in read.snapshot.pending else None
+    if waiting is not None:
+        out["promise"] = promise(waiting.spec.priority, (now - waiting.wait_from_ms) / 1000.0, config)
     out["forecast"] = forecast_read(read, job_id, now, config)  # `dispatch eta`'s line
     return out

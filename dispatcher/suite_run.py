@@ -33,9 +33,19 @@ def load_workloads(traces_dir: str | os.PathLike | None, seed: int, names: list[
 
 
 def _policy(spec: str):
+    """A built-in name, a policy file (.toml), or a JSON object of PolicyConfig fields that override
+    the defaults (the search's candidates: '{"reservations": 2}')."""
     from .policy_source import load_policy_file
-    from .sim.policies import resolve
+    from .sim.policies import SimPolicy, resolve
 
+    if spec.startswith("{"):
+        import json
+        from dataclasses import replace
+
+        from .policy.config import PolicyConfig
+
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(spec).items()}
+        return SimPolicy(spec, replace(PolicyConfig(), **fields), "a variant of the defaults")
     if spec.endswith(".toml"):
         return resolve(spec, {spec: load_policy_file(spec)[0]})
     return resolve(spec)

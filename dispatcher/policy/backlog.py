@@ -53,7 +53,7 @@ def strength(spec: JobSpec, attained_gpu_s: float, config: PolicyConfig) -> floa
     if mode == "attained":
         return -tier
     if mode == "class+attained":
-        return spec.rank * 100 - tier
+        return spec.rank * config.class_step - tier
     return spec.rank
 
 

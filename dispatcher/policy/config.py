@@ -30,6 +30,12 @@ def _default_starvation() -> dict[str, float]:
     return {"critical": 1800.0, "high": 7200.0, "normal": 90 * 3600.0, "low": 6 * 86400.0}
 
 
+def _default_targets() -> dict[str, float]:
+    """Each class's promise: the longest a job of it should wait (its SLA). The starvation bounds
+    are half of these (seed 000: a job's longest wait stays under half its class's target)."""
+    return {"critical": 3600.0, "high": 4 * 3600.0, "normal": 180 * 3600.0, "low": 12 * 86400.0}
+
+
 @dataclass(frozen=True)
 class TeamQuota:
     #: GPUs the team gets back first whenever it has work waiting (YARN capacity-style).
@@ -54,7 +60,9 @@ class PolicyConfig:
     reservations: int = 1
     #: What the policy assumes for a running job with no estimate, or one past its estimate.
     unknown_remaining_s: float = 86400.0
-    #: Per class: a job waiting longer than this is starving.
+    #: Per class: the wait a job of the class is promised not to exceed (`dispatch why` says how far it is).
+    targets_s: dict[str, float] = field(default_factory=_default_targets)
+    #: Per class: a job waiting longer than this is starving (by default half its class's target).
     starvation_s: dict[str, float] = field(default_factory=_default_starvation)
     #: How many of the oldest starving jobs are served before every other job each cycle: each starts
     #: if it fits, else holds a reservation (beyond `reservations`).
@@ -79,6 +87,10 @@ class PolicyConfig:
     #: Tiresias), "class+attained" (a lower class, or the same class and a later tier: the default;
     #: within a class only checkpointable jobs are ever preempted, gracefully).
     preempt_by: str = "class+attained"
+    #: Under "class+attained", how many least-attained-service tiers one class step is worth: a job
+    #: stands at rank * class_step - tier (a multi-level feedback queue whose class sets where a job
+    #: starts). 100: classes never cross (a normal job preempts no low one, whatever it received).
+    class_step: float = 100.0
     #: Least-attained-service tiers, in GPU-seconds received (the "attained" term and preempt_by).
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     #: Strict order: once a job is blocked, no later job starts (YARN-CS style head-of-line blocking).

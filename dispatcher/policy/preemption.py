@@ -4,8 +4,10 @@ Pure. A running job V may be preempted for a blocked job P when
 
 - V ranks below P by `config.preempt_by`: a lower class ("class"), more
   estimated time left ("remaining", as SRTF), a later least-attained-service tier
-  ("attained", as Tiresias), or a lower class or the same class and a later tier
-  ("class+attained"); or P's team is below its guarantee and
+  ("attained", as Tiresias), or a lower standing in a multi-level feedback queue
+  whose class sets where a job starts ("class+attained": rank * class_step - LAS
+  tier; with the step at 100, a lower class or the same class and a later tier);
+  or P's team is below its guarantee and
   V's team is above its own (reclaim of borrowed GPUs, same class allowed);
 - V has run at least `min_run_s` and was not preempted within `preempt_cooldown_s`;
 - V is of a lower class than P, or has not yet waited past its class's starvation
@@ -43,7 +45,7 @@ def _tier(attained_gpu_s: float, config: PolicyConfig) -> int:
 def standing(v: RunningJob, now_ms: int, config: PolicyConfig) -> float:
     """How strongly a running job holds its GPUs under preempt_by; lower is preempted first."""
     if config.preempt_by == "class+attained":
-        return v.spec.rank * 100 - _tier(v.attained_at(now_ms), config)
+        return v.spec.rank * config.class_step - _tier(v.attained_at(now_ms), config)
     if config.preempt_by == "remaining":
         left = v.remaining_s(now_ms)
         return -(left if left is not None else float("inf"))
@@ -63,21 +65,19 @@ def preemptible_below(v: RunningJob, now_ms: int, config: PolicyConfig) -> float
     if v.preempted_ms and (now_ms - v.preempted_ms) / 1000.0 < config.preempt_cooldown_s:
         return None
     s = standing(v, now_ms, config)
-    if config.preempt_by == "class+attained":  # strengths are rank * 100 - tier
+    if config.preempt_by == "class+attained":  # strengths are rank * step - tier, tier in 0..len(tiers)
+        step, top = config.class_step, len(config.las_thresholds_gpu_s) + 0.5
         if not v.spec.checkpointable and not v.spec.preemptible:  # forced only, by a class gap
-            s = max(s, (v.spec.rank + config.forced_min_gap - 1) * 100 + 50)
+            s = max(s, (v.spec.rank + config.forced_min_gap) * step - top)
         elif past_starvation(v.spec, now_ms, config):  # only a higher class
-            s = max(s, v.spec.rank * 100 + 50)
+            s = max(s, (v.spec.rank + 1) * step - top)
     return s
 
 
-def outranks(p: JobSpec, p_attained_gpu_s: float, v: RunningJob, now_ms: int, config: PolicyConfig) -> int:
+def outranks(p: JobSpec, p_attained_gpu_s: float, v: RunningJob, now_ms: int, config: PolicyConfig) -> float:
     """How far pending `p` outranks running `v` under preempt_by (> 0: it does)."""
-    if config.preempt_by == "class+attained":  # a higher class, or the same class and a lower LAS tier
-        gap = p.rank - v.spec.rank
-        if gap:
-            return gap
-        return 1 if _tier(v.attained_at(now_ms), config) > _tier(p_attained_gpu_s, config) else 0
+    if config.preempt_by == "class+attained":  # a higher standing: rank * class_step - LAS tier
+        return (p.rank * config.class_step - _tier(p_attained_gpu_s, config)) - standing(v, now_ms, config)
     if config.preempt_by == "remaining":
         left = v.remaining_s(now_ms)
         mine = p.est_s if p.est_s is not None else float("inf")
@@ -115,7 +115,7 @@ def victim_mode(p: JobSpec, v: RunningJob, now_ms: int, config: PolicyConfig, re
                 p_attained_gpu_s: float = 0.0) -> str | None:
     """'graceful', 'forced' or None: may `v` be preempted for `p`, and how."""
     gap = outranks(p, p_attained_gpu_s, v, now_ms, config)
-    if v.stopping or v.spec.share or not (gap >= 1 or (reclaim and gap >= 0)):
+    if v.stopping or v.spec.share or not (gap > 0 or (reclaim and p.rank >= v.spec.rank)):
         return None  # a sharing job frees no whole GPU: its neighbours stay
     if (now_ms - v.started_ms) / 1000.0 < config.min_run_s:
         return None

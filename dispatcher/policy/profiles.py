@@ -40,7 +40,8 @@ _INT_KEYS = {"reservations": "reservations", "forced_min_gap": "forced_min_gap",
 _BOOL_KEYS = {"preemption": "preemption", "keep_wait_on_requeue": "keep_wait_on_requeue"}
 _PROFILE_KEYS = set(_DURATION_KEYS) | set(_INT_KEYS) | set(_BOOL_KEYS) | {"weights", "aging_cap", "starvation",
                                                                            "preempt_by", "las_tiers",
-                                                                           "idle_util", "idle_requeue"}
+                                                                           "idle_util", "idle_requeue", "targets",
+                                                                           "class_step"}
 PREEMPT_BY = ("class", "class+attained", "attained", "remaining")
 
 
@@ -155,21 +156,30 @@ def _profile(raw: dict, key: str, base: PolicyConfig) -> PolicyConfig:
         if values != sorted(values) or len(set(values)) != len(values):
             raise _err(f"{key}.las_tiers", "must be increasing")
         changes["las_thresholds_gpu_s"] = tuple(values)
+    if "class_step" in raw:
+        changes["class_step"] = float(_number(raw["class_step"], f"{key}.class_step"))
+    if "targets" in raw:  # each class's promise; its starvation bound is half of it unless given
+        targets = _per_class(raw["targets"], f"{key}.targets")
+        changes["targets_s"] = {**base.targets_s, **targets}
+        changes["starvation_s"] = {**base.starvation_s, **{c: t / 2 for c, t in targets.items()}}
     if "starvation" in raw:
-        s = raw["starvation"]
-        if not isinstance(s, dict):
-            raise _err(f"{key}.starvation", "must be a table of class = duration")
-        for cls in s:
-            if cls not in PRIORITIES:
-                raise _err(f"{key}.starvation.{cls}", f"unknown class; use {', '.join(PRIORITIES)}")
-        changes["starvation_s"] = {**base.starvation_s,
-                                   **{c: _duration(v, f"{key}.starvation.{c}") for c, v in s.items()}}
+        changes["starvation_s"] = {**changes.get("starvation_s", base.starvation_s),
+                                   **_per_class(raw["starvation"], f"{key}.starvation")}
     _idle(raw, key, changes)
     config = replace(base, **changes)
     if config.idle_requeue_s is not None and config.idle_requeue_s < config.idle_warn_s:
         raise _err(f"{key}.idle_requeue", f"{config.idle_requeue_s:g}s is shorter than idle_warn "
                                           f"({config.idle_warn_s:g}s): a job is warned before it is requeued")
     return config
+
+
+def _per_class(s, key: str) -> dict[str, float]:
+    if not isinstance(s, dict):
+        raise _err(key, "must be a table of class = duration")
+    for cls in s:
+        if cls not in PRIORITIES:
+            raise _err(f"{key}.{cls}", f"unknown class; use {', '.join(PRIORITIES)}")
+    return {c: _duration(v, f"{key}.{c}") for c, v in s.items()}
 
 
 def _idle(raw: dict, key: str, changes: dict) -> None:

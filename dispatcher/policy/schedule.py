@@ -36,12 +36,13 @@ from dataclasses import dataclass, field, replace
 
 from ..cycle import (Code, NodeView, PendingJob, Placement, Plan, Preemption, Reservation, RunningJob, Snapshot,
                      Verdict)
-from ..model import JobSpec
+from ..model import PRIORITIES, JobSpec
 from .backlog import Backlog, bucket_key, id_key, shape_of, strength
 from .elastic import counts, is_elastic, run_time, smallest
 from .config import PolicyConfig
 from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_usable, usable
 from .preemption import choose_victims, past_starvation, preemptible_below
+from .promises import short_span
 from .score import attained_term, dominant_share, fairness_term, priority_term, remaining_term, wait_term
 
 
@@ -67,6 +68,7 @@ class _Node:
     end_of: object = None  # RunningJob -> when it likely ends (ms)
     _releases: list[_Release] | None = None
     resv: Reservation | None = None
+    resv_rank: int = -1  # the class of the job holding `resv`: a higher class is not held back by it
     resv_cpus: int = 0
     resv_mem_gb: float = 0.0
     placed: list[str] = field(default_factory=list)
@@ -111,10 +113,21 @@ def _end_ms(spec: JobSpec, start_ms: int, now_ms: int, config: PolicyConfig) -> 
     return now_ms + int(config.unknown_remaining_s * 1000)
 
 
+#: Interactive and critical work jumps the queue at any time (seed 000): no reservation of a lower class
+#: holds back a job of this class or above.
+_JUMPS = PRIORITIES.index("high")
+
+
+def _passes(spec: JobSpec, node: _Node) -> bool:
+    return spec.rank >= _JUMPS and spec.rank > node.resv_rank
+
+
 def _backfills(spec: JobSpec, node: _Node, now_ms: int) -> bool:
-    """May `spec` use what `node`'s reservation holds? Only its own job, or one that ends before it starts."""
+    """May `spec` use what `node`'s reservation holds? Its own job, a high or critical job when the
+    reservation is a lower class's, or one that ends before the reservation starts."""
     r = node.resv
-    return r is None or r.job_id == spec.id or (spec.est_s is not None and now_ms + spec.est_s * 1000 <= r.start_ms)
+    return r is None or r.job_id == spec.id or _passes(spec, node) \
+        or (spec.est_s is not None and now_ms + spec.est_s * 1000 <= r.start_ms)
 
 
 def _pool(spec: JobSpec, node: _Node) -> list[int]:
@@ -330,13 +343,14 @@ class _Cycle:
         return bool(self.config.teams) or self.preempt_room(strength_) >= gpus
 
     def preempt_room(self, strength_: float) -> int:
-        """The most GPUs one unreserved node could offer a job of this strength: free ones plus those of
+        """The most GPUs one node could offer a job of this strength (a reserved one too: a higher class
+        may preempt there): free ones plus those of
         the jobs it may preempt there (an upper bound, as weaker_gpus; kept until a preemption or a
         reservation changes it: placements only lower it)."""
         key = (strength_, self.preemptors, len(self.reservations))
         got = self._room_by_strength.get(key)
         if got is None:
-            got = max((len(n.free) + self.weaker_gpus(n.view.name, strength_) for n in self.nodes if n.resv is None),
+            got = max((len(n.free) + self.weaker_gpus(n.view.name, strength_) for n in self.nodes),
                       default=0)
             self._room_by_strength[key] = got
         return got
@@ -432,8 +446,8 @@ class _Cycle:
                     continue
                 start = resv.start_ms
             done = start + int(run_s * 1000)
-            wait = "now" if start <= self.now else f"in ~{_span((start - self.now) / 1000)}"
-            notes.append(f"{g} starts {wait}, runs ~{_span(run_s)}")
+            wait = "now" if start <= self.now else f"in ~{short_span((start - self.now) / 1000)}"
+            notes.append(f"{g} starts {wait}, runs ~{short_span(run_s)}")
             if best is None or (done, -g) < best[0]:  # a tie (no estimates): the most GPUs
                 best = ((done, -g), trial)
         if best is None:
@@ -587,7 +601,7 @@ class _Cycle:
         start = max(at for at, _ in picked)
         for _, node in picked:
             resv = Reservation(spec.id, node.view.name, tuple(g.index for g in node.view.gpus), start)
-            node.resv, node.resv_cpus, node.resv_mem_gb = resv, 0, 0.0
+            node.resv, node.resv_rank, node.resv_cpus, node.resv_mem_gb = resv, spec.rank, 0, 0.0
             self.reservations.append(resv)
         self.refresh_free(*(node for _, node in picked))
         return start
@@ -609,7 +623,7 @@ class _Cycle:
             resv = _reserve(spec, self.nodes, self.now)
             if resv is not None:
                 node = self.by_name[resv.node]
-                node.resv, node.resv_cpus, node.resv_mem_gb = resv, spec.cpus, spec.mem_gb
+                node.resv, node.resv_rank, node.resv_cpus, node.resv_mem_gb = resv, spec.rank, spec.cpus, spec.mem_gb
                 self.reservations.append(resv)
                 self.refresh_free(node)
                 reason += (f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} from "
@@ -664,7 +678,8 @@ class _Cycle:
         best = None
         strength = self.strength(spec)
         for node in self.nodes:
-            if (node.resv is not None and node.resv.job_id != spec.id) or not fits_ever(spec, node.view):
+            if (node.resv is not None and node.resv.job_id != spec.id and not _passes(spec, node)) \
+                    or not fits_ever(spec, node.view):
                 continue
             if not self.config.teams and len(node.free) + self.weaker_gpus(node.view.name, strength) < spec.gpus:
                 continue  # even every job it outranks there would not make room
@@ -689,7 +704,7 @@ class _Cycle:
         coming = [g for g in released if gpu_usable(spec, node.view, g) and g not in node.shared]
         gpus = usable(spec, node.view, sorted(node.free)) + [g for g in coming if g not in node.free]
         resv = Reservation(spec.id, node.view.name, tuple(sorted(gpus[: spec.gpus])), self.now)
-        node.resv, node.resv_cpus, node.resv_mem_gb = resv, spec.cpus, spec.mem_gb
+        node.resv, node.resv_rank, node.resv_cpus, node.resv_mem_gb = resv, spec.rank, spec.cpus, spec.mem_gb
         self.reservations.append(resv)
         self.refresh_free(node)
         return victims
@@ -797,14 +812,6 @@ def place_arrivals(c: _Cycle, jobs, now_ms: int) -> Plan:
         c.place(spec, dict(c.static(spec), fairness=c.fair(spec.user)), f"rank {c.rank + 1}: arrived, and "
                 "the jobs before it could not use the room")
     return c.plan()
-
-
-def _span(seconds: float) -> str:
-    """90 -> '1.5m', 5400 -> '1.5h': a duration in a few characters."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.3g}{unit}"
-    return f"{seconds:.0f}s"
 
 
 def rest_verdict(plan: Plan, p: PendingJob, config: PolicyConfig) -> tuple[Code, str]:

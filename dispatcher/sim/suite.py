@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..policy.promises import short_span
 from .generator import MIXES, generate
 from .workload import TraceJob, parse_trace
 
@@ -88,13 +89,6 @@ def _fmt(v) -> str:
     return f"{v:,.0f}"
 
 
-def _span(s: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s / size:.1f}{unit}"
-    return f"{s:.0f}s"
-
-
 def format_card(card: dict) -> str:
     """The score card as text: a row per workload and policy, then each policy's broken promises."""
     head = ["workload", "policy", "avg JCT", "/fifo", "/easy", "/las", "/srtf", "crit", "high", "normal", "low",
@@ -106,10 +100,10 @@ def format_card(card: dict) -> str:
 
             def wait(c):
                 s = cls.get(c)
-                return f"{_span(s['avg_wait_s'])}/{_span(s['p99_wait_s'])}" if s else "-"
-            lines.append([w, p, _span(r["avg_jct_s"]), _fmt(r.get("vs_fifo")), _fmt(r.get("vs_fifo-easy")),
+                return f"{short_span(s['avg_wait_s'])}/{short_span(s['p99_wait_s'])}" if s else "-"
+            lines.append([w, p, short_span(r["avg_jct_s"]), _fmt(r.get("vs_fifo")), _fmt(r.get("vs_fifo-easy")),
                           _fmt(r.get("vs_las")), _fmt(r.get("vs_srtf")), wait("critical"), wait("high"),
-                          wait("normal"), wait("low"), _span(r["p99_wait_8plus_gpus_s"]), _fmt(r["jain"]),
+                          wait("normal"), wait("low"), short_span(r["p99_wait_8plus_gpus_s"]), _fmt(r["jain"]),
                           str(r["preemptions"]), _fmt(r["gpu_hours_lost"])])
     widths = [max(len(x[i]) for x in [head] + lines) for i in range(len(head))]
     out = ["  ".join(h.ljust(wd) if i < 2 else h.rjust(wd) for i, (h, wd) in enumerate(zip(x, widths)))

@@ -87,17 +87,28 @@ def test_a_critical_job_on_a_full_node_gracefully_preempts_one_low_job_and_reser
     assert "critical job c outranks low" in reason and "checkpoint and requeue" in reason, f"reason {reason!r}"
 
 
+def test_a_reservation_of_a_lower_class_does_not_hold_back_critical_or_high_work_but_holds_back_normal():
+    # n1's free GPU is reserved for the starving 2-GPU low job L; the critical job c takes it at once
+    nodes = [full_node("n1", 2, free=(0,))]
+    running = [running_job("x", "normal", 1, node="n1")]
+    plan = plan_of([make_job("L").gpus(2).priority("low").waited(145 * 3600), critical("c")], nodes, running)
+    assert placed(plan).get("c") == ("n1", (0,)), f"placements {placed(plan)}, verdicts {plan.verdicts}"
+    # a normal job without an estimate may not (it could delay L's start past its reservation)
+    plan = plan_of([make_job("L").gpus(2).priority("low").waited(145 * 3600), make_job("n").gpus(1)], nodes, running)
+    assert "n" not in placed(plan), f"the normal job took L's reserved GPU: {placed(plan)}"
+
+
 @pytest.mark.parametrize("nodes, running, pending, want_code", [
     # n1's free GPU went to the critical job placed first; the high job preempts the low job on n2
     ([full_node("n1", 1, free=(0,)), full_node("n2", 1)],
      [running_job("v", "low", 0, node="n2")],
      [critical("first"), make_job("c").gpus(1).priority("high")],
      Code.LOWER_SCORE),
-    # n1's free GPU is reserved for the 2-GPU low job L, starving (145 h, past the low bound of 6 days), which
-    # cannot preempt the normal job x; c (no estimate, so no backfill) is RESERVED there and preempts on n2 instead
+    # n1's free GPU is reserved for the 2-GPU critical job L, starving (145 h), which cannot preempt the
+    # critical job x; c (critical too, no estimate, so no backfill) is RESERVED there and preempts on n2 instead
     ([full_node("n1", 2, free=(0,)), full_node("n2", 1)],
-     [running_job("x", "normal", 1, node="n1"), running_job("v", "low", 0, node="n2")],
-     [make_job("L").gpus(2).priority("low").waited(145 * 3600), critical("c")],
+     [running_job("x", "critical", 1, node="n1"), running_job("v", "low", 0, node="n2")],
+     [make_job("L").gpus(2).priority("critical").waited(145 * 3600), critical("c")],
      Code.RESERVED),
 ], ids=["lower-score-job-preempts", "reserved-job-preempts-on-another-node"])
 def test_a_job_blocked_by_higher_ranked_jobs_or_a_reservation_may_preempt_too(nodes, running, pending, want_code):

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatcher.cycle import Code, NodeView, PendingJob, Plan, RunningJob, Snapshot, Verdict
-from dispatcher.model import GpuInfo, JobSpec
+from dispatcher.model import PRIORITIES, GpuInfo, JobSpec
 from dispatcher.policy import PolicyConfig, schedule
 from dispatcher.policy.backlog import bucket_key
 from dispatcher.policy.fit import describe_need, fits_ever, gpu_family_matches, gpu_usable
@@ -248,11 +248,14 @@ def every_score_is_within_0_and_100(snap, plan):
 
 
 def a_placement_on_reserved_gpus_is_estimated_to_end_before_the_reservation_starts(snap, plan):
+    """... unless it is high or critical work and the reservation a lower class's (it jumps the queue)."""
     config = PolicyConfig()
     specs = specs_of(snap)
     for r in plan.reservations:
         for p in plan.placements:
             if p.node != r.node or not set(p.gpus) & set(r.gpus):
+                continue
+            if specs[p.job_id].rank >= PRIORITIES.index("high") and specs[p.job_id].rank > specs[r.job_id].rank:
                 continue
             est = specs[p.job_id].est_s
             end = NOW_MS + (est if est is not None else config.unknown_remaining_s) * 1000

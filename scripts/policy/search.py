@@ -1,0 +1,93 @@
+"""Choose the default policy on the workload suite, and report it leave-one-out.
+
+Each candidate is a JSON object of PolicyConfig fields that override the defaults (one a line
+in --candidates FILE, or as arguments). Every candidate runs on every workload of the suite
+(`dispatch simulate --suite`'s workloads); results are kept in --cache (JSON), so a rerun
+simulates only what is new. The report:
+
+- per candidate, the promises it breaks (sim/suite.promises) and its geometric-mean JCT
+  against las and fifo-easy over the workloads;
+- leave-one-out: for each workload, the candidate chosen on all the other workloads (fewest
+  broken promises there, then the lowest geometric-mean JCT ratio), and that candidate's
+  figures on the workload left out.
+
+    python scripts/policy/search.py --candidates scripts/policy/candidates.jsonl --cache /tmp/search.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from dispatcher.sim.suite import BASELINES, promises, row  # noqa: E402
+from dispatcher.suite_run import load_workloads, run  # noqa: E402
+
+
+def score(results: dict, cand: str, workloads: list[str]) -> tuple[int, float]:
+    """(promises broken, geometric mean of JCT / min(las, fifo-easy)) over `workloads`."""
+    broken, logs = 0, []
+    for w in workloads:
+        bases = {b: results[(w, b)] for b in BASELINES}
+        r = row(results[(w, cand)], bases)
+        broken += sum(not ok for ok in promises(r, bases).values())
+        logs.append(math.log(r["avg_jct_s"] / min(bases["las"]["avg_jct_s"], bases["fifo-easy"]["avg_jct_s"])))
+    return broken, math.exp(sum(logs) / len(logs))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("variants", nargs="*")
+    ap.add_argument("--candidates", default=None)
+    ap.add_argument("--cache", default="/tmp/dispatch-search.json")
+    ap.add_argument("--workloads", default=None)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--loo", action="store_true", help="also the leave-one-out report")
+    args = ap.parse_args()
+    cands = list(args.variants)
+    if args.candidates:
+        cands += [ln.strip() for ln in Path(args.candidates).read_text().splitlines()
+                  if ln.strip() and not ln.startswith("#")]
+    cands = [json.dumps(json.loads(c), sort_keys=True) if c.startswith("{") else c for c in cands]
+    names = args.workloads.split(",") if args.workloads else None
+    ws = load_workloads(None, args.seed, names)
+    cache = Path(args.cache)
+    known = {}
+    if cache.exists():
+        known = {tuple(k.split("\t")): v for k, v in json.loads(cache.read_text()).items()}
+    results = run(ws, cands, known=known, processes=args.jobs, seed=args.seed)
+    cache.write_text(json.dumps({"\t".join(k): v for k, v in results.items()}))
+    wn = [w.name for w in ws]
+    for c in cands:
+        broken = {}
+        for w in wn:
+            bases = {b: results[(w, b)] for b in BASELINES}
+            r = row(results[(w, c)], bases)
+            bad = [k for k, ok in promises(r, bases).items() if not ok]
+            if bad:
+                broken[w] = bad
+        n, g = score(results, c, wn)
+        print(f"broken={n:2d} gm(jct/best(las,easy))={g:.3f}  {c}")
+        for w in wn:
+            r = row(results[(w, c)], {b: results[(w, b)] for b in BASELINES})
+            cls = " ".join(f"{k[0]}={v['avg_wait_s']:.0f}/{v['p99_wait_s']:.0f}" for k, v in r["classes"].items())
+            print(f"    {w:9s} las={r.get('vs_las'):.3f} easy={r.get('vs_fifo-easy'):.3f} fifo={r.get('vs_fifo'):.3f} "
+                  f"8+={r['p99_wait_8plus_gpus_s']:.0f}/{results[(w, 'fifo-easy')]['p99_wait_8plus_gpus_s']:.0f} "
+                  f"{cls}  {','.join(broken.get(w, []))}")
+    if args.loo and len(cands) > 1:
+        print("\nleave-one-out:")
+        for w in wn:
+            rest = [x for x in wn if x != w]
+            best = min(cands, key=lambda c: score(results, c, rest))
+            n, g = score(results, best, [w])
+            print(f"  {w:9s} chosen on the rest: {best}\n            on {w}: broken={n} jct/best={g:.3f}")
+
+
+if __name__ == "__main__":
+    main()
