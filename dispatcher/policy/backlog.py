@@ -196,26 +196,37 @@ class Backlog:
     # -- reading, for one cycle ---------------------------------------------------------------
     def oldest_starving(self, now_ms: int, n: int) -> list[PendingJob]:
         """Up to `n` jobs waiting past their class's starvation bound, oldest first."""
-        bounds = self.config.starvation_s
         found = []
-        for prio, heap in self._starve.items():
-            bound = bounds.get(prio)
-            if bound is None:
-                continue
-            taken = []
-            while heap and len(taken) < n:
-                item = heap[0]
-                if self.jobs.get(item[3]) is not item[4]:
-                    heapq.heappop(heap)  # discarded or added again since
-                    continue
-                if (now_ms - item[0]) / 1000.0 <= bound:
-                    break
-                taken.append(heapq.heappop(heap))
-            for item in taken:
-                heapq.heappush(heap, item)
-            found += taken
+        for prio, bound in self.config.starvation_s.items():
+            found += self._oldest(prio, n, lambda item, b=bound: (now_ms - item[0]) / 1000.0 > b)
         found.sort(key=lambda x: (x[0], x[1]))
         return [item[4] for item in found[:n]]
+
+    def longest_waiting(self, now_ms: int, n: int) -> list[PendingJob]:
+        """Up to `n` jobs that have waited longest against their class's target (wait / target), most
+        overdue first; classes without a target come last, oldest first."""
+        found = []
+        for prio in self._starve:
+            target = self.config.targets_s.get(prio) or float("inf")
+            found += [((now_ms - item[0]) / target, item) for item in self._oldest(prio, n, lambda _: True)]
+        found.sort(key=lambda x: (-x[0], x[1][0], x[1][1]))
+        return [item[4] for _, item in found[:n]]
+
+    def _oldest(self, prio: str, n: int, keep) -> list[tuple]:
+        """Up to `n` of the class's oldest live entries while `keep(entry)`, left in their heap."""
+        heap = self._starve.get(prio)
+        taken = []
+        while heap and len(taken) < n:
+            item = heap[0]
+            if self.jobs.get(item[3]) is not item[4]:
+                heapq.heappop(heap)  # discarded or added again since
+                continue
+            if not keep(item):
+                break
+            taken.append(heapq.heappop(heap))
+        for item in taken:
+            heapq.heappush(heap, item)
+        return taken
 
     def order(self, now_ms: int) -> "Order":
         return Order(self, now_ms)

@@ -10,8 +10,8 @@ Pure. A running job V may be preempted for a blocked job P when
   or P's team is below its guarantee and
   V's team is above its own (reclaim of borrowed GPUs, same class allowed);
 - V has run at least `min_run_s` and was not preempted within `preempt_cooldown_s`;
-- V is of a lower class than P, or has not yet waited past its class's starvation
-  bound since it was submitted: a job that starved its way to the GPUs keeps them
+- V is of a lower class than P, or it had not waited past its class's starvation
+  bound when it started: a job that starved its way to the GPUs keeps them
   against its own class (as Tiresias promotes starving jobs), else a large job
   under least-attained-service would start and be preempted again forever;
 - V does not share its GPUs (preempting one sharer frees no whole GPU);
@@ -69,7 +69,7 @@ def preemptible_below(v: RunningJob, now_ms: int, config: PolicyConfig) -> float
         step, top = config.class_step, len(config.las_thresholds_gpu_s) + 0.5
         if not v.spec.checkpointable and not v.spec.preemptible:  # forced only, by a class gap
             s = max(s, (v.spec.rank + config.forced_min_gap) * step - top)
-        elif past_starvation(v.spec, now_ms, config):  # only a higher class
+        elif started_starving(v, config):  # only a higher class
             s = max(s, (v.spec.rank + 1) * step - top)
     return s
 
@@ -104,6 +104,12 @@ def past_starvation(spec: JobSpec, now_ms: int, config: PolicyConfig) -> bool:
     return bound is not None and (now_ms - spec.submit_ms) / 1000.0 > bound
 
 
+def started_starving(v: RunningJob, config: PolicyConfig) -> bool:
+    """Did running `v` start only after waiting past its class's starvation bound? (Its run time does
+    not count: a job that merely ran long is no more protected than a fresh one.)"""
+    return past_starvation(v.spec, v.started_ms, config)
+
+
 def lost_gpu_s(r: RunningJob, now_ms: int) -> float:
     """GPU-seconds since the job's last checkpoint (since its start if it never reported one,
     or if it cannot resume from one)."""
@@ -119,7 +125,7 @@ def victim_mode(p: JobSpec, v: RunningJob, now_ms: int, config: PolicyConfig, re
         return None  # a sharing job frees no whole GPU: its neighbours stay
     if (now_ms - v.started_ms) / 1000.0 < config.min_run_s:
         return None
-    if p.rank <= v.spec.rank and past_starvation(v.spec, now_ms, config):
+    if p.rank <= v.spec.rank and started_starving(v, config):
         return None
     if v.preempted_ms and (now_ms - v.preempted_ms) / 1000.0 < config.preempt_cooldown_s:
         return None

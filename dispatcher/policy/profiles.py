@@ -37,7 +37,8 @@ _DURATION_KEYS = {"aging_horizon": "aging_horizon_s", "remaining_ref": "remainin
                   "min_run": "min_run_s", "idle_warn": "idle_warn_s"}
 _INT_KEYS = {"reservations": "reservations", "forced_min_gap": "forced_min_gap",
              "preemptors_per_cycle": "preemptors_per_cycle", "starvation_reservations": "starvation_reservations"}
-_BOOL_KEYS = {"preemption": "preemption", "keep_wait_on_requeue": "keep_wait_on_requeue"}
+_BOOL_KEYS = {"preemption": "preemption", "keep_wait_on_requeue": "keep_wait_on_requeue",
+              "reserve_longest_wait": "reserve_longest_wait"}
 _PROFILE_KEYS = set(_DURATION_KEYS) | set(_INT_KEYS) | set(_BOOL_KEYS) | {"weights", "aging_cap", "starvation",
                                                                            "preempt_by", "las_tiers",
                                                                            "idle_util", "idle_requeue", "targets",

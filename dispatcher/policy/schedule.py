@@ -848,6 +848,20 @@ def _walk(c: _Cycle, backlog: Backlog, order) -> None:
         terms = dict(c.static(spec), fairness=c.fair(spec.user))
         c.place(spec, terms, f"rank {c.rank + 1}: starving, {c.starving(spec)}")
 
+    # then, with reserve_longest_wait, the jobs longest overdue against their class's target, until the
+    # reservations are taken (fifo-easy's reservation for its oldest job)
+    if config.reserve_longest_wait and config.reservations:
+        tries = 0
+        for p in backlog.longest_waiting(c.now, 4 * config.reservations + n_never + len(order.skip)):
+            if c.resv_tries >= config.reservations or tries >= 4 * config.reservations:
+                break
+            if p.spec.id in order.skip or shape_of(p.spec) in excluded:
+                continue
+            tries += 1
+            order.skip.add(p.spec.id)
+            terms = dict(c.static(p.spec), fairness=c.fair(p.spec.user))
+            c.place(p.spec, terms, f"rank {c.rank + 1}: the longest wait against its class's target")
+
     # then Dominant Resource Fairness: the user whose best job has the best static + fairness score
     # picks next; buckets of jobs that could do nothing more this cycle are skipped whole
     blocked: set = set()

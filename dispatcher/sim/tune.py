@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from ..model import PRIORITIES
 from ..policy.config import PolicyConfig
 from ..policy.profiles import PREEMPT_BY, PolicySet
+from ..policy.promises import short_span
 from . import compare
 from .policies import SimPolicy
 from .workload import EstimateModel, TraceJob
@@ -238,15 +239,6 @@ def tune(workloads: list[Workload], nodes, current: PolicySet, *, budget: int, r
     return TuneResult(base, trials, top)
 
 
-def _span(s: float) -> str:
-    s = int(round(s))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
 def _change(now: float, then: float, *, ratio: bool = True) -> str:
     if ratio:
         return "-" if not now else f"{(then - now) / now * 100:+.0f}%"
@@ -255,13 +247,13 @@ def _change(now: float, then: float, *, ratio: bool = True) -> str:
 
 def changes_table(current: dict, cand: dict) -> list[list[str]]:
     """[metric, policy in force, candidate, change] rows: the predicted effect of a candidate."""
-    rows = [["average JCT", _span(current["avg_jct_s"]), _span(cand["avg_jct_s"]),
+    rows = [["average JCT", short_span(current["avg_jct_s"]), short_span(cand["avg_jct_s"]),
              _change(current["avg_jct_s"], cand["avg_jct_s"])]]
     for c, now in current["per_class"].items():
         got = cand["per_class"].get(c, {"avg_wait_s": 0.0, "p99_wait_s": 0.0})
         for k, what in (("avg_wait_s", "avg"), ("p99_wait_s", "p99")):
-            rows.append([f"{c} wait {what}", _span(now[k]), _span(got[k]), _change(now[k], got[k])])
-    rows.append(["p99 wait 8+ GPUs", _span(current["p99_wait_8plus_gpus_s"]), _span(cand["p99_wait_8plus_gpus_s"]),
+            rows.append([f"{c} wait {what}", short_span(now[k]), short_span(got[k]), _change(now[k], got[k])])
+    rows.append(["p99 wait 8+ GPUs", short_span(current["p99_wait_8plus_gpus_s"]), short_span(cand["p99_wait_8plus_gpus_s"]),
                  _change(current["p99_wait_8plus_gpus_s"], cand["p99_wait_8plus_gpus_s"])])
     for k, what in (("jain_fairness", "Jain fairness"), ("utilization", "utilization")):
         rows.append([what, f"{current[k]:.3f}", f"{cand[k]:.3f}", _change(current[k], cand[k], ratio=False)])
