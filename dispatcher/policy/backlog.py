@@ -202,13 +202,16 @@ class Backlog:
         found.sort(key=lambda x: (x[0], x[1]))
         return [item[4] for item in found[:n]]
 
-    def longest_waiting(self, now_ms: int, n: int) -> list[PendingJob]:
-        """Up to `n` jobs that have waited longest against their class's target (wait / target), most
-        overdue first; classes without a target come last, oldest first."""
+    def longest_waiting(self, now_ms: int, n: int, share: float = 0.0) -> list[PendingJob]:
+        """Up to `n` jobs that have waited at least `share` of their class's target, most overdue against
+        it (wait / target) first; classes without a target never."""
         found = []
         for prio in self._starve:
-            target = self.config.targets_s.get(prio) or float("inf")
-            found += [((now_ms - item[0]) / target, item) for item in self._oldest(prio, n, lambda _: True)]
+            target = self.config.targets_s.get(prio)
+            if not target:
+                continue
+            found += [((now_ms - item[0]) / target, item)
+                      for item in self._oldest(prio, n, lambda it, t=target: (now_ms - it[0]) / t >= share)]
         found.sort(key=lambda x: (-x[0], x[1][0], x[1][1]))
         return [item[4] for _, item in found[:n]]
 

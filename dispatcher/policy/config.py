@@ -58,10 +58,11 @@ class PolicyConfig:
     #: a 2-GPU job is not starved by a stream of 1-GPU jobs (the mission's seed scenario). 0 gains a
     #: little average JCT on the Philly week (0.270x FIFO instead of 0.274x) and loses that promise.
     reservations: int = 1
-    #: The reservations go to the jobs that have waited longest against their class's target (each
-    #: starts first if it fits), not to the best-scored blocked jobs: as fifo-easy's reservation for
-    #: its oldest job, so a large job waits no longer than there, while the score orders the rest.
-    reserve_longest_wait: bool = False
+    #: Once a job has waited this share of its class's target, the reservations go to the jobs longest
+    #: overdue against their targets (each starts first if it fits), not to the best-scored blocked
+    #: jobs: fifo-easy's reservation for its oldest job, so a large job does not wait much longer
+    #: than there, while the score orders the rest. None: off.
+    reserve_longest_wait: float | None = None
     #: What the policy assumes for a running job with no estimate, or one past its estimate.
     unknown_remaining_s: float = 86400.0
     #: Per class: the wait a job of the class is promised not to exceed (`dispatch why` says how far it is).

@@ -37,12 +37,11 @@ _DURATION_KEYS = {"aging_horizon": "aging_horizon_s", "remaining_ref": "remainin
                   "min_run": "min_run_s", "idle_warn": "idle_warn_s"}
 _INT_KEYS = {"reservations": "reservations", "forced_min_gap": "forced_min_gap",
              "preemptors_per_cycle": "preemptors_per_cycle", "starvation_reservations": "starvation_reservations"}
-_BOOL_KEYS = {"preemption": "preemption", "keep_wait_on_requeue": "keep_wait_on_requeue",
-              "reserve_longest_wait": "reserve_longest_wait"}
+_BOOL_KEYS = {"preemption": "preemption", "keep_wait_on_requeue": "keep_wait_on_requeue"}
 _PROFILE_KEYS = set(_DURATION_KEYS) | set(_INT_KEYS) | set(_BOOL_KEYS) | {"weights", "aging_cap", "starvation",
                                                                            "preempt_by", "las_tiers",
                                                                            "idle_util", "idle_requeue", "targets",
-                                                                           "class_step"}
+                                                                           "class_step", "reserve_longest_wait"}
 PREEMPT_BY = ("class", "class+attained", "attained", "remaining")
 
 
@@ -157,6 +156,10 @@ def _profile(raw: dict, key: str, base: PolicyConfig) -> PolicyConfig:
         if values != sorted(values) or len(set(values)) != len(values):
             raise _err(f"{key}.las_tiers", "must be increasing")
         changes["las_thresholds_gpu_s"] = tuple(values)
+    if "reserve_longest_wait" in raw:  # a share of the class's target, or false / "never"
+        v = raw["reserve_longest_wait"]
+        off = v is False or str(v).strip().lower() == "never"
+        changes["reserve_longest_wait"] = None if off else float(_number(v, f"{key}.reserve_longest_wait"))
     if "class_step" in raw:
         changes["class_step"] = float(_number(raw["class_step"], f"{key}.class_step"))
     if "targets" in raw:  # each class's promise; its starvation bound is half of it unless given

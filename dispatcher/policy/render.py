@@ -84,7 +84,7 @@ def _toml_number(x) -> str:
 def _value(name: str, value) -> str:
     """One setting as TOML text."""
     if value is None:
-        return '"never"'  # idle_requeue: the only optional setting
+        return '"never"'  # idle_requeue, reserve_longest_wait: the optional settings
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

@@ -615,7 +615,7 @@ class _Cycle:
             preempting = self.preempt_for(spec)
         if preempting is not None:
             victims = ", ".join(f"job {p.job_id} ({p.mode})" for p in preempting) or "jobs already stopping"
-            resv = self.by_name[self.reservations[-1].node].resv
+            resv = self.reservations[-1]
             reason += f"; preempting {victims} on {resv.node}; holds GPUs {list(resv.gpus)} until they are down"
         elif team is None and code in (Code.NO_FIT_NOW, Code.LOWER_SCORE) and spec.gpus and not spec.share and (
                 self.resv_tries < self.config.reservations or self.starving_resv_left(spec)):
@@ -704,8 +704,9 @@ class _Cycle:
         coming = [g for g in released if gpu_usable(spec, node.view, g) and g not in node.shared]
         gpus = usable(spec, node.view, sorted(node.free)) + [g for g in coming if g not in node.free]
         resv = Reservation(spec.id, node.view.name, tuple(sorted(gpus[: spec.gpus])), self.now)
-        node.resv, node.resv_rank, node.resv_cpus, node.resv_mem_gb = resv, spec.rank, spec.cpus, spec.mem_gb
-        self.reservations.append(resv)
+        if node.resv is None or node.resv.job_id == spec.id:  # a job that passed a lower class's reservation
+            node.resv, node.resv_rank, node.resv_cpus, node.resv_mem_gb = resv, spec.rank, spec.cpus, spec.mem_gb
+        self.reservations.append(resv)  # leaves it on the node: later jobs of this cycle rank below both
         self.refresh_free(node)
         return victims
 
@@ -848,11 +849,12 @@ def _walk(c: _Cycle, backlog: Backlog, order) -> None:
         terms = dict(c.static(spec), fairness=c.fair(spec.user))
         c.place(spec, terms, f"rank {c.rank + 1}: starving, {c.starving(spec)}")
 
-    # then, with reserve_longest_wait, the jobs longest overdue against their class's target, until the
-    # reservations are taken (fifo-easy's reservation for its oldest job)
-    if config.reserve_longest_wait and config.reservations:
+    # then, with reserve_longest_wait, the jobs longest overdue against their class's target (past that
+    # share of it), until the reservations are taken (fifo-easy's reservation for its oldest job)
+    if config.reserve_longest_wait is not None and config.reservations:
         tries = 0
-        for p in backlog.longest_waiting(c.now, 4 * config.reservations + n_never + len(order.skip)):
+        for p in backlog.longest_waiting(c.now, 4 * config.reservations + n_never + len(order.skip),
+                                         config.reserve_longest_wait):
             if c.resv_tries >= config.reservations or tries >= 4 * config.reservations:
                 break
             if p.spec.id in order.skip or shape_of(p.spec) in excluded:

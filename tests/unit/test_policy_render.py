@@ -27,6 +27,8 @@ def _changed(name: str, value):
         return value / 2 + 1.5  # both at most 100
     if name == "idle_requeue_s":
         return 3 * 3600.0 if value is None else None
+    if name == "reserve_longest_wait":
+        return 0.25 if value is None else None
     if name == "las_thresholds_gpu_s":
         return (1800.0, 7200.0, 90_000.5)
     if isinstance(value, bool):
