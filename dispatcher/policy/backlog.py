@@ -210,8 +210,9 @@ class Backlog:
             target = self.config.targets_s.get(prio)
             if not target:
                 continue
-            found += [((now_ms - item[0]) / target, item)
-                      for item in self._oldest(prio, n, lambda it, t=target: (now_ms - it[0]) / t >= share)]
+            over = [((now_ms - item[0]) / 1000.0 / target, item) for item in
+                    self._oldest(prio, n, lambda it, t=target: (now_ms - it[0]) / 1000.0 / t >= share)]
+            found += over
         found.sort(key=lambda x: (-x[0], x[1][0], x[1][1]))
         return [item[4] for _, item in found[:n]]
 

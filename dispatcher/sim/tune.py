@@ -7,7 +7,8 @@ workload over SEEDS seeds, with log-normal (sigma 1) estimate errors and
 30 s + 30 s checkpoint costs, the conditions the default policy is chosen under.
 
 A candidate is a set of knobs (`weights` by term, the aging horizon, the remaining-time
-reference, the starvation bound per class, reservations, preempt_by) laid over every
+reference, the starvation bound per class, reservations, preempt_by, class_step,
+reserve_longest_wait) laid over every
 profile of the policy in force; its teams and time-of-day schedule are kept. The search
 tries a few classic policies first (the built-in default, Smith's rule, least attained
 service, shortest remaining time), then random points of KNOBS, then perturbations of the
@@ -49,6 +50,10 @@ WEIGHTS = {"priority": (0.05, 1.0), "remaining": (0.0, 0.6), "attained": (0.0, 0
 DURATIONS = {"remaining_ref_s": (60.0, 4 * H), "aging_horizon_s": (600.0, 2 * D)}
 STARVATION = {"critical": (600.0, H), "high": (1800.0, 8 * H), "normal": (6 * H, 5 * D), "low": (12 * H, 7 * D)}
 RESERVATIONS = (0, 1, 2)
+#: How many LAS tiers one class step is worth (class+attained), and the share of a class's target past which
+#: the reservations go to the longest overdue jobs (None: off).
+CLASS_STEP = (0.25, 4.0)
+LONGEST_WAIT = (None, 0.1, 0.2, 0.3, 0.5)
 #: Classic policies tried first: knobs over the policy in force (the built-in default is added to them).
 CLASSICS = {
     "smith": {"weights": {"priority": 0.3, "remaining": 0.4, "attained": 0.1, "wait": 0.02}, "remaining_ref_s": 1800.0},
@@ -85,7 +90,8 @@ def searched(config: PolicyConfig) -> dict:
     return {"weights": {t: config.weights.get(t, 0.0) for t in WEIGHTS},
             **{k: getattr(config, k) for k in DURATIONS},
             "starvation_s": {c: config.starvation_s.get(c, math.inf) for c in STARVATION},
-            "reservations": config.reservations, "preempt_by": config.preempt_by}
+            "reservations": config.reservations, "preempt_by": config.preempt_by,
+            "class_step": config.class_step, "reserve_longest_wait": config.reserve_longest_wait}
 
 
 def with_knobs(pset: PolicySet, knobs: dict) -> PolicySet:
@@ -108,7 +114,8 @@ def _random_knobs(rng) -> dict:
     return {"weights": {t: _draw(rng, lo, hi) for t, (lo, hi) in WEIGHTS.items()},
             **{k: round(_draw(rng, lo, hi)) for k, (lo, hi) in DURATIONS.items()},
             "starvation_s": {c: round(_draw(rng, lo, hi)) for c, (lo, hi) in STARVATION.items()},
-            "reservations": rng.choice(RESERVATIONS), "preempt_by": rng.choice(PREEMPT_BY)}
+            "reservations": rng.choice(RESERVATIONS), "preempt_by": rng.choice(PREEMPT_BY),
+            "class_step": _draw(rng, *CLASS_STEP), "reserve_longest_wait": rng.choice(LONGEST_WAIT)}
 
 
 def _nudge(rng, value: float, lo: float, hi: float, *, whole: bool = False) -> float:
@@ -126,7 +133,9 @@ def _perturbed(rng, knobs: dict) -> dict:
             "starvation_s": {c: _nudge(rng, min(knobs["starvation_s"][c], hi), lo, hi, whole=True)
                              for c, (lo, hi) in STARVATION.items()},
             "reservations": rng.choice(RESERVATIONS) if rng.random() < 0.2 else knobs["reservations"],
-            "preempt_by": rng.choice(PREEMPT_BY) if rng.random() < 0.2 else knobs["preempt_by"]}
+            "preempt_by": rng.choice(PREEMPT_BY) if rng.random() < 0.2 else knobs["preempt_by"],
+            "class_step": _nudge(rng, min(knobs["class_step"], CLASS_STEP[1]), *CLASS_STEP),
+            "reserve_longest_wait": rng.choice(LONGEST_WAIT) if rng.random() < 0.2 else knobs["reserve_longest_wait"]}
 
 
 def _mean(pairs) -> float:
