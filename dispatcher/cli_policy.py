@@ -21,6 +21,7 @@ def policy():
 @click.argument("path", type=click.Path(dir_okay=False))
 def policy_check(path):
     """Validate a policy file: exit 0 and a summary, or one line naming the bad key."""
+    from .policy.promises import short_span
     from .policy_source import load_policy_file
 
     pset, _ = load_policy_file(path)
@@ -28,8 +29,14 @@ def policy_check(path):
         w = cfg.weights
         step = 100.0 / 3 * w.get("priority", 0.0)
         rest = 100.0 * sum(v for k, v in w.items() if k != "priority")
-        crossing = "classes never cross" if step > rest else "aging and the other terms can lift a job past a class"
-        click.echo(f"profile {name}: weights {w}; {crossing}")
+        tiers = len(cfg.las_thresholds_gpu_s)
+        if step > rest and (cfg.preempt_by != "class+attained" or cfg.class_step > tiers):
+            crossing = "classes never cross"
+        else:
+            crossing = (f"classes cross: one class step is worth {cfg.class_step:g} LAS tiers, and the estimate, aging "
+                        f"and fair share can lift a job past a class")
+        targets = ", ".join(f"{c} {short_span(t)}" for c, t in cfg.targets_s.items())
+        click.echo(f"profile {name}: weights {w}; {crossing}; wait targets {targets}")
     for e in pset.schedule:
         click.echo(f"schedule: {e.profile} from {e.from_min // 60:02d}:{e.from_min % 60:02d} to "
                    f"{e.to_min // 60:02d}:{e.to_min % 60:02d}")

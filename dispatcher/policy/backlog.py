@@ -120,6 +120,7 @@ class Backlog:
         self._starve: dict[str, list] = defaultdict(list)  # class -> heap of (submit_ms, id key, id)
         self.shapes: dict[tuple, set[str]] = defaultdict(set)  # shape -> ids
         self.team_gpus: Counter = Counter()
+        self.by_class: Counter = Counter()  # class -> pending jobs
         self._dead = 0
         self._seq = 0
         self.config = config or PolicyConfig()
@@ -166,6 +167,7 @@ class Backlog:
         heapq.heappush(self._starve[spec.priority], (spec.submit_ms, id_key(spec.id), seq, spec.id, p))
         self.shapes[b.shape].add(spec.id)
         self.team_gpus[spec.team] += spec.gpus
+        self.by_class[spec.priority] += 1
 
     def discard(self, job_id: str) -> None:
         p = self.jobs.pop(job_id, None)
@@ -178,6 +180,7 @@ class Backlog:
         if not ids:
             del self.shapes[shape]
         self.team_gpus[p.spec.team] -= p.spec.gpus
+        self.by_class[p.spec.priority] -= 1
         self._dead += 1
         if self._dead > 1024 and self._dead > 2 * len(self.jobs):
             self._rebuild(self.config)

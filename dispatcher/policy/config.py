@@ -9,14 +9,15 @@ WEIGHT_TERMS = ("priority", "wait", "fairness", "remaining", "fit", "attained")
 
 
 def _default_weights() -> dict[str, float]:
-    """Priority 1.0 against 0.305 for the rest: one class step (33.3 points x 1.0) outweighs every
-    other term at its maximum (100 x 0.305), so classes never cross by score. Within a class the
-    least-attained-service tier leads (a tier step is 50 x 0.2 = 10 points), then the estimate
-    (short jobs first, at most 9 points), with the user's fair share and packing as tie-breaks.
-    No wait term: linear aging never reorders two waiting jobs, and the starvation bounds bound
-    waits instead. The Philly-trace sweep in docs/simulator.md chose these: 0.27x FIFO's average
-    JCT with log-normal (sigma 1) estimate errors, below Tiresias-style LAS."""
-    return {"priority": 1.0, "wait": 0.0, "fairness": 0.005, "remaining": 0.09, "fit": 0.01, "attained": 0.2}
+    """A multi-level feedback queue whose class sets where a job starts (class_step 0.5: one class
+    step is worth half a least-attained-service tier, so a fresh low job goes ahead of a normal job
+    that has had 1 GPU-hour, and a fresh critical one ahead of everything that has had 2). The
+    priority weight matches the step in score points (0.15 x 33.3 = 0.5 x a tier step of 0.2 x 50);
+    within a level the estimate orders (at most 9 points), the user's fair share and packing break
+    near-ties. No wait term: linear aging never reorders two waiting jobs of a class; the
+    starvation bounds bound waits instead. Chosen on the workload suite (docs/simulator.md): it
+    beats fifo-easy's average JCT on every week and las's on four of eight."""
+    return {"priority": 0.15, "wait": 0.0, "fairness": 0.005, "remaining": 0.09, "fit": 0.01, "attained": 0.2}
 
 
 def _default_starvation() -> dict[str, float]:
@@ -95,7 +96,8 @@ class PolicyConfig:
     #: Under "class+attained", how many least-attained-service tiers one class step is worth: a job
     #: stands at rank * class_step - tier (a multi-level feedback queue whose class sets where a job
     #: starts). 100: classes never cross (a normal job preempts no low one, whatever it received).
-    class_step: float = 100.0
+    #: The default 0.5 lets them cross by LAS tier (_default_weights).
+    class_step: float = 0.5
     #: Least-attained-service tiers, in GPU-seconds received (the "attained" term and preempt_by).
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     #: Strict order: once a job is blocked, no later job starts (YARN-CS style head-of-line blocking).

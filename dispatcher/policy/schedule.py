@@ -860,8 +860,9 @@ def _walk(c: _Cycle, backlog: Backlog, order) -> None:
             if p.spec.id in order.skip or shape_of(p.spec) in excluded:
                 continue
             tries += 1
-            if c.best_node(p.spec) is not None:
-                continue  # it fits now: it starts in score order, after the classes above it
+            jumpers = PRIORITIES[max(_JUMPS, p.spec.rank + 1):]
+            if any(backlog.by_class[k] for k in jumpers) and c.best_node(p.spec) is not None:
+                continue  # it fits, but high or critical work waits: it starts in score order, after that
             order.skip.add(p.spec.id)
             terms = dict(c.static(p.spec), fairness=c.fair(p.spec.user))
             c.place(p.spec, terms, f"rank {c.rank + 1}: the longest wait against its class's target")

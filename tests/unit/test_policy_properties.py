@@ -389,9 +389,16 @@ def starving_jobs_are_ranked_before_every_other_job_and_told_so(snap, plan):
     assert not untold, f"starving jobs whose reason does not say so: {untold}"
 
 
+#: One class step outweighs every other term, and no LAS tier crosses it: the earlier default.
+CLASSES_NEVER_CROSS = PolicyConfig(class_step=100.0, weights={"priority": 1.0, "attained": 0.2, "remaining": 0.09,
+                                                              "fit": 0.01, "fairness": 0.005, "wait": 0.0})
+
+
 def a_higher_class_is_never_considered_after_a_lower_one_that_started(snap, plan):
-    """With the default weights classes never cross: a job left waiting was considered before every
-    job of a lower class that started, unless that one was served first as starving."""
+    """When classes never cross (CLASSES_NEVER_CROSS; the default lets them cross by LAS tier and
+    estimate): a job left waiting was considered before every job of a lower class that started,
+    unless that one was served first as starving."""
+    plan = schedule(snap, now_ms=NOW_MS, config=CLASSES_NEVER_CROSS)
     specs = specs_of(snap)
     for p in plan.placements:
         if "starving" in p.reason:

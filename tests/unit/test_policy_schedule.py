@@ -19,6 +19,10 @@ from dispatcher.policy.config import TeamQuota
 from tests.builders import NOW_MS, make_job, make_node, snapshot
 
 
+#: The weights of the earlier default: one class step outweighs every other term at its maximum.
+CLASSES_NEVER_CROSS = {"priority": 1.0, "attained": 0.2, "remaining": 0.09, "fit": 0.01, "fairness": 0.005, "wait": 0.0}
+
+
 def plan_of(pending=(), nodes=(), running=(), config: PolicyConfig | None = None) -> Plan:
     return schedule(snapshot(pending=pending, running=running, nodes=nodes), now_ms=NOW_MS,
                     config=config or PolicyConfig())
@@ -618,14 +622,15 @@ def test_a_starving_job_that_does_not_fit_reserves_gpus(waited_s, want_resv):
     # high:   (66.667 + 0 + 0.02*(100*(1 - 7/8) = 12.5) + 0.25*(~0) + 0.01*fit) / 1.30 >= 66.917 / 1.30
     (1, 10 ** 9, 7),
 ], ids=["plain", "every_other_term_favours_the_normal_job"])
-def test_a_higher_class_always_ranks_above_a_lower_one_with_the_default_weights(normal_est_s, high_est_s,
-                                                                                 high_user_gpus):
+def test_a_higher_class_always_ranks_above_a_lower_one_when_classes_never_cross(normal_est_s, high_est_s,
+                                                                                high_user_gpus):
     # exactly one free GPU: the others are held by the high job's user
     node = make_node("n1").gpus(high_user_gpus + 1).held(*range(high_user_gpus))
     running = [make_job(f"r{i}").gpus(1).user("hank").running_on("n1", i) for i in range(high_user_gpus)]
     jobs = [make_job("norm").gpus(1).user("nina").est(normal_est_s).waited(100 * 86400),
             make_job("high").gpus(1).user("hank").priority("high").est(high_est_s)]
-    plan = plan_of(jobs, [node], running, PolicyConfig(starvation_s={}))
+    config = PolicyConfig(starvation_s={}, class_step=100.0, weights=CLASSES_NEVER_CROSS)
+    plan = plan_of(jobs, [node], running, config)
     assert set(placed(plan)) == {"high"}, f"placed {placed(plan)}, want only the high job; verdicts {plan.verdicts}"
     high, norm = plan.placements[0], verdict_of(plan, "norm")
     assert high.rank < norm.rank, f"high picked at rank {high.rank}, norm at {norm.rank}"

@@ -313,13 +313,22 @@ def test_fit_score_is_always_within_0_and_100(case):
 
 # --- weights ---------------------------------------------------------------------------
 
-def test_default_weights_make_one_class_step_outweigh_every_other_term_at_its_maximum():
-    # one class step is 100/3 = 33.3 points of the priority term; every other term is at most 100
-    w = PolicyConfig().weights
+def test_default_weights_make_one_class_step_worth_class_step_tiers_in_the_score_too():
+    # the order (score) and preemption (standing = rank * class_step - tier) agree: one class step of the
+    # priority term weighs as much as class_step LAS tiers of the attained term, and both outweigh the rest
+    c = PolicyConfig()
+    w = c.weights
+    class_points = (priority_term(1) - priority_term(0)) * w["priority"]
+    tier_points = 100.0 / len(c.las_thresholds_gpu_s) * w["attained"]
+    assert abs(class_points - c.class_step * tier_points) < 1e-9, (class_points, tier_points, c.class_step)
+    rest = 100.0 * sum(v for k, v in w.items() if k not in ("priority", "attained"))
+    assert rest < class_points + tier_points, f"the other terms ({rest:.2f} points) outweigh a class and a tier"
+
+
+def test_a_class_step_of_100_keeps_classes_from_crossing_whatever_the_other_terms():
+    w = {"priority": 1.0, "attained": 0.2, "remaining": 0.09, "fit": 0.01, "fairness": 0.005, "wait": 0.0}
     step = priority_term(1) - priority_term(0)
-    others = sum(v for k, v in w.items() if k != "priority")
-    assert step * w["priority"] > 100.0 * others, (f"a class step is worth {step * w['priority']:.3f}, the other "
-                                                   f"terms at most {100.0 * others:.3f}: classes could cross ({w})")
+    assert step * w["priority"] > 100.0 * sum(v for k, v in w.items() if k != "priority")
 
 
 def test_default_weights_cover_every_score_term():
