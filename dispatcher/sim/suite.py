@@ -16,6 +16,7 @@ the caller's (dispatcher/suite_run.py runs them in parallel processes).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..policy.promises import short_span
@@ -79,6 +80,24 @@ def promises(r: dict, bases: dict[str, dict]) -> dict[str, bool]:
         or cls["low"]["p99_wait_s"] <= 1.5 * fifo_low["p99_wait_s"] + 60,
         "8+ p99<=fifo-easy": easy is None or r["p99_wait_8plus_gpus_s"] <= easy["p99_wait_8plus_gpus_s"] + 60,
     }
+
+
+def shortfall(r: dict, bases: dict[str, dict]) -> dict[str, float]:
+    """How far `r` misses each promise: ln(value / limit) where it is over the limit, else 0 (a JCT
+    10% above las's is 0.095; the search adds these up, so a large miss counts more than a small one)."""
+    cls = r["classes"]
+    fifo, easy, las = bases.get("fifo"), bases.get("fifo-easy"), bases.get("las")
+    fifo_low = fifo and fifo["per_class"].get("low")
+    pairs = {
+        "jct<las": (r["avg_jct_s"], las and las["avg_jct_s"]),
+        "jct<fifo-easy": (r["avg_jct_s"], easy and easy["avg_jct_s"]),
+        "critical<=1m": (cls.get("critical", {}).get("avg_wait_s", 0.0), 60.0),
+        "high<=5m": (cls.get("high", {}).get("avg_wait_s", 0.0), 300.0),
+        "low p99<=1.5x fifo": (cls.get("low", {}).get("p99_wait_s", 0.0),
+                               fifo_low and 1.5 * fifo_low["p99_wait_s"] + 60),
+        "8+ p99<=fifo-easy": (r["p99_wait_8plus_gpus_s"], easy and easy["p99_wait_8plus_gpus_s"] + 60),
+    }
+    return {k: math.log(v / lim) if lim and v > lim else 0.0 for k, (v, lim) in pairs.items()}
 
 
 def _fmt(v) -> str:
