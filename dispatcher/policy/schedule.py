@@ -3,25 +3,29 @@
 One cycle starts every pending job that fits, best first:
 
 1. Jobs no live node could ever hold get NO_FIT_EVER and are set aside.
-2. Starving jobs (waiting past their class's starvation bound) go first, oldest
-   first: each starts if it fits, else it gets a reservation.
+2. Starving jobs (waiting past their class's starvation bound, half its wait
+   target) go first, oldest first: each starts if it fits, else it gets a
+   reservation. With `reserve_longest_wait`, the jobs longest overdue against
+   their class's target then take the reservations.
 3. The rest wait in one queue per user, best static score first (priority
-   class, aging, remaining time). Dominant Resource Fairness picks the next job:
-   among the heads of the user queues, the best `static + fairness(user)`, where
-   the fairness term falls as the user's dominant share rises with every
-   placement. With the default weights the class term outweighs all others
-   together, so a higher class never waits behind a lower one for the same GPUs.
+   class, LAS tier, remaining time, aging). Dominant Resource Fairness picks the
+   next job: among the heads of the user queues, the best
+   `static + fairness(user)`, where the fairness term falls as the user's
+   dominant share rises with every placement. With the default weights a class
+   step weighs half a LAS tier (`class_step`), so a fresh low job goes ahead of
+   a normal one that has had its first GPU-hour.
 4. Team limits and guarantees are checked; then the job goes to the node whose
    free GPUs fit it most tightly (type and memory are hard constraints, all GPUs
    of a job on one node; sharing jobs pack onto GPUs within their declared memory).
-5. A blocked job may preempt running jobs of lower classes (or, to reclaim a
-   team's guarantee, borrowers): the cheapest victims on one node
+5. A blocked job may preempt running jobs that stand lower (rank x class_step -
+   LAS tier; or, to reclaim a team's guarantee, borrowers): the cheapest victims on one node
    (preemption.py), at most `preemptors_per_cycle` preemptors a cycle. It then
    holds a reservation on the GPUs they free.
 6. The first `config.reservations` other blocked GPU jobs get a reservation on the
    node whose GPUs, CPUs and memory free up first (by estimates); a later job may
    use reserved GPUs only if its estimate says it ends before the reservation
-   starts (EASY backfill). Everything not started gets a Verdict with numbers.
+   starts (EASY backfill), or if it is high or critical work and the
+   reservation a lower class's. Everything not started gets a Verdict with numbers.
 
 Pure: no Redis, clock, OS or randomness; ties break on submit time, then id,
 then node name, so the same snapshot always gives the same plan.
