@@ -36,8 +36,10 @@ from .errors import InvalidRequestError
 @click.option("--traces", "traces_dir", default=None, metavar="DIR",
               help="With --suite: where philly_week.csv and alibaba_gpu2023_week.csv are (default: examples/traces).")
 @click.option("--out", "out_json", default=None, metavar="FILE.json", help="With --suite: also write the card as JSON.")
+@click.option("--export", "export_dir", default=None, metavar="DIR",
+              help="With --suite: write each week as DIR/NAME.csv (the trace format) and run nothing.")
 def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error, ckpt_cost, time_scale, seed,
-             as_json, plot, suite, workloads, traces_dir, out_json):
+             as_json, plot, suite, workloads, traces_dir, out_json, export_dir):
     """Replay a job trace through the live scheduler's policy code, and compare policies."""
     import random
     from dataclasses import replace
@@ -51,6 +53,12 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
 
     names = [n.strip() for n in (compare or policy).split(",") if n.strip()]
     save_s, restore_s = _ckpt_cost(ckpt_cost)
+    if suite and export_dir:
+        from .suite_run import export
+
+        for path, nodes in export(export_dir, workloads=workloads, traces_dir=traces_dir, seed=seed):
+            click.echo(f"{path}  --nodes {nodes}")
+        return
     if suite:
         from .suite_run import suite_card
 

@@ -88,13 +88,8 @@ def run(workloads: list[Workload], policies: list[str], *, processes: int | None
     return results
 
 
-def suite_card(policies: list[str], *, workloads: str | None = None, traces_dir=None, seed: int = 0,
-               estimates: str = "lognormal:1", ckpt_s=(30.0, 30.0)) -> tuple[dict, str]:
-    """(the card, its text) for `policies` on the suite (`workloads`: a comma list, or all)."""
-    import time
-
+def _named(workloads: str | None, traces_dir, seed: int) -> list[Workload]:
     from .errors import InvalidRequestError
-    from .sim.suite import format_card, make_card
 
     names = [n.strip() for n in workloads.split(",") if n.strip()] if workloads else None
     ws = load_workloads(traces_dir, seed, names)
@@ -102,6 +97,31 @@ def suite_card(policies: list[str], *, workloads: str | None = None, traces_dir=
         missing = sorted(set(names) - {w.name for w in ws})
         if missing:
             raise InvalidRequestError(f"--workloads: no workload {missing[0]!r}", field="--workloads")
+    return ws
+
+
+def export(folder, *, workloads: str | None = None, traces_dir=None, seed: int = 0) -> list[tuple[str, str]]:
+    """Each week as FOLDER/NAME.csv; [(path, its --nodes spec)]."""
+    from .sim.workload import format_trace
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    done = []
+    for w in _named(workloads, traces_dir, seed):
+        path = out / f"{w.name}.csv"
+        path.write_text(format_trace(w.jobs))
+        done.append((str(path), w.nodes))
+    return done
+
+
+def suite_card(policies: list[str], *, workloads: str | None = None, traces_dir=None, seed: int = 0,
+               estimates: str = "lognormal:1", ckpt_s=(30.0, 30.0)) -> tuple[dict, str]:
+    """(the card, its text) for `policies` on the suite (`workloads`: a comma list, or all)."""
+    import time
+
+    from .sim.suite import format_card, make_card
+
+    ws = _named(workloads, traces_dir, seed)
     for p in policies:
         _policy(p)  # a bad name or file: one line now, not from a worker process
     t0 = time.perf_counter()

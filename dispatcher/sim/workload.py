@@ -70,7 +70,7 @@ def format_trace(jobs) -> str:
     w = csv.writer(out, lineterminator="\n")
     w.writerow(HEADER)
     for j in jobs:
-        w.writerow([j.job_id, f"{j.submit_s:g}", j.user, j.gpus, f"{j.duration_s:g}", "|".join(j.gpu_types),
+        w.writerow([j.job_id, f"{j.submit_s:.12g}", j.user, j.gpus, f"{j.duration_s:.12g}", "|".join(j.gpu_types),
                     j.priority])
     return out.getvalue()
 

@@ -78,3 +78,18 @@ def test_a_bad_suite_request_gets_one_line():
     assert got.stderr.strip().count("\n") == 0 and "nosuch" in got.stderr, got.stderr
     got = subprocess.run([sys.executable, "-m", "dispatcher", "simulate"], capture_output=True, text=True, timeout=120)
     assert got.returncode != 0 and "--suite" in got.stderr and got.stderr.strip().count("\n") == 0, got.stderr
+
+
+def test_the_suite_exports_its_weeks_as_traces_the_simulator_replays(tmp_path):
+    got = subprocess.run([sys.executable, "-m", "dispatcher", "simulate", "--suite", "--workloads", "pretrain",
+                          "--seed", "3", "--export", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr
+    path, _, nodes = got.stdout.strip().partition("  --nodes ")
+    from dispatcher.sim.generator import mix_named
+    from dispatcher.sim.workload import parse_trace
+
+    jobs = parse_trace(open(path).read())
+    assert jobs == generate(mix_named("pretrain"), random.Random("3:pretrain")) and nodes == mix_named("pretrain").nodes
+    replay = subprocess.run([sys.executable, "-m", "dispatcher", "simulate", path, "--nodes", nodes, "--json"],
+                            capture_output=True, text=True, timeout=300)
+    assert replay.returncode == 0 and json.loads(replay.stdout)["policies"]["dispatch"]["finished"] == len(jobs)
