@@ -16,8 +16,8 @@ from dispatcher.store.jobs import write_jobs
 from dispatcher.store.nodes import write_heartbeat
 from dispatcher.store.policies import HISTORY_KEPT, read_policy_history, write_applied
 
-A = "[defaults]\nweights = { priority = 1.0, wait = 0.12 }\n"
-B = "[defaults]\nweights = { priority = 1.0, wait = 0.3 }\npreempt_by = \"class\"\n"
+A = "[defaults]\nweights = { priority = 0.15, wait = 0.12 }\n"
+B = "[defaults]\nweights = { priority = 0.15, wait = 0.3 }\npreempt_by = \"class\"\n"
 
 
 def shown(cli) -> dict:
