@@ -54,14 +54,14 @@ def explain(client, ns: str, job_id: str) -> dict:
                               "reason": v.reason}
     out["reservations"] = [{"job": r.job_id, "node": r.node, "gpus": list(r.gpus),
                             "starts_in_s": round(max(0, r.start_ms - now) / 1000, 1)} for r in plan.reservations]
-    if "outcome" not in out and job_id in read.snapshot.pending:
-        code, reason = rest_verdict(plan, read.snapshot.pending.jobs[job_id], config)
+    waiting = next((p for p in read.snapshot.pending if p.spec.id == job_id), None)
+    if "outcome" not in out and waiting is not None:  # the cycle did not reach it (plan.rest)
+        code, reason = rest_verdict(plan, waiting, config)
         out["outcome"] = {"code": code.value, "reason": reason, "rank": None}
     if job_id in read.held:
         out["outcome"] = {"code": "held", "reason": read.held[job_id], "rank": None}
     if job_id in read.bad_jobs:
         out["outcome"] = {"code": "invalid", "reason": read.bad_jobs[job_id]}
-    waiting = read.snapshot.pending.jobs.get(job_id) if job_id in read.snapshot.pending else None
     if waiting is not None:
         out["promise"] = promise(waiting.spec.priority, (now - waiting.wait_from_ms) / 1000.0, config)
     out["forecast"] = forecast_read(read, job_id, now, config)  # `dispatch eta`'s line
