@@ -64,9 +64,12 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
 
         card, text_ = suite_card(names, workloads=workloads, traces_dir=traces_dir, seed=seed,
                                  estimates=est_error, ckpt_s=(save_s, restore_s))
+        click.echo(json.dumps(card, indent=1) if as_json else text_)  # first: a bad --out loses no run
         if out_json:
-            Path(out_json).write_text(json.dumps(card, indent=1) + "\n")
-        click.echo(json.dumps(card, indent=1) if as_json else text_)
+            try:
+                Path(out_json).write_text(json.dumps(card, indent=1) + "\n")
+            except OSError as e:
+                raise InvalidRequestError(f"--out: cannot write {out_json}: {e.strerror or e}", field="--out") from None
         return
     if not trace:
         raise InvalidRequestError("give a TRACE.csv to replay, or --suite", field="TRACE")

@@ -104,13 +104,19 @@ def export(folder, *, workloads: str | None = None, traces_dir=None, seed: int =
     """Each week as FOLDER/NAME.csv; [(path, its --nodes spec)]."""
     from .sim.workload import format_trace
 
+    from .errors import InvalidRequestError
+
     out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
     done = []
-    for w in _named(workloads, traces_dir, seed):
-        path = out / f"{w.name}.csv"
-        path.write_text(format_trace(w.jobs))
-        done.append((str(path), w.nodes))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for w in _named(workloads, traces_dir, seed):
+            path = out / f"{w.name}.csv"
+            path.write_text(format_trace(w.jobs))
+            done.append((str(path), w.nodes))
+    except OSError as e:
+        raise InvalidRequestError(f"--export: cannot write to {folder}: {e.strerror or e}; give a folder you can "
+                                  f"write", field="--export") from None
     return done
 
 

@@ -78,6 +78,9 @@ def test_a_bad_suite_request_gets_one_line():
     assert got.stderr.strip().count("\n") == 0 and "nosuch" in got.stderr, got.stderr
     got = subprocess.run([sys.executable, "-m", "dispatcher", "simulate"], capture_output=True, text=True, timeout=120)
     assert got.returncode != 0 and "--suite" in got.stderr and got.stderr.strip().count("\n") == 0, got.stderr
+    got = subprocess.run([sys.executable, "-m", "dispatcher", "simulate", "--suite", "--workloads", "daytime",
+                          "--export", "/proc/no/such/dir"], capture_output=True, text=True, timeout=120)
+    assert got.returncode != 0 and "--export" in got.stderr and got.stderr.strip().count("\n") == 0, got.stderr
 
 
 def test_the_suite_exports_its_weeks_as_traces_the_simulator_replays(tmp_path):
