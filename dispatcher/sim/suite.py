@@ -65,39 +65,33 @@ def row(metrics: dict, bases: dict[str, dict]) -> dict:
     return out
 
 
-def promises(r: dict, bases: dict[str, dict]) -> dict[str, bool]:
-    """Which of the default's promises `r` (a row) keeps on its workload; a promise about a class
-    the workload lacks, or a baseline that did not run, is kept."""
+def _limits(r: dict, bases: dict[str, dict]) -> dict[str, tuple[float, float | None, bool]]:
+    """Each promise as (value, limit, strict): kept when value < limit (strict) or <= limit; a limit of
+    None (a baseline that did not run) keeps it, and a class the workload lacks has value 0."""
     cls = r["classes"]
     fifo, easy, las = bases.get("fifo"), bases.get("fifo-easy"), bases.get("las")
     fifo_low = fifo and fifo["per_class"].get("low")
     return {
-        "jct<las": las is None or r["avg_jct_s"] < las["avg_jct_s"],
-        "jct<fifo-easy": easy is None or r["avg_jct_s"] < easy["avg_jct_s"],
-        "critical<=1m": "critical" not in cls or cls["critical"]["avg_wait_s"] <= 60,
-        "high<=5m": "high" not in cls or cls["high"]["avg_wait_s"] <= 300,
-        "low p99<=1.5x fifo": not fifo_low or "low" not in cls
-        or cls["low"]["p99_wait_s"] <= 1.5 * fifo_low["p99_wait_s"] + 60,
-        "8+ p99<=fifo-easy": easy is None or r["p99_wait_8plus_gpus_s"] <= easy["p99_wait_8plus_gpus_s"] + 60,
+        "jct<las": (r["avg_jct_s"], las and las["avg_jct_s"], True),
+        "jct<fifo-easy": (r["avg_jct_s"], easy and easy["avg_jct_s"], True),
+        "critical<=1m": (cls.get("critical", {}).get("avg_wait_s", 0.0), 60.0, False),
+        "high<=5m": (cls.get("high", {}).get("avg_wait_s", 0.0), 300.0, False),
+        "low p99<=1.5x fifo": (cls.get("low", {}).get("p99_wait_s", 0.0),
+                               fifo_low and 1.5 * fifo_low["p99_wait_s"] + 60, False),
+        "8+ p99<=fifo-easy": (r["p99_wait_8plus_gpus_s"], easy and easy["p99_wait_8plus_gpus_s"] + 60, False),
     }
+
+
+def promises(r: dict, bases: dict[str, dict]) -> dict[str, bool]:
+    """Which of the default's promises `r` (a row) keeps on its workload; a promise about a class
+    the workload lacks, or a baseline that did not run, is kept."""
+    return {k: not lim or (v < lim if strict else v <= lim) for k, (v, lim, strict) in _limits(r, bases).items()}
 
 
 def shortfall(r: dict, bases: dict[str, dict]) -> dict[str, float]:
     """How far `r` misses each promise: ln(value / limit) where it is over the limit, else 0 (a JCT
     10% above las's is 0.095; the search adds these up, so a large miss counts more than a small one)."""
-    cls = r["classes"]
-    fifo, easy, las = bases.get("fifo"), bases.get("fifo-easy"), bases.get("las")
-    fifo_low = fifo and fifo["per_class"].get("low")
-    pairs = {
-        "jct<las": (r["avg_jct_s"], las and las["avg_jct_s"]),
-        "jct<fifo-easy": (r["avg_jct_s"], easy and easy["avg_jct_s"]),
-        "critical<=1m": (cls.get("critical", {}).get("avg_wait_s", 0.0), 60.0),
-        "high<=5m": (cls.get("high", {}).get("avg_wait_s", 0.0), 300.0),
-        "low p99<=1.5x fifo": (cls.get("low", {}).get("p99_wait_s", 0.0),
-                               fifo_low and 1.5 * fifo_low["p99_wait_s"] + 60),
-        "8+ p99<=fifo-easy": (r["p99_wait_8plus_gpus_s"], easy and easy["p99_wait_8plus_gpus_s"] + 60),
-    }
-    return {k: math.log(v / lim) if lim and v > lim else 0.0 for k, (v, lim) in pairs.items()}
+    return {k: math.log(v / lim) if lim and v > lim else 0.0 for k, (v, lim, _) in _limits(r, bases).items()}
 
 
 def _fmt(v) -> str:
