@@ -32,7 +32,7 @@ def load_workloads(traces_dir: str | os.PathLike | None, seed: int, names: list[
     return out
 
 
-def _policy(spec: str):
+def policy_named(spec: str):
     """A built-in name, a policy file (.toml), or a JSON object of PolicyConfig fields that override
     the defaults (the search's candidates: '{"reservations": 2}')."""
     from .policy_source import load_policy_file
@@ -58,7 +58,7 @@ def simulate_one(workload: Workload, policy: str, *, estimates: str = "lognormal
     from .sim.engine import make_nodes
     from .sim.workload import EstimateModel
 
-    p = _policy(policy)
+    p = policy_named(policy)
     out = simulate(list(workload.jobs), make_nodes(workload.nodes, None), [p], estimates=EstimateModel.parse(estimates),
                    make_rng=random.Random, seed=seed, ckpt_save_s=ckpt_s[0], ckpt_restore_s=ckpt_s[1])
     m = out["policies"][p.name]
@@ -129,7 +129,7 @@ def suite_card(policies: list[str], *, workloads: str | None = None, traces_dir=
 
     ws = _named(workloads, traces_dir, seed)
     for p in policies:
-        _policy(p)  # a bad name or file: one line now, not from a worker process
+        policy_named(p)  # a bad name or file: one line now, not from a worker process
     t0 = time.perf_counter()
     results = run(ws, policies, estimates=estimates, seed=seed, ckpt_s=tuple(ckpt_s))
     card = make_card(ws, results, list(dict.fromkeys(list(BASELINES) + policies)))

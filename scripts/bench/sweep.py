@@ -13,21 +13,19 @@ Options: --trace FILE (default: the shared Philly week), --gpus N (256), --est-e
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from dispatcher.policy.config import PolicyConfig  # noqa: E402
 from dispatcher.sim.compare import simulate  # noqa: E402
 from dispatcher.sim.engine import make_nodes  # noqa: E402
-from dispatcher.sim.policies import BASELINES, SimPolicy  # noqa: E402
+from dispatcher.sim.policies import BASELINES  # noqa: E402
 from dispatcher.sim.workload import EstimateModel, parse_trace  # noqa: E402
+from dispatcher.suite_run import policy_named  # noqa: E402
 
 
 def main() -> None:
@@ -44,11 +42,10 @@ def main() -> None:
     fifo = simulate(trace, nodes, [BASELINES["fifo"]], estimates=est, make_rng=random.Random,
                     seed=args.seed)["policies"]["fifo"]["avg_jct_s"]
     for text in args.variants:
-        overrides = json.loads(text)
-        config = replace(PolicyConfig(), **{k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()})
+        variant = policy_named(text.strip())  # a JSON object of PolicyConfig overrides, as the suite reads it
         t0 = time.perf_counter()
-        m = simulate(trace, nodes, [SimPolicy("variant", config, text)], estimates=est, make_rng=random.Random,
-                     seed=args.seed)["policies"]["variant"]
+        m = simulate(trace, nodes, [variant], estimates=est, make_rng=random.Random,
+                     seed=args.seed)["policies"][variant.name]
         print(f"{time.perf_counter() - t0:6.1f}s jct={m['avg_jct_s']:.0f} vs_fifo={m['avg_jct_s'] / fifo:.3f} "
               f"p99_wait_8plus={m['p99_wait_8plus_gpus_s']:.0f} jain={m['jain_fairness']} "
               f"util={m['utilization']} {text}", flush=True)
