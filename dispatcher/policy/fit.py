@@ -31,16 +31,18 @@ def gpu_family_matches(wanted: str, gpu_name: str) -> bool:
 
 def gpu_usable(job: JobSpec, node: NodeView, index: int) -> bool:
     """May `job` run on GPU `index` of `node` (type and memory; not whether it is free)?"""
-    gpu = node.gpu(index)
-    if job.gpu_mem_gb and gpu.mem_total_gb + 1e-9 < job.gpu_mem_gb:
-        return False
-    return not job.gpu_types or any(gpu_family_matches(t, gpu.name) for t in job.gpu_types)
+    if not job.gpu_types and not job.gpu_mem_gb:
+        return True
+    return index in _usable_set(job, node.gpus)
 
 
 def usable(job: JobSpec, node: NodeView, indices) -> list[int]:
     if not job.gpu_types and not job.gpu_mem_gb:  # any GPU will do
         return list(indices)
-    return [i for i in indices if gpu_usable(job, node, i)]
+    ok = _usable_set(job, node.gpus)
+    if len(ok) == len(node.gpus):  # every GPU of the node will do
+        return list(indices)
+    return [i for i in indices if i in ok]
 
 
 def fits_ever(job: JobSpec, node: NodeView) -> bool:
@@ -49,7 +51,45 @@ def fits_ever(job: JobSpec, node: NodeView) -> bool:
         return False
     if not job.gpu_types and not job.gpu_mem_gb:  # any GPU will do, and there are enough
         return True
-    return len(usable(job, node, (g.index for g in node.gpus))) >= job.gpus
+    return len(_usable_set(job, node.gpus)) >= job.gpus
+
+
+# -- fit facts per (request, GPU list): asked per job x node, the same few answers -----------------
+_KIND: dict[int, tuple] = {}  # id(a node's GPU tuple) -> (the tuple, its kind number)
+_KIND_OF: dict[tuple, int] = {}  # (index, name, memory) per GPU -> kind number
+_USABLE: dict[tuple, frozenset] = {}  # (kind number, gpu_types, gpu_mem_gb) -> usable indices
+
+
+def gpu_kind(gpus) -> int:
+    """A small number naming a node's GPU list by content (indices, names, memory): nodes of one
+    kind give every request the same usable GPUs. Looked up by identity while the tuple lives,
+    as it does from one cycle to the next."""
+    hit = _KIND.get(id(gpus))
+    if hit is not None and hit[0] is gpus:
+        return hit[1]
+    content = tuple((g.index, g.name, g.mem_total_gb) for g in gpus)
+    kind = _KIND_OF.setdefault(content, len(_KIND_OF))
+    if len(_KIND) > 65536:
+        _KIND.clear()
+    _KIND[id(gpus)] = (gpus, kind)
+    return kind
+
+
+def _usable_set(job: JobSpec, gpus) -> frozenset:
+    key = (gpu_kind(gpus), job.gpu_types, job.gpu_mem_gb)
+    got = _USABLE.get(key)
+    if got is None:
+        got = frozenset(g.index for g in gpus if _gpu_ok(job, g))
+        if len(_USABLE) > 65536:
+            _USABLE.clear()
+        _USABLE[key] = got
+    return got
+
+
+def _gpu_ok(job: JobSpec, gpu) -> bool:
+    if job.gpu_mem_gb and gpu.mem_total_gb + 1e-9 < job.gpu_mem_gb:
+        return False
+    return not job.gpu_types or any(gpu_family_matches(t, gpu.name) for t in job.gpu_types)
 
 
 def choose_gpus(job: JobSpec, node: NodeView, candidates: list[int],

@@ -306,10 +306,23 @@ class _Cycle:
         self.starving_reserved = 0
         self.resv_tries = 0  # reservations tried for blocked jobs (EASY's quota counts tries)
         self.failed_preempt: dict[tuple, float] = {}
+        self.held: list[int] = []  # nodes with a reservation, by idx (a reservation stays on its node)
+        self.placed_on: list[int] = []  # nodes this cycle placed on, by idx
         self.refresh_free()
         self.start_max_free = self.max_free
         self._room_by_strength: dict = {}
         self.rank = 0
+
+    def hold(self, node: _Node, resv: Reservation, rank: int, cpus: int, mem_gb: float) -> None:
+        """Put `resv` (of a job of class `rank` needing `cpus`, `mem_gb`) on `node`."""
+        if node.resv is None:
+            bisect.insort(self.held, node.idx)
+        node.resv, node.resv_rank, node.resv_cpus, node.resv_mem_gb = resv, rank, cpus, mem_gb
+
+    def note_placed(self, node: _Node, job_id: str) -> None:
+        if not node.placed:
+            bisect.insort(self.placed_on, node.idx)
+        node.placed.append(job_id)
 
     def static(self, spec: JobSpec) -> dict[str, float]:
         return static_terms(self.pending[spec.id], self.now, self.config)
@@ -420,7 +433,7 @@ class _Cycle:
         self.refresh_free(node)
         node.cpus -= spec.cpus
         node.mem_gb -= spec.mem_gb
-        node.placed.append(spec.id)
+        self.note_placed(node, spec.id)
         node.releases.append(_Release(_end_ms(spec, self.now, self.now, self.config), chosen, spec.cpus,
                                       spec.mem_gb))
         u = self.usage[spec.user]
@@ -469,8 +482,8 @@ class _Cycle:
             return False
         if spec.gpus <= self.max_free:  # only reserved GPUs could hold it
             if spec.gpu_types or spec.gpu_mem_gb or any(
-                    n.resv is not None and len(n.free) >= spec.gpus and _backfills(spec, n, self.now)
-                    for n in self.nodes):
+                    len(n.free) >= spec.gpus and _backfills(spec, n, self.now)
+                    for n in (self.nodes[i] for i in self.held)):
                 return False
             code, reason = self.blocked_reason(spec)
         elif spec.gpus <= self.start_max_free and (took := self.took_its_room(spec)):
@@ -511,7 +524,7 @@ class _Cycle:
         free count: for an exclusive job, every node of a group fits equally well, so best_node looks
         at the first of each group with room. Other nodes are `special`: looked at one by one."""
         kind = _gpu_facts(node.view.gpus)[0]
-        key = (kind, len(node.free)) if kind is not None and node.resv is None and not node.shared else None
+        key = (kind, node.view.cpus, node.view.mem_gb, len(node.free)) if kind is not None and node.resv is None and not node.shared else None
         if key == node.group:
             return
         if node.group is None:
@@ -529,7 +542,7 @@ class _Cycle:
         """The nodes best_node must look at for an exclusive GPU job, in name order: the first node with
         room of each group with enough free GPUs of a kind it may use, and the special nodes."""
         out = [self.nodes[i] for i in self.special if len(self.nodes[i].free) >= spec.gpus]
-        for (_, free), members in self.groups.items():
+        for (*_, free), members in self.groups.items():
             if free < spec.gpus or not members:
                 continue
             first = self.nodes[members[0]]
@@ -541,6 +554,12 @@ class _Cycle:
                     break
         out.sort(key=lambda n: n.idx)
         return out
+
+    def one_per_group(self) -> list[_Node]:
+        """The special nodes (by idx) and the first node of each group: for what a job could get now,
+        reservations and sharers aside, a group's members differ only in CPUs and memory free (its
+        GPU kind, node size and free GPU count are the group's key)."""
+        return [self.nodes[i] for i in self.special] + [self.nodes[m[0]] for m in self.groups.values() if m]
 
     def is_gang(self, spec: JobSpec) -> bool:
         return self.config.gang_across_nodes and spec.gpus > self.largest_node and not spec.share
@@ -573,7 +592,7 @@ class _Cycle:
             pieces.append((node.view.name, gpus))
             self.free_total -= len(gpus)
             node.free = set()
-            node.placed.append(spec.id)
+            self.note_placed(node, spec.id)
             node.releases.append(_Release(end, gpus, 0, 0.0))
         self.refresh_free(*chosen)
         u = self.usage[spec.user]
@@ -605,7 +624,7 @@ class _Cycle:
         start = max(at for at, _ in picked)
         for _, node in picked:
             resv = Reservation(spec.id, node.view.name, tuple(g.index for g in node.view.gpus), start)
-            node.resv, node.resv_rank, node.resv_cpus, node.resv_mem_gb = resv, spec.rank, 0, 0.0
+            self.hold(node, resv, spec.rank, 0, 0.0)
             self.reservations.append(resv)
         self.refresh_free(*(node for _, node in picked))
         return start
@@ -627,7 +646,7 @@ class _Cycle:
             resv = _reserve(spec, self.nodes, self.now)
             if resv is not None:
                 node = self.by_name[resv.node]
-                node.resv, node.resv_rank, node.resv_cpus, node.resv_mem_gb = resv, spec.rank, spec.cpus, spec.mem_gb
+                self.hold(node, resv, spec.rank, spec.cpus, spec.mem_gb)
                 self.reservations.append(resv)
                 self.refresh_free(node)
                 reason += (f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} from "
@@ -709,7 +728,7 @@ class _Cycle:
         gpus = usable(spec, node.view, sorted(node.free)) + [g for g in coming if g not in node.free]
         resv = Reservation(spec.id, node.view.name, tuple(sorted(gpus[: spec.gpus])), self.now)
         if node.resv is None or node.resv.job_id == spec.id:  # a job that passed a lower class's reservation
-            node.resv, node.resv_rank, node.resv_cpus, node.resv_mem_gb = resv, spec.rank, spec.cpus, spec.mem_gb
+            self.hold(node, resv, spec.rank, spec.cpus, spec.mem_gb)
         self.reservations.append(resv)  # leaves it on the node: later jobs of this cycle rank below both
         self.refresh_free(node)
         return victims
@@ -717,7 +736,7 @@ class _Cycle:
     def blocked_reason(self, spec: JobSpec) -> tuple[Code, str]:
         need = describe_need(spec)
         best, best_free, reserved_by = None, -1, None
-        for node in self.nodes:
+        for node in self.one_per_group():
             if not fits_ever(spec, node.view):
                 continue
             free = len(_pool(spec, node))
@@ -726,7 +745,7 @@ class _Cycle:
                 if free >= spec.gpus and (len(unreserved) < spec.gpus or not _room(spec, node, self.now)) \
                         and node.cpus >= spec.cpus and node.mem_gb + 1e-9 >= spec.mem_gb:
                     reserved_by = node
-            if free > best_free:
+            if free > best_free or (free == best_free and node.idx < best.idx):
                 best, best_free = node, free
         if reserved_by is not None:
             r = reserved_by.resv
@@ -750,9 +769,7 @@ class _Cycle:
 
     def took_its_room(self, spec: JobSpec):
         """The first node where `spec` fitted before this cycle's placements, and who took it."""
-        for node in self.nodes:
-            if not node.placed:
-                continue
+        for node in (self.nodes[i] for i in self.placed_on):
             free, shared, cpus, mem = self.start[node.view.name]
             pool = sorted(set(free) | set(shared)) if spec.share else sorted(free)
             if spec.share:
