@@ -31,7 +31,7 @@ from .store.policies import digest, record_policy
 from .store.leader import Lease
 from .store.scripts import Scripts
 from .store.mirror import Mirror
-from .store.samples import record_sample
+from .store.samples import record_sample, sample_due
 from .store.snapshot import RedisPlanner
 
 log = logging.getLogger("dispatch.scheduler")
@@ -159,7 +159,8 @@ class Scheduler:
                 plan = place_arrivals(state[0], arrivals, now)
                 self._commit(plan, self.mirror.epochs, now, profile, config, state, t0, full=False)
                 return plan
-        read = self.mirror.sync(now, self.timing.node_timeout_s, config)
+        read = self.mirror.sync(now, self.timing.node_timeout_s, config,  # a sample needs fresh utilization
+                                all_nodes=sample_due(self.client, self.ns, now))
         self.planner.quarantine(read.bad_jobs, now)
         self._fail_doomed(now)
         self.watch.observe({n.name: n.seen_ms for n in read.nodes})

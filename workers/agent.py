@@ -25,7 +25,7 @@ from pathlib import Path
 from dispatcher import control
 from dispatcher.config import Timing
 from dispatcher.store import keys
-from dispatcher.store.nodes import remove_node, write_heartbeat
+from dispatcher.store.nodes import remove_node, schedule_facts, write_heartbeat
 from dispatcher.store.scripts import Scripts
 
 from . import idle, jobs, procs, usage
@@ -63,10 +63,10 @@ class NodeAgent:
     def heartbeat(self) -> list:
         """Write the GPUs' state; returns the sample written (GpuInfo list)."""
         gpus = self.mark_zombies(self.probe.gpus())
-        shape = [(g.index, g.name, g.mem_total_gb) for g in gpus]
+        facts = schedule_facts(gpus, self.cpus, self.mem_gb)
         write_heartbeat(self.client, self.ns, self.name, gpus, self.cpus, self.mem_gb, int(time.time() * 1000),
-                        announce=shape != self._last_gpus)
-        self._last_gpus = shape
+                        announce=facts != self._last_gpus, changed=facts != self._last_gpus)
+        self._last_gpus = facts
         return gpus
 
     def mark_zombies(self, gpus: list) -> list:

@@ -102,6 +102,12 @@ def jobs_changed(ns: str) -> str:
     return f"{ns}:jobs:changed"
 
 
+def nodes_changed(ns: str) -> str:
+    """Set of node names whose info (GPU list, CPUs, memory, blocked GPUs) changed since the leader
+    last read them; a heartbeat that changes nothing of that leaves it alone."""
+    return f"{ns}:nodes:changed"
+
+
 def node(ns: str, name: str) -> str:
     return f"{ns}:node:{name}"
 

@@ -22,7 +22,7 @@ from ..policy.backlog import Backlog
 from . import keys
 from .codec import decode_node_info
 from .connect import text
-from .nodes import NodeRecord, read_infos
+from .nodes import NodeRecord, read_changed_infos, read_infos
 from .dependencies import HELD, READY, judge_all
 from .snapshot import ReadResult, SpecCache, node_views, pending_only, read_jobs
 
@@ -37,6 +37,7 @@ class Mirror:
         self.epochs: dict[str, int] = {}
         self.cache = SpecCache()
         self.fresh = False
+        self.nodes_fresh = False  # node records read whole since the last invalidate()
         self._nodes: dict[str, tuple[bytes, NodeRecord]] = {}  # name -> (raw info, decoded)
         self.changed = 0  # jobs reread by the last refresh
         self.bad: dict[str, str] = {}  # unusable records met since the last sync
@@ -48,13 +49,15 @@ class Mirror:
 
     def invalidate(self) -> None:
         """Read everything again at the next sync."""
-        self.fresh = False
+        self.fresh = self.nodes_fresh = False
 
-    def sync(self, now_ms: int, node_timeout_s: float, config) -> ReadResult:
-        """Take what changed, read the nodes, and give the policy its snapshot."""
+    def sync(self, now_ms: int, node_timeout_s: float, config, *, all_nodes: bool = False) -> ReadResult:
+        """Take what changed, read the nodes (`all_nodes`: every record, e.g. for a sample of their
+        utilization, which a heartbeat changes without marking the node changed), and give the policy
+        its snapshot."""
         self.backlog.configure(config)
         self.refresh()
-        nodes = self._read_nodes()
+        nodes = self._read_nodes(all_nodes)
         live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
         running = tuple(self.running.values())
         snap = Snapshot(self.backlog, running, node_views(live, running))
@@ -176,10 +179,18 @@ class Mirror:
         self.running.pop(job_id, None)
         self.epochs.pop(job_id, None)
 
-    def _read_nodes(self) -> list[NodeRecord]:
-        """Every node with a heartbeat; a node's record is decoded again only when it changed."""
+    def _read_nodes(self, full: bool = False) -> list[NodeRecord]:
+        """Every node with a heartbeat. Only the records of nodes that changed (keys.nodes_changed) or are
+        new to the mirror are read and decoded, unless `full` or the mirror was invalidated: then all."""
+        if full or not self.nodes_fresh:
+            self.client.delete(keys.nodes_changed(self.ns))  # first: a change made during the read is kept
+            infos = read_infos(self.client, self.ns)
+            self.nodes_fresh = True
+        else:
+            beats, raws = read_changed_infos(self.client, self.ns, self._nodes)
+            infos = [(name, at, raws[name] if name in raws else self._nodes[name][0]) for name, at in beats]
         out, seen = [], {}
-        for name, at, raw in read_infos(self.client, self.ns):
+        for name, at, raw in infos:
             if raw is None:
                 continue
             cached = self._nodes.get(name)

@@ -25,11 +25,15 @@ class NodeRecord:
 
 
 def write_heartbeat(client, ns: str, name: str, gpus: list[GpuInfo], cpus: int, mem_gb: float,
-                    now_ms: int, *, announce: bool = False) -> None:
-    """One pipeline: the node hash and its heartbeat score. `announce` wakes the scheduler."""
+                    now_ms: int, *, announce: bool = False, changed: bool = True) -> None:
+    """One pipeline: the node hash and its heartbeat score. `changed`: what the scheduler reads of it
+    (GPU list, CPUs, memory, blocked GPUs: schedule_facts) differs from the last heartbeat, so the
+    leader reads it again (keys.nodes_changed). `announce` wakes the scheduler."""
     pipe = client.pipeline(transaction=True)
     pipe.hset(keys.node(ns, name), mapping={"info": encode_node_info(gpus, cpus, mem_gb), "seen_ms": now_ms})
     pipe.zadd(keys.nodes_heartbeat(ns), {name: now_ms})
+    if changed:
+        pipe.sadd(keys.nodes_changed(ns), name)
     if announce:
         pipe.publish(keys.events(ns), b"node")
     pipe.execute()
@@ -40,8 +44,14 @@ def remove_node(client, ns: str, name: str) -> None:
     pipe = client.pipeline(transaction=True)
     pipe.zrem(keys.nodes_heartbeat(ns), name)
     pipe.hdel(keys.node(ns, name), "info")
+    pipe.sadd(keys.nodes_changed(ns), name)
     pipe.publish(keys.events(ns), b"node")
     pipe.execute()
+
+
+def schedule_facts(gpus: list[GpuInfo], cpus: int, mem_gb: float) -> tuple:
+    """What the scheduler reads of a heartbeat: a change here is a change to keys.nodes_changed."""
+    return tuple((g.index, g.name, g.mem_total_gb, g.uuid, g.blocked) for g in gpus), cpus, mem_gb
 
 
 def read_infos(client, ns: str) -> list[tuple[str, float, bytes | None]]:
@@ -50,6 +60,21 @@ def read_infos(client, ns: str) -> list[tuple[str, float, bytes | None]]:
     beats = [(text(name), seen) for name, seen in client.zrange(keys.nodes_heartbeat(ns), 0, -1, withscores=True)]
     infos = scripts.hget_each(client, [keys.node(ns, name) for name, _ in beats], "info")
     return [(name, seen, info) for (name, seen), info in zip(beats, infos)]
+
+
+def read_changed_infos(client, ns: str, known) -> tuple[list[tuple[str, float]], dict[str, bytes | None]]:
+    """Every node with a heartbeat as (name, score), and the raw info of those that changed since the
+    last call (keys.nodes_changed, taken) or are not in `known`: two round trips, the second only
+    for what changed."""
+    pipe = client.pipeline(transaction=True)
+    pipe.zrange(keys.nodes_heartbeat(ns), 0, -1, withscores=True)
+    pipe.smembers(keys.nodes_changed(ns))
+    pipe.delete(keys.nodes_changed(ns))
+    beats, changed, _ = pipe.execute()
+    beats = [(text(name), seen) for name, seen in beats]
+    changed = {text(n) for n in changed}
+    todo = [name for name, _ in beats if name in changed or name not in known]
+    return beats, dict(zip(todo, scripts.hget_each(client, [keys.node(ns, n) for n in todo], "info") if todo else ()))
 
 
 def read_nodes(client, ns: str) -> tuple[list[NodeRecord], list[str]]:

@@ -83,6 +83,11 @@ def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int,
 _recorded: dict[tuple[int, str], int] = {}
 
 
+def sample_due(client, ns: str, now_ms: int, every_ms: int = SAMPLE_EVERY_MS) -> bool:
+    """Would record_sample write a sample now (this process has none in this slot yet)?"""
+    return _recorded.get((id(client), ns)) != now_ms - now_ms % every_ms
+
+
 def record_sample(client, ns: str, now_ms: int, read, node_timeout_s: float,
                   every_ms: int = SAMPLE_EVERY_MS, idle_pct: float = IDLE_UTIL_PCT) -> bool:
     """Append a sample of `read` (what the scheduler read this cycle: .nodes, and .snapshot with

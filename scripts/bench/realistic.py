@@ -31,53 +31,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dispatcher.cycle import NodeView, PendingJob, RunningJob, Snapshot  # noqa: E402
-from dispatcher.model import PRIORITIES, GpuInfo, JobSpec  # noqa: E402
+from dispatcher.cycle import Snapshot  # noqa: E402
 from dispatcher.policy import Backlog, plan_cycle  # noqa: E402
 from dispatcher.suite_run import policy_named  # noqa: E402
+from realqueue import Realistic  # noqa: E402
 
-NOW_MS = 1_800_000_000_000
-KINDS = (("A100", 80.0, 0.4), ("H100", 80.0, 0.3), ("V100", 32.0, 0.3))
-
-
-def cluster(n_nodes: int, rng) -> tuple[list[NodeView], list[RunningJob]]:
-    nodes, running = [], []
-    for i in range(n_nodes):
-        kind, mem, _ = rng.choices(KINDS, weights=[k[2] for k in KINDS])[0]
-        gpus = tuple(GpuInfo(g, f"NVIDIA {kind}-SXM-{mem:.0f}GB", mem) for g in range(8))
-        name, free, g = f"n{i:04d}", [], 0
-        while g < 8:
-            size = min(8 - g, rng.choice((1, 1, 2, 4, 8)))
-            if rng.random() < 0.03:
-                free.append(g)
-                g += 1
-                continue
-            spec = JobSpec(id=f"r{i}-{g}", command=("train",), user=f"u{rng.randrange(50):02d}", gpus=size,
-                           priority=rng.choice(("low", "normal", "normal", "high")),
-                           checkpointable=rng.random() < 0.4, est_s=rng.choice((None, 3600.0, 36000.0)),
-                           submit_ms=NOW_MS - 2 * 86_400_000)
-            running.append(RunningJob(spec, name, tuple(range(g, g + size)),
-                                      NOW_MS - int(rng.uniform(60, 86400) * 1000)))
-            g += size
-        used_cpus = sum(r.spec.cpus for r in running if r.node == name)
-        nodes.append(NodeView(name, gpus, 128, 1024.0, tuple(free), 128 - used_cpus, 1024.0))
-    return nodes, running
+NOW_MS = Realistic(0, 0).now_ms
 
 
-def queue(n: int, rng) -> list[PendingJob]:
-    templates = []
-    for u in range(50):
-        for _ in range(20):
-            gpus = 16 if rng.random() < 0.01 else rng.choice((1, 1, 2, 4, 8))
-            templates.append(dict(user=f"u{u:02d}", gpus=gpus,
-                                  gpu_types=rng.choice(((), (), ("A100",), ("H100",), ("V100",))),
-                                  gpu_mem_gb=40.0 if rng.random() < 0.1 else 0.0, priority=rng.choice(PRIORITIES),
-                                  est_s=rng.choice((None, 600.0, 3600.0, 4 * 3600.0, 24 * 3600.0)),
-                                  checkpointable=rng.random() < 0.5))
-    return [PendingJob(JobSpec(id=str(i + 1), command=("train", str(i)),
-                               submit_ms=NOW_MS - int(rng.uniform(0, 3 * 86400) * 1000), **rng.choice(templates)))
-            for i in range(n)]
+def cluster(n_nodes: int, rng) -> tuple[list, list]:
+    return _with(n_nodes, rng).cluster()
+
+
+def queue(n: int, rng) -> list:
+    return _with(0, rng).queue(n)
+
+
+def _with(n_nodes: int, rng) -> Realistic:
+    r = Realistic(0, n_nodes)
+    r.rng = rng
+    return r
 
 
 def timed(fn) -> float:

@@ -113,3 +113,34 @@ def test_a_placement_enqueues_an_rq_job_with_plain_json_arguments(client, ns):
     (rq_job,) = Queue(keys.rq_queue_name(ns, "n1"), connection=client, serializer=JSONSerializer).get_jobs()
     assert rq_job.func_name == "workers.jobs.launch" and rq_job.args == [job, 1]
     assert b"pickle" not in (client.hget(f"rq:job:{rq_job.id}", "data") or b"")
+
+
+def test_the_mirror_rereads_only_nodes_whose_scheduling_facts_changed(client, ns):
+    from dataclasses import replace
+
+    from dispatcher.config import Timing
+    from dispatcher.policy import PolicyConfig
+    from dispatcher.store.mirror import Mirror
+    from dispatcher.store.nodes import schedule_facts
+
+    gpus = [GpuInfo(i, "NVIDIA A100-40GB", 40.0) for i in range(2)]
+    for name in ("n1", "n2", "n3"):
+        write_heartbeat(client, ns, name, gpus, 8, 64.0, now_ms())
+    mirror = Mirror(client, ns)
+    timeout = Timing().node_timeout_s
+    mirror.sync(now_ms(), timeout, PolicyConfig())  # the first read takes every record
+    busy = [replace(g, util_pct=93.0, mem_used_gb=30.0) for g in gpus]
+    assert schedule_facts(busy, 8, 64.0) == schedule_facts(gpus, 8, 64.0)
+    write_heartbeat(client, ns, "n1", busy, 8, 64.0, now_ms(), changed=False)  # only utilization moved
+    blocked = [replace(gpus[0], blocked="pid 77 (not a job)"), gpus[1]]
+    write_heartbeat(client, ns, "n2", blocked, 8, 64.0, now_ms(),
+                    changed=schedule_facts(blocked, 8, 64.0) != schedule_facts(gpus, 8, 64.0))
+
+    read = mirror.sync(now_ms(), timeout, PolicyConfig())
+    views = {v.name: v for v in read.snapshot.nodes}
+    assert views["n2"].free_gpus == (1,)  # the blocked GPU is seen at once
+    assert views["n1"].free_gpus == views["n3"].free_gpus == (0, 1)
+    assert read.nodes[0].gpus[0].util_pct == 0.0  # n1's utilization was not reread (samples read all)
+    assert not client.exists(keys.nodes_changed(ns))
+    full = mirror.sync(now_ms(), timeout, PolicyConfig(), all_nodes=True)
+    assert {n.name: n.gpus[0].util_pct for n in full.nodes}["n1"] == 93.0
