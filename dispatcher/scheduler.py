@@ -90,6 +90,7 @@ class Scheduler:
         self.stats = CycleStats()
         self._published: tuple | None = None
         self._state = None  # (the last full cycle's policy state, when it ran) while quick cycles may use it
+        self._token = 0  # the fencing token this scheduler leads with (0: standing by)
 
     def _publish_policy(self, profile: str, now: int) -> None:
         """Publish the policy in force (keys.policy) when it or its profile changed, and keep each new
@@ -118,14 +119,19 @@ class Scheduler:
         return self.watch is not None
 
     def _lead(self) -> bool:
-        """Acquire or renew the lease; False while another scheduler leads."""
+        """Acquire or renew the lease; False while another scheduler leads. Whenever the token changes
+        hands (even back to this scheduler after a lapse), the mirror is read whole again."""
         token = self.lease.hold()
         if not token:
             if self.watch is not None:
                 log.warning("lost the scheduler lease; standing by")
-            self.watch = None
+            self.watch, self._token = None, 0
             return False
+        if token != self._token:
+            self.watch = None
         if self.watch is None:
+            self._token = token
+            self._state = None
             log.info("leading the scheduling of namespace %s (fencing token %d)", self.ns, token)
             self.watch = HeartbeatWatch(self.timing.node_timeout_s)
             self.mirror.invalidate()
@@ -159,6 +165,7 @@ class Scheduler:
                 plan = place_arrivals(state[0], arrivals, now)
                 self._commit(plan, self.mirror.epochs, now, profile, config, state, t0, full=False)
                 return plan
+        state = None  # the last cycle's state holds the backlog it saw: not alive through a re-read
         read = self.mirror.sync(now, self.timing.node_timeout_s, config,  # a sample needs fresh utilization
                                 all_nodes=sample_due(self.client, self.ns, now))
         self.planner.quarantine(read.bad_jobs, now)
@@ -221,7 +228,9 @@ class Scheduler:
         pubsub = None
         quick = False
         backoff = 0.5
+        self.lease.keep()  # renewed from a side thread while leading: a long read cannot starve it
         while not stop.is_set():
+            self.lease.progress()
             try:
                 if pubsub is None:
                     pubsub = self.client.pubsub(ignore_subscribe_messages=True)

@@ -103,12 +103,20 @@ class _Bucket:
     """One user's jobs of one shape and strength: `old` is keyed by -score (capped or no aging),
     `young` by -(base - w_wait * rate * wait_from), valid while the job is under the cap."""
 
-    __slots__ = ("key", "shape", "strength", "young", "old")
+    __slots__ = ("key", "shape", "strength", "young", "old", "shortest_s", "top_rank")
 
     def __init__(self, key):
         self.key, self.shape, self.strength = key, key[1], key[3]  # (bucket_key: user, shape, team, strength)
         self.young: list = []
         self.old: list = []
+        # bounds over every job ever added (a job leaving never tightens them): the shortest estimate
+        # (inf: none has one) and the highest class, for what a reservation lets its jobs do
+        self.shortest_s, self.top_rank = float("inf"), -1
+
+    def note(self, spec: JobSpec) -> None:
+        if spec.est_s is not None:
+            self.shortest_s = min(self.shortest_s, spec.est_s)
+        self.top_rank = max(self.top_rank, spec.rank)
 
 
 class Backlog:
@@ -156,6 +164,7 @@ class Backlog:
         if b is None:
             b = self._buckets[bkey] = _Bucket(bkey)
             self._by_user[spec.user].append(b)
+        b.note(spec)
         if k.aging():
             entry = (-(k.base(p) - k.ww * k.rate * p.wait_from_ms), spec.submit_ms, id_key(spec.id), seq, spec.id, p)
             heapq.heappush(b.young, entry)

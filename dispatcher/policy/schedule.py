@@ -337,14 +337,28 @@ class _Cycle:
         self.rest, self.rest_reason, self.rest_like = 0, "", {}
         self._room_by_strength.clear()
 
-    def exhausted(self, spec: JobSpec, tries: tuple[int, int]) -> bool:
-        """After `spec` got a verdict: will every job of its shape, team and strength get one too, for
-        the rest of this cycle? Yes unless it started a preemption, tried for a reservation, was held
-        back by a reservation (a shorter job may backfill) or by a team rule (quotas move as teams
-        place): room only shrinks within a cycle."""
+    def exhausted(self, spec: JobSpec, tries: tuple[int, int], bucket) -> bool:
+        """After `spec` got a verdict: will every job of its bucket (backlog: shape, team and strength)
+        get one too, for the rest of this cycle? Yes unless it started a preemption, tried for a
+        reservation, or was held back by a team rule (quotas move as teams place), or by a reservation
+        that some job of the bucket may pass (high or critical work) or backfill (its estimate ends
+        before the reservation starts): room only shrinks within a cycle."""
         if (self.preemptors, self.resv_tries) != tries or self.config.teams:
             return False
-        return self.verdicts[-1].job_id == spec.id and self.verdicts[-1].code != Code.RESERVED
+        v = self.verdicts[-1]
+        if v.job_id != spec.id:
+            return False
+        if v.code != Code.RESERVED:
+            return True
+        if is_elastic(spec):
+            return False
+        ends = self.now + bucket.shortest_s * 1000
+        for node in (self.nodes[i] for i in self.held):  # where a job of this shape fits but for the reservation
+            if (ends <= node.resv.start_ms or (bucket.top_rank >= _JUMPS and bucket.top_rank > node.resv_rank)) \
+                    and len(_pool(spec, node)) >= spec.gpus and spec.cpus <= node.cpus \
+                    and spec.mem_gb <= node.mem_gb + 1e-9:
+                return False
+        return True
 
     def worth_trying(self, shape: tuple, strength_: float) -> bool:
         """Could a job of this shape (backlog.shape_of) and strength do anything more this cycle: start,
@@ -727,9 +741,10 @@ class _Cycle:
         coming = [g for g in released if gpu_usable(spec, node.view, g) and g not in node.shared]
         gpus = usable(spec, node.view, sorted(node.free)) + [g for g in coming if g not in node.free]
         resv = Reservation(spec.id, node.view.name, tuple(sorted(gpus[: spec.gpus])), self.now)
-        if node.resv is None or node.resv.job_id == spec.id:  # a job that passed a lower class's reservation
-            self.hold(node, resv, spec.rank, spec.cpus, spec.mem_gb)
-        self.reservations.append(resv)  # leaves it on the node: later jobs of this cycle rank below both
+        # on the node even where it passed a lower class's reservation: a short job that could backfill
+        # that one must not take the GPUs this preemption frees
+        self.hold(node, resv, spec.rank, spec.cpus, spec.mem_gb)
+        self.reservations.append(resv)
         self.refresh_free(node)
         return victims
 
@@ -928,7 +943,7 @@ def _walk(c: _Cycle, backlog: Backlog, order) -> None:
             if not c.place(spec, terms, f"rank {c.rank + 1}: the best score among the jobs left"):
                 if config.head_of_line:
                     blocked_by = spec.id
-                elif c.exhausted(spec, tries):
+                elif c.exhausted(spec, tries, bucket):
                     blocked.add(bucket.key)
                     c.rest_like[bucket.key] = c.verdicts[-1]
         again = user_key(user)

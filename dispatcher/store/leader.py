@@ -6,17 +6,29 @@ with every write the leader makes (commit_placement, mark_preempting, the
 requeue of a dead node's jobs), and those scripts refuse it once another holder
 took the lease: a leader paused past its lease (a GC stall, SIGSTOP, a cut
 network) cannot act on its stale plan when it wakes.
+
+A scheduler process's loop calls `keep()`: while it leads, the lease is renewed
+from a thread of its own every third of the TTL, so a long read (a new leader's
+first read of 100,000 jobs takes longer than the TTL) cannot let it lapse. The
+thread renews only while the loop shows progress (`progress()`) within `stall_s`:
+a loop stuck for good loses the lease. A renewal that finds another holder stops
+there, and the next hold() says so. A paused process (SIGSTOP, a cut network)
+renews nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
 import time
 import uuid
 
 from . import keys
 from .connect import text
+
+log = logging.getLogger("dispatch.scheduler")
 
 
 def holder_id() -> str:
@@ -30,23 +42,62 @@ class Lease:
         self.holder = holder or holder_id()
         self.token = 0
         self._renewed = 0.0
+        self._lock = threading.Lock()
+        self._keeper: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._progress, self.stall_s = 0.0, 0.0
+
+    def keep(self, stall_s: float = 300.0) -> None:
+        """Renew from a side thread while this holder leads and its loop calls progress() at least every
+        `stall_s` (started once; it idles while not leading)."""
+        self.stall_s = stall_s
+        self.progress()
+        if self._keeper is None or not self._keeper.is_alive():
+            self._stop.clear()
+            self._keeper = threading.Thread(target=self._keep, name="dispatch-lease", daemon=True)
+            self._keeper.start()
+
+    def _keep(self) -> None:
+        import redis
+
+        while not self._stop.wait(self.ttl_ms / 3000.0):
+            with self._lock:
+                if not self.token or time.monotonic() - self._progress > self.stall_s:
+                    continue
+                try:
+                    got = int(self.scripts.lease(self.holder, self.ttl_ms, "hold"))
+                except redis.exceptions.RedisError as e:  # the main loop meets it too, and backs off
+                    log.warning("cannot renew the scheduler lease (%s)", e)
+                    continue
+                if got != self.token:  # lapsed and taken (0), or lapsed and taken again by us (new token)
+                    self.token = 0
+                    self._renewed = 0.0
+                else:
+                    self._renewed = time.monotonic()
+
+    def progress(self) -> None:
+        """The loop is alive (see keep())."""
+        self._progress = time.monotonic()
 
     def hold(self) -> int:
         """Acquire or renew; the fencing token while this holder leads, else 0. A lease renewed less
         than a quarter of its TTL ago is not renewed again (the scripts check the fence anyway)."""
-        if self.token and time.monotonic() - self._renewed < self.ttl_ms / 4000.0:
+        with self._lock:
+            if self.token and time.monotonic() - self._renewed < self.ttl_ms / 4000.0:
+                return self.token
+            t = time.monotonic()
+            self.token = int(self.scripts.lease(self.holder, self.ttl_ms, "hold"))
+            self._renewed = t
             return self.token
-        t = time.monotonic()
-        self.token = int(self.scripts.lease(self.holder, self.ttl_ms, "hold"))
-        self._renewed = t
-        return self.token
 
     def release(self) -> None:
         """Let go at once, so that a standby need not wait out the TTL."""
-        if self.token:
-            self.scripts.lease(self.holder, self.ttl_ms, "release")
-            self.token = 0
-            self._renewed = 0.0
+        self._stop.set()
+        with self._lock:
+            if self.token:
+                self.token = 0
+                self._renewed = 0.0
+                self.scripts.lease(self.holder, self.ttl_ms, "release")
 
     @property
     def fence(self) -> str:

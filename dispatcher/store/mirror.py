@@ -14,6 +14,7 @@ keeps their order across cycles.
 
 from __future__ import annotations
 
+import gc
 import logging
 
 from ..cycle import PendingJob, Snapshot
@@ -70,6 +71,7 @@ class Mirror:
         by our own commit (expect), ...) or all was read again. A job that started running where it
         was placed is no change."""
         arrivals: list[PendingJob] | None = []
+        whole = not self.fresh
         if self.fresh:
             pipe = self.client.pipeline(transaction=True)
             pipe.smembers(keys.jobs_changed(self.ns))
@@ -114,6 +116,8 @@ class Mirror:
                     if now_as != was and now_as != self.expected.pop(job_id, None):
                         arrivals = None
         self.changed = len(ids)
+        if whole:
+            gc.freeze()  # the records just read live long: the collector need not walk them every cycle
         released = self._judge(rejudge)
         if released and arrivals is not None:
             arrivals += released

@@ -290,3 +290,37 @@ def test_the_watch_starts_on_a_node_it_has_never_seen_when_first_asked():
     assert not watch.dead("gone")  # no heartbeat record at all: the watch starts now
     clock.t += 10.5
     assert watch.dead("gone")
+
+
+@pytest.mark.slow
+def test_a_leader_whose_first_read_outlasts_its_lease_keeps_leading(client, ns):
+    """The lease is renewed from a side path: a new leader reading a long queue (here 40,000 jobs,
+    several lease TTLs on this machine) is not overtaken by a standby, and its first commit takes."""
+    import threading
+
+    beat(client, ns, "a", gpus=2)
+    spec = build_spec(command=["true"], user="alice", submit_ms=now_ms(), gpus=4)  # never fits: waits
+    for _ in range(8):
+        write_jobs(client, ns, [spec] * 5_000)
+    job = submit(client, ns, gpus=1, priority="high")
+    short = Timing(lease_s=SHORT_LEASE_S, node_timeout_s=3600.0)
+    leader = Scheduler(client, ns, timing=short, holder="reader")
+    stop = threading.Event()
+    loop = threading.Thread(target=leader.run, args=(stop,), daemon=True)
+    t0 = time.monotonic()
+    loop.start()
+    standby = Scheduler(client, ns, timing=short, holder="standby")
+    try:
+        while current_leader(client, ns) is None:  # the loop takes the lease, then reads
+            time.sleep(0.01)
+        while read_job(client, ns, job)["state"] == "pending":
+            assert time.monotonic() - t0 < 120, "the leader never placed the job"
+            assert standby.cycle() == Plan() and not standby.leading
+            time.sleep(0.1)
+        took_s = time.monotonic() - t0
+        assert took_s > 2 * SHORT_LEASE_S, f"the first cycle took {took_s:.1f}s: too short to show anything"
+        assert read_job(client, ns, job)["node"] == "a"
+        assert current_leader(client, ns)[1] == "reader"
+    finally:
+        stop.set()
+        loop.join(30)
