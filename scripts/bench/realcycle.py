@@ -1,0 +1,124 @@
+"""The scheduling cycle on the realistic queue (realqueue.py), through Redis, with the default lease.
+
+For each size (pending jobs x nodes) the parent writes the realistic cluster into a fresh
+namespace (about 3.4 running jobs a node, three classes, 40% checkpointable; 50 users x 20
+templates pending, all classes, types, memory, estimates, waits up to 3 days). A child process
+(clean RSS) then runs `Scheduler.cycle()` with the default Timing (its 5 s lease) and reports:
+
+- cold: the first cycle of a new leader (reads and decodes every job);
+- steady: cycles with nothing new (medians), split into read / policy / commit;
+- churn: before each cycle, 10 running jobs end (as their agents would end them) and 10 new
+  jobs arrive (templates of the same kind);
+- Redis commands per steady and churn cycle (INFO commandstats delta) and the child's peak RSS.
+
+Not here: the reaction to one submit (cycle.py measures it on the uniform queue, where the one
+free GPU is sure to go to the new job; on this queue other pending jobs compete for any room).
+
+No agents run: preempted jobs stay `preempting`, as on a cluster whose agents are slow to stop
+them, so every cycle also searches for victims for the blocked high and critical jobs.
+
+    python scripts/bench/realcycle.py [--sizes 10000x1000,100000x1000] [--repeats 5] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib as bl
+import cluster
+from realqueue import Realistic
+
+
+def run_child(bench: bl.Bench, ns: str, seed: str, nodes: int, repeats: int) -> dict:
+    args = {"url": bench.url, "ns": ns, "seed": seed, "nodes": nodes, "repeats": repeats}
+    p = subprocess.run([sys.executable, str(bl.HERE / "realcycle.py"), "--child", json.dumps(args)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"realcycle child failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="10000x1000,100000x1000")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="realcycle-"))
+    bench = bl.Bench(tmp, quick=False)
+    rows = []
+    try:
+        print(json.dumps({"machine": bench.machine()}), flush=True)
+        for size in args.sizes.split(","):
+            pending, nodes = (int(x) for x in size.split("x"))
+            ns = bench.namespace(f"real-{size}")
+            t0 = time.perf_counter()
+            got = Realistic(size, nodes).write(bench.client, ns, pending)
+            row = {"size": size, "running": len(got["running"]), "setup_s": round(time.perf_counter() - t0, 1)}
+            row.update(run_child(bench, ns, size, nodes, args.repeats))
+            bench.drop(ns)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        bench.close()
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+# -- the child --------------------------------------------------------------------------------
+def churn(client, ns: str, rng: random.Random, gen: Realistic, ends: int = 10, arrivals: int = 10) -> None:
+    """`ends` running jobs end as their agents would end them; `arrivals` new jobs are submitted."""
+    from dispatcher.store.jobs import write_jobs
+
+    running = [j for j in cluster.active_jobs(client, ns)]
+    cluster.finish(client, ns, rng.sample(running, min(ends, len(running))))
+    write_jobs(client, ns, gen.arrivals(arrivals, cluster.now_ms()))
+
+
+def child(args: dict) -> dict:
+    __import__("rq")  # the scheduler's planner imports it: part of the baseline
+    from dispatcher.config import Timing
+    from dispatcher.scheduler import Scheduler
+    from dispatcher.store.connect import connect
+
+    client = connect(args["url"])
+    ns, repeats = args["ns"], args["repeats"]
+    rss_base, _ = bl.rss_mb()
+    sched = Scheduler(client, ns, timing=Timing(node_timeout_s=86400.0))  # the default lease
+    sched.lease.keep()  # renewed from its side thread, as Scheduler.run does
+    out = {}
+    with bl.phase_times(sched) as phases:
+        cold_s, _ = bl.timed(sched.cycle)
+        out.update(cold_ms=cold_s * 1000, cold_breakdown_ms=bl.breakdown_ms(phases, cold_s))
+        for name, before in (("steady", None), ("churn", churn)):
+            rng, gen = random.Random(args["seed"]), Realistic(args["seed"], args["nodes"])
+            sched.cycle()  # settle what the previous phase started
+            times, splits, commands = [], [], []
+            for _ in range(repeats):
+                if before:
+                    before(client, ns, rng, gen)
+                phases.clear()
+                n0 = bl.commands_executed(client)
+                dt, plan = bl.timed(sched.cycle)
+                commands.append(bl.commands_executed(client) - n0)
+                times.append(dt * 1000)
+                splits.append(bl.breakdown_ms(phases, dt))
+            out.update({f"{name}_ms": bl.median(times), f"{name}_max_ms": max(times),
+                        f"{name}_breakdown_ms": bl.median_each(splits), f"{name}_commands": bl.median(commands)})
+    rss_now, rss_peak = bl.rss_mb()
+    out.update(rss_base_mb=rss_base, rss_peak_mb=rss_peak, pending=len(sched.mirror.backlog))
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        print(json.dumps(child(json.loads(sys.argv[2]))))
+    else:
+        main()
