@@ -45,7 +45,7 @@ from .backlog import Backlog, bucket_key, id_key, shape_of, strength
 from .elastic import counts, is_elastic, run_time, smallest
 from .config import PolicyConfig
 from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_usable, usable
-from .preemption import choose_victims, past_starvation, preemptible_below
+from .preemption import choose_victims, past_starvation, preemptible_below, standing
 from .promises import short_span
 from .score import attained_term, dominant_share, fairness_term, priority_term, remaining_term, wait_term
 
@@ -274,6 +274,7 @@ class _Cycle:
         self.views = views
         self.running_on: dict[str, list[RunningJob]] = defaultdict(list)
         self._weaker: dict[str, tuple[list, list]] = {}  # node -> standings, cumulative GPUs (weaker_gpus)
+        self._standings: dict[str, list] = {}  # node -> sorted (standing, GPUs) of its jobs (victim_floor)
         self.usage: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self.teams = _Teams(config)
         self.min_running_rank = 99
@@ -687,6 +688,25 @@ class _Cycle:
         i = bisect.bisect_left(keys_, strength)
         return cum[i - 1] if i else 0
 
+    def victim_floor(self, node: _Node, spec: JobSpec) -> float:
+        """A lower bound of the highest standing among the victims any preemption for `spec` on `node`
+        needs (choose_victims' cost[0]): the standing at which the node's free GPUs, those of jobs
+        already stopping, and those of the weakest running jobs first add up to what `spec` asks
+        (-inf if no victim is needed; inf if no set of them would do)."""
+        rows = self._standings.get(node.view.name)
+        if rows is None:
+            rows = self._standings[node.view.name] = sorted(
+                (float("-inf") if r.stopping else standing(r, self.now, self.config), len(r.gpus))
+                for r in self.running_on[node.view.name] if not r.spec.share)
+        have = len(node.free)
+        if have >= spec.gpus:
+            return float("-inf")
+        for level, n in rows:  # those stopping first
+            have += n
+            if have >= spec.gpus:
+                return level
+        return float("inf")
+
     def attained(self, spec: JobSpec) -> float:
         p = self.pending.get(spec.id)
         return p.attained_gpu_s if p is not None else 0.0
@@ -714,12 +734,18 @@ class _Cycle:
 
         best = None
         strength = self.strength(spec)
+        tried = []
         for node in self.nodes:
             if (node.resv is not None and node.resv.job_id != spec.id and not _passes(spec, node)) \
                     or not fits_ever(spec, node.view):
                 continue
             if not self.config.teams and len(node.free) + self.weaker_gpus(node.view.name, strength) < spec.gpus:
                 continue  # even every job it outranks there would not make room
+            tried.append((self.victim_floor(node, spec), node.idx, node))
+        tried.sort(key=lambda t: t[:2])
+        for floor, _, node in tried:
+            if best is not None and floor > (best[0][0][0] if best[0][0] else float("-inf")):
+                break  # no node left can beat the best: cost[0] is the victims' highest standing
             free_usable = usable(spec, node.view, sorted(node.free))
             got = choose_victims(spec, node.view, self.running_on[node.view.name], free_usable, node.cpus,
                                  node.mem_gb, self.now, self.config, reclaimable, self.attained(spec))
@@ -732,6 +758,7 @@ class _Cycle:
         self.preemptions.extend(victims)
         by_id = {p.job_id: p for p in victims}
         self._weaker.pop(node.view.name, None)
+        self._standings.pop(node.view.name, None)
         on_node = self.running_on[node.view.name]
         already = [g for r in on_node if r.stopping and not r.spec.share for g in r.gpus]
         for i, r in enumerate(on_node):
