@@ -9,6 +9,7 @@ own keys; nothing is ever flushed.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import platform
@@ -67,6 +68,16 @@ def log_slope(xs, ys) -> float:
     mx, my = statistics.fmean(lx), statistics.fmean(ly)
     den = sum((a - mx) ** 2 for a in lx)
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / den if den else float("nan")
+
+
+def run_child(script: str, args: dict) -> dict:
+    """Run `script` (in this folder) as `--child JSON` in a fresh process (its own RSS, no state of
+    ours) and return the JSON object its last line prints."""
+    p = subprocess.run([sys.executable, str(HERE / script), "--child", json.dumps(args)], capture_output=True,
+                       text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{script} child failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def rss_mb() -> tuple[float, float]:

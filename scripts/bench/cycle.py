@@ -21,7 +21,6 @@ record plus one commit_placement call.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 
@@ -81,12 +80,8 @@ def measure_raw_read(client, ns: str, repeats: int, trips: bl.RoundTrips) -> dic
 
 
 def run_child(bench: bl.Bench, ns: str, react_node: str, repeats: int, budget_s: float) -> dict:
-    args = {"url": bench.url, "ns": ns, "react_node": react_node, "repeats": repeats, "budget_s": budget_s}
-    p = subprocess.run([sys.executable, str(bl.HERE / "cycle.py"), "--child", json.dumps(args)],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"cycle child failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return bl.run_child("cycle.py", {"url": bench.url, "ns": ns, "react_node": react_node, "repeats": repeats,
+                                     "budget_s": budget_s})
 
 
 def run(bench: bl.Bench) -> list[bl.Figure]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,12 +36,8 @@ from realqueue import Realistic
 
 
 def run_child(bench: bl.Bench, ns: str, seed: str, nodes: int, repeats: int) -> dict:
-    args = {"url": bench.url, "ns": ns, "seed": seed, "nodes": nodes, "repeats": repeats}
-    p = subprocess.run([sys.executable, str(bl.HERE / "realcycle.py"), "--child", json.dumps(args)],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"realcycle child failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return bl.run_child("realcycle.py", {"url": bench.url, "ns": ns, "seed": seed, "nodes": nodes,
+                                         "repeats": repeats})
 
 
 def main() -> None:
