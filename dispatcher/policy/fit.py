@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import NamedTuple
 
 from ..cycle import NodeView
 from ..model import JobSpec
@@ -55,28 +56,38 @@ def fits_ever(job: JobSpec, node: NodeView) -> bool:
 
 
 # -- fit facts per (request, GPU list): asked per job x node, the same few answers -----------------
-_KIND: dict[int, tuple] = {}  # id(a node's GPU tuple) -> (the tuple, its kind number)
+class GpuFacts(NamedTuple):
+    """What a node's GPU list is, for fit: `kind` names it by content (indices, names, memory), so
+    nodes of one kind give every request the same usable GPUs; `alike`: all its GPUs have one name
+    and memory (then only how many are free matters to an exclusive job); its smallest GPU memory."""
+
+    kind: int
+    alike: bool
+    min_mem_gb: float
+
+
+_FACTS: dict[int, tuple] = {}  # id(a node's GPU tuple) -> (the tuple, its GpuFacts)
 _KIND_OF: dict[tuple, int] = {}  # (index, name, memory) per GPU -> kind number
 _USABLE: dict[tuple, frozenset] = {}  # (kind number, gpu_types, gpu_mem_gb) -> usable indices
 
 
-def gpu_kind(gpus) -> int:
-    """A small number naming a node's GPU list by content (indices, names, memory): nodes of one
-    kind give every request the same usable GPUs. Looked up by identity while the tuple lives,
-    as it does from one cycle to the next."""
-    hit = _KIND.get(id(gpus))
+def gpu_facts(gpus) -> GpuFacts:
+    """The GpuFacts of a node's GPU list, looked up by identity while the tuple lives, as it does
+    from one cycle to the next."""
+    hit = _FACTS.get(id(gpus))
     if hit is not None and hit[0] is gpus:
         return hit[1]
     content = tuple((g.index, g.name, g.mem_total_gb) for g in gpus)
-    kind = _KIND_OF.setdefault(content, len(_KIND_OF))
-    if len(_KIND) > 65536:
-        _KIND.clear()
-    _KIND[id(gpus)] = (gpus, kind)
-    return kind
+    facts = GpuFacts(_KIND_OF.setdefault(content, len(_KIND_OF)), len({c[1:] for c in content}) == 1,
+                     min((g.mem_total_gb for g in gpus), default=float("inf")))
+    if len(_FACTS) > 65536:
+        _FACTS.clear()
+    _FACTS[id(gpus)] = (gpus, facts)
+    return facts
 
 
 def _usable_set(job: JobSpec, gpus) -> frozenset:
-    key = (gpu_kind(gpus), job.gpu_types, job.gpu_mem_gb)
+    key = (gpu_facts(gpus).kind, job.gpu_types, job.gpu_mem_gb)
     got = _USABLE.get(key)
     if got is None:
         got = frozenset(g.index for g in gpus if _gpu_ok(job, g))

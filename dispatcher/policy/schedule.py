@@ -44,7 +44,7 @@ from ..model import PRIORITIES, JobSpec
 from .backlog import Backlog, bucket_key, id_key, shape_of, strength
 from .elastic import counts, is_elastic, run_time, smallest
 from .config import PolicyConfig
-from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_usable, usable
+from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_facts, gpu_usable, usable
 from .preemption import choose_victims, past_starvation, preemptible_below, standing
 from .promises import short_span
 from .score import attained_term, dominant_share, fairness_term, priority_term, remaining_term, wait_term
@@ -162,6 +162,11 @@ def _room(spec: JobSpec, node: _Node, now_ms: int) -> bool:
     return spec.cpus <= cpus and spec.mem_gb <= mem + 1e-9
 
 
+def _fits_unreserved(spec: JobSpec, node: _Node) -> bool:
+    """Would `spec` fit what `node` has free (GPUs, CPUs, memory) if no reservation held any of it?"""
+    return len(_pool(spec, node)) >= spec.gpus and spec.cpus <= node.cpus and spec.mem_gb <= node.mem_gb + 1e-9
+
+
 def _reserve(spec: JobSpec, nodes: list[_Node], now_ms: int) -> Reservation | None:
     """Hold GPUs (and CPUs, memory) for a blocked job on the node where it could start first (the
     first such node in `nodes` on a tie).
@@ -246,25 +251,6 @@ class _Teams:
         self.demand[spec.team] = max(0, self.demand[spec.team] - spec.gpus)
 
 
-_GPU_FACTS: dict[int, tuple] = {}
-
-
-def _gpu_facts(gpus) -> tuple[tuple | None, float]:
-    """Of a node's GPU list: (count, name, memory) if all its GPUs are alike, else None (on such
-    nodes only how many are free matters to a job's fit), and its smallest GPU memory. Remembered
-    while the list stays the same object, as it does from one cycle to the next."""
-    hit = _GPU_FACTS.get(id(gpus))
-    if hit is not None and hit[0] is gpus:
-        return hit[1]
-    kinds = {(g.name, g.mem_total_gb) for g in gpus}
-    facts = ((len(gpus), *kinds.pop()) if len(kinds) == 1 else None,
-             min((g.mem_total_gb for g in gpus), default=float("inf")))
-    if len(_GPU_FACTS) > 4096:
-        _GPU_FACTS.clear()
-    _GPU_FACTS[id(gpus)] = (gpus, facts)
-    return facts
-
-
 class _Cycle:
     """The mutable state of one schedule() call."""
 
@@ -293,7 +279,7 @@ class _Cycle:
         self.by_name = {n.view.name: n for n in self.nodes}
         self.start = {n.view.name: (set(n.free), dict(n.shared), n.cpus, n.mem_gb) for n in self.nodes}
         self.totals = (sum(len(v.gpus) for v in views), sum(v.cpus for v in views), sum(v.mem_gb for v in views))
-        self.ref_mem = min((_gpu_facts(v.gpus)[1] for v in views if v.gpus), default=0.0)
+        self.ref_mem = min((gpu_facts(v.gpus).min_mem_gb for v in views if v.gpus), default=0.0)
         self.largest_node = max((len(v.gpus) for v in views), default=0)
         self.free_total = sum(len(n.free) for n in self.nodes)
         self.placements: list[Placement] = []
@@ -328,6 +314,10 @@ class _Cycle:
     def static(self, spec: JobSpec) -> dict[str, float]:
         return static_terms(self.pending[spec.id], self.now, self.config)
 
+    def terms(self, spec: JobSpec) -> dict[str, float]:
+        """The score terms of `spec` now: its static ones and its user's fair share."""
+        return dict(self.static(spec), fairness=self.fair(spec.user))
+
     def plan(self) -> Plan:
         return Plan(tuple(self.placements), tuple(self.verdicts), tuple(self.reservations), tuple(self.preemptions),
                     self.rest, self.rest_reason, self.rest_like)
@@ -356,8 +346,7 @@ class _Cycle:
         ends = self.now + bucket.shortest_s * 1000
         for node in (self.nodes[i] for i in self.held):  # where a job of this shape fits but for the reservation
             if (ends <= node.resv.start_ms or (bucket.top_rank >= _JUMPS and bucket.top_rank > node.resv_rank)) \
-                    and len(_pool(spec, node)) >= spec.gpus and spec.cpus <= node.cpus \
-                    and spec.mem_gb <= node.mem_gb + 1e-9:
+                    and _fits_unreserved(spec, node):
                 return False
         return True
 
@@ -538,8 +527,9 @@ class _Cycle:
         """A plain node (alike GPUs, no reservation, no sharers) sits in the group of its GPU kind and
         free count: for an exclusive job, every node of a group fits equally well, so best_node looks
         at the first of each group with room. Other nodes are `special`: looked at one by one."""
-        kind = _gpu_facts(node.view.gpus)[0]
-        key = (kind, node.view.cpus, node.view.mem_gb, len(node.free)) if kind is not None and node.resv is None and not node.shared else None
+        facts = gpu_facts(node.view.gpus)
+        plain = facts.alike and node.resv is None and not node.shared
+        key = (facts.kind, node.view.cpus, node.view.mem_gb, len(node.free)) if plain else None
         if key == node.group:
             return
         if node.group is None:
@@ -784,8 +774,7 @@ class _Cycle:
             free = len(_pool(spec, node))
             if node.resv is not None and not _backfills(spec, node, self.now):
                 unreserved = _candidates(spec, node, self.now)
-                if free >= spec.gpus and (len(unreserved) < spec.gpus or not _room(spec, node, self.now)) \
-                        and node.cpus >= spec.cpus and node.mem_gb + 1e-9 >= spec.mem_gb:
+                if _fits_unreserved(spec, node) and (len(unreserved) < spec.gpus or not _room(spec, node, self.now)):
                     reserved_by = node
             if free > best_free or (free == best_free and node.idx < best.idx):
                 best, best_free = node, free
@@ -873,7 +862,7 @@ def place_arrivals(c: _Cycle, jobs, now_ms: int) -> Plan:
         if never.check(smallest(spec)):
             c.verdicts.append(Verdict(spec.id, Code.NO_FIT_EVER, _never_reason(spec, c.views)))
             continue
-        c.place(spec, dict(c.static(spec), fairness=c.fair(spec.user)), f"rank {c.rank + 1}: arrived, and "
+        c.place(spec, c.terms(spec), f"rank {c.rank + 1}: arrived, and "
                 "the jobs before it could not use the room")
     return c.plan()
 
@@ -909,7 +898,7 @@ def _walk(c: _Cycle, backlog: Backlog, order) -> None:
     for p in [p for p in oldest if shape_of(p.spec) not in excluded][:config.starvation_reservations]:
         spec = p.spec
         order.skip.add(spec.id)
-        terms = dict(c.static(spec), fairness=c.fair(spec.user))
+        terms = c.terms(spec)
         c.place(spec, terms, f"rank {c.rank + 1}: starving, {c.starving(spec)}")
 
     # then, with reserve_longest_wait, the jobs longest overdue against their class's target (past that
@@ -927,7 +916,7 @@ def _walk(c: _Cycle, backlog: Backlog, order) -> None:
             if any(backlog.by_class[k] for k in jumpers) and c.best_node(p.spec) is not None:
                 continue  # it fits, but high or critical work waits: it starts in score order, after that
             order.skip.add(p.spec.id)
-            terms = dict(c.static(p.spec), fairness=c.fair(p.spec.user))
+            terms = c.terms(p.spec)
             c.place(p.spec, terms, f"rank {c.rank + 1}: the longest wait against its class's target")
 
     # then Dominant Resource Fairness: the user whose best job has the best static + fairness score
@@ -960,7 +949,7 @@ def _walk(c: _Cycle, backlog: Backlog, order) -> None:
             continue
         _, bucket = order.head(user, worth)
         spec = order.take(user).spec
-        terms = dict(c.static(spec), fairness=c.fair(user))
+        terms = c.terms(spec)
         if blocked_by is not None:
             c.rank += 1
             c.verdicts.append(Verdict(spec.id, Code.LOWER_SCORE, f"strict order: waits behind job {blocked_by}",
