@@ -55,7 +55,7 @@ class NodeAgent:
         self.idle = idle.IdleWatch(client, ns, name, self.supervisor, self.scripts,
                                    heartbeat_s=self.timing.heartbeat_s)
         self._stop = threading.Event()
-        self._last_gpus = None
+        self._last_facts = None  # schedule_facts of the last heartbeat Redis took
         self._last_beat = time.monotonic()  # the last heartbeat Redis took
         self.kill_zombies = kill_zombies
         self._zombies_seen: set[int] = set()
@@ -64,9 +64,10 @@ class NodeAgent:
         """Write the GPUs' state; returns the sample written (GpuInfo list)."""
         gpus = self.mark_zombies(self.probe.gpus())
         facts = schedule_facts(gpus, self.cpus, self.mem_gb)
+        changed = facts != self._last_facts  # the scheduler rereads the node, and wakes for it
         write_heartbeat(self.client, self.ns, self.name, gpus, self.cpus, self.mem_gb, int(time.time() * 1000),
-                        announce=facts != self._last_gpus, changed=facts != self._last_gpus)
-        self._last_gpus = facts
+                        announce=changed, changed=changed)
+        self._last_facts = facts
         return gpus
 
     def mark_zombies(self, gpus: list) -> list:

@@ -65,15 +65,12 @@ class Lease:
                 if not self.token or time.monotonic() - self._progress > self.stall_s:
                     continue
                 try:
-                    got = int(self.scripts.lease(self.holder, self.ttl_ms, "hold"))
+                    got = self._renew()
                 except redis.exceptions.RedisError as e:  # the main loop meets it too, and backs off
                     log.warning("cannot renew the scheduler lease (%s)", e)
                     continue
-                if got != self.token:  # lapsed and taken (0), or lapsed and taken again by us (new token)
-                    self.token = 0
-                    self._renewed = 0.0
-                else:
-                    self._renewed = time.monotonic()
+                if got != self.token:  # lapsed and taken (0), or lapsed and taken again by us (a new token:
+                    self.token, self._renewed = 0, 0.0  # the loop's next hold() takes it, and reads all again)
 
     def progress(self) -> None:
         """The loop is alive (see keep())."""
@@ -85,10 +82,15 @@ class Lease:
         with self._lock:
             if self.token and time.monotonic() - self._renewed < self.ttl_ms / 4000.0:
                 return self.token
-            t = time.monotonic()
-            self.token = int(self.scripts.lease(self.holder, self.ttl_ms, "hold"))
-            self._renewed = t
+            self.token = self._renew()
             return self.token
+
+    def _renew(self) -> int:
+        """One acquire-or-renew (lease.lua); the token it returns. The caller holds the lock."""
+        t = time.monotonic()
+        got = int(self.scripts.lease(self.holder, self.ttl_ms, "hold"))
+        self._renewed = t
+        return got
 
     def release(self) -> None:
         """Let go at once, so that a standby need not wait out the TTL."""

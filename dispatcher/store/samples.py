@@ -96,9 +96,9 @@ def record_sample(client, ns: str, now_ms: int, read, node_timeout_s: float,
     same slot is refused by the stream's id order)."""
     import redis
 
-    slot = now_ms - now_ms % every_ms
-    if _recorded.get((id(client), ns)) == slot:
+    if not sample_due(client, ns, now_ms, every_ms):
         return False
+    slot = now_ms - now_ms % every_ms
     _recorded[(id(client), ns)] = slot
     f = figures(read.nodes, read.snapshot.running, now_ms, node_timeout_s, smallest_request(read.snapshot.pending),
                 idle_pct)
