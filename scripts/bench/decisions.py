@@ -7,7 +7,7 @@ compared line for line (`diff -r`):
 - every workload of the suite (`dispatch simulate --suite`: the Philly and Alibaba weeks and the
   generated ones), replayed with each policy given: every start, job for job (time, job, node,
   GPUs, rank in its cycle);
-- realistic queues (realistic.py) at each --sizes: one cycle's whole plan (placements with their
+- realistic queues (realqueue.py) at each --sizes: one cycle's whole plan (placements with their
   scores, every verdict with its code and reason, reservations, preemptions), a first cycle and
   then a second one on the same Backlog.
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import realistic  # noqa: E402
+from realqueue import Realistic  # noqa: E402
 from dispatcher.cycle import Snapshot  # noqa: E402
 from dispatcher.policy import Backlog, plan_cycle  # noqa: E402
 from dispatcher.suite_run import load_workloads, policy_named  # noqa: E402
@@ -59,14 +59,14 @@ def suite_cases(policies, workloads, seed):
 def realistic_cases(policies, sizes):
     for size in sizes:
         pending, n_nodes = (int(x) for x in size.split("x"))
-        rng = random.Random(size)
-        nodes, running = realistic.cluster(n_nodes, rng)
-        jobs = realistic.queue(pending, rng)
+        gen = Realistic(size, n_nodes)
+        nodes, running = gen.cluster()
+        jobs = gen.queue(pending)
         for name in policies:
             cfg = policy_named(name).config
             snap = Snapshot(Backlog(cfg, jobs), tuple(running), tuple(nodes))
-            first = plan_cycle(snap, realistic.NOW_MS, cfg)[0]
-            second = plan_cycle(snap, realistic.NOW_MS + 1000, cfg)[0]
+            first = plan_cycle(snap, gen.now_ms, cfg)[0]
+            second = plan_cycle(snap, gen.now_ms + 1000, cfg)[0]
             yield f"realistic:{size}:{name}", plan_lines(first) + ["-- second cycle"] + plan_lines(second)
 
 

@@ -23,7 +23,6 @@ examples/policy-classes-apart.toml, the default before the workload suite).
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import time
@@ -39,20 +38,6 @@ from dispatcher.suite_run import policy_named  # noqa: E402
 from realqueue import Realistic  # noqa: E402
 
 NOW_MS = Realistic(0, 0).now_ms
-
-
-def cluster(n_nodes: int, rng) -> tuple[list, list]:
-    return _with(n_nodes, rng).cluster()
-
-
-def queue(n: int, rng) -> list:
-    return _with(0, rng).queue(n)
-
-
-def _with(n_nodes: int, rng) -> Realistic:
-    r = Realistic(0, n_nodes)
-    r.rng = rng
-    return r
 
 
 def timed(fn) -> float:
@@ -71,9 +56,9 @@ def main() -> None:
     print(f"{'size':>12}  {'policy':36} {'first ms':>9} {'steady ms':>10} {'placed':>7} {'preempt':>8} {'resv':>5}")
     for size in args.sizes.split(","):
         pending, n_nodes = (int(x) for x in size.split("x"))
-        rng = random.Random(size)
-        nodes, running = cluster(n_nodes, rng)
-        jobs = queue(pending, rng)
+        gen = Realistic(size, n_nodes)
+        nodes, running = gen.cluster()
+        jobs = gen.queue(pending)
         first, steady, plans = {p: [] for p in configs}, {p: [] for p in configs}, {}
         for i in range(args.repeats):
             for p in (list(configs) if i % 2 == 0 else list(reversed(configs))):
