@@ -625,7 +625,9 @@ def test_every_preemption_follows_the_rules(case):
             f"{job.id} (needs {job.gpus} GPUs) has reservation {r}"
         view = views[r.node]
         assert all(gpu_usable(job, view, g) for g in r.gpus), f"{job.id} reserved unusable GPUs {r.gpus}"
-        mine = [p for p in plan.preemptions if p.for_job == job.id]
-        coming = set(view.free_gpus) | {g for p in mine for g in p.gpus} \
+        # coming back: stopped by this plan's preemptions there (its own, or those of an earlier
+        # preemptor whose reservation a higher class passed: they are already stopping for it)
+        stopped_here = [p for p in plan.preemptions if p.node == r.node]
+        coming = set(view.free_gpus) | {g for p in stopped_here for g in p.gpus} \
             | {g for x in snap.running if x.node == r.node and x.stopping for g in x.gpus}
         assert set(r.gpus) <= coming, f"{job.id} reserved {r.gpus} on {r.node}; free or coming back: {sorted(coming)}"
