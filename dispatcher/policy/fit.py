@@ -50,9 +50,14 @@ def fits_ever(job: JobSpec, node: NodeView) -> bool:
     """Could `job` run on `node` if the node were empty?"""
     if job.cpus > node.cpus or job.mem_gb > node.mem_gb + 1e-9 or job.gpus > len(node.gpus):
         return False
-    if not job.gpu_types and not job.gpu_mem_gb:  # any GPU will do, and there are enough
-        return True
-    return len(_usable_set(job, node.gpus)) >= job.gpus
+    return usable_count(job, node) >= job.gpus
+
+
+def usable_count(job: JobSpec, node: NodeView) -> int:
+    """How many of the node's GPUs `job` may use (type and memory), free or not."""
+    if not job.gpu_types and not job.gpu_mem_gb:  # any GPU will do
+        return len(node.gpus)
+    return len(_usable_set(job, node.gpus))
 
 
 # -- fit facts per (request, GPU list): asked per job x node, the same few answers -----------------

@@ -44,7 +44,7 @@ from ..model import PRIORITIES, JobSpec
 from .backlog import Backlog, bucket_key, id_key, shape_of, strength
 from .elastic import counts, is_elastic, run_time, smallest
 from .config import PolicyConfig
-from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_facts, gpu_usable, usable
+from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_facts, gpu_usable, usable, usable_count
 from .preemption import choose_victims, past_starvation, preemptible_below, standing
 from .promises import short_span
 from .score import attained_term, dominant_share, fairness_term, priority_term, remaining_term, wait_term
@@ -71,6 +71,7 @@ class _Node:
     running: list = field(default_factory=list)  # its RunningJobs (shared with _Cycle.running_on)
     end_of: object = None  # RunningJob -> when it likely ends (ms)
     _releases: list[_Release] | None = None
+    _first_end: int | None = None  # the earliest end_ms among `releases`, once asked
     resv: Reservation | None = None
     resv_rank: int = -1  # the class of the job holding `resv`: a higher class is not held back by it
     resv_cpus: int = 0
@@ -87,6 +88,18 @@ class _Node:
         if self._releases is None:
             self._releases = [_Release(self.end_of(r), r.gpus, r.spec.cpus, r.spec.mem_gb) for r in self.running]
         return self._releases
+
+    def add_release(self, r: _Release) -> None:
+        """What a placement this cycle gives back, and when."""
+        self.releases.append(r)
+        if self._first_end is not None:
+            self._first_end = min(self._first_end, r.end_ms)
+
+    def first_end(self) -> int | None:
+        """When the first of `releases` comes back; None if nothing is to come back."""
+        if self._first_end is None and self.releases:
+            self._first_end = min(r.end_ms for r in self.releases)
+        return self._first_end
 
 
 def static_terms(job: PendingJob, now_ms: int, config: PolicyConfig) -> dict[str, float]:
@@ -182,8 +195,8 @@ def _reserve(spec: JobSpec, nodes: list[_Node], now_ms: int) -> Reservation | No
             continue
         if len(node.free) >= spec.gpus:
             order.append((now_ms, i))
-        elif node.releases:
-            order.append((min(r.end_ms for r in node.releases), i))
+        elif node.first_end() is not None:
+            order.append((node.first_end(), i))
     order.sort()
     best: Reservation | None = None
     best_key = None
@@ -438,8 +451,8 @@ class _Cycle:
         node.cpus -= spec.cpus
         node.mem_gb -= spec.mem_gb
         self.note_placed(node, spec.id)
-        node.releases.append(_Release(_end_ms(spec, self.now, self.now, self.config), chosen, spec.cpus,
-                                      spec.mem_gb))
+        node.add_release(_Release(_end_ms(spec, self.now, self.now, self.config), chosen, spec.cpus,
+                                  spec.mem_gb))
         u = self.usage[spec.user]
         u[0] += len(chosen); u[1] += spec.cpus; u[2] += spec.mem_gb
         self.teams.take(spec)
@@ -598,7 +611,7 @@ class _Cycle:
             self.free_total -= len(gpus)
             node.free = set()
             self.note_placed(node, spec.id)
-            node.releases.append(_Release(end, gpus, 0, 0.0))
+            node.add_release(_Release(end, gpus, 0, 0.0))
         self.refresh_free(*chosen)
         u = self.usage[spec.user]
         u[0] += have; u[1] += spec.cpus; u[2] += spec.mem_gb
@@ -789,7 +802,7 @@ class _Cycle:
             return Code.LOWER_SCORE, self.lower_score_reason(spec, *took)
         if best is None:
             return Code.NO_FIT_NOW, f"needs {need}; no node has room now"
-        total = len(usable(spec, best.view, [g.index for g in best.view.gpus]))
+        total = usable_count(spec, best.view)
         return Code.NO_FIT_NOW, (f"needs {need}; best node {best.view.name} has {best_free} of {total} "
                                  f"matching GPUs free, {best.cpus} CPUs free")
 
@@ -990,14 +1003,14 @@ class _NeverFit:
 
 def _whole_node_usable(spec: JobSpec, view: NodeView) -> bool:
     """May a gang member of `spec` take this node whole (every GPU of the right type and memory)?"""
-    return bool(view.gpus) and len(usable(spec, view, [g.index for g in view.gpus])) == len(view.gpus)
+    return bool(view.gpus) and usable_count(spec, view) == len(view.gpus)
 
 
 def _never_reason(spec: JobSpec, views: list[NodeView]) -> str:
     need = describe_need(spec)
     if not views:
         return f"needs {need}; no live node is registered"
-    best = max(views, key=lambda v: (len(usable(spec, v, [g.index for g in v.gpus])), v.cpus, v.name))
-    k = len(usable(spec, best, [g.index for g in best.gpus]))
+    best = max(views, key=lambda v: (usable_count(spec, v), v.cpus, v.name))
+    k = usable_count(spec, best)
     return (f"needs {need}; no live node could ever hold it (largest: {best.name} with {k} "
             f"matching GPUs, {best.cpus} CPUs, {best.mem_gb:g} GB RAM)")
