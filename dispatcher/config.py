@@ -74,10 +74,38 @@ class Timing:
     lease_s: float = 5.0
 
     @property
+    def margin_s(self) -> float:
+        """Slack between an attempt's fence and the scheduler's verdict: for the kill to land and
+        for clocks that do not run at quite the same rate."""
+        return max(0.5, self.node_timeout_s * 0.1)
+
+    @property
     def fence_s(self) -> float:
-        """A node agent that could not heartbeat for this long kills its jobs itself (they are about
-        to be rerun elsewhere): well inside node_timeout_s, so two copies never run at once."""
-        return max(self.heartbeat_s * 2, self.node_timeout_s * 0.6)
+        """A node's jobs are killed on the node once this long has passed since the agent *sent* the
+        last heartbeat Redis took (workers/keeper.py, even while the agent itself is stopped; the
+        agent too, when it is cut off). The scheduler requeues them only when it has itself seen no
+        new heartbeat for node_timeout_s, counted from no earlier than that heartbeat's arrival, so
+        the copy is dead at least margin_s before its job may start elsewhere."""
+        return self.node_timeout_s - self.margin_s
+
+    @property
+    def socket_s(self) -> float:
+        """The read timeout of the agent's Redis connection: a silent partition shows as an error
+        within it, so the agent notices (and reports) a cut well inside fence_s."""
+        return min(5.0, max(0.2, self.fence_s / 3))
+
+    def check(self) -> "Timing":
+        """Refuse, in one line, clocks that cannot fence in time or that fence healthy nodes."""
+        from .errors import ConfigError
+
+        need = 2 * self.heartbeat_s + self.socket_s
+        if self.fence_s < need:
+            raise ConfigError(f"DISPATCH_NODE_TIMEOUT_S={self.node_timeout_s:g} is too short for "
+                              f"DISPATCH_HEARTBEAT_S={self.heartbeat_s:g}: a node's jobs would be killed after "
+                              f"{self.fence_s:g}s without a heartbeat, under two beats plus a Redis timeout "
+                              f"({need:g}s); set DISPATCH_NODE_TIMEOUT_S to at least {need + self.margin_s:g}",
+                              key="DISPATCH_NODE_TIMEOUT_S")
+        return self
 
     @classmethod
     def from_env(cls) -> "Timing":

@@ -7,9 +7,12 @@ node's command stream (preempt, cancel, shrink; dispatcher/control.py). SIGINT/S
 agent then puts its running jobs back in the queue and deregisters the node.
 
 Failures (docs/guarantees.md): on start the agent kills what an earlier agent of
-this node left running and requeues the jobs Redis still shows on this node; when
-it cannot heartbeat for Timing.fence_s it kills its jobs itself, since the
-scheduler reruns them elsewhere once the node is silent for node_timeout_s.
+this node left running, replays what that agent kept in its outbox (workers/outbox.py)
+and requeues the jobs Redis still shows on this node; it outlives any Redis outage
+and reconnects by itself. A keeper process (workers/keeper.py) kills the node's jobs
+once Timing.fence_s has passed since the last heartbeat Redis took, even while the
+agent is stopped, since the scheduler reruns them elsewhere once the node is silent
+for node_timeout_s.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from pathlib import Path
 from dispatcher import control
 from dispatcher.config import Timing
 from dispatcher.store import keys
+from dispatcher.store.connect import clone
 from dispatcher.store.nodes import remove_node, schedule_facts, write_heartbeat
 from dispatcher.store.scripts import Scripts
 
 from . import idle, jobs, procs, usage
+from .keeper import Keeper
 
 log = logging.getLogger("dispatch.agent")
 
@@ -44,10 +49,12 @@ class NodeAgent:
     def __init__(self, client, ns: str, name: str, probe, *, cpus: int | None = None,
                  mem_gb: float | None = None, work_dir: Path, timing: Timing | None = None, url: str = "",
                  run_as_user: bool = False, verifier=None, kill_zombies: bool = False):
+        self.timing = (timing or Timing()).check()
+        # every call fails within socket_s, so a silent partition shows well inside fence_s
+        client = clone(client, socket_timeout=self.timing.socket_s, socket_connect_timeout=self.timing.socket_s)
         self.client, self.ns, self.name, self.probe = client, ns, name, probe
         self.cpus = cpus if cpus is not None else (os.cpu_count() or 1)
         self.mem_gb = mem_gb if mem_gb is not None else default_mem_gb()
-        self.timing = timing or Timing()
         self.scripts = Scripts(client, ns)
         self.supervisor = jobs.Supervisor(client, ns, name, self.scripts, Path(work_dir), url, run_as_user,
                                           verifier)
@@ -56,18 +63,23 @@ class NodeAgent:
                                    heartbeat_s=self.timing.heartbeat_s)
         self._stop = threading.Event()
         self._last_facts = None  # schedule_facts of the last heartbeat Redis took
-        self._last_beat = time.monotonic()  # the last heartbeat Redis took
+        self._last_beat = time.monotonic()  # when the last heartbeat Redis took was sent
+        self.keeper = Keeper(Path(work_dir), self.timing.fence_s)
         self.kill_zombies = kill_zombies
         self._zombies_seen: set[int] = set()
 
     def heartbeat(self) -> list:
-        """Write the GPUs' state; returns the sample written (GpuInfo list)."""
+        """Write the GPUs' state and tell the keeper; returns the sample written (GpuInfo list)."""
         gpus = self.mark_zombies(self.probe.gpus())
         facts = schedule_facts(gpus, self.cpus, self.mem_gb)
         changed = facts != self._last_facts  # the scheduler rereads the node, and wakes for it
+        sent = time.monotonic()  # the keeper counts from before the write, never from its reply
         write_heartbeat(self.client, self.ns, self.name, gpus, self.cpus, self.mem_gb, int(time.time() * 1000),
                         announce=changed, changed=changed)
         self._last_facts = facts
+        self._last_beat = sent
+        if self.keeper.proc is not None:
+            self.keeper.beat(sent)
         return gpus
 
     def mark_zombies(self, gpus: list) -> list:
@@ -108,7 +120,6 @@ class NodeAgent:
         while not self._stop.wait(self.timing.heartbeat_s):
             try:
                 gpus = self.heartbeat()
-                self._last_beat = time.monotonic()
                 self.supervisor.flush_outbox()
                 self.supervisor.check()
                 self.peak_memory.sample()  # each job's peak GPU memory, into its record (workers/usage.py)
@@ -123,10 +134,25 @@ class NodeAgent:
                     self.supervisor.fence_all(f"node {self.name} could not reach Redis for {silent:.0f}s")
 
     def recover(self) -> list[str]:
-        """Before taking work: kill what an earlier agent of this node left running, and put back in
-        the queue every job Redis still shows on this node (that agent died without saying so)."""
+        """Before taking work: kill what an earlier agent of this node left running, write what it
+        kept in its outbox (outcomes of jobs that ended while Redis was away), and put back in the
+        queue every job Redis still shows on this node (that agent died without saying so)."""
         self.supervisor.kill_leftovers()
+        self.supervisor.flush_outbox()
         return self.supervisor.reconcile(f"node {self.name} agent restarted; attempt lost", everything=True)
+
+    def _until_redis_answers(self, what: str, step) -> bool:
+        """Run `step` until Redis takes it, backing off to 10 s; False if a stop came meanwhile."""
+        wait = 0.5
+        while not self._stop.is_set():
+            try:
+                step()
+                return True
+            except Exception as e:
+                log.warning("%s: %s; retrying in %.1fs", what, e, wait)
+                self._stop.wait(wait)
+                wait = min(wait * 2, 10.0)
+        return False
 
     def _control_loop(self) -> None:
         """Commands left unfinished by an earlier agent of this node first, then new ones as they come."""
@@ -148,15 +174,16 @@ class NodeAgent:
         `before_shutdown` runs first (`dispatch up` stops its scheduler there, so that
         nothing is placed on this node while its jobs are being requeued).
         """
-        import redis
         from rq import Queue, SimpleWorker
         from rq.serializers import JSONSerializer
 
-        from dispatcher.store.connect import clone
-
         jobs._supervisor = self.supervisor
-        self.recover()
-        self.heartbeat()
+        stop = _StopOnSignal(self._stop)
+        if not (self._until_redis_answers("recovering the node's jobs", self.recover)
+                and self._until_redis_answers("first heartbeat", self.heartbeat)):
+            self.shutdown()
+            return
+        self.keeper.start(self._last_beat)
         beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         beat.start()
         threading.Thread(target=self._control_loop, name="control", daemon=True).start()
@@ -166,20 +193,26 @@ class NodeAgent:
         log.info("node %s: %d GPUs, %d CPUs, %.0f GB; listening on RQ queue %s",
                  self.name, len(self.probe.gpus()), self.cpus, self.mem_gb, queue.name)
         try:
-            while True:
-                worker = SimpleWorker([queue], connection=rq_client, serializer=JSONSerializer,
-                                      name=f"{self.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
-                try:
+            wait = 0.5
+            while not self._stop.is_set():
+                worker = None
+                try:  # SimpleWorker itself talks to Redis: a server that is down fails its constructor
+                    worker = SimpleWorker([queue], connection=rq_client, serializer=JSONSerializer,
+                                          name=f"{self.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
+                    started = time.monotonic()
                     worker.work(logging_level="WARNING", with_scheduler=False)
                     break  # a warm shutdown (SIGINT/SIGTERM)
-                except redis.exceptions.RedisError as e:
-                    # RQ retries a lost server while it waits for work, but not while it is finishing a
-                    # launch: the agent outlives that (its jobs, heartbeats and outbox carry on) and
-                    # starts a new worker once the server is back
-                    log.warning("RQ worker stopped on a Redis error (%s); starting a new one in 1 s", e)
-                    time.sleep(1.0)
-                    if getattr(worker, "_stop_requested", False):  # SIGINT/SIGTERM came meanwhile
+                except Exception as e:
+                    # RQ retries a lost server while it waits for work, but not while it starts or
+                    # finishes a launch: the agent outlives that (its jobs, heartbeats and outbox carry
+                    # on) and starts a new worker once the server is back
+                    if worker is not None and time.monotonic() - started > 60:
+                        wait = 0.5
+                    log.warning("RQ worker stopped (%s: %s); starting a new one in %.1fs", type(e).__name__, e, wait)
+                    stop.install()  # RQ's handlers belong to the worker that stopped
+                    if self._stop.wait(wait) or getattr(worker, "_stop_requested", False):
                         break
+                    wait = min(wait * 2, 10.0)
         finally:
             if before_shutdown is not None:
                 before_shutdown()
@@ -193,5 +226,19 @@ class NodeAgent:
         except Exception as e:
             log.warning("could not deregister node %s: %s", self.name, e)
         self.supervisor.stop_all()
+        self.keeper.close()
         self.probe.close()
         jobs._supervisor = None
+
+
+class _StopOnSignal:
+    """SIGINT/SIGTERM while no RQ worker runs (Redis away): stop the agent cleanly."""
+
+    def __init__(self, stop: threading.Event):
+        self.stop = stop
+        self.install()
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: self.stop.set())

@@ -16,10 +16,8 @@ outcome that cannot be written (Redis away) waits in an outbox until it can.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -31,12 +29,14 @@ from pathlib import Path
 from dispatcher import control
 from dispatcher.model import CANCELLED, FAILED, PENDING, SUCCEEDED, JobSpec
 from dispatcher.store import keys
-from dispatcher.store.codec import decode_spec
+from dispatcher.store.codec import decode_spec, encode_spec
 from dispatcher.store.connect import text
 from dispatcher.store.jobs import append_log
 from dispatcher.store.scripts import lost_attempt
 
-from .procs import environs
+from . import proctrack
+from .keeper import FENCED_DIR, PID_DIR, fenced_epoch
+from .outbox import Outbox
 
 log = logging.getLogger("dispatch.agent")
 
@@ -46,48 +46,6 @@ _supervisor: "Supervisor | None" = None
 #: A job touches this file in its DISPATCH_CHECKPOINT_DIR to report a checkpoint
 #: (the same as running `dispatch checkpointed`).
 CHECKPOINT_FILE = "CHECKPOINTED"
-
-_PR_SET_PDEATHSIG = 1
-try:  # resolved in the agent, so the forked child makes one plain call and nothing else
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):  # not Linux
-    _prctl = None
-
-
-def _die_with_agent() -> None:
-    """In the job's process, before exec: SIGKILL it when the agent's spawning thread dies."""
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-#: util-linux's setpriv sets the same death signal and then execs the job. Starting it needs no
-#: preexec_fn, so Popen can use vfork instead of copying the agent's address space for every job
-#: (a few ms each on a busy node); without setpriv the agent falls back to _die_with_agent.
-_SETPRIV = shutil.which("setpriv")
-
-
-def _spawn_args(command: list[str], cwd: str | None, env: dict) -> tuple[list[str], dict]:
-    """argv and extra Popen arguments that start `command` so that it dies with the agent. Raises
-    FileNotFoundError (as Popen would) for a program that is not there, so that the job fails with
-    "cannot start" and not with setpriv's exit code."""
-    if _SETPRIV is None:
-        return command, {"preexec_fn": _die_with_agent}
-    program = command[0]
-    if "/" in program:
-        found = os.access(os.path.join(cwd or ".", program), os.X_OK)
-    else:
-        found = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
-    if not found:
-        raise FileNotFoundError(2, "No such file or directory", program)
-    return [_SETPRIV, "--pdeathsig", "KILL", "--", *command], {}
-
-
-def _in_group(pid: int, pgid: int) -> bool:
-    try:
-        return os.getpgid(pid) == pgid
-    except OSError:
-        return False
-
 
 def unix_identity(user: str, ckpt_dir: Path, env: dict) -> dict:
     """Popen arguments that run a job as its submitting Unix user (Slurm's model: the agent is root,
@@ -130,6 +88,8 @@ class Running:
     ckpt_seen: float = 0.0
     thread: threading.Thread | None = field(default=None, repr=False)
     gpus: tuple[int, ...] = ()  # the GPUs it was given (CUDA_VISIBLE_DEVICES)
+    attempt: proctrack.Attempt | None = None  # what finds all of its processes
+    unsent: bytearray = field(default_factory=bytearray, repr=False)  # output Redis did not take yet
 
 
 class Supervisor:
@@ -141,11 +101,13 @@ class Supervisor:
         self.verifier = verifier  # identity on: start only jobs whose record is what their user signed
         self.running: dict[str, Running] = {}
         self.lock = threading.Lock()
-        self.outbox: list[tuple[tuple, dict]] = []  # outcomes Redis did not take yet, oldest first
+        self.outbox = Outbox(work_dir)  # what Redis did not take yet, on disk, oldest first
+        self.cgroups = proctrack.node_cgroup(work_dir)  # None: jobs are tracked by session and marks
+        self._suspects: set[int] = set()  # GPU processes owned by no job at the last look
         # every job process is forked by this one long-lived thread: PDEATHSIG fires when the
         # forking *thread* ends, so it must not be a job's watcher thread
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="spawn")
-        self.pid_dir = work_dir / "pids"
+        self.pid_dir = work_dir / PID_DIR
 
     # -- starting ---------------------------------------------------------------------------
     def launch(self, job_id: str, epoch: int) -> str:
@@ -201,28 +163,37 @@ class Supervisor:
             except LookupError as e:
                 self._finish(job_id, epoch, FAILED, None, f"{e} on node {self.node}")
                 return "failed"
+        (self.work_dir / FENCED_DIR / job_id).unlink(missing_ok=True)
+        cgroup = proctrack.make_cgroup(proctrack.attempt_cgroup(self.cgroups, job_id, epoch))
         try:
-            argv, dying = _spawn_args(list(spec.command), cwd, env)
+            argv, dying = proctrack.spawn_args(list(spec.command), cwd, env)
             proc = self._spawner.submit(
-                subprocess.Popen, argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                subprocess.Popen, proctrack.into_cgroup(argv, cgroup), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                 **dying, **identity).result()
         except OSError as e:
+            proctrack.remove_cgroup(cgroup)
             msg = f"cannot start {spec.command[0]!r}: {e.strerror or e}"
             append_log(self.client, self.ns, job_id, (msg + "\n").encode())
             self._finish(job_id, epoch, FAILED, 127, msg)
             return "failed"
         self._record_pid(job_id, epoch, proc.pid)
-        started = self.scripts.mark_running(job_id, epoch, now_ms(), proc.pid)
         ckpt_file = ckpt / CHECKPOINT_FILE
         run = Running(job_id, epoch, proc, spec, ckpt,
                       ckpt_seen=ckpt_file.stat().st_mtime if ckpt_file.exists() else 0.0,
-                      gpus=tuple(int(g) for g in gpu_list.split(",") if g.strip().isdigit()))
+                      gpus=tuple(int(g) for g in gpu_list.split(",") if g.strip().isdigit()),
+                      attempt=proctrack.Attempt(job_id, epoch, proc.pid, cgroup))
+        with self.lock:  # before Redis hears of it: its GPU processes are never taken for zombies
+            self.running[job_id] = run
+        try:
+            started = self.scripts.mark_running(job_id, epoch, now_ms(), proc.pid)
+        except Exception as e:  # Redis away: the job runs; its start is written when Redis is back
+            log.warning("job %s: could not record its start yet (%s)", job_id, e)
+            self.outbox.add("running", job_id, epoch, now_ms(), proc.pid)
+            started = 1
         if started != 1:
             run.stopping = "stale" if started == 0 else "cancel"
             self._signal(run, grace_s=0)
-        with self.lock:
-            self.running[job_id] = run
         run.thread = threading.Thread(target=self._watch, args=(run, log_path), name=f"job-{job_id}", daemon=True)
         run.thread.start()
         log.info("job %s started on GPUs [%s], pid %d", job_id, gpu_list, proc.pid)
@@ -240,21 +211,18 @@ class Supervisor:
 
     # -- watching ----------------------------------------------------------------------------
     def _watch(self, run: Running, log_path: Path) -> None:
-        out = run.proc.stdout
-        with open(log_path, "ab") as f:
-            while True:
-                chunk = out.read1(65536)
-                if not chunk:
-                    break
-                f.write(chunk)
-                f.flush()
-                try:
-                    append_log(self.client, self.ns, run.job_id, chunk)
-                except Exception as e:  # the log is best effort; the outcome is not
-                    log.warning("job %s: log write failed: %s", run.job_id, e)
+        """The job ends when its main process ends: what it left running is stopped (after its grace
+        period), then its outcome is written."""
+        reader = threading.Thread(target=self._copy_output, args=(run, log_path), name=f"log-{run.job_id}",
+                                  daemon=True)
+        reader.start()
         code = run.proc.wait()
+        self._stop_leftovers(run)
+        reader.join(5.0)  # the output pipe closes with the last process that held it
         self._forget_pid(run.job_id, run.epoch)
         try:  # it stays in `running` until its outcome is written (or queued): reconcile must not take it
+            if run.unsent:
+                self.outbox.add("log", run.job_id, run.epoch, bytes(run.unsent))
             self._ended(run, code)
             for entry_id in run.acks:
                 control.ack(self.client, self.ns, self.node, entry_id)
@@ -265,15 +233,53 @@ class Supervisor:
                 if self.running.get(run.job_id) is run:
                     del self.running[run.job_id]
 
+    def _copy_output(self, run: Running, log_path: Path) -> None:
+        """The job's output, into its node-side log file and its log stream. What Redis does not take
+        waits (up to 1 MiB, the newest kept) and goes with the next chunk, or into the outbox."""
+        out = run.proc.stdout
+        with open(log_path, "ab") as f:
+            while True:
+                chunk = out.read1(65536)
+                if not chunk:
+                    break
+                f.write(chunk)
+                f.flush()
+                run.unsent += chunk
+                del run.unsent[:-(1 << 20)]
+                try:
+                    append_log(self.client, self.ns, run.job_id, bytes(run.unsent))
+                    run.unsent.clear()
+                except Exception as e:  # kept for the next chunk, or for the outbox at the end
+                    log.warning("job %s: log write failed: %s", run.job_id, e)
+
+    def _stop_leftovers(self, run: Running) -> None:
+        """The main process ended: SIGTERM what it left (children, daemons, setsid escapees), SIGKILL
+        what is still there after the job's grace period, and remove its cgroup."""
+        a = run.attempt
+        if a is None:
+            return
+        left = proctrack.pids(a)
+        if left:
+            log.warning("job %s: its main process ended and left %d processes; stopping them", run.job_id, len(left))
+            proctrack.signal_attempt(a, signal.SIGTERM)
+            deadline = time.monotonic() + run.spec.grace_s
+            while time.monotonic() < deadline and proctrack.pids(a):
+                time.sleep(0.1)
+            proctrack.signal_attempt(a, signal.SIGKILL)
+        proctrack.remove_cgroup(a.cgroup)
+
     def _ended(self, run: Running, code: int) -> None:
         cmd = run.command
+        if not run.stopping and code == -signal.SIGKILL and fenced_epoch(self.work_dir, run.job_id) == run.epoch:
+            run.stopping = "fenced"  # killed by the node's keeper (workers/keeper.py)
         if run.stopping == "stale":
             log.warning("job %s: stale copy (epoch %d) stopped; outcome not reported", run.job_id, run.epoch)
         elif run.stopping == "cancel":
             self._finish(run.job_id, run.epoch, CANCELLED, code, cmd.get("reason") or "cancelled by user")
         elif run.stopping == "fenced":
             self._finish(run.job_id, run.epoch, PENDING, None,
-                         f"node {self.node} was cut off from Redis; its copy was killed and the attempt lost",
+                         f"node {self.node} could not heartbeat in time (cut off from Redis, or its agent "
+                         f"stopped); its copy was killed and the attempt lost",
                          **lost_attempt(run.spec))
         elif run.stopping == "requeue":
             self._finish(run.job_id, run.epoch, PENDING, None, f"node {self.node} agent stopped; requeued",
@@ -302,13 +308,14 @@ class Supervisor:
 
     def _finish(self, job_id, epoch, state, exit_code, reason, **kw) -> None:
         """Record an outcome (finish.lua, fenced by the epoch). If Redis cannot take it now, it waits
-        in the outbox, with the time it happened, and flush_outbox() writes it later."""
+        in the outbox on disk, with the time it happened, and flush_outbox() writes it later."""
         kw.setdefault("at_ms", now_ms())
         try:
             self._write_outcome(job_id, epoch, state, exit_code, reason, **kw)
         except Exception:
-            with self.lock:
-                self.outbox.append(((job_id, epoch, state, exit_code, reason), kw))
+            if kw.get("spec") is not None:
+                kw["spec"] = encode_spec(kw["spec"])
+            self.outbox.add("finish", job_id, epoch, state, exit_code, reason, kw)
             raise
 
     def _write_outcome(self, job_id, epoch, state, exit_code, reason, *, at_ms, **kw) -> None:
@@ -318,16 +325,35 @@ class Supervisor:
             log.warning("job %s: outcome %s refused (epoch %d is stale)", job_id, state, epoch)
 
     def flush_outbox(self) -> None:
-        """Write the outcomes that waited for Redis, oldest first; stops at the first failure."""
-        while True:
-            with self.lock:
-                if not self.outbox:
-                    return
-                args, kw = self.outbox[0]
-            self._write_outcome(*args, **kw)
-            with self.lock:
-                self.outbox.pop(0)
-            log.info("job %s: outcome %s recorded after Redis came back", args[0], args[2])
+        """Write what waited for Redis, oldest first; stops at the first Redis error. An entry that
+        cannot be understood is set aside (outbox/*.unreadable), never retried forever."""
+        import redis
+
+        while (first := self.outbox.first()) is not None:
+            path, entry = first
+            try:
+                self._replay(*entry)
+            except (redis.exceptions.RedisError, OSError):
+                raise
+            except Exception as e:
+                log.error("outbox entry %s cannot be replayed (%s); set aside", path.name, e)
+                path.rename(path.with_suffix(".unreadable"))
+            self.outbox.done(path)
+            log.info("job %s: %s recorded after Redis came back", entry[1], entry[0])
+
+    def _replay(self, kind, job_id, epoch, *rest) -> None:
+        if kind == "log":
+            append_log(self.client, self.ns, job_id, rest[0])
+        elif kind == "running":
+            self.scripts.mark_running(job_id, epoch, rest[0], rest[1])  # check() stops a copy now stale
+        elif kind == "finish":
+            state, exit_code, reason, kw = rest
+            kw = dict(kw)
+            if kw.get("spec") is not None:
+                kw["spec"] = decode_spec(kw["spec"], key="outbox spec")
+            self._write_outcome(job_id, epoch, state, exit_code, reason, **kw)
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
 
     # -- what an earlier agent of this node left --------------------------------------------
     def _record_pid(self, job_id: str, epoch: int, pid: int) -> None:
@@ -344,26 +370,20 @@ class Supervisor:
 
     def kill_leftovers(self) -> list[str]:
         """At agent start: kill what jobs an earlier agent of this node started are still running
-        (it was killed -9: PR_SET_PDEATHSIG took the job's first process, not its children). Each job
-        led its own process group, numbered by its recorded pid; a live member of that group counts
-        only if it carries that job's DISPATCH_JOB_ID and epoch, so a reused pid is never killed."""
+        (it was killed -9: PR_SET_PDEATHSIG took the job's first process, not its children). An
+        attempt's processes are those of its cgroup, or those that carry its DISPATCH_JOB_ID and
+        epoch (workers/proctrack.py), so a reused pid is never killed."""
+        from .keeper import read_attempts
+
         killed = []
-        for path in sorted(self.pid_dir.glob("*")) if self.pid_dir.is_dir() else []:
-            try:
-                pgid, epoch = (int(x) for x in path.read_text().split())
-            except (OSError, ValueError):
-                path.unlink(missing_ok=True)
-                continue
-            marks = (f"DISPATCH_JOB_ID={path.name}".encode(), f"DISPATCH_EPOCH={epoch}".encode())
-            if any(all(m in env for m in marks) and _in_group(pid, pgid) for pid, env in environs()):
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                    killed.append(path.name)
-                    log.warning("killed job %s (process group %d), left running by an earlier agent of this node",
-                                path.name, pgid)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            path.unlink(missing_ok=True)
+        for a in read_attempts(self.work_dir):
+            if proctrack.pids(a):
+                proctrack.signal_attempt(a, signal.SIGKILL)
+                killed.append(a.job_id)
+                log.warning("killed job %s (epoch %d), left running by an earlier agent of this node",
+                            a.job_id, a.epoch)
+            proctrack.remove_cgroup(a.cgroup)
+            (self.pid_dir / a.job_id).unlink(missing_ok=True)
         return killed
 
     def reconcile(self, reason: str, *, everything: bool = False, settle_ms: int = 5000) -> list[str]:
@@ -378,7 +398,7 @@ class Supervisor:
         now = now_ms()
         with self.lock:  # jobs it runs, and jobs whose outcome waits in the outbox
             mine = {(r.job_id, r.epoch) for r in self.running.values()}
-            mine |= {(args[0], args[1]) for args, _ in self.outbox}
+            mine |= self.outbox.attempts()
         requeued = []
         for job_id, (node, epoch, state, started, raw) in zip(ids, pipe.execute()):
             epoch = int(text(epoch) or 0)
@@ -400,22 +420,46 @@ class Supervisor:
         return requeued
 
     def foreign(self, procs: dict[int, list[int]]) -> dict[int, list[int]]:
-        """Of the GPU processes (GPU -> PIDs), those in no job's session: each job is started as
-        the leader of its own session, so everything it spawns shares its session id."""
+        """Of the GPU processes (GPU -> PIDs), those that are no job's at two looks in a row (a job's
+        process is in its session, its cgroup, or carries its marks; a job being started is
+        registered before its first process can show on a GPU)."""
         with self.lock:
-            owners = {r.proc.pid for r in self.running.values()}
-        out = {}
+            runs = list(self.running.values())
+        sessions = {r.proc.pid for r in runs}
+        attempts = {(r.job_id.encode(), str(r.epoch).encode()) for r in runs}
+        out, suspects = {}, set()
         for gpu, pids in procs.items():
             bad = []
             for pid in pids:
-                try:
-                    if os.getsid(pid) not in owners:
-                        bad.append(pid)
-                except (ProcessLookupError, PermissionError):
+                if self._owned(pid, sessions, attempts):
                     continue
+                suspects.add(pid)
+                if pid in self._suspects:
+                    bad.append(pid)
             if bad:
                 out[gpu] = bad
+        self._suspects = suspects
         return out
+
+    def _owned(self, pid: int, sessions: set[int], attempts: set[tuple[bytes, bytes]]) -> bool:
+        try:
+            if os.getsid(pid) in sessions:
+                return True
+        except (ProcessLookupError, PermissionError):
+            return True  # gone: nothing to report
+        if self.cgroups is not None:
+            try:
+                with open(f"/proc/{pid}/cgroup") as f:
+                    if f"/{self.cgroups.name}/" in f.read():
+                        return True
+            except OSError:
+                pass
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(e.partition(b"=")[::2] for e in f.read().split(b"\0"))
+        except OSError:
+            return False
+        return (env.get(b"DISPATCH_JOB_ID"), env.get(b"DISPATCH_EPOCH")) in attempts
 
     def fence_all(self, why: str) -> int:
         """This node was cut off from Redis for too long: its jobs are about to be (or were) rerun
@@ -430,21 +474,18 @@ class Supervisor:
 
     # -- stopping ----------------------------------------------------------------------------
     def _signal(self, run: Running, grace_s: float, first: signal.Signals = signal.SIGTERM) -> None:
-        """Send `first` to the job's process group, then SIGKILL what is left after grace_s (in a thread)."""
+        """Send `first` to every process of the job (its group, its cgroup, escapees that carry its
+        marks), then SIGKILL what is left after grace_s (in a thread)."""
+        a = run.attempt or proctrack.Attempt(run.job_id, run.epoch, run.proc.pid)
+
         def go():
-            try:
-                os.killpg(run.proc.pid, first)
-            except ProcessLookupError:
-                return
+            proctrack.signal_attempt(a, first)
             if first == signal.SIGKILL:
                 return
             deadline = time.monotonic() + grace_s
             while time.monotonic() < deadline and run.proc.poll() is None:
                 time.sleep(0.05)
-            try:
-                os.killpg(run.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            proctrack.signal_attempt(a, signal.SIGKILL)
         threading.Thread(target=go, name=f"kill-{run.job_id}", daemon=True).start()
 
     def handle(self, entry_id, cmd: dict) -> None:

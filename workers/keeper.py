@@ -1,0 +1,150 @@
+"""The node's keeper: a small process beside the agent that stops the node's jobs when the agent
+can no longer vouch for them (docs/guarantees.md, "fencing").
+
+The agent fences its own jobs when it cannot heartbeat, but an agent that is stopped (SIGSTOP, a
+hung host, a swap storm) or blocked in a socket read fences nothing. So the agent starts this
+keeper, and after every heartbeat Redis took it writes one line to the keeper's stdin: the
+CLOCK_MONOTONIC time at which it *sent* that heartbeat. The keeper kills every job of the node
+(workers/proctrack.py: cgroup, process group, marked escapees) once `fence_s` has passed since the
+latest such time, and keeps killing what it finds until a newer heartbeat arrives. The scheduler
+requeues a node's jobs only after it has itself seen no new heartbeat for node_timeout_s, which is
+fence_s + margin_s (dispatcher/config.py Timing), so a copy is dead before its job starts elsewhere.
+
+The keeper knows no Redis and holds no credentials: it reads the attempt records the agent keeps
+in its work dir. When the agent dies (its stdin closes) the keeper kills the node's jobs and exits.
+Each job it kills is marked in <work dir>/fenced/<job id> (its epoch), so the agent reports it as
+fenced rather than as killed from outside.
+
+    python -m workers.keeper <work dir> <fence seconds> <monotonic time of the last heartbeat>
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import proctrack
+
+log = logging.getLogger("dispatch.keeper")
+
+PID_DIR, FENCED_DIR = "pids", "fenced"
+
+
+def read_attempts(work_dir: Path) -> list[proctrack.Attempt]:
+    """The attempts the agent recorded as started and not yet ended (<work dir>/pids/<job id>:
+    "<pgid> <epoch>"), and those whose cgroup exists (an attempt being started is in its cgroup
+    before its pid is recorded)."""
+    root = proctrack.node_cgroup(work_dir)
+    out = {}
+    pid_dir = work_dir / PID_DIR
+    for path in sorted(pid_dir.glob("*")) if pid_dir.is_dir() else []:
+        try:
+            pgid, epoch = (int(x) for x in path.read_text().split())
+        except (OSError, ValueError):
+            continue
+        out[(path.name, epoch)] = proctrack.Attempt(path.name, epoch, pgid,
+                                                    proctrack.attempt_cgroup(root, path.name, epoch))
+    for cg in proctrack.leftover_cgroups(root):
+        job_id, _, epoch = cg.name.rpartition(".")
+        if job_id and epoch.isdigit() and (job_id, int(epoch)) not in out:
+            out[(job_id, int(epoch))] = proctrack.Attempt(job_id, int(epoch), 0, cg)
+    return list(out.values())
+
+
+def fenced_epoch(work_dir: Path, job_id: str) -> int | None:
+    try:
+        return int((work_dir / FENCED_DIR / job_id).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def fence(work_dir: Path, why: str) -> list[str]:
+    """Kill every recorded attempt of the node; returns the job ids killed."""
+    killed = []
+    (work_dir / FENCED_DIR).mkdir(parents=True, exist_ok=True)
+    for a in read_attempts(work_dir):
+        if not proctrack.pids(a) and not proctrack.cgroup_pids(a.cgroup):
+            continue
+        (work_dir / FENCED_DIR / a.job_id).write_text(str(a.epoch))
+        proctrack.signal_attempt(a, signal.SIGKILL)
+        killed.append(a.job_id)
+    if killed:
+        log.warning("keeper: killed jobs %s: %s", ", ".join(killed), why)
+    return killed
+
+
+def main(work_dir: Path, fence_s: float, last_sent: float) -> int:
+    """`last_sent`: when the agent sent the last heartbeat Redis took before it started this keeper."""
+    fd = sys.stdin.fileno()
+    deadline = last_sent + fence_s
+    buf = b""
+    while True:
+        wait = max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select([fd], [], [], min(wait, 0.5) if wait > 0 else 0.2)
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                fence(work_dir, "the node agent is gone")
+                return 0
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                try:
+                    deadline = max(deadline, float(line) + fence_s)
+                except ValueError:
+                    continue
+        now = time.monotonic()
+        if now >= deadline:
+            fence(work_dir, f"the node agent sent no heartbeat Redis took for {now - deadline + fence_s:.1f}s "
+                            f"(stopped, hung or cut off)")
+
+
+class Keeper:
+    """The agent's handle on its keeper process."""
+
+    def __init__(self, work_dir: Path, fence_s: float):
+        self.work_dir, self.fence_s = Path(work_dir), fence_s
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, last_sent: float) -> None:
+        root = str(Path(__file__).resolve().parents[1])
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_REDIS")}
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        # no death signal: the keeper outlives the agent long enough to kill what the agent left
+        # (its stdin closes); a session of its own keeps a terminal's Ctrl-C away from it
+        self.proc = subprocess.Popen([sys.executable, "-m", "workers.keeper", str(self.work_dir), repr(self.fence_s),
+                                      repr(last_sent)], stdin=subprocess.PIPE, env=env, start_new_session=True)
+
+    def beat(self, sent: float) -> None:
+        """The heartbeat sent at monotonic time `sent` was taken by Redis. Restarts a dead keeper."""
+        if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:
+                log.warning("the node's keeper exited (code %s); restarting it", self.proc.returncode)
+            self.start(sent)
+        try:
+            self.proc.stdin.write(f"{sent!r}\n".encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            log.warning("cannot reach the node's keeper (%s); restarting it", e)
+            self.start(sent)
+
+    def close(self) -> None:
+        """The agent stops on purpose, its jobs already stopped: the keeper goes without killing."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    sys.exit(main(Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])))

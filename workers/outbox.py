@@ -1,0 +1,84 @@
+"""What a node agent could not write to Redis yet, kept on disk until it can.
+
+Each entry is one file in <work dir>/outbox, written to a temporary name, fsynced and renamed (and
+the directory fsynced), so it survives the agent's kill -9 and the host's power loss. Entries are
+msgpack, oldest first by a sequence number in the name:
+
+- ("log", job id, epoch, bytes): output the job wrote while Redis was away;
+- ("running", job id, epoch, started ms, pid): the start of an attempt;
+- ("finish", job id, epoch, state, exit code, reason, keywords): an attempt's outcome.
+
+The next agent of the node replays them before it looks for lost attempts (workers/agent.py
+recover), so a job that finished while Redis was down is recorded as finished, never rerun. Every
+write is fenced by the attempt's epoch in its Lua script: a replay of a copy that was meanwhile
+rerun elsewhere is refused.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from pathlib import Path
+
+import msgpack
+
+
+class Outbox:
+    def __init__(self, work_dir: Path):
+        self.dir = Path(work_dir) / "outbox"
+        self.lock = threading.Lock()
+        self._seq = itertools.count(int(time.time() * 1e6))
+        self._entries: list[tuple[Path, tuple]] = []
+        self._load()
+
+    def _load(self) -> None:
+        if not self.dir.is_dir():
+            return
+        for path in sorted(self.dir.glob("*.entry")):
+            try:
+                entry = tuple(msgpack.unpackb(path.read_bytes(), raw=False))
+            except (OSError, ValueError, msgpack.UnpackException):
+                path.rename(path.with_suffix(".unreadable"))  # kept for a person to look at
+                continue
+            self._entries.append((path, entry))
+
+    def add(self, *entry) -> None:
+        """Keep `entry` (a tuple of plain values and bytes) on disk, fsynced, and in memory."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / f"{next(self._seq):020d}.entry"
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            f.write(msgpack.packb(list(entry), use_bin_type=True))
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with self.lock:
+            self._entries.append((path, entry))
+
+    def first(self) -> tuple[Path, tuple] | None:
+        with self.lock:
+            return self._entries[0] if self._entries else None
+
+    def done(self, path: Path) -> None:
+        with self.lock:
+            self._entries = [(p, e) for p, e in self._entries if p != path]
+        path.unlink(missing_ok=True)
+
+    def attempts(self) -> set[tuple[str, int]]:
+        """(job id, epoch) of every attempt with an entry waiting."""
+        with self.lock:
+            return {(str(e[1]), int(e[2])) for _, e in self._entries}
+
+    def holds(self, job_id: str, epoch: int) -> bool:
+        return (job_id, epoch) in self.attempts()
+
+    def __len__(self) -> int:
+        with self.lock:
+            return len(self._entries)

@@ -1,0 +1,228 @@
+"""Which processes are a job's, and stopping all of them.
+
+A job is started as the leader of its own session and process group, and every process it
+spawns carries its DISPATCH_JOB_ID and DISPATCH_EPOCH. Where the host allows it (cgroup v2,
+writable: root, or a delegated subtree), each attempt also gets its own cgroup, as Slurm's
+proctrack/cgroup does: a process that leaves the session (`setsid`, a daemon's double fork)
+stays in it, and `cgroup.kill` stops them all at once. Without cgroups the session, the
+process group and the environment marks are what is left; an escapee that also clears its
+environment is then out of reach.
+
+The node agent (workers/jobs.py) and its keeper (workers/keeper.py) both stop jobs through
+`stop_attempt`, so the two agree on what belongs to a job.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from .procs import environs
+
+log = logging.getLogger("dispatch.agent")
+
+_PR_SET_PDEATHSIG = 1
+try:  # resolved in the agent, so the forked child makes one plain call and nothing else
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
+
+
+def _die_with_agent() -> None:
+    """In the job's process, before exec: SIGKILL it when the agent's spawning thread dies."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+#: util-linux's setpriv sets the same death signal and then execs the job. Starting it needs no
+#: preexec_fn, so Popen can use vfork instead of copying the agent's address space for every job
+#: (a few ms each on a busy node); without setpriv the agent falls back to _die_with_agent.
+_SETPRIV = shutil.which("setpriv")
+
+
+def spawn_args(command: list[str], cwd: str | None, env: dict) -> tuple[list[str], dict]:
+    """argv and extra Popen arguments that start `command` so that it dies with the agent. Raises
+    FileNotFoundError (as Popen would) for a program that is not there, so that the job fails with
+    "cannot start" and not with setpriv's exit code."""
+    if _SETPRIV is None:
+        return command, {"preexec_fn": _die_with_agent}
+    program = command[0]
+    if "/" in program:
+        found = os.access(os.path.join(cwd or ".", program), os.X_OK)
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+    if not found:
+        raise FileNotFoundError(2, "No such file or directory", program)
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", *command], {}
+
+
+def _cgroup2_mount() -> Path | None:
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 2 and parts[2] == "cgroup2":
+                    return Path(parts[1])
+    except OSError:
+        pass
+    return None
+
+
+def _own_cgroup() -> str | None:
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        pass
+    return None
+
+
+def node_cgroup(work_dir: Path) -> Path | None:
+    """The cgroup that holds this node agent's job cgroups (created if need be), below the agent's
+    own cgroup; None where cgroup v2 is not there or not writable. Named after the work dir, so a
+    restarted agent of the same node finds what its predecessor left."""
+    if os.environ.get("DISPATCH_NO_CGROUPS") == "1":
+        return None
+    mount, own = _cgroup2_mount(), _own_cgroup()
+    if mount is None or own is None:
+        return None
+    tag = hashlib.sha1(str(Path(work_dir).resolve()).encode()).hexdigest()[:10]
+    path = mount / own.lstrip("/") / f"dispatch-{tag}"
+    try:
+        path.mkdir(exist_ok=True)
+        probe = path / "probe"
+        probe.mkdir(exist_ok=True)
+        probe.rmdir()
+    except OSError:
+        return None
+    return path
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a job on this node: what finds its processes."""
+
+    job_id: str
+    epoch: int
+    pgid: int = 0  # the job's first process, leader of its session and process group
+    cgroup: Path | None = None  # its own cgroup, if the node has them
+
+    def marks(self) -> tuple[bytes, bytes]:
+        return f"DISPATCH_JOB_ID={self.job_id}".encode(), f"DISPATCH_EPOCH={self.epoch}".encode()
+
+
+def attempt_cgroup(root: Path | None, job_id: str, epoch: int) -> Path | None:
+    return None if root is None else root / f"{job_id}.{epoch}"
+
+
+def make_cgroup(path: Path | None) -> Path | None:
+    if path is None:
+        return None
+    try:
+        path.mkdir(exist_ok=True)
+        return path
+    except OSError as e:
+        log.warning("cannot create cgroup %s (%s); the job is tracked by its session", path, e)
+        return None
+
+
+def into_cgroup(argv: list[str], cgroup: Path | None) -> list[str]:
+    """argv that first moves its process into `cgroup` and then execs argv (the shell's builtin
+    echo writes its own pid, "0"), so not one child of the job starts outside it."""
+    if cgroup is None:
+        return argv
+    return ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *argv]
+
+
+def cgroup_pids(cgroup: Path | None) -> list[int]:
+    if cgroup is None:
+        return []
+    try:
+        return [int(x) for x in (cgroup / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def pids(attempt: Attempt) -> set[int]:
+    """Every live process of the attempt: its cgroup's where it has one (nothing leaves a cgroup
+    on its own), else every process anywhere that carries its marks (an escapee from the session
+    included)."""
+    if attempt.cgroup is not None and attempt.cgroup.is_dir():
+        return set(cgroup_pids(attempt.cgroup))
+    marks = attempt.marks()
+    out = {pid for pid, env in environs() if all(m in env for m in marks)}
+    out.discard(os.getpid())
+    return out
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return -1
+
+
+def signal_attempt(attempt: Attempt, sig: signal.Signals) -> int:
+    """Send `sig` to every process of the attempt; returns how many got it. Without a cgroup its
+    process group is signalled too (members that cleared their environment), but only while a
+    marked member shows the group is still the job's and not a reused number."""
+    members = pids(attempt)
+    if sig == signal.SIGKILL and attempt.cgroup is not None:
+        try:
+            (attempt.cgroup / "cgroup.kill").write_text("1")
+        except OSError:
+            pass
+    sent = 0
+    if attempt.cgroup is None and attempt.pgid and any(_pgid(p) == attempt.pgid for p in members):
+        try:
+            os.killpg(attempt.pgid, sig)
+            sent += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in members:
+        try:
+            os.kill(pid, sig)
+            sent += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return sent
+
+
+def remove_cgroup(cgroup: Path | None) -> None:
+    """Remove an attempt's (empty) cgroup; one with processes left is killed first."""
+    if cgroup is None or not cgroup.exists():
+        return
+    if cgroup_pids(cgroup):
+        try:
+            (cgroup / "cgroup.kill").write_text("1")
+        except OSError:
+            pass
+    for _ in range(50):
+        try:
+            cgroup.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            import time
+
+            time.sleep(0.02)
+    log.warning("cgroup %s still holds processes; left in place", cgroup)
+
+
+def leftover_cgroups(root: Path | None) -> list[Path]:
+    """Attempt cgroups an earlier agent of this node left."""
+    if root is None:
+        return []
+    try:
+        return sorted(p for p in root.iterdir() if p.is_dir())
+    except OSError:
+        return []
