@@ -1,0 +1,226 @@
+"""Nothing runs on two nodes at once and nothing finished runs again, when a node agent is stopped,
+silently cut off from Redis, or killed while Redis is down (docs/guarantees.md). Every attempt
+writes its own file of start, ticks and end; overlaps and reruns are judged from those files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from dispatcher.embedded import EmbeddedServer
+from dispatcher.store import keys
+from dispatcher.store.connect import connect
+from dispatcher.store.jobs import read_job
+
+from .linkproxy import LinkProxy
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+FAST = {"DISPATCH_HEARTBEAT_S": "0.5", "DISPATCH_NODE_TIMEOUT_S": "5"}
+
+#: An attempt of `ticks` x 0.2 s, each line with the time, in $OUT/<job>.<attempt>.<node>.<pid>.
+TICKING = ('f="$OUT/$DISPATCH_JOB_ID.$DISPATCH_ATTEMPT.$DISPATCH_NODE.$$"; echo "start $(date +%s.%N)" >> "$f"; '
+           'i=0; while [ $i -lt {ticks} ]; do echo "tick $(date +%s.%N)" >> "$f"; sleep 0.2; i=$((i+1)); done; '
+           'echo "end $(date +%s.%N)" >> "$f"')
+
+
+def attempts(out: Path, job_id: str) -> list[dict]:
+    """Each attempt of the job: its node, first and last time seen alive, and whether it ended."""
+    found = []
+    for f in sorted(out.glob(f"{job_id}.*")):
+        rows = [line.split() for line in f.read_text().splitlines() if len(line.split()) == 2]
+        if rows:
+            found.append({"node": f.name.split(".")[2], "first": float(rows[0][1]), "last": float(rows[-1][1]),
+                          "ended": rows[-1][0] == "end"})
+    return sorted(found, key=lambda a: a["first"])
+
+
+def overlaps(runs: list[dict]) -> list[tuple]:
+    return [(a["node"], b["node"], round(a["last"] - b["first"], 2))
+            for i, a in enumerate(runs) for b in runs[i + 1:] if b["first"] < a["last"]]
+
+
+def wait_running(cli, client, job_id, timeout=30):
+    return cli.wait_for(lambda: (lambda j: j if j["state"] == "running" else None)(read_job(client, cli.ns, job_id)),
+                        timeout=timeout, what=f"job {job_id} to run")
+
+
+def two_nodes(cli, tmp_path, env, urls=None):
+    agents = {}
+    for n in ("a", "b"):
+        agents[n] = cli.start("worker", "--node", n, "--fake-gpus", "1xA100-40GB", "--work-dir", str(tmp_path / n),
+                              log_name=f"worker-{n}", **dict(env, **({"DISPATCH_REDIS_URL": urls[n]} if urls else {})))
+    return agents
+
+
+def test_a_stopped_agent_past_the_node_timeout_has_its_job_killed_before_it_runs_elsewhere(cli, client, tmp_path):
+    out = tmp_path / "runs"
+    out.mkdir()
+    agents = two_nodes(cli, tmp_path, FAST)
+    cli.start("scheduler", **FAST)
+    job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=60))
+    first = wait_running(cli, client, job)
+    stopped = agents[first["node"]]
+    cli.wait_for(lambda: attempts(out, job), what="the first attempt to tick")
+
+    os.kill(stopped.pid, signal.SIGSTOP)  # a hung host, a long GC: the agent fences nothing itself
+    try:
+        cli.wait_for(lambda: len(attempts(out, job)) == 2, timeout=40, what="the job to start on the other node")
+        time.sleep(2)
+    finally:
+        os.kill(stopped.pid, signal.SIGCONT)
+    assert cli.run("wait", job, "--timeout", "60").returncode == 0, cli.show(job)
+
+    runs = attempts(out, job)
+    assert [r["node"] for r in runs] == [first["node"], ({"a", "b"} - {first["node"]}).pop()], runs
+    assert overlaps(runs) == [], f"two copies ran at once: {runs}"
+    assert [r["ended"] for r in runs] == [False, True], runs
+    assert stopped.poll() is None, "the stopped agent should carry on once continued"
+    shown = cli.show(job)
+    assert "could not heartbeat in time" in shown["attempts"][0]["reason"] or "lost" in shown["attempts"][0]["reason"]
+
+
+def test_a_silent_partition_kills_the_cut_off_copy_before_the_job_reruns(cli, client, tmp_path, redis_url):
+    out = tmp_path / "runs"
+    out.mkdir()
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    links = {n: LinkProxy(port) for n in ("a", "b")}
+    try:
+        two_nodes(cli, tmp_path, FAST, urls={n: p.url() for n, p in links.items()})
+        cli.start("scheduler", **FAST)
+        job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=60))
+        first = wait_running(cli, client, job)
+        cli.wait_for(lambda: attempts(out, job), what="the first attempt to tick")
+        links[first["node"]].cut()  # packets dropped, nothing refused: calls hang until their timeout
+        cli.wait_for(lambda: len(attempts(out, job)) == 2, timeout=40, what="the job to start on the other node")
+        links[first["node"]].heal()
+        assert cli.run("wait", job, "--timeout", "60").returncode == 0, cli.show(job)
+    finally:
+        for p in links.values():
+            p.close()
+    runs = attempts(out, job)
+    assert len(runs) == 2 and overlaps(runs) == [], f"two copies ran at once: {runs}"
+    assert [r["ended"] for r in runs] == [False, True], runs
+
+
+def test_a_clock_that_cannot_fence_in_time_is_refused_in_one_line(cli):
+    p = cli.run("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", check=False, timeout=30,
+                DISPATCH_HEARTBEAT_S="1", DISPATCH_NODE_TIMEOUT_S="2")
+    assert p.returncode != 0
+    assert p.stderr.strip().count("\n") == 0 and "DISPATCH_NODE_TIMEOUT_S" in p.stderr, p.stderr
+
+
+@pytest.fixture
+def own_server(tmp_path):
+    server = EmbeddedServer(tmp_path / "redis", fsync="everysec").start()
+    yield server
+    server.stop()
+
+
+def test_a_job_that_ends_while_redis_is_down_is_recorded_once_though_its_agent_is_killed(cli, tmp_path, own_server):
+    env = dict(FAST, DISPATCH_REDIS_URL=own_server.url, DISPATCH_NODE_TIMEOUT_S="30")
+    out = tmp_path / "runs"
+    out.mkdir()
+    work = tmp_path / "a"
+    agent = cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), **env)
+    cli.start("scheduler", **env)
+    client = connect(own_server.url)
+    job = cli.run("submit", "--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=10),
+                  **env).stdout.strip()
+    wait_running(cli, client, job)
+    client.close()
+
+    own_server.proc.send_signal(signal.SIGKILL)  # Redis away ...
+    own_server.proc.wait()
+    cli.wait_for(lambda: any(r["ended"] for r in attempts(out, job)), timeout=30, what="the job to end")
+    time.sleep(1.0)
+    os.kill(agent.pid, signal.SIGKILL)  # ... and then the agent holding its outcome dies
+    agent.wait(10)
+    own_server.start()
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), log_name="worker-again",
+              **env)
+    assert cli.run("wait", job, "--timeout", "60", **env).returncode == 0
+    runs = attempts(out, job)
+    assert len(runs) == 1 and runs[0]["ended"], f"the finished job ran again: {runs}"
+    client = connect(own_server.url)
+    assert read_job(client, cli.ns, job)["state"] == "succeeded"
+    client.close()
+
+
+def test_agents_outlive_redis_killed_three_times_during_submits(cli, tmp_path, own_server):
+    env = dict(FAST, DISPATCH_REDIS_URL=own_server.url)
+    out = tmp_path / "runs"
+    out.mkdir()
+    agents = [cli.start("worker", "--node", n, "--fake-gpus", "2xA100-40GB", "--work-dir", str(tmp_path / n),
+                        log_name=f"worker-{n}", **env) for n in ("a", "b", "c")]
+    cli.start("scheduler", **env)
+    jobs = []
+    for kill in range(3):
+        for _ in range(10):
+            p = cli.run("submit", "--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=3),
+                        check=False, **env)
+            if p.returncode == 0:
+                jobs.append(p.stdout.strip())
+        own_server.proc.send_signal(signal.SIGKILL)
+        own_server.proc.wait()
+        time.sleep(1.5)  # agents are mid-launch, mid-heartbeat, mid-outcome
+        own_server.start()
+    client = connect(own_server.url)
+    cli.wait_for(lambda: all(read_job(client, cli.ns, j)["state"] == "succeeded" for j in jobs), timeout=120,
+                 what="every acknowledged job to succeed")
+    client.close()
+    assert [a.poll() for a in agents] == [None, None, None], "an agent exited on a Redis outage"
+    for j in jobs:
+        ended = [r for r in attempts(out, j) if r["ended"]]
+        assert len(ended) == 1, (j, attempts(out, j))
+        assert overlaps(attempts(out, j)) == [], (j, attempts(out, j))
+
+
+def _marked(ns: str, job_id: str) -> list[int]:
+    """Live processes that carry the job's id in their environment."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and f"DISPATCH_JOB_ID={job_id}".encode() in (d / "environ").read_bytes().split(b"\0") \
+                    and f"DISPATCH_NAMESPACE={ns}".encode() in (d / "environ").read_bytes().split(b"\0") \
+                    and (d / "stat").read_text().rpartition(")")[2].split()[0] not in "ZX":
+                found.append(int(d.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("cgroups", ["cgroups", "sessions"])
+def test_a_job_ends_with_its_main_process_and_takes_its_leftovers_with_it(cli, client, tmp_path, cgroups):
+    env = {"DISPATCH_NO_CGROUPS": "1"} if cgroups == "sessions" else {}
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", **env)
+    cli.start("scheduler")
+    started = time.monotonic()
+    job = cli.submit("--gpus", "1", "--", "sh", "-c", "sleep 300 & setsid sleep 301 & echo main done")
+    assert cli.run("wait", job, "--timeout", "40").returncode == 0, cli.show(job)
+    assert time.monotonic() - started < 30, "the job waited for its background children"
+    cli.wait_for(lambda: not _marked(cli.ns, job), timeout=10, what="the job's leftovers to be killed")
+    assert read_job(client, cli.ns, job)["state"] == "succeeded"
+
+
+@pytest.mark.parametrize("cgroups", ["cgroups", "sessions"])
+def test_cancel_reaches_a_process_that_left_the_jobs_session(cli, client, tmp_path, cgroups):
+    env = {"DISPATCH_NO_CGROUPS": "1"} if cgroups == "sessions" else {}
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", **env)
+    cli.start("scheduler")
+    pidfile = tmp_path / "escapee.pid"
+    job = cli.submit("--gpus", "1", "--", "sh", "-c",
+                     f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 302' & sleep 303")
+    wait_running(cli, client, job)
+    cli.wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the escapee to start")
+    escapee = int(pidfile.read_text())
+    assert os.getsid(escapee) != int(client.hget(keys.job(cli.ns, job), "pid")), "it left the job's session"
+    cli.run("cancel", job)
+    cli.wait_for(lambda: read_job(client, cli.ns, job)["state"] == "cancelled", what="the cancel")
+    cli.wait_for(lambda: not Path(f"/proc/{escapee}").exists()
+                 or Path(f"/proc/{escapee}/stat").read_text().rpartition(")")[2].split()[0] in "ZX",
+                 timeout=15, what="the escapee to be killed")
