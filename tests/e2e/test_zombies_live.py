@@ -60,3 +60,24 @@ def test_kill_zombies_kills_the_process_and_frees_the_gpu(cli, tmp_path):
         if z.poll() is None:
             z.kill()
             z.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_kill_zombies_never_takes_a_just_started_job_for_a_zombie(cli, client, tmp_path):
+    """Heartbeats ten times a second, so that many look at the GPUs while a job is being started."""
+    from dispatcher.store.jobs import read_job
+
+    env = {"DISPATCH_HEARTBEAT_S": "0.1"}
+    cli.start("scheduler", **env)
+    cli.start("worker", "--node", "busy", "--fake-gpus", "4xA100-40GB", "--cpus", "8", "--work-dir",
+              str(tmp_path / "busy"), "--kill-zombies", log_name="worker-busy", **env)
+    from dispatcher.api import Client
+
+    jobs = Client(cli.url, cli.ns).submit_many([{"command": ["sleep", "0.2"], "gpus": 1}] * 300)
+    cli.wait_for(lambda: all(read_job(client, cli.ns, j)["state"] in ("succeeded", "failed") for j in jobs),
+                 timeout=240, what="every job to end")
+    records = [read_job(client, cli.ns, j) for j in jobs]
+    assert [j["id"] for j in records if j["state"] != "succeeded" or int(j.get("attempt") or 0)] == []
+    log = next(tmp_path.glob("worker-busy*.log")).read_text()
+    assert "which no job owns" not in log, log[-2000:]
