@@ -15,6 +15,7 @@ from .codec import decode_spec, encode_spec
 from .connect import text
 from .dependencies import check_dependencies
 from .history import Predictor, plan_estimate
+from .quarantine import tolerant, valid_name, wrong_type
 
 #: Per-job log stream cap (entries, each a chunk of output lines).
 LOG_MAXLEN = 10_000
@@ -159,11 +160,16 @@ def read_job(client, ns: str, job_id: str) -> dict:
     pipe = client.pipeline(transaction=True)
     pipe.hgetall(keys.job(ns, job_id))
     pipe.lrange(keys.job_attempts(ns, job_id), 0, -1)
-    raw, attempts = pipe.execute()
+    raw, attempts = pipe.execute(raise_on_error=False)
+    if isinstance(raw, Exception):
+        if wrong_type(raw):
+            raise MalformedRecord(f"job {job_id}", "its record is not a hash")
+        raise raw
     if not raw:
         raise JobNotFound(job_id)
     view = job_view(job_id, raw)
-    view["attempts"] = [attempt_view(a) for a in attempts]
+    view["attempts"] = [attempt_view(a) for a in attempts] if isinstance(attempts, list) else [
+        {"outcome": "unreadable attempt record"}]
     view["prediction_error"] = prediction_error(view)
     return view
 
@@ -191,20 +197,61 @@ def attempt_view(raw: bytes) -> dict:
 
 
 def read_jobs(client, ns: str, job_ids: list[str]) -> list[dict]:
+    """The views of these jobs; ids that are not job ids, and records that are absent or not hashes,
+    are left out."""
+    job_ids = [j for j in job_ids if valid_name(j)]
     pipe = client.pipeline(transaction=False)
     for job_id in job_ids:
         pipe.hgetall(keys.job(ns, job_id))
-    return [job_view(j, raw) for j, raw in zip(job_ids, pipe.execute()) if raw]
+    return [job_view(j, raw) for j, raw in zip(job_ids, pipe.execute(raise_on_error=False))
+            if raw and isinstance(raw, dict)]
 
 
 def read_queue(client, ns: str, *, include_final: bool = False, limit: int = 1000) -> list[dict]:
-    """Pending and active jobs (and recent finished ones if asked), oldest first."""
-    ids = [text(i) for i in client.zrange(keys.jobs_active(ns), 0, -1)]
-    ids += [text(i) for i in client.zrange(keys.jobs_pending(ns), 0, limit - 1)]
+    """Pending and active jobs (and recent finished ones if asked), oldest first. An index of the wrong
+    type (the leading scheduler sets it aside and rebuilds it) is stood in for by the latest `limit`
+    jobs of the all-jobs index that are not finished."""
+    def latest():
+        return [text(i) for i in tolerant(lambda: client.zrange(keys.jobs_all(ns), -limit, -1), [])]
+
     if include_final:
-        ids = [text(i) for i in client.zrange(keys.jobs_all(ns), -limit, -1)]
+        return _oldest_first(read_jobs(client, ns, latest()))
+    pipe = client.pipeline(transaction=False)
+    pipe.zrange(keys.jobs_active(ns), 0, -1)
+    pipe.zrange(keys.jobs_pending(ns), 0, limit - 1)
+    got = pipe.execute(raise_on_error=False)
+    for e in got:
+        if isinstance(e, Exception) and not wrong_type(e):
+            raise e
+    ids = list(dict.fromkeys(text(i) for part in got if not isinstance(part, Exception) for i in part))
     jobs = read_jobs(client, ns, ids)
+    if any(isinstance(part, Exception) for part in got):
+        seen = set(ids)
+        jobs += [j for j in read_jobs(client, ns, [i for i in latest() if i not in seen]) if not is_final(j["state"])]
+    return _oldest_first(jobs)
+
+
+def _oldest_first(jobs: list[dict]) -> list[dict]:
     return sorted(jobs, key=lambda j: (j["submitted_at"] or 0, int(j["id"]) if j["id"].isdigit() else 0))
+
+
+def rebuild_indexes(client, ns: str, which: str, now_ms: int) -> int:
+    """Add back to the job indexes what the job records say belongs there (which: any of "a" the
+    all-jobs index, "p" pending, "x" active), after an index of the wrong type was set aside; adds
+    only. The ids come from the all-jobs index, or, to rebuild that one, from a SCAN of the job
+    hashes. Returns the entries added."""
+    if "a" in which:
+        ids = [text(k)[len(keys.job(ns, "")):] for k in client.scan_iter(match=keys.job_pattern(ns), count=1000,
+                                                                          _type="hash")]
+    else:
+        ids = [text(i) for i in tolerant(lambda: client.zrange(keys.jobs_all(ns), 0, -1), [])]
+    ids = sorted({i for i in ids if valid_name(i)}, key=lambda i: (len(i), i))
+    pipe = client.pipeline(transaction=False)
+    for chunk in scripts.chunks(len(ids)):
+        part = ids[chunk]
+        pipe.eval(scripts.source("rebuild_index"), len(part) + 3, *[keys.job(ns, i) for i in part],
+                  keys.jobs_all(ns), keys.jobs_pending(ns), keys.jobs_active(ns), now_ms, which, *part)
+    return sum(pipe.execute()) if len(pipe) else 0
 
 
 def cancel_job(scripts, client, ns: str, job_id: str, now_ms: int, reason: str = "cancelled by user") -> str:
@@ -268,7 +315,7 @@ def preempt_job(scripts, client, ns: str, job_id: str, now_ms: int, *, force: bo
 def read_history(client, ns: str, since_ms: int | None = None) -> list[dict]:
     """Jobs that ran to an end (succeeded or failed, with start and finish times), oldest first."""
     lo = since_ms if since_ms is not None else "-inf"
-    ids = [text(i) for i in client.zrangebyscore(keys.jobs_all(ns), lo, "+inf")]
+    ids = [text(i) for i in tolerant(lambda: client.zrangebyscore(keys.jobs_all(ns), lo, "+inf"), [])]
     out = []
     for i in range(0, len(ids), 1000):
         out += [j for j in read_jobs(client, ns, ids[i:i + 1000])

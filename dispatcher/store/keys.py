@@ -55,6 +55,13 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |                            |        | (store/samples.py)          | the dashboard's charts and       |
 |                            |        |                             | alerts; MAXLEN ~ 12 h of them    |
 | <ns>:chan:events           | pubsub | everyone                    | wake-up only; losing one is fine |
+| <ns>:quarantine            | stream | leading scheduler, agents   | index entries and keys set aside |
+|                            |        | (store/quarantine.py)       | with the reason: key, member,    |
+|                            |        |                             | score, reason, at_ms (moved_to); |
+|                            |        |                             | MAXLEN ~ QUARANTINE_KEPT         |
+| <ns>:quarantine:<key>:<ms> | any    | leading scheduler (RENAME)  | an index or record of the wrong  |
+|                            |        |                             | type, kept for an operator;      |
+|                            |        |                             | nothing reads or deletes it      |
 
 IDs may not contain ':' (checked at the edge).
 """
@@ -178,6 +185,21 @@ def reply(ns: str, request_id: str) -> str:
 
 def events(ns: str) -> str:
     return f"{ns}:chan:events"
+
+
+def quarantine(ns: str) -> str:
+    return f"{ns}:quarantine"
+
+
+def quarantined(ns: str, key: str, at_ms: int) -> str:
+    """Where a key of the wrong type is renamed aside: <ns>:quarantine:<key less its namespace>:<ms>."""
+    rest = key[len(ns) + 1:] if key.startswith(f"{ns}:") else key
+    return f"{ns}:quarantine:{rest}:{at_ms}"
+
+
+def job_pattern(ns: str) -> str:
+    """A SCAN pattern for the job hashes (and their facets: callers keep names with no ':' after the id)."""
+    return f"{ns}:job:*"
 
 
 def rq_queue_name(ns: str, node_name: str) -> str:
