@@ -31,6 +31,8 @@ from .store.policies import digest, record_policy
 from .store.leader import Lease
 from .store.scripts import Scripts
 from .store.mirror import Mirror
+from .store.quarantine import quarantine, wrong_type
+from .store.repair import free_stale_gpus, repair_types, resend, set_aside_all
 from .store.samples import record_sample, sample_due
 from .store.snapshot import RedisPlanner
 
@@ -143,11 +145,33 @@ class Scheduler:
     def cycle(self, quick: bool = False) -> Plan:
         """One scheduling cycle; returns the plan (placements refused at commit are replanned next cycle).
         A standby (another scheduler holds the lease) does nothing and returns an empty plan.
+        A key of the wrong type met anywhere in it (WRONGTYPE) makes it set aside every such key of the
+        namespace, rebuild the indexes behind them (store/repair.py) and run once more.
 
         `quick`: the caller saw only submits since the last cycle. If the mirror agrees (only new
         pending jobs changed, every commit since the last full cycle took, and that cycle is less
         than a tick old), the arrivals are met against the state that cycle left
         (policy.place_arrivals): what a full cycle would do with them, at the cost of the arrivals."""
+        import redis
+
+        try:
+            return self._cycle(quick)
+        except redis.exceptions.ResponseError as e:
+            if not wrong_type(e) or not self._repair(e):
+                raise
+        return self._cycle(False)
+
+    def _repair(self, error) -> bool:
+        """Set aside the keys of the wrong type; whether any was (else `error` is not ours to mend)."""
+        log.error("a key of the wrong type (%s); setting such keys aside", str(error).split(" : <")[0])
+        moved = repair_types(self.client, self.ns, now_ms())
+        self.mirror.invalidate()
+        self._state = None
+        unsent, self.planner.unsent = self.planner.unsent, []
+        resend(self.client, self.ns, unsent)
+        return bool(moved or unsent)
+
+    def _cycle(self, quick: bool) -> Plan:
         if not self._lead():
             return Plan()
         t0 = time.perf_counter()
@@ -161,7 +185,7 @@ class Scheduler:
         if quick and state is not None and state[0].config is config \
                 and time.monotonic() - state[1] < self.timing.tick_s:
             arrivals = self.mirror.refresh()
-            if arrivals is not None and not self.mirror.bad:
+            if arrivals is not None and not (self.mirror.bad or self.mirror.stray or self.mirror.aside):
                 plan = place_arrivals(state[0], arrivals, now)
                 self._commit(plan, self.mirror.epochs, now, profile, config, state, t0, full=False)
                 return plan
@@ -169,6 +193,9 @@ class Scheduler:
         read = self.mirror.sync(now, self.timing.node_timeout_s, config,  # a sample needs fresh utilization
                                 all_nodes=sample_due(self.client, self.ns, now))
         self.planner.quarantine(read.bad_jobs, now)
+        if read.stray or read.aside:  # bad index entries, keys of the wrong type (store/quarantine.py)
+            quarantine(self.client, self.ns, read.stray, now)
+            set_aside_all(self.client, self.ns, read.aside, now)
         self._fail_doomed(now)
         self.watch.observe({n.name: n.seen_ms for n in read.nodes})
         record_sample(self.client, self.ns, now, read, self.timing.node_timeout_s,  # the dashboard's history
@@ -199,6 +226,8 @@ class Scheduler:
         """Commit `plan`, log and record what took; keep `state` for the next quick cycle if all of it took."""
         taken, preempted = self.planner.commit(plan, epochs, now, config.keep_wait_on_requeue, fence=self.lease.fence,
                                                held=self.mirror.held_why, waiting=self.mirror.backlog)
+        if self.planner.held_gpus:  # a GPU the job records call free is held: by a job that holds it?
+            free_stale_gpus(self.client, self.ns, self.planner.held_gpus, now)
         ok = dict(taken)
         started = [p for p in plan.placements if p.job_id in ok]
         for p in started:
@@ -219,6 +248,8 @@ class Scheduler:
         self.stats.publish(pipe, self.ns, now, self.lease.holder, len(self.mirror.backlog), len(self.mirror.running),
                            plan.rest_reason if full else None)
         pipe.execute()
+        if self.planner.failed is not None:  # what took is recorded; now the error (a key of the wrong type?)
+            raise self.planner.failed
 
     def run(self, stop: threading.Event | None = None) -> None:
         """Run cycles until `stop` is set. Redis errors are logged and retried with back-off."""

@@ -25,7 +25,8 @@ from .codec import decode_node_info
 from .connect import text
 from .nodes import NodeRecord, read_changed_infos, read_infos
 from .dependencies import HELD, READY, judge_all
-from .snapshot import ReadResult, SpecCache, node_views, pending_only, read_jobs
+from .quarantine import ACTIVE, Entry, job_entry, valid_name
+from .snapshot import ReadResult, SpecCache, Strays, node_views, pending_only, read_jobs
 
 log = logging.getLogger("dispatch.store")
 
@@ -42,6 +43,9 @@ class Mirror:
         self._nodes: dict[str, tuple[bytes, NodeRecord]] = {}  # name -> (raw info, decoded)
         self.changed = 0  # jobs reread by the last refresh
         self.bad: dict[str, str] = {}  # unusable records met since the last sync
+        self.stray: list[Entry] = []  # bad index entries met since the last sync (quarantine.py)
+        self.aside: list[tuple[str, str]] = []  # keys of the wrong type met since the last sync, with their type
+        self._unreadable: dict[str, object] = {}  # node -> the unreadable info last logged
         self.expected: dict[str, tuple] = {}  # job id -> how our own commit left it (see expect)
         self.held: dict[str, PendingJob] = {}  # pending jobs whose dependencies are not met yet
         self.held_why: dict[str, str] = {}  # held job id -> what it waits for
@@ -63,7 +67,10 @@ class Mirror:
         running = tuple(self.running.values())
         snap = Snapshot(self.backlog, running, node_views(live, running))
         bad, self.bad = self.bad, {}
-        return ReadResult(snap, self.epochs, nodes, pending_only(bad, self._pending_ids(bad)))
+        stray, self.stray = tuple(self.stray), []
+        aside, self.aside = tuple(self.aside), []
+        return ReadResult(snap, self.epochs, nodes, pending_only(bad, self._pending_ids(bad)), stray=stray,
+                          aside=aside)
 
     def refresh(self) -> list[PendingJob] | None:
         """Reread the jobs that changed. Returns the jobs that arrived (new to the mirror, pending), or
@@ -72,18 +79,21 @@ class Mirror:
         was placed is no change."""
         arrivals: list[PendingJob] | None = []
         whole = not self.fresh
+        active: set[str] = set()  # read whole: the active index's ids (one that is no active job is stray)
         if self.fresh:
             pipe = self.client.pipeline(transaction=True)
             pipe.smembers(keys.jobs_changed(self.ns))
             pipe.delete(keys.jobs_changed(self.ns))
-            ids = sorted(text(i) for i in pipe.execute()[0])
+            ids = sorted(self._ids(pipe.execute()[0], keys.jobs_changed(self.ns), "gone", "set"))
         else:
             pipe = self.client.pipeline(transaction=True)
             pipe.delete(keys.jobs_changed(self.ns))
             pipe.zrange(keys.jobs_pending(self.ns), 0, -1)
             pipe.zrange(keys.jobs_active(self.ns), 0, -1)
             _, pending, active = pipe.execute()
-            ids = [text(i) for i in pending] + [text(i) for i in active]
+            active = self._ids(active, keys.jobs_active(self.ns))
+            ids = self._ids(pending, keys.jobs_pending(self.ns)) + active
+            active = set(active)
             self.backlog = Backlog(self.backlog.config)
             self.running, self.epochs, self.cache, self.expected = {}, {}, SpecCache(), {}
             self.held, self.held_why, self.doomed, self._waiting_on = {}, {}, {}, {}
@@ -93,12 +103,18 @@ class Mirror:
             rejudge |= self._waiting_on.get(job_id, set())
             known, was = job_id in self.epochs, self._running_as(job_id)
             self._forget(job_id)
-            if isinstance(got, Exception):
+            if isinstance(got, Strays):
+                self.stray += got
+                arrivals = None
+            elif isinstance(got, Exception):
                 self.bad[job_id] = str(got)
                 arrivals = None
             elif got is None:
                 self.cache.specs.pop(job_id, None)
                 arrivals = None if known else arrivals
+                if job_id in active:  # ended between the two reads, or stray: quarantine.lua tells
+                    self.stray.append(job_entry(self.ns, keys.jobs_active(self.ns), job_id, "not an active job",
+                                                expect=ACTIVE))
             else:
                 job, self.epochs[job_id] = got
                 if isinstance(job, PendingJob) and (job.spec.after or job.spec.after_any):
@@ -122,6 +138,16 @@ class Mirror:
         if released and arrivals is not None:
             arrivals += released
         return arrivals
+
+    def _ids(self, raw, index: str, check: str = "member", kind: str = "zset") -> list[str]:
+        """The members of an index that are job ids; the others are stray."""
+        ids = []
+        for i in raw:
+            if valid_name(i):
+                ids.append(i.decode())
+            else:
+                self.stray.append(Entry(index, i, "not a job id", check, kind=kind))
+        return ids
 
     def _hold(self, job: PendingJob) -> None:
         self.held[job.spec.id] = job
@@ -188,14 +214,20 @@ class Mirror:
         new to the mirror are read and decoded, unless `full` or the mirror was invalidated: then all."""
         if full or not self.nodes_fresh:
             self.client.delete(keys.nodes_changed(self.ns))  # first: a change made during the read is kept
-            infos = read_infos(self.client, self.ns)
+            infos, bad = read_infos(self.client, self.ns)
             self.nodes_fresh = True
         else:
-            beats, raws = read_changed_infos(self.client, self.ns, self._nodes)
+            beats, raws, bad = read_changed_infos(self.client, self.ns, self._nodes)
             infos = [(name, at, raws[name] if name in raws else self._nodes[name][0]) for name, at in beats]
+        self.stray += bad
         out, seen = [], {}
         for name, at, raw in infos:
-            if raw is None:
+            if raw is None:  # a heartbeat with no node record behind it
+                self.stray.append(Entry(keys.nodes_heartbeat(self.ns), name, "no node record", "field", "info",
+                                        keys.node(self.ns, name)))
+                continue
+            if isinstance(raw, Exception):  # a node record of the wrong type: its agent writes it again
+                self.aside.append((keys.node(self.ns, name), "hash"))
                 continue
             cached = self._nodes.get(name)
             try:
@@ -205,8 +237,11 @@ class Mirror:
                 rec = cached[1]
                 out.append(NodeRecord(rec.name, rec.gpus, rec.cpus, rec.mem_gb, int(at), {}))
             except (MalformedRecord, ValueError, OverflowError) as e:  # it costs that node, not the cycle
-                log.error("node %s has an unreadable record (%s); skipped", name, e)
+                if self._unreadable.get(name) != raw:  # logged once, not every cycle
+                    self._unreadable[name] = raw
+                    log.error("node %s has an unreadable record (%s); skipped", name, e)
                 continue
+            self._unreadable.pop(name, None)
             seen[name] = cached
         self._nodes = seen
         return out

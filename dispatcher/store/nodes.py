@@ -9,6 +9,7 @@ from ..model import GpuInfo
 from . import keys, scripts
 from .codec import decode_node_info, encode_node_info
 from .connect import text
+from .quarantine import Entry, is_time, tolerant, valid_name
 
 
 @dataclass(frozen=True)
@@ -54,40 +55,60 @@ def schedule_facts(gpus: list[GpuInfo], cpus: int, mem_gb: float) -> tuple:
     return tuple((g.index, g.name, g.mem_total_gb, g.uuid, g.blocked) for g in gpus), cpus, mem_gb
 
 
-def read_infos(client, ns: str) -> list[tuple[str, float, bytes | None]]:
-    """Every node with a heartbeat: (name, its heartbeat score (ms; unchecked), its raw info record or
-    None)."""
-    beats = [(text(name), seen) for name, seen in client.zrange(keys.nodes_heartbeat(ns), 0, -1, withscores=True)]
+def _beats(ns: str, raw) -> tuple[list[tuple[str, float]], list[Entry]]:
+    """The heartbeat index as (name, score), and its bad entries: a member that is no node name, a
+    score that is not a time."""
+    beats, bad = [], []
+    for name, seen in raw:
+        if not valid_name(name):
+            bad.append(Entry(keys.nodes_heartbeat(ns), name, "not a node name", "member"))
+        elif not is_time(seen):
+            bad.append(Entry(keys.nodes_heartbeat(ns), name, "its heartbeat is not a time", "score", repr(seen)))
+        else:
+            beats.append((text(name), seen))
+    return beats, bad
+
+
+def read_infos(client, ns: str) -> tuple[list[tuple[str, float, bytes | Exception | None]], list[Entry]]:
+    """Every node with a heartbeat: (name, its heartbeat score (ms), its raw info record, None, or the
+    error reading a record of the wrong type), and the heartbeat index's bad entries."""
+    beats, bad = _beats(ns, client.zrange(keys.nodes_heartbeat(ns), 0, -1, withscores=True))
     infos = scripts.hget_each(client, [keys.node(ns, name) for name, _ in beats], "info")
-    return [(name, seen, info) for (name, seen), info in zip(beats, infos)]
+    return [(name, seen, info) for (name, seen), info in zip(beats, infos)], bad
 
 
-def read_changed_infos(client, ns: str, known) -> tuple[list[tuple[str, float]], dict[str, bytes | None]]:
-    """Every node with a heartbeat as (name, score), and the raw info of those that changed since the
-    last call (keys.nodes_changed, taken) or are not in `known`: two round trips, the second only
-    for what changed."""
+def read_changed_infos(client, ns: str, known):
+    """Every node with a heartbeat as (name, score), the raw info of those that changed since the last
+    call (keys.nodes_changed, taken) or are not in `known`, and the heartbeat index's bad entries: two
+    round trips, the second only for what changed."""
     pipe = client.pipeline(transaction=True)
     pipe.zrange(keys.nodes_heartbeat(ns), 0, -1, withscores=True)
     pipe.smembers(keys.nodes_changed(ns))
     pipe.delete(keys.nodes_changed(ns))
     beats, changed, _ = pipe.execute()
-    beats = [(text(name), seen) for name, seen in beats]
+    beats, bad = _beats(ns, beats)
     changed = {text(n) for n in changed}
     todo = [name for name, _ in beats if name in changed or name not in known]
-    return beats, dict(zip(todo, scripts.hget_each(client, [keys.node(ns, n) for n in todo], "info") if todo else ()))
+    raws = dict(zip(todo, scripts.hget_each(client, [keys.node(ns, n) for n in todo], "info") if todo else ()))
+    return beats, raws, bad
 
 
 def read_nodes(client, ns: str) -> tuple[list[NodeRecord], list[str]]:
-    """Every node with a heartbeat and its GPUs held, and the problems met (malformed records are
-    skipped)."""
-    infos = [i for i in read_infos(client, ns) if i[2] is not None]
+    """Every node with a heartbeat and its GPUs held, and the problems met (malformed records, keys of
+    the wrong type and bad heartbeat entries are skipped). Read-only."""
+    infos, bad = tolerant(lambda: read_infos(client, ns), None) or ([], [f"{keys.nodes_heartbeat(ns)} is no zset"])
+    problems = [str(e) for e in bad]
+    infos = [i for i in infos if i[2] is not None]
     pipe = client.pipeline(transaction=False)
     for name, _, _ in infos:
         pipe.hgetall(keys.node_alloc(ns, name))
-    nodes, problems = [], []
-    for (name, seen, info), alloc in zip(infos, pipe.execute()):
+    nodes = []
+    for (name, seen, info), alloc in zip(infos, pipe.execute(raise_on_error=False)):
         try:
             gpus, cpus, mem_gb = decode_node_info(info, key=keys.node(ns, name))
+            if isinstance(alloc, Exception):
+                problems.append(f"{keys.node_alloc(ns, name)} is no hash")
+                alloc = {}
             held = {int(g): text(j) for g, j in alloc.items() if text(g).isascii() and text(g).isdigit()}
             nodes.append(NodeRecord(name, gpus, cpus, mem_gb, int(seen), held))
         except (MalformedRecord, ValueError, OverflowError) as e:

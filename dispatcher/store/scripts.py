@@ -27,12 +27,15 @@ def submit(pipe, ns: str, ids: list[str], args: list) -> None:
               keys.jobs_pending(ns), keys.jobs_changed(ns), *args)
 
 
-def read_jobs(pipe, ns: str, ids: list[str], extra: list[str], fields: tuple[str, ...]) -> None:
-    """Queue read_jobs.lua on `pipe`: `fields` of each job in `ids`, and its `extra` field."""
+def read_jobs(pipe, ns: str, ids: list[str], extra: list[str], fields: tuple[str, ...], *,
+              scores: str | None = None) -> None:
+    """Queue read_jobs.lua on `pipe`: `fields` of each job in `ids`, its `extra` field, and its score in
+    the pending index (or in the zset `scores`)."""
     args: list = [len(fields), *fields]
     for job_id, field in zip(ids, extra):
         args += (job_id, field)
-    pipe.eval(source("read_jobs"), len(ids) + 1, *[keys.job(ns, i) for i in ids], keys.jobs_pending(ns), *args)
+    pipe.eval(source("read_jobs"), len(ids) + 1, *[keys.job(ns, i) for i in ids], scores or keys.jobs_pending(ns),
+              *args)
 
 
 #: Keys one script call reads or writes at most: the server answers other clients between two.

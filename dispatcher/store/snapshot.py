@@ -19,6 +19,7 @@ from ..policy.elastic import is_elastic, run_time
 from .dependencies import READY, judge_all
 from .history import plan_estimate
 from .nodes import NodeRecord, read_nodes
+from .quarantine import ACTIVE, is_time, job_entry, tolerant, valid_name, wrong_type
 
 log = logging.getLogger("dispatch.store")
 
@@ -55,6 +56,15 @@ class ReadResult:
     nodes: list[NodeRecord]
     bad_jobs: dict[str, str]  # job id -> why its record is unusable
     held: dict[str, str] = field(default_factory=dict)  # pending job id -> the dependencies it waits for
+    stray: tuple = ()  # bad index entries met (quarantine.Entry), for the leader to quarantine
+    aside: tuple = ()  # (key, type it should have) of keys of the wrong type met, for the leader to set aside
+
+    def unusable(self, job_id: str) -> str | None:
+        """Why this job's record or index entry cannot be scheduled as it stands, or None."""
+        if job_id in self.bad_jobs:
+            return self.bad_jobs[job_id]
+        why = next((e.reason for e in self.stray if text(e.member) == job_id), None)
+        return None if why is None else f"its index entry is bad ({why}); the scheduler quarantines it"
 
 
 #: The job hash fields the scheduler reads (the spec too, until it is cached).
@@ -62,40 +72,57 @@ _FIELDS = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_
            "last_preempted_ms", "plan_est_s")
 
 
-def read_jobs(client, ns: str, ids, cache: SpecCache):
+class Strays(tuple):
+    """Index entries to quarantine (quarantine.Entry), which read_jobs yields in place of a job."""
+
+
+def read_jobs(client, ns: str, ids, cache: SpecCache, scores: str | None = None):
     """Queue-side view of the given jobs, in one round trip: yields (job id, what) where what is a
     PendingJob, a RunningJob (with its epoch: (job, epoch)), None (neither: ended, or moved between
-    two reads), or an Exception (an unusable record)."""
+    two reads), an Exception (an unusable record), or Strays: entries of the pending index (a score
+    that is not a time, no record, a job not pending) or of either index (a record of the wrong type)
+    to quarantine. `scores`: another zset to take pending jobs' wait scores from (and then the
+    pending index is not judged), for a view that cannot read the pending index."""
     ids = list(ids)
+    pending = keys.jobs_pending(ns)
     pipe = client.pipeline(transaction=False)
     for chunk in scripts.chunks(len(ids)):
         part = ids[chunk]
-        scripts.read_jobs(pipe, ns, part, ["spec" if j not in cache.specs else "state" for j in part], _FIELDS)
+        scripts.read_jobs(pipe, ns, part, ["spec" if j not in cache.specs else "state" for j in part], _FIELDS,
+                          scores=scores)
     replies = []
     for got in pipe.execute(raise_on_error=False):
         if isinstance(got, Exception):  # the call failed as a whole: Redis's trouble, not a record's
             raise got
         replies += got
+    index = None if scores else pending
     for job_id, reply in zip(ids, replies):
         if isinstance(reply, Exception):  # a key of the wrong type is one bad record, not a failed cycle
-            yield job_id, MalformedRecord(f"job {job_id}", f"unreadable record ({reply})")
+            yield job_id, Strays((job_entry(ns, pending, job_id, "not a pending job", expect="pending"),
+                                  job_entry(ns, keys.jobs_active(ns), job_id, "not an active job", expect=ACTIVE)))
             continue
         try:
-            yield job_id, _job_from(job_id, *reply, cache)
+            yield job_id, _job_from(job_id, *reply, cache, ns, index)
         except (MalformedRecord, ValueError) as e:
             yield job_id, e
 
 
-def _job_from(job_id: str, reply, since, cache: SpecCache):
+def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str | None):
     state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, plan_est, raw = reply
     state = text(state)
-    epoch = 0 if epoch is None else int(epoch)  # absent is 0; present must be a number
     if state == "pending":
         if since is None:
             return None  # moved on between the two reads; it is in the changed set again
-        return PendingJob(cache.get(job_id, raw, plan_est), 0 if attempt is None else int(attempt),
-                          int(float(since))), epoch  # (a score comes as text from read_jobs.lua)
+        at = float(since)  # (a score comes as text from read_jobs.lua)
+        if not is_time(at):
+            if index is None:
+                return None
+            return Strays((job_entry(ns, index, job_id, "its score is not a time", "score", text(since),
+                                     restore="submit_ms"),))
+        epoch = 0 if epoch is None else int(epoch)  # absent is 0; present must be a number
+        return PendingJob(cache.get(job_id, raw, plan_est), 0 if attempt is None else int(attempt), int(at)), epoch
     if state in ACTIVE_STATES:
+        epoch = 0 if epoch is None else int(epoch)
         spec = cache.get(job_id, raw, plan_est)
         if spec is None:
             return None
@@ -105,6 +132,8 @@ def _job_from(job_id: str, reply, since, cache: SpecCache):
         return RunningJob(spec, text(node), held,
                           int(started_ms or assigned_ms or 0), int(ckpt_ms or 0), int(preempted_ms or 0),
                           state == "preempting"), epoch
+    if since is not None and index is not None:  # no record, or one that is not pending, in the pending index
+        return Strays((job_entry(ns, index, job_id, "not a pending job", expect="pending"),))
     return None
 
 
@@ -138,18 +167,36 @@ def node_views(live: list[NodeRecord], running) -> tuple[NodeView, ...]:
     return tuple(views)
 
 
+#: Jobs of the all-jobs index (the newest) a view reads when an index is of the wrong type.
+STAND_IN = 100_000
+
+
 def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: SpecCache) -> ReadResult:
-    """Everything at once, for `dispatch why` (the scheduler keeps a Mirror instead)."""
+    """Everything at once, for `dispatch why` (the scheduler keeps a Mirror instead). Read-only: bad
+    index entries are left out (in ReadResult.stray), and an index of the wrong type is stood in for
+    by the newest STAND_IN jobs of the all-jobs index."""
     nodes, _ = read_nodes(client, ns)
     live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
     index = client.pipeline(transaction=True)  # one consistent view of both indexes
     index.zrange(keys.jobs_pending(ns), 0, -1)
     index.zrange(keys.jobs_active(ns), 0, -1)
-    pending, active = index.execute()
-    ids = [text(i) for i in pending] + [text(i) for i in active]
-    pending_jobs, running, epochs, bad = [], [], {}, {}
-    for job_id, got in read_jobs(client, ns, ids, cache):
-        if isinstance(got, Exception):
+    pending, active = index.execute(raise_on_error=False)
+    scores = None
+    if isinstance(pending, Exception) or isinstance(active, Exception):
+        for e in (pending, active):
+            if isinstance(e, Exception) and not wrong_type(e):
+                raise e
+        latest = tolerant(lambda: client.zrange(keys.jobs_all(ns), -STAND_IN, -1), [])
+        if isinstance(pending, Exception):
+            pending, scores = [], keys.jobs_all(ns)
+        active = ([] if isinstance(active, Exception) else active) + latest
+    pending = [text(i) for i in pending if valid_name(i)]
+    ids = list(dict.fromkeys(pending + [text(i) for i in active if valid_name(i)]))
+    pending_jobs, running, epochs, bad, stray = [], [], {}, {}, []
+    for job_id, got in read_jobs(client, ns, ids, cache, scores):
+        if isinstance(got, Strays):
+            stray += got
+        elif isinstance(got, Exception):
             bad[job_id] = str(got)
         elif got is not None:
             job, epochs[job_id] = got
@@ -158,7 +205,7 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
     held = held_back(client, ns, pending_jobs)
     pending_jobs = [p for p in pending_jobs if p.spec.id not in held]
     return ReadResult(Snapshot(tuple(pending_jobs), tuple(running), node_views(live, running)), epochs, nodes,
-                      pending_only(bad, set(ids[:len(pending)])), held)
+                      pending_only(bad, set(pending)), held, tuple(stray))
 
 
 def held_back(client, ns: str, pending) -> dict[str, str]:
@@ -194,6 +241,9 @@ class RedisPlanner:
         self._queue_cls, self._serializer = Queue, JSONSerializer
         self._queues: dict = {}
         self._reasons: dict[str, str] = {}
+        self.unsent: list[tuple[str, dict]] = []  # (node, command): see commit
+        self.held_gpus: list = []  # placements refused because a GPU was held (-3)
+        self.failed: Exception | None = None  # the first error a command of the last commit met
 
     def _queue(self, node: str):
         q = self._queues.get(node)
@@ -217,14 +267,16 @@ class RedisPlanner:
         from .. import control
 
         pipe = self.client.pipeline(transaction=True)
+        commands = []
         for pr in plan.preemptions:
             epoch = epochs[pr.job_id]
             self.scripts.mark_preempting(pr.job_id, epoch, now_ms, f"job {pr.for_job}", pr.mode, pr.reason,
                                          fence=fence, client=pipe)
-            control.send(pipe, self.ns, pr.node, {
+            commands.append({
                 "type": "shrink" if pr.mode == "shrink" else "preempt", "job": pr.job_id, "epoch": epoch,
                 "mode": pr.mode, "keep": list(pr.keep_gpus), "by": f"job {pr.for_job}", "reason": pr.reason,
                 "keep_wait": keep_wait})
+            control.send(pipe, self.ns, pr.node, commands[-1])
         by_node: dict[str, list] = {}
         for p in plan.placements:
             epoch = epochs[p.job_id]
@@ -240,17 +292,26 @@ class RedisPlanner:
             self._queue(node).enqueue_many(datas, pipeline=pipe)
         if plan.placements or plan.preemptions:
             pipe.publish(keys.events(self.ns), b"placed")
-        replies = pipe.execute() if len(pipe) else []
+        replies = pipe.execute(raise_on_error=False) if len(pipe) else []
         n = len(plan.preemptions)
         preempted = [pr for pr, code in zip(plan.preemptions, replies[0:2 * n:2]) if code == 1]
+        # a preemption that took but whose command could not be queued (a control stream of the wrong
+        # type): the scheduler sets the stream aside and sends it again (store/repair.py)
+        self.unsent = [(pr.node, cmd) for pr, cmd, code, sent in zip(plan.preemptions, commands, replies[0:2 * n:2],
+                                                                       replies[1:2 * n:2])
+                       if code == 1 and isinstance(sent, Exception)]
+        failed = next((r for r in replies if isinstance(r, Exception)), None)
         replies = replies[2 * n:]
-        done = []
+        done, self.held_gpus = [], []
         for p, code in zip(plan.placements, replies):
             if isinstance(code, int) and code > 0:
                 done.append((p.job_id, code))
                 self._reasons.pop(p.job_id, None)
             else:
+                if code == -3:  # a GPU the job records call free is held: the scheduler checks who holds it
+                    self.held_gpus.append(p)
                 log.info("placement of job %s on %s refused (code %s); will replan", p.job_id, p.node, code)
+        self.failed = failed  # what took, took; the caller meets the error (and sets wrong types aside)
         return done, preempted
 
     def _write_reasons(self, pipe, plan: Plan, held: dict[str, str], waiting) -> None:

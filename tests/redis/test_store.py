@@ -97,10 +97,13 @@ def test_a_node_record_of_the_wrong_type_costs_that_node_not_the_cycle(client, n
     client.set(keys.node(ns, "bad"), "not a hash")  # still in the heartbeat index
     beat(client, ns, "good")
     job = submit(client, ns, gpus=1)
+    nodes, problems = read_nodes(client, ns)  # a view skips it and says so
+    assert [n.name for n in nodes] == ["good"] and len(problems) == 1 and "bad" in problems[0]
     plan = Scheduler(client, ns).cycle()
     assert [(p.job_id, p.node) for p in plan.placements] == [(job, "good")]
-    nodes, problems = read_nodes(client, ns)
-    assert [n.name for n in nodes] == ["good"] and len(problems) == 1 and "bad" in problems[0]
+    assert client.type(keys.node(ns, "bad")) == b"none"  # set aside (its agent writes it again at its next beat)
+    (moved,) = client.keys(keys.quarantined(ns, keys.node(ns, "bad"), 0)[:-1] + "*")
+    assert client.get(moved) == b"not a hash"
 
 
 def test_a_placement_enqueues_an_rq_job_with_plain_json_arguments(client, ns):

@@ -1,6 +1,6 @@
 -- Read jobs for the scheduler: each job's fields and its place in the pending index, in one call
 -- (a pipeline of two commands a job costs the client more than the server's work).
--- KEYS[1..n] the jobs' hashes   KEYS[n+1] pending zset
+-- KEYS[1..n] the jobs' hashes   KEYS[n+1] pending zset (or another zset to take the scores from)
 -- ARGV[1] m, how many fields   ARGV[2..m+1] the fields   then for each job: its id, and one more field
 --   to read ('spec' while its spec is not cached yet, else 'state')
 -- returns for each job {its m+1 values, its pending score or false}, or an error (a key of the wrong type)
