@@ -21,6 +21,7 @@ from .store import keys, scripts
 from .store.connect import text
 from .store.decisions import read_decisions
 from .store.jobs import read_jobs
+from .store.quarantine import tolerant, valid_name
 from .store.samples import figures, holders, read_samples, smallest_request
 from .store.snapshot import SpecCache, read_snapshot
 
@@ -88,8 +89,9 @@ class Board:
         pipe = self.client.pipeline(transaction=False)
         for r in read.snapshot.running:  # the node agents' idle warnings (workers/idle.py)
             pipe.hmget(keys.job(self.ns, r.spec.id), "warning", "idle_since_ms")
-        warnings = pipe.execute()
-        stats = {k.decode(): text(v) for k, v in self.client.hgetall(keys.scheduler_stats(self.ns)).items()}
+        warnings = [w if isinstance(w, list) else [None, None] for w in pipe.execute(raise_on_error=False)]
+        stats = {text(k): text(v) for k, v in tolerant(lambda: self.client.hgetall(keys.scheduler_stats(self.ns)),
+                                                       {}).items()}
         rest = stats.get("rest_reason") or "no reason recorded yet"  # jobs the last full cycle did not reach
         reasons = {p.spec.id: ("" if isinstance(r, Exception) else text(r)) or rest
                    for p, r in zip(read.snapshot.pending, written)}
@@ -103,13 +105,15 @@ class Board:
     def _read_outcomes(self) -> dict:
         """Counts of the newest finished jobs by state, and their most common reasons."""
         counts, reasons, seen = Counter(), Counter(), 0
-        total = self.client.zcard(keys.jobs_all(self.ns))
+        total = tolerant(lambda: self.client.zcard(keys.jobs_all(self.ns)), 0)
         for end in range(total, max(0, total - OUTCOMES_SCAN), -1000):
-            ids = self.client.zrange(keys.jobs_all(self.ns), max(0, end - 1000), end - 1)
+            ids = tolerant(lambda: self.client.zrange(keys.jobs_all(self.ns), max(0, end - 1000), end - 1), [])
             pipe = self.client.pipeline(transaction=False)
             for i in ids:
-                pipe.hmget(keys.job(self.ns, text(i)), "state", "reason", "exit_code")
-            for state, reason, code in reversed(pipe.execute()):
+                if valid_name(i):
+                    pipe.hmget(keys.job(self.ns, text(i)), "state", "reason", "exit_code")
+            got = [r for r in pipe.execute(raise_on_error=False) if isinstance(r, list)]
+            for state, reason, code in reversed(got):
                 state = text(state)
                 if state not in FINAL_STATES:
                     continue
@@ -283,7 +287,7 @@ class Board:
             events.append((d["time"], f"started on {d['node']} GPUs {d['gpus']}, score {d['score']:.1f}"
                            if d["kind"] == "start" else f"preempted ({d.get('mode')}) for job {d.get('for_job')}"))
         out["timeline"] = [{"t": t, "what": w} for t, w in sorted(events, key=lambda e: e[0])]
-        chunks = self.client.xrevrange(keys.job_log(self.ns, job_id), count=LOG_TAIL_LINES)
-        tail = b"".join(f[b"d"] for _, f in reversed(chunks)).decode(errors="replace")
+        chunks = tolerant(lambda: self.client.xrevrange(keys.job_log(self.ns, job_id), count=LOG_TAIL_LINES), [])
+        tail = b"".join(f.get(b"d", b"") for _, f in reversed(chunks)).decode(errors="replace")
         out["log_tail"] = "\n".join(tail.splitlines()[-LOG_TAIL_LINES:])
         return out

@@ -25,6 +25,7 @@ def queue(ctx, show_all, as_json):
     from .store import keys
     from .store.connect import text
     from .store.jobs import read_queue
+    from .store.quarantine import report, tolerant
 
     jobs = read_queue(ctx.client, ctx.ns, include_final=show_all)
     if as_json:
@@ -32,7 +33,8 @@ def queue(ctx, show_all, as_json):
         return
     now = time.time()
     rows = []
-    rest = text(ctx.client.hget(keys.scheduler_stats(ctx.ns), "rest_reason"))  # jobs the last cycle did not reach
+    rest = text(tolerant(lambda: ctx.client.hget(keys.scheduler_stats(ctx.ns), "rest_reason"),
+                         None))  # why the jobs the last cycle did not reach wait
     for j in jobs:
         waited = ((j["started_at"] or j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
                   if j["submitted_at"] else None)
@@ -43,6 +45,8 @@ def queue(ctx, show_all, as_json):
         rows.append([j["id"], j["name"] or "-", j["user"], j["priority"], j["state"], gpus, where,
                      _fmt_age(waited), reason[:90]])
     click.echo(_table(rows, ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON"]))
+    for line in report(ctx.client, ctx.ns):
+        click.echo(line)
 
 
 @click.command()

@@ -60,8 +60,8 @@ def explain(client, ns: str, job_id: str) -> dict:
         out["outcome"] = {"code": code.value, "reason": reason, "rank": None}
     if job_id in read.held:
         out["outcome"] = {"code": "held", "reason": read.held[job_id], "rank": None}
-    if job_id in read.bad_jobs:
-        out["outcome"] = {"code": "invalid", "reason": read.bad_jobs[job_id]}
+    if read.unusable(job_id):
+        out["outcome"] = {"code": "invalid", "reason": read.unusable(job_id)}
     if waiting is not None:
         out["promise"] = promise(waiting.spec.priority, (now - waiting.wait_from_ms) / 1000.0, config)
     out["forecast"] = forecast_read(read, job_id, now, config)  # `dispatch eta`'s line

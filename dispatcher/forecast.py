@@ -20,8 +20,8 @@ def forecast_read(read, job_id: str, now_ms: int, config) -> dict:
     """The forecast of `job_id` from a ReadResult (store.snapshot.read_snapshot) taken at `now_ms`."""
     if job_id in read.held:
         return {"job": job_id, "state": "pending", "held": read.held[job_id]}
-    if job_id in read.bad_jobs:
-        return {"job": job_id, "state": "pending", "invalid": read.bad_jobs[job_id]}
+    if read.unusable(job_id):
+        return {"job": job_id, "state": "pending", "invalid": read.unusable(job_id)}
     if not any(p.spec.id == job_id for p in read.snapshot.pending):
         return {"job": job_id, "state": "unknown"}  # it left the queue between two reads
     return as_dict(forecast(read.snapshot, job_id, now_ms, config))

@@ -6,6 +6,7 @@ import msgpack
 
 from . import keys
 from .connect import text
+from .quarantine import is_time, tolerant
 
 #: How many decisions the log keeps.
 DECISIONS_KEPT = 2000
@@ -29,14 +30,15 @@ def write_decisions(pipe, ns: str, placements, now_ms: int, profile: str, preemp
 
 
 def read_decisions(client, ns: str, *, job_id: str | None = None, limit: int = 50) -> list[dict]:
-    """Newest first. Entries that do not decode are skipped."""
+    """Newest first. Entries that do not decode, or not into a decision, are skipped (and a log of
+    the wrong type reads as empty)."""
     out = []
-    for raw in client.lrange(keys.decisions(ns), 0, DECISIONS_KEPT - 1):
+    for raw in tolerant(lambda: client.lrange(keys.decisions(ns), 0, DECISIONS_KEPT - 1), []):
         try:
             d = msgpack.unpackb(raw, raw=False)
         except Exception:
             continue
-        if not isinstance(d, dict) or (job_id is not None and job_id not in (d.get("job"), d.get("for_job"))):
+        if not _decision(d) or (job_id is not None and job_id not in (d.get("job"), d.get("for_job"))):
             continue
         d.setdefault("kind", "start")
         d["time"] = d.pop("t_ms", 0) / 1000.0
@@ -45,6 +47,19 @@ def read_decisions(client, ns: str, *, job_id: str | None = None, limit: int = 5
         if len(out) >= limit:
             break
     return out
+
+
+def _decision(d) -> bool:
+    """Is `d` shaped as write_decisions writes one (what the views format)?"""
+    def num(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and is_time(v)
+
+    return (isinstance(d, dict) and d.get("kind", "start") in ("start", "preempt") and num(d.get("t_ms", 0))
+            and isinstance(d.get("job"), str) and isinstance(d.get("node"), str) and num(d.get("score", 0.0))
+            and isinstance(d.get("gpus"), list) and all(isinstance(g, int) for g in d["gpus"])
+            and isinstance(d.get("terms", {}), dict) and all(isinstance(k, str) and num(v) for k, v in d.get(
+                "terms", {}).items())
+            and all(isinstance(d.get(k, ""), str) for k in ("why", "profile", "mode", "for_job")))
 
 
 def write_policy(client, ns: str, text_: str, source: str, profile: str, loaded_ms: int, *, digest: str = "",
@@ -56,7 +71,7 @@ def write_policy(client, ns: str, text_: str, source: str, profile: str, loaded_
 
 
 def read_policy(client, ns: str) -> dict:
-    raw = client.hgetall(keys.policy(ns))
+    raw = tolerant(lambda: client.hgetall(keys.policy(ns)), {})
     return {k.decode(): text(v) for k, v in raw.items()}
 
 

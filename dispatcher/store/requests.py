@@ -11,6 +11,7 @@ and preempt are idempotent.
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 
@@ -21,6 +22,7 @@ from ..identity import MAX_SKEW_S, NotAllowed, Verifier, sign
 from . import keys
 from .codec import decode_spec
 from .connect import text
+from .quarantine import Entry, quarantine
 
 log = logging.getLogger("dispatch.requests")
 
@@ -28,6 +30,7 @@ KINDS = ("submit", "cancel", "preempt")
 REQUESTS_MAXLEN = 100_000
 REPLY_TTL_S = 60
 MAX_BODY_BYTES = 300 * 1024
+_STREAM_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
 
 
 def identity_on(client, ns: str) -> bool:
@@ -65,8 +68,16 @@ class RequestServer:
         self.client.hset(keys.auth(self.ns), mapping={"mode": "hmac", "admins": ",".join(sorted(self.verifier.admins))})
 
     def serve(self, batch: int = 500) -> int:
-        """Handle waiting requests; returns how many."""
+        """Handle waiting requests; returns how many. A mark of the last one handled that is no stream
+        id is quarantined and moved to the newest request (those between are not handled: their
+        senders time out; none runs twice)."""
         done = text(self.client.get(keys.requests_done(self.ns))) or "0"
+        if not _STREAM_ID.fullmatch(done):
+            newest = self.client.xrevrange(keys.requests(self.ns), count=1)
+            quarantine(self.client, self.ns, [Entry(keys.requests_done(self.ns), "", "not a stream id", "value", done,
+                                                    restore=text(newest[0][0]) if newest else "0", kind="string")],
+                       int(self.clock() * 1000))
+            return 0
         entries = self.client.xrange(keys.requests(self.ns), min=f"({done}", count=batch)
         for entry_id, fields in entries:
             self._handle(text(entry_id), {text(k): v for k, v in fields.items()})
@@ -93,7 +104,9 @@ class RequestServer:
         if answer is not None:  # (a submit recorded itself in the transaction that wrote the job)
             pipe = self.client.pipeline(transaction=True)
             record(pipe, answer)
-            pipe.execute()
+            for got in pipe.execute(raise_on_error=False):  # a reply key of the wrong type costs the answer only
+                if isinstance(got, Exception):
+                    log.warning("request %s: cannot answer (%s)", entry_id, got)
         if answer is not None and not answer["ok"]:
             log.info("request %s (%s by %s) refused: %s", entry_id, text(f.get("kind")), text(f.get("user")),
                      answer["error"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..policy.config import PolicyConfig
 from . import keys
 from .connect import text
+from .quarantine import is_time, tolerant
 
 #: One sample per this many milliseconds (the first cycle in each slot records it).
 SAMPLE_EVERY_MS = 15_000
@@ -117,12 +118,14 @@ def read_samples(client, ns: str, since_ms: int = 0) -> list[dict]:
     """Samples from `since_ms` on, oldest first: t_ms, gpus, held, blocked, util_pct, frag, pending,
     running, idle_n, and idle (a list of "node:index")."""
     out = []
-    for entry_id, raw in client.xrange(keys.samples(ns), min=str(since_ms)):
+    for entry_id, raw in tolerant(lambda: client.xrange(keys.samples(ns), min=str(since_ms)), []):
         f = {text(k): text(v) for k, v in raw.items()}
         try:
             s = {k: int(f[k]) for k in ("gpus", "held", "blocked", "pending", "running", "idle_n")}
             s.update(util_pct=float(f["util_pct"]), frag=float(f["frag"]))
         except (KeyError, ValueError):
+            continue
+        if not all(is_time(v) for v in s.values()):  # inf, nan: not a figure
             continue
         s["t_ms"] = int(text(entry_id).split("-")[0])
         s["idle"] = f.get("idle", "").split()
