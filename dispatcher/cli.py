@@ -57,7 +57,8 @@ class Ctx:
 def common(fn):
     """--redis, --namespace and --debug on every command."""
     @click.option("--redis", "redis_url", envvar="DISPATCH_REDIS_URL", metavar="URL",
-                  help="Redis URL (env DISPATCH_REDIS_URL; default: the server `dispatch up` started).")
+                  help="Redis URL (env DISPATCH_REDIS_URL; else the server a running `dispatch up` recorded; "
+                       "no other default).")
     @click.option("--namespace", "ns", envvar="DISPATCH_NAMESPACE", default="dispatch", show_default=True,
                   help="Key prefix, to run several clusters on one Redis.")
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
@@ -141,6 +142,13 @@ def cli():
     """dispatch: whose turn is it on the GPUs? Submit jobs; a scoring scheduler places them on GPU nodes."""
 
 
+def _restarting():
+    """A lost connection to the server of a `dispatch up` that still runs: it is restarting it."""
+    from .config import restarting_error
+
+    return restarting_error()
+
+
 def main() -> None:
     debug = "--debug" in sys.argv
     try:
@@ -154,6 +162,8 @@ def main() -> None:
     except DispatcherError as e:
         if debug:
             raise
+        if isinstance(e, errors.ConnectionError):
+            e = _restarting() or e
         click.echo(f"dispatch: error: {e}", err=True)
         sys.exit(e.exit_code)
     except Exception as e:
@@ -162,7 +172,8 @@ def main() -> None:
         import redis
 
         if isinstance(e, redis.exceptions.RedisError):
-            click.echo(f"dispatch: error: Redis failed: {e} (is the server up? see `dispatch up`)", err=True)
+            msg = _restarting() or f"Redis failed: {e} (is the server up? see `dispatch up`)"
+            click.echo(f"dispatch: error: {msg}", err=True)
             sys.exit(errors.EXIT_CONNECT)
         click.echo(f"dispatch: internal error: {type(e).__name__}: {e} (rerun with --debug for details)",
                    err=True)

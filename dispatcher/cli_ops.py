@@ -112,24 +112,32 @@ def _node_options(fn):
     return fn
 
 
-def _run_agent(ctx, node, opts: dict, verifier=None, before_shutdown=None):
-    """`opts`: the values of _node_options."""
-    from .config import Timing, state_dir
-    from workers.agent import NodeAgent
-    from workers.gpu import open_probe
-
+def _check_node(node: str, opts: dict) -> None:
     if not _NODE_NAME.match(node):
         raise InvalidRequestError(f"--node: {node!r} may hold only letters, digits and _.- (at most 64)",
                                   field="--node")
     if opts["run_as_user"] and os.geteuid() != 0:
         raise InvalidRequestError("--run-as-user: the node agent must run as root to start jobs as their users",
                                   field="--run-as-user")
+    if opts["fake_gpus"]:
+        from workers.gpu import parse_fake_gpus
+
+        parse_fake_gpus(opts["fake_gpus"])  # a bad spec is refused here, not by a child of `up`
+
+
+def _run_agent(ctx, node, opts: dict, verifier=None):
+    """`opts`: the values of _node_options."""
+    from .config import Timing, state_dir
+    from workers.agent import NodeAgent
+    from workers.gpu import open_probe
+
+    _check_node(node, opts)
     probe = open_probe(opts["fake_gpus"], node)
     agent = NodeAgent(ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"],
                       work_dir=opts["work_dir"] or state_dir() / "node" / node, timing=Timing.from_env(),
                       url=ctx.url, run_as_user=opts["run_as_user"], verifier=verifier,
                       kill_zombies=opts["kill_zombies"])
-    agent.run(before_shutdown)
+    agent.run()
 
 
 @click.command()
@@ -196,57 +204,57 @@ def dashboard(ctx, host, port, allow_cancel, alerts):
 @common
 def up(ctx, node, port, fsync, dashboard_port, no_dashboard, allow_cancel, alerts, policy_path, secret_file, admins,
        **node_opts):
-    """All in one: embedded Redis (unless --redis is given), the scheduler and a local node agent."""
+    """All in one: embedded Redis (unless --redis is given), the scheduler and a local node agent, restarted
+    if they die. One per state directory ($DISPATCH_HOME): a second one refuses."""
     import socket
-    import threading
 
     from .alerts import AlertConfig
-    from .config import Timing, forget_server, record_server, state_dir
-    from .embedded import EmbeddedServer
+    from .config import Timing
     from .policy_source import PolicySource
-    from .scheduler import Scheduler
+    from .up import Up
 
     _setup_logging(ctx.debug)
-    source = PolicySource(policy_path)  # a bad policy file stops `up` before anything starts
+    PolicySource(policy_path)  # a bad policy file stops `up` before anything starts
     AlertConfig.parse(alerts)  # and so do bad alert thresholds
+    Timing.from_env().check()  # and clocks that cannot fence in time
+    node = node or socket.gethostname().split(".")[0]
+    _check_node(node, node_opts)
     if not node_opts["fake_gpus"]:  # fail before starting anything if this host has no GPUs to offer
         from workers.gpu import NvmlProbe
 
         NvmlProbe().close()
-    server = None
-    if ctx._url_flag is None:
-        server = EmbeddedServer(state_dir() / "data", port, fsync=fsync).start()
-        ctx._url_flag = server.url
-        record_server(server.url, os.getpid())
-        click.echo(f"dispatch: embedded server on {server.url}, data in {server.data_dir}", err=True)
-    stop = threading.Event()
-    verifier = _verifier(secret_file, admins)
-    sched = Scheduler(ctx.client, ctx.ns, policy=source, timing=Timing.from_env(), verifier=verifier)
-    sched_thread = threading.Thread(target=sched.run, args=(stop,), name="scheduler", daemon=True)
-    sched_thread.start()
-    web = None
-    if not no_dashboard:
+    flags = ["--namespace", ctx.ns] + (["--debug"] if ctx.debug else [])
+    if secret_file:
+        flags += ["--secret-file", os.path.abspath(secret_file), "--admins", admins]
+    scheduler_args = flags + (["--policy", os.path.abspath(policy_path)] if policy_path else [])
+    agent_args = flags + ["--node", node] + _node_flags(node_opts)
+
+    import threading
+
+    def start_dashboard(url):
+        ctx._url_flag = url
         try:
             web = _serve_dashboard(ctx, "127.0.0.1", dashboard_port, allow_cancel, alerts)
-            threading.Thread(target=web.serve_forever, name="dashboard", daemon=True).start()
         except errors.ConfigError as e:  # a taken port costs the page, not the cluster
             click.echo(f"dispatch: warning: no dashboard: {e}", err=True)
+            return None
+        threading.Thread(target=web.serve_forever, name="dashboard", daemon=True).start()
+        return web
 
-    def stop_scheduler():
-        stop.set()
-        sched_thread.join(5)
+    Up(ns=ctx.ns, url=ctx._url_flag, port=port, fsync=fsync, scheduler_args=scheduler_args, agent_args=agent_args,
+       start_dashboard=None if no_dashboard else start_dashboard).run()
 
-    try:
-        click.echo("dispatch: scheduler and node agent running; Ctrl-C stops everything", err=True)
-        _run_agent(ctx, node or socket.gethostname().split(".")[0], node_opts, verifier, stop_scheduler)
-    finally:
-        stop_scheduler()
-        if web is not None:
-            web.shutdown()
-        if server is not None:
-            forget_server(os.getpid())
-            server.stop()
-        click.echo("dispatch: stopped", err=True)
+
+def _node_flags(opts: dict) -> list[str]:
+    """The values of _node_options as `dispatch worker` flags again."""
+    out = []
+    for flag, key in (("--fake-gpus", "fake_gpus"), ("--cpus", "cpus"), ("--mem", "mem_gb")):
+        if opts[key] is not None:
+            out += [flag, str(opts[key])]
+    if opts["work_dir"]:
+        out += ["--work-dir", os.path.abspath(opts["work_dir"])]
+    return out + [flag for flag, key in (("--kill-zombies", "kill_zombies"), ("--run-as-user", "run_as_user"))
+                  if opts[key]]
 
 
 @click.group()

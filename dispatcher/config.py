@@ -1,7 +1,9 @@
 """Where things are: the Redis URL, the namespace, the state directory, timings.
 
-Resolution order for the Redis URL: --redis flag < DISPATCH_REDIS_URL env <
-the server `dispatch up` recorded in the state directory < redis://localhost:6379/0.
+The Redis URL comes from the --redis flag, else DISPATCH_REDIS_URL, else the
+server a running `dispatch up` recorded in the state directory (server.json).
+There is no default: without any of them a command stops with NoServer, rather
+than talk to whatever answers on localhost:6379.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_URL = "redis://localhost:6379/0"
+#: Whether the last resolve_url() took the URL from server.json (the CLI then reads a failed
+#: connection as `dispatch up` restarting its server, not as a server that is not there).
+_from_record = False
 
 
 def state_dir() -> Path:
@@ -26,35 +30,88 @@ def server_file() -> Path:
     return state_dir() / "server.json"
 
 
-def record_server(url: str, pid: int) -> None:
+def record_server(info: dict) -> None:
+    """Write server.json at once (a reader sees the old record or the new one, never a part).
+    `info`: url, pid (of `up`), status (starting, running, restarting, stopping), and what `up`
+    adds (server and child pids, port, data dir, start time, command line)."""
     path = server_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": url, "pid": pid}))
+    tmp = path.with_name(f".server.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(info))
     tmp.replace(path)
 
 
 def forget_server(pid: int) -> None:
+    """Remove server.json if `up` process `pid` wrote it (never another one's)."""
     path = server_file()
     try:
         if json.loads(path.read_text()).get("pid") == pid:
             path.unlink()
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         pass
 
 
-def recorded_url() -> str | None:
-    """The URL `dispatch up` recorded, if its process is still alive."""
+def read_server_file() -> dict | None:
+    """server.json as written, whether or not its `up` still runs; None if absent or unreadable."""
     try:
         info = json.loads(server_file().read_text())
-        os.kill(int(info["pid"]), 0)
-        return str(info["url"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
         return None
+    return info if isinstance(info, dict) else None
+
+
+def pid_alive(pid) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped by its parent, does not)."""
+    try:
+        os.kill(int(pid), 0)
+    except PermissionError:
+        pass  # someone else's process, but there
+    except (OSError, ValueError, TypeError, OverflowError):
+        return False
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except OSError:
+        return True  # no /proc: trust kill(0)
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def recorded_server() -> dict | None:
+    """What a running `dispatch up` recorded (None when there is no record, or its `up` is gone)."""
+    info = read_server_file()
+    if info is None or not info.get("url") or not pid_alive(info.get("pid")):
+        return None
+    return info
 
 
 def resolve_url(flag: str | None = None) -> str:
-    return flag or os.environ.get("DISPATCH_REDIS_URL") or recorded_url() or DEFAULT_URL
+    """--redis, else DISPATCH_REDIS_URL, else the running `dispatch up`'s server. Raises NoServer
+    when there is none, ServerRestarting while `up` is bringing its server (back) up."""
+    from .errors import NoServer, ServerRestarting
+
+    global _from_record
+    url = flag or os.environ.get("DISPATCH_REDIS_URL")
+    if url:
+        return url
+    info = recorded_server()
+    if info is None:
+        raise NoServer()
+    status = str(info.get("status", "running"))
+    if status != "running":
+        raise ServerRestarting(int(info["pid"]), status)
+    _from_record = True
+    return str(info["url"])
+
+
+def restarting_error():
+    """After a failed connection: ServerRestarting if the URL came from a `dispatch up` that still
+    runs (its server died and `up` is restarting it, or is about to stop), else None."""
+    from .errors import ServerRestarting
+
+    info = recorded_server() if _from_record else None
+    if info is None:
+        return None
+    status = str(info.get("status", "running"))
+    return ServerRestarting(int(info["pid"]), "restarting" if status == "running" else status)
 
 
 @dataclass(frozen=True)

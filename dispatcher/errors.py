@@ -103,3 +103,44 @@ class MalformedRecord(DispatcherError):
 
 class CommitConflict(DispatcherError):
     """Internal: the plan no longer matches Redis; refresh and plan again."""
+
+
+class NoServer(DispatcherError):
+    """No Redis URL from --redis, DISPATCH_REDIS_URL or a running `dispatch up` (no silent default)."""
+
+    exit_code = EXIT_CONNECT
+
+    def __init__(self):
+        super().__init__("no server: start one with `dispatch up`, or pass --redis URL / set DISPATCH_REDIS_URL")
+
+
+class ServerRestarting(DispatcherError):
+    """The embedded server of a running `dispatch up` is not answering now (starting, restarting,
+    stopping); `up` brings it back or stops."""
+
+    exit_code = EXIT_CONNECT
+
+    def __init__(self, up_pid: int, status: str):
+        super().__init__(f"the embedded server of `dispatch up` (pid {up_pid}) is {status}; try again in a moment")
+        self.up_pid, self.status = up_pid, status
+
+
+class UpAlreadyRunning(DispatcherError):
+    """A second `dispatch up` on a state directory one already runs on."""
+
+    def __init__(self, state_dir: str, pid: int | None, url: str | None):
+        where = f"pid {pid}" if pid else "pid unknown"
+        if url:
+            where += f", server {url}"
+        how = f"kill {pid} or Ctrl-C in its terminal" if pid else "Ctrl-C in its terminal"
+        super().__init__(f"`dispatch up` already runs on state dir {state_dir} ({where}); stop it with {how}, "
+                         "or give this one its own DISPATCH_HOME")
+        self.state_dir, self.pid, self.url = state_dir, pid, url
+
+
+class UpStopped(DispatcherError):
+    """`dispatch up` stopped everything because a part of it cannot run (`part`: server, scheduler, agent)."""
+
+    def __init__(self, part: str, reason: str):
+        super().__init__(reason)
+        self.part = part

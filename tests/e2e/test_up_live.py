@@ -1,0 +1,294 @@
+"""`dispatch up` as an operator meets it: one per state directory, a takeover after a kill -9, its
+server, scheduler and agent restarted when they die, a clean stop when the server cannot come back,
+and no silent default server. Every job writes its own start and end lines to a file, so a job
+that ran twice is counted, whatever dispatch's own records say."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from dispatcher import errors
+
+DISPATCH = [sys.executable, "-m", "dispatcher"]
+UP = ["up", "--fake-gpus", "2xA100-40GB", "--node", "box", "--no-dashboard"]
+
+
+def _env(home: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+    env.update(DISPATCH_HOME=str(home), PYTHONUNBUFFERED="1")
+    return env
+
+
+class UpHarness:
+    """`dispatch up` processes on one state directory, and commands run against it as a user would."""
+
+    def __init__(self, home: Path):
+        self.home, self.runs_file = home, home / "runs.txt"
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, name: str) -> subprocess.Popen:
+        log = open(self.home / f"{name}.log", "wb")
+        p = subprocess.Popen(DISPATCH + UP, env=_env(self.home), stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def run(self, *args, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(DISPATCH + list(args), env=_env(self.home), capture_output=True, text=True,
+                              timeout=timeout)
+
+    def record(self) -> dict:
+        try:
+            return json.loads((self.home / "server.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(self.home.glob("*.log")))
+
+    def wait_for(self, predicate, timeout: float = 30.0, what: str = "condition"):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.1)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.logs()}")
+
+    def wait_running(self, up: subprocess.Popen) -> dict:
+        def running():
+            assert up.poll() is None, f"up exited with {up.returncode}\n{self.logs()}"
+            rec = self.record()
+            return rec if rec.get("pid") == up.pid and rec.get("status", "running") == "running" else None
+        return self.wait_for(running, what=f"up (pid {up.pid}) to record its server running")
+
+    def submit_counted(self, seconds: float, *flags) -> str:
+        """A job that appends `start <id> <attempt>` and, `seconds` later, `end <id>` to runs.txt."""
+        script = (f'echo "start $DISPATCH_JOB_ID $DISPATCH_ATTEMPT" >> {self.runs_file}; sleep {seconds}; '
+                  f'echo "end $DISPATCH_JOB_ID" >> {self.runs_file}')
+        p = self.run("submit", *flags, "--", "sh", "-c", script)
+        assert p.returncode == 0 and p.stdout.strip(), p.stderr + self.logs()
+        return p.stdout.strip()
+
+    def counts(self) -> Counter:
+        """(start|end, job id) -> how many times it was written."""
+        if not self.runs_file.exists():
+            return Counter()
+        return Counter((line.split()[0], line.split()[1]) for line in self.runs_file.read_text().splitlines()
+                       if line.strip())
+
+    def wait_jobs(self, *jobs: str, timeout: float = 45) -> None:
+        p = self.run("wait", *jobs, "--timeout", f"{timeout:g}", timeout=timeout + 15)
+        assert p.returncode == 0, p.stdout + p.stderr + self.logs()
+
+    def assert_ran_once(self, *jobs: str) -> None:
+        counts = self.counts()
+        for job in jobs:
+            assert (counts[("start", job)], counts[("end", job)]) == (1, 1), (job, counts, self.logs())
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+@pytest.fixture
+def ups(tmp_path):
+    h = UpHarness(tmp_path)
+    yield h
+    h.stop_all()
+
+
+def pid_alive(pid) -> bool:
+    """Whether `pid` runs (not gone, not a zombie), read from /proc."""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, TypeError, ValueError):
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def _servers_in(data_dir: Path) -> list[int]:
+    """The server processes working in `data_dir` (a Redis or Valkey server chdirs to its --dir, and
+    rewrites its command line), found from /proc independently of dispatch's own lock."""
+    want, found = data_dir.resolve(), []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and Path(os.readlink(entry / "cwd")) == want and \
+                    os.path.basename(os.readlink(entry / "exe")) in ("valkey-server", "redis-server"):
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def _port(rec: dict) -> int:
+    return int(urlsplit(rec["url"]).port)
+
+
+def _the_server(home: Path) -> int:
+    (pid,) = _servers_in(home / "data")
+    return pid
+
+
+def _hold_port(port: int, timeout: float = 5.0) -> socket.socket:
+    """Listen on `port` as soon as it is free (the killed server's socket closes with it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the TIME_WAIT of its connections
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen(1)
+            return s
+        except OSError:
+            s.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
+def _one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr and "Usage:" not in stderr, stderr
+    return lines[0]
+
+
+def test_a_command_with_no_server_configured_errors_in_one_line(tmp_path):
+    for command in (["queue"], ["submit", "--", "true"], ["show", "1"], ["nodes"]):
+        p = subprocess.run(DISPATCH + command, env=_env(tmp_path), capture_output=True, text=True, timeout=30)
+        assert p.returncode == errors.EXIT_CONNECT, (command, p.returncode, p.stderr)
+        line = _one_line(p.stderr)
+        assert "no server" in line and "dispatch up" in line and "--redis" in line, line
+        assert "localhost" not in line
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a server.json whose `up` is gone is no server either
+    (tmp_path / "server.json").write_text(json.dumps({"url": "redis://127.0.0.1:1/0", "pid": dead.pid}))
+    p = subprocess.run(DISPATCH + ["queue"], env=_env(tmp_path), capture_output=True, text=True, timeout=30)
+    assert p.returncode == errors.EXIT_CONNECT and "no server" in _one_line(p.stderr), p.stderr
+
+
+@pytest.mark.slow
+def test_a_second_up_on_the_same_state_dir_refuses_in_one_line_and_the_first_keeps_working(ups):
+    first = ups.start("up1")
+    rec = ups.wait_running(first)
+    second = subprocess.Popen(DISPATCH + UP, env=_env(ups.home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        _, err = second.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(second.pid, signal.SIGTERM)
+        second.communicate(timeout=30)
+        raise AssertionError(f"a second `dispatch up` on {ups.home} kept running\n{ups.logs()}")
+    assert second.returncode != 0, err
+    line = _one_line(err)
+    assert f"pid {first.pid}" in line and rec["url"] in line and f"kill {first.pid}" in line, line
+    assert ups.record() == rec  # server.json untouched
+    assert len(_servers_in(ups.home / "data")) == 1  # no second server on the data dir
+    job = ups.submit_counted(0.2)
+    ups.wait_jobs(job)
+    ups.assert_ran_once(job)
+    assert first.poll() is None and ups.record()["pid"] == first.pid
+
+
+@pytest.mark.slow
+def test_a_killed_up_leaves_a_stale_lock_that_the_next_up_takes_over(ups):
+    first = ups.start("up1")
+    rec = ups.wait_running(first)
+    done = ups.submit_counted(0.1)
+    ups.wait_jobs(done)
+    running = ups.submit_counted(3)
+    ups.wait_for(lambda: ups.counts()[("start", running)], what=f"job {running} to start")
+    later = ups.submit_counted(0.1, "--after", running)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+
+    second = ups.start("up2")
+    rec2 = ups.wait_running(second)
+    assert len(_servers_in(ups.home / "data")) == 1, ups.logs()  # the dead up's server is gone
+    assert _port(rec2) == _port(rec), (rec, rec2)  # clients that kept the URL find it again
+    for part in ("server_pid", "scheduler_pid", "agent_pid"):
+        assert not pid_alive(rec[part]), (part, rec)
+    ups.wait_jobs(running, later)
+    counts = ups.counts()
+    ups.assert_ran_once(done, later)  # the finished one is not rerun; the pending one runs once
+    assert counts[("end", running)] == 1, counts  # the one killed with its agent finishes once
+
+
+@pytest.mark.slow
+def test_the_embedded_server_killed_under_up_is_restarted_on_its_port_and_jobs_run_once(ups):
+    up = ups.start("up")
+    rec = ups.wait_running(up)
+    before = ups.submit_counted(1.5)
+    ups.wait_for(lambda: ups.counts()[("start", before)], what=f"job {before} to start")
+    server = _the_server(ups.home)
+    os.kill(server, signal.SIGKILL)
+    held = _hold_port(_port(rec))  # keeps the server down a moment, long enough to ask the CLI
+    try:
+        ups.wait_for(lambda: ups.record().get("status") == "restarting", what="up to mark its server restarting")
+        p = ups.run("queue")
+        assert p.returncode == errors.EXIT_CONNECT, p.stderr
+        line = _one_line(p.stderr)
+        assert "restarting" in line and f"pid {up.pid}" in line, line
+    finally:
+        held.close()
+    rec2 = ups.wait_running(up)
+    assert _port(rec2) == _port(rec) and _the_server(ups.home) != server, (rec, rec2)
+    after = ups.submit_counted(0.1)
+    ups.wait_jobs(before, after)
+    ups.assert_ran_once(before, after)  # the one that ended during the outage too
+    assert up.poll() is None
+
+
+@pytest.mark.slow
+def test_the_scheduler_and_agent_of_up_killed_are_restarted(ups):
+    up = ups.start("up")
+    rec = ups.wait_running(up)
+    os.kill(rec["scheduler_pid"], signal.SIGKILL)
+    os.kill(rec["agent_pid"], signal.SIGKILL)
+
+    def restarted():
+        now = ups.record()
+        return all(now.get(k) not in (None, rec[k]) and pid_alive(now[k]) for k in ("scheduler_pid", "agent_pid"))
+    ups.wait_for(restarted, what="a new scheduler and agent")
+    job = ups.submit_counted(0.1)
+    ups.wait_jobs(job)
+    ups.assert_ran_once(job)
+    assert up.poll() is None
+
+
+@pytest.mark.slow
+def test_up_stops_cleanly_when_its_server_cannot_come_back(ups):
+    up = ups.start("up")
+    rec = ups.wait_running(up)
+    os.kill(_the_server(ups.home), signal.SIGKILL)
+    held = _hold_port(_port(rec))
+    try:
+        up.wait(50)
+    finally:
+        held.close()
+    assert up.returncode not in (0, None), ups.logs()
+    last = (ups.home / "up.log").read_text().strip().splitlines()[-1]
+    assert last.startswith("dispatch: error:") and "cannot come back" in last and str(_port(rec)) in last, last
+    assert not (ups.home / "server.json").exists()
+    for part in ("scheduler_pid", "agent_pid"):
+        assert not pid_alive(rec[part]), (part, ups.logs())
+    p = ups.run("queue")
+    assert "no server" in _one_line(p.stderr)
