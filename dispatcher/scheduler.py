@@ -31,12 +31,15 @@ from .store.policies import digest, record_policy
 from .store.leader import Lease
 from .store.scripts import Scripts
 from .store.mirror import Mirror
-from .store.quarantine import quarantine, wrong_type
+from .store.quarantine import any_wrong, check_types, quarantine, wrong_type
 from .store.repair import free_stale_gpus, repair_types, resend, set_aside_all
 from .store.samples import record_sample, sample_due
 from .store.snapshot import RedisPlanner
 
 log = logging.getLogger("dispatch.scheduler")
+
+#: How often the leader checks the type of each node's keys (store/quarantine.PER_NODE), in seconds.
+NODE_TYPES_S = 15.0
 
 
 def now_ms() -> int:
@@ -93,6 +96,7 @@ class Scheduler:
         self._published: tuple | None = None
         self._state = None  # (the last full cycle's policy state, when it ran) while quick cycles may use it
         self._token = 0  # the fencing token this scheduler leads with (0: standing by)
+        self._types_at = (-1e18, -1e18)  # when the keys' types, and the nodes' keys', were last checked
 
     def _publish_policy(self, profile: str, now: int) -> None:
         """Publish the policy in force (keys.policy) when it or its profile changed, and keep each new
@@ -157,19 +161,21 @@ class Scheduler:
         try:
             return self._cycle(quick)
         except redis.exceptions.ResponseError as e:
-            if not wrong_type(e) or not self._repair(e):
+            if not wrong_type(e):
                 raise
-        return self._cycle(False)
+            self._repair(e)
+        return self._cycle(False)  # (a key of the wrong type that is none of ours fails it again: the loop logs it)
 
-    def _repair(self, error) -> bool:
-        """Set aside the keys of the wrong type; whether any was (else `error` is not ours to mend)."""
-        log.error("a key of the wrong type (%s); setting such keys aside", str(error).split(" : <")[0])
-        moved = repair_types(self.client, self.ns, now_ms())
+    def _repair(self, error) -> None:
+        """Set aside the keys of the wrong type, read everything again next, send what could not be sent.
+        (A changed set of the wrong type is gone already: the read that met it also deleted it.)"""
+        log.error("%s; setting keys of the wrong type aside", str(error).split(" : <")[0])
+        repair_types(self.client, self.ns, now_ms())
         self.mirror.invalidate()
+        self.lease.recheck()
         self._state = None
         unsent, self.planner.unsent = self.planner.unsent, []
         resend(self.client, self.ns, unsent)
-        return bool(moved or unsent)
 
     def _cycle(self, quick: bool) -> Plan:
         if not self._lead():
@@ -247,9 +253,19 @@ class Scheduler:
         write_decisions(pipe, self.ns, started, now, profile, preempted)
         self.stats.publish(pipe, self.ns, now, self.lease.holder, len(self.mirror.backlog), len(self.mirror.running),
                            plan.rest_reason if full else None)
-        pipe.execute()
+        # once a tick, in this same round trip: is every key read whole of its type? (a pending index of
+        # the wrong type is met by no read while nothing changes, and submits fail on it meanwhile); and
+        # every NODE_TYPES_S the nodes' keys (a control stream of the wrong type stalls its agent)
+        t = time.monotonic()
+        nodes = [n.name for n in self.mirror.nodes()] if t - self._types_at[1] >= NODE_TYPES_S else None
+        types = check_types(pipe, self.ns, nodes or ()) if t - self._types_at[0] >= self.timing.tick_s else []
+        replies = pipe.execute()
         if self.planner.failed is not None:  # what took is recorded; now the error (a key of the wrong type?)
             raise self.planner.failed
+        if types:
+            self._types_at = (t, t if nodes is not None else self._types_at[1])
+            if any_wrong(types, replies[-len(types):]):
+                self._repair("a key of the wrong type")
 
     def run(self, stop: threading.Event | None = None) -> None:
         """Run cycles until `stop` is set. Redis errors are logged and retried with back-off."""

@@ -7,7 +7,7 @@ ids to the pending and all-jobs indexes with lua/submit.lua, in one MULTI/EXEC.
 
 from __future__ import annotations
 
-from ..errors import JobNotFound, MalformedRecord
+from ..errors import DispatcherError, JobNotFound, MalformedRecord
 from ..model import FINAL_STATES, JobSpec
 from ..predict import fingerprint
 from . import keys, scripts
@@ -60,7 +60,13 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, st
     if also is not None:
         also(pipe, ids)
     pipe.publish(keys.events(ns), b"submit")
-    pipe.execute()
+    try:
+        pipe.execute()
+    except Exception as e:
+        if wrong_type(e):  # nothing was written (submit.lua checks first)
+            raise DispatcherError(f"cannot submit: {str(e).partition('WRONGTYPE ')[2] or e}; the scheduler sets "
+                                  f"it aside within seconds (see {keys.quarantine(ns)}): submit again") from None
+        raise
     return ids
 
 

@@ -92,6 +92,12 @@ class Lease:
         self._renewed = t
         return got
 
+    def recheck(self) -> None:
+        """Ask Redis at the next hold(), however recent the last renewal (the leader key may have been
+        set aside: store/quarantine.py)."""
+        with self._lock:
+            self._renewed = 0.0
+
     def release(self) -> None:
         """Let go at once, so that a standby need not wait out the TTL."""
         self._stop.set()

@@ -52,6 +52,10 @@ class Mirror:
         self.doomed: dict[str, str] = {}  # held job id -> the dependency that failed (the scheduler fails it)
         self._waiting_on: dict[str, set[str]] = {}  # dependency id -> held jobs waiting on it
 
+    def nodes(self) -> list[NodeRecord]:
+        """The nodes whose records the last sync read (live or not)."""
+        return [rec for _, rec in self._nodes.values()]
+
     def invalidate(self) -> None:
         """Read everything again at the next sync."""
         self.fresh = self.nodes_fresh = False
@@ -106,6 +110,9 @@ class Mirror:
             if isinstance(got, Strays):
                 self.stray += got
                 arrivals = None
+                if job_id in active:  # (a ghost in both indexes)
+                    self.stray.append(job_entry(self.ns, keys.jobs_active(self.ns), job_id, "not an active job",
+                                                expect=ACTIVE))
             elif isinstance(got, Exception):
                 self.bad[job_id] = str(got)
                 arrivals = None

@@ -83,7 +83,7 @@ class Entry:
     member: bytes | str
     reason: str
     check: str  # score | state | field | member | value | gone (lua/quarantine.lua)
-    expect: str = ""
+    expect: str | bytes = ""
     record: str = ""  # the record the check reads ("" for none)
     restore: str = ""
     kind: str = "zset"  # the index's type
@@ -119,15 +119,22 @@ def quarantine(client, ns: str, entries, now_ms: int) -> list[Entry]:
             pipe.eval(scripts.source("quarantine"), 3 + len(chunk), keys.quarantine(ns), index,
                       changed.get(index, index), *[e.record or index for e in chunk], *args)
             groups.append(chunk)
-    moved = []
+    moved, unrecorded = [], []
     for chunk, got in zip(groups, pipe.execute(raise_on_error=False)):
         if isinstance(got, Exception):
             log.error("cannot quarantine %d entries of %s (%s)", len(chunk), chunk[0].index, got)
             continue
         for i in got:
-            e = chunk[int(i) - 1]
+            e = chunk[abs(int(i)) - 1]
             moved.append(e)
             log.error("quarantined %s", e)
+            if int(i) < 0:
+                unrecorded.append(e)
+    if unrecorded and set_aside(client, ns, keys.quarantine(ns), "stream", now_ms):  # then record them anew
+        pipe = client.pipeline(transaction=False)
+        for e in unrecorded:
+            record(pipe, ns, e.index, e.member, e.reason, now_ms)
+        pipe.execute(raise_on_error=False)
     return moved
 
 
@@ -151,6 +158,19 @@ def sweep(client, ns: str, now_ms: int) -> list[tuple[str, str]]:
     names = tolerant(lambda: client.zrange(keys.nodes_heartbeat(ns), 0, -1), [])
     per_node = [(f(ns, text(n)), t) for n in names if valid_name(n) for f, t in PER_NODE]
     return moved + _aside(client, ns, per_node, now_ms)
+
+
+def check_types(pipe, ns: str, nodes=()) -> list[tuple[str, str]]:
+    """Queue TYPE of each FIXED key, and of the PER_NODE keys of `nodes`, on `pipe` (a pipeline the
+    caller sends anyway: no round trip of its own); give what it returns and the replies to any_wrong."""
+    want = [(f(ns), t) for f, t in FIXED] + [(f(ns, n), t) for n in nodes for f, t in PER_NODE]
+    for key, _ in want:
+        pipe.type(key)
+    return want
+
+
+def any_wrong(want: list[tuple[str, str]], replies) -> bool:
+    return any(text(got) not in ("none", t) for (_, t), got in zip(want, replies))
 
 
 def _aside(client, ns: str, want: list[tuple[str, str]], now_ms: int) -> list[tuple[str, str]]:

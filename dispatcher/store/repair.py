@@ -95,7 +95,7 @@ def free_stale_gpus(client, ns: str, placements, now_ms: int) -> list[Entry]:
     stale = []
     for node, g, v in held:
         if not any(_holds(records.get(h), node, g) for h in _holders(v)):
-            stale.append(Entry(keys.node_alloc(ns, node), g, "held by no job active there", "value", text(v),
+            stale.append(Entry(keys.node_alloc(ns, node), g, "held by no job active there", "value", v,
                                kind="hash"))
     return quarantine(client, ns, stale, now_ms) if stale else []
 

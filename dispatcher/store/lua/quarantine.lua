@@ -15,7 +15,8 @@
 --   gone    the entry already left (the changed set is taken whole): recorded only
 -- restore: "" removes the entry; "submit_ms" (zset) gives the member its record's submit_ms instead
 --   (now when that is not a time); (string) the value to set instead
--- returns the numbers (1-based) of the entries quarantined
+-- returns the numbers (1-based) of the entries quarantined, negative for those the stream could not
+--   record (KEYS[1] is of the wrong type)
 local MAX_MS = 9007199254740992
 local now, cap, kind = ARGV[1], ARGV[2], ARGV[3]
 local index = KEYS[2]
@@ -83,9 +84,9 @@ for i = 1, #KEYS - 3 do
     elseif kind == 'hash' then redis.call('HDEL', index, member)
     elseif restore ~= '' then redis.call('SET', index, restore); fixed = restore
     else redis.call('DEL', index) end
-    pcall(redis.call, 'XADD', KEYS[1], 'MAXLEN', '~', cap, '*', 'key', index, 'member', member,
-          'score', score, 'reason', reason .. ' (' .. found .. ')', 'restored', fixed, 'at_ms', now)
-    done[#done + 1] = i
+    local recorded = pcall(redis.call, 'XADD', KEYS[1], 'MAXLEN', '~', cap, '*', 'key', index, 'member', member,
+                           'score', score, 'reason', reason .. ' (' .. found .. ')', 'restored', fixed, 'at_ms', now)
+    if recorded then done[#done + 1] = i else done[#done + 1] = -i end
   end
 end
 return done

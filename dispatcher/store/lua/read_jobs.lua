@@ -15,7 +15,8 @@ for i = 1, n do
   if type(values) == 'table' and values.err then
     out[i] = values
   else
-    out[i] = {values, redis.call('ZSCORE', KEYS[n + 1], id)}
+    local ok, score = pcall(redis.call, 'ZSCORE', KEYS[n + 1], id)  -- (no score from a zset of the wrong type:
+    out[i] = {values, ok and score}                                   -- the scheduler checks the index's type)
   end
 end
 return out

@@ -3,9 +3,16 @@
 -- KEYS[1..n] the jobs' hashes   KEYS[n+1] all-jobs zset   KEYS[n+2] pending zset   KEYS[n+3] changed-jobs set
 -- ARGV, job after job in KEYS' order: id, submit_ms, k, then k field/value pairs (the spec and any
 --   prediction or signature fields)
--- returns n
+-- returns n; an error, before anything is written, if an index is of the wrong type (the scheduler sets
+--   it aside: store/quarantine.py)
 local n = #KEYS - 3
 local all, pending, changed = KEYS[n + 1], KEYS[n + 2], KEYS[n + 3]
+for _, kt in ipairs({{all, 'zset'}, {pending, 'zset'}, {changed, 'set'}}) do
+  local t = redis.call('TYPE', kt[1])['ok']
+  if t ~= 'none' and t ~= kt[2] then
+    return redis.error_reply('WRONGTYPE ' .. kt[1] .. ' is a ' .. t .. ', not a ' .. kt[2])
+  end
+end
 local CHUNK = 2000  -- jobs per variadic ZADD/SADD (unpack is limited by Lua's stack)
 local since, ids = {}, {}
 local a = 1
