@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -149,9 +150,10 @@ class EmbeddedServer:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = data_dir_server(self.data_dir)
-            raise ConfigError(f"data dir {self.data_dir} is in use by server pid {holder}; two servers must not "
-                              "append to one AOF", key="server") from None
+            if not self._take_from_orphans(lock):
+                holder = data_dir_server(self.data_dir)
+                raise ConfigError(f"data dir {self.data_dir} is in use by server pid {holder}; two servers must not "
+                                  "append to one AOF", key="server") from None
         args = [server_binary(), "--bind", *self.bind.split(), "--port", str(self.port),
                 "--dir", str(self.data_dir.resolve()),
                 "--save", "", "--daemonize", "no", "--logfile", str(self.data_dir / "server.log")]
@@ -167,6 +169,28 @@ class EmbeddedServer:
         data = str(self.proc.pid).encode()
         os.pwrite(lock, data, 0)
         os.ftruncate(lock, len(data))
+
+    def _take_from_orphans(self, lock: int, timeout_s: float = 5.0) -> bool:
+        """The lock is held, but maybe only by what a killed server forked (an AOF rewrite child,
+        which inherited it and outlives its parent for nothing: only the parent could install its
+        file). Kill such orphans and take the lock; False if a live server holds it."""
+        path = (self.data_dir / DATA_LOCK).resolve()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            holders = _holders(path)
+            if any(_ppid(pid) > 1 and _alive(_ppid(pid)) for pid in holders):
+                return False  # a server with its parent (its `up`, or a test) still running
+            for pid in holders:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                time.sleep(0.05)
+        return False
 
     def _wait_ready(self, timeout_s: float) -> "EmbeddedServer":
         deadline = time.monotonic() + timeout_s
@@ -194,3 +218,33 @@ class EmbeddedServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def _holders(path: Path) -> list[int]:
+    """Processes with `path` open (from /proc/*/fd)."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in os.scandir(f"/proc/{entry.name}/fd"):
+                if os.readlink(fd.path) == str(path):
+                    out.append(int(entry.name))
+                    break
+        except OSError:
+            continue
+    return [p for p in out if p != os.getpid()]
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False

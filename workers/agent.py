@@ -32,7 +32,7 @@ from dispatcher.store.connect import clone
 from dispatcher.store.nodes import remove_node, schedule_facts, write_heartbeat
 from dispatcher.store.scripts import Scripts
 
-from . import idle, jobs, procs, usage
+from . import commands, idle, jobs, recovery, usage, zombies
 from .keeper import Keeper
 
 log = logging.getLogger("dispatch.agent")
@@ -65,12 +65,11 @@ class NodeAgent:
         self._last_facts = None  # schedule_facts of the last heartbeat Redis took
         self._last_beat = time.monotonic()  # when the last heartbeat Redis took was sent
         self.keeper = Keeper(Path(work_dir), self.timing.fence_s)
-        self.kill_zombies = kill_zombies
-        self._zombies_seen: set[int] = set()
+        self.zombies = zombies.Zombies(self.supervisor, name, kill_zombies)
 
     def heartbeat(self) -> list:
         """Write the GPUs' state and tell the keeper; returns the sample written (GpuInfo list)."""
-        gpus = self.mark_zombies(self.probe.gpus())
+        gpus = self.zombies.mark(self.probe.gpus(), self.probe)
         facts = schedule_facts(gpus, self.cpus, self.mem_gb)
         changed = facts != self._last_facts  # the scheduler rereads the node, and wakes for it
         sent = time.monotonic()  # the keeper counts from before the write, never from its reply
@@ -81,39 +80,6 @@ class NodeAgent:
         if self.keeper.proc is not None:
             self.keeper.beat(sent)
         return gpus
-
-    def mark_zombies(self, gpus: list) -> list:
-        """A GPU held by a process that no job of this agent owns is a zombie's: it is reported as
-        blocked (the scheduler hands it to nobody) and, with kill_zombies, the process is killed."""
-        from dataclasses import replace
-
-        try:
-            on_gpus = self.probe.processes()
-        except Exception as e:  # the list is advisory; a probe error must not stop heartbeats
-            log.warning("cannot list GPU processes: %s", e)
-            return gpus
-        foreign = self.supervisor.foreign(on_gpus)
-        out = []
-        for g in gpus:
-            pids = foreign.get(g.index)
-            if not pids:
-                out.append(g)
-                continue
-            who = ", ".join(f"pid {p} ({procs.command(p)})" for p in pids[:3])
-            if self.kill_zombies:
-                for p in pids:
-                    try:
-                        os.kill(p, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-            new = set(pids) - self._zombies_seen
-            if new:
-                log.warning("GPU %d of node %s is held by %s, which no job owns; not handed out%s", g.index,
-                            self.name, who, "; killed" if self.kill_zombies else " (--kill-zombies kills them)")
-                self._zombies_seen |= new
-            out.append(replace(g, blocked=f"zombie: {who} holds it, owned by no job"
-                                          + ("; killed" if self.kill_zombies else "")))
-        return out
 
     def _heartbeat_loop(self) -> None:
         beats = 0
@@ -126,7 +92,7 @@ class NodeAgent:
                 self.idle.sample(gpus)  # idle GPUs: warn, and requeue if the policy says so (workers/idle.py)
                 beats += 1
                 if beats % 10 == 0:  # e.g. an outcome Redis lost in a restart: requeue, never leave it
-                    self.supervisor.reconcile(f"node {self.name} runs no such attempt; attempt lost")
+                    recovery.reconcile(self.supervisor, f"node {self.name} runs no such attempt; attempt lost")
             except Exception as e:  # keep beating through Redis hiccups
                 silent = time.monotonic() - self._last_beat
                 log.warning("heartbeat failed (%.0fs without one): %s", silent, e)
@@ -137,9 +103,9 @@ class NodeAgent:
         """Before taking work: kill what an earlier agent of this node left running, write what it
         kept in its outbox (outcomes of jobs that ended while Redis was away), and put back in the
         queue every job Redis still shows on this node (that agent died without saying so)."""
-        self.supervisor.kill_leftovers()
+        recovery.kill_leftovers(self.supervisor.work_dir)
         self.supervisor.flush_outbox()
-        return self.supervisor.reconcile(f"node {self.name} agent restarted; attempt lost", everything=True)
+        return recovery.reconcile(self.supervisor, f"node {self.name} agent restarted; attempt lost", everything=True)
 
     def _until_redis_answers(self, what: str, step) -> bool:
         """Run `step` until Redis takes it, backing off to 10 s; False if a stop came meanwhile."""
@@ -157,11 +123,13 @@ class NodeAgent:
     def _control_loop(self) -> None:
         """Commands left unfinished by an earlier agent of this node first, then new ones as they come."""
         pending = True
+        # its read blocks for up to a second on top of the usual reply time
+        client = clone(self.client, socket_timeout=self.timing.socket_s + 1.0)
         while not self._stop.is_set():
             try:
-                control.ensure_group(self.client, self.ns, self.name)
-                for entry_id, cmd in control.read(self.client, self.ns, self.name, pending=pending):
-                    self.supervisor.handle(entry_id, cmd)
+                control.ensure_group(client, self.ns, self.name)
+                for entry_id, cmd in control.read(client, self.ns, self.name, pending=pending, block_ms=1000):
+                    commands.handle(self.supervisor, entry_id, cmd)
                 pending = False
             except Exception as e:  # Redis away: keep trying; unfinished commands wait in the stream
                 log.warning("control channel: %s", e)
@@ -177,6 +145,7 @@ class NodeAgent:
         from rq import Queue, SimpleWorker
         from rq.serializers import JSONSerializer
 
+        self._lock = _lock_work_dir(self.supervisor.work_dir, self.name)
         jobs._supervisor = self.supervisor
         stop = _StopOnSignal(self._stop)
         if not (self._until_redis_answers("recovering the node's jobs", self.recover)
@@ -229,6 +198,9 @@ class NodeAgent:
         self.keeper.close()
         self.probe.close()
         jobs._supervisor = None
+        if getattr(self, "_lock", None) is not None:
+            self._lock.close()  # the next agent of this work dir may start
+            self._lock = None
 
 
 class _StopOnSignal:
@@ -242,3 +214,27 @@ class _StopOnSignal:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: self.stop.set())
+
+
+def _lock_work_dir(work_dir: Path, node: str):
+    """One agent per work dir: a second would kill the first one's jobs as leftovers and rerun them.
+    The lock goes with the process, so one left by an agent that died is free again."""
+    import fcntl
+
+    from dispatcher.errors import ConfigError
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    f = open(work_dir / "agent.lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise ConfigError(f"node {node}: an agent already runs with work dir {work_dir} ({holder}); stop it first, "
+                          f"or give this one another --work-dir", key="--work-dir") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()}")
+    f.flush()
+    return f

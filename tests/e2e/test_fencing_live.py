@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.api import Client
 from dispatcher.embedded import EmbeddedServer
 from dispatcher.store import keys
 from dispatcher.store.connect import connect
@@ -97,6 +98,7 @@ def test_a_silent_partition_kills_the_cut_off_copy_before_the_job_reruns(cli, cl
         cli.wait_for(lambda: attempts(out, job), what="the first attempt to tick")
         links[first["node"]].cut()  # packets dropped, nothing refused: calls hang until their timeout
         cli.wait_for(lambda: len(attempts(out, job)) == 2, timeout=40, what="the job to start on the other node")
+        time.sleep(3)  # the cut lasts: a copy that was not killed keeps ticking beside the rerun
         links[first["node"]].heal()
         assert cli.run("wait", job, "--timeout", "60").returncode == 0, cli.show(job)
     finally:
@@ -158,16 +160,15 @@ def test_agents_outlive_redis_killed_three_times_during_submits(cli, tmp_path, o
     agents = [cli.start("worker", "--node", n, "--fake-gpus", "2xA100-40GB", "--work-dir", str(tmp_path / n),
                         log_name=f"worker-{n}", **env) for n in ("a", "b", "c")]
     cli.start("scheduler", **env)
+    api = Client(own_server.url, cli.ns)
     jobs = []
-    for kill in range(3):
-        for _ in range(10):
-            p = cli.run("submit", "--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=3),
-                        check=False, **env)
-            if p.returncode == 0:
-                jobs.append(p.stdout.strip())
+    for kill in range(3):  # each time while jobs are being placed and launched by the dozen
+        jobs += api.submit_many([{"command": ["sh", "-c", TICKING.format(ticks=1)], "gpus": 1, "env": {"OUT": str(out)}}
+                                 for _ in range(40)])
+        time.sleep(1.0)
         own_server.proc.send_signal(signal.SIGKILL)
         own_server.proc.wait()
-        time.sleep(1.5)  # agents are mid-launch, mid-heartbeat, mid-outcome
+        time.sleep(4)  # longer than one retry: agents must wait it out wherever the outage caught them
         own_server.start()
     client = connect(own_server.url)
     cli.wait_for(lambda: all(read_job(client, cli.ns, j)["state"] == "succeeded" for j in jobs), timeout=120,
