@@ -34,7 +34,7 @@ from dispatcher.store.connect import text
 from dispatcher.store.jobs import append_log
 from dispatcher.store.scripts import lost_attempt
 
-from . import proctrack
+from . import proctrack, unix_user
 from .keeper import FENCED_DIR, PID_DIR, fenced_epoch
 from .outbox import Outbox
 
@@ -46,23 +46,6 @@ _supervisor: "Supervisor | None" = None
 #: A job touches this file in its DISPATCH_CHECKPOINT_DIR to report a checkpoint
 #: (the same as running `dispatch checkpointed`).
 CHECKPOINT_FILE = "CHECKPOINTED"
-
-def unix_identity(user: str, ckpt_dir: Path, env: dict) -> dict:
-    """Popen arguments that run a job as its submitting Unix user (Slurm's model: the agent is root,
-    the job is not). Sets HOME/USER/LOGNAME and hands the user its checkpoint directory. Raises
-    LookupError for a user this node does not know, or for root."""
-    import pwd
-
-    try:
-        pw = pwd.getpwnam(user)
-    except KeyError:
-        raise LookupError(f"no Unix user {user!r}") from None
-    if pw.pw_uid == 0:
-        raise LookupError("jobs are not run as root (the agent runs with --run-as-user)")
-    os.chown(ckpt_dir, pw.pw_uid, pw.pw_gid)
-    env.update({"HOME": pw.pw_dir, "USER": pw.pw_name, "LOGNAME": pw.pw_name})
-    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": os.getgrouplist(pw.pw_name, pw.pw_gid)}
-
 
 def launch(job_id: str, epoch: int) -> str:
     """RQ entry point. Plain data in (JSON serializer): the job id and its epoch."""
@@ -103,7 +86,6 @@ class Supervisor:
         self.lock = threading.Lock()
         self.outbox = Outbox(work_dir)  # what Redis did not take yet, on disk, oldest first
         self.cgroups = proctrack.node_cgroup(work_dir)  # None: jobs are tracked by session and marks
-        self._suspects: set[int] = set()  # GPU processes owned by no job at the last look
         # every job process is forked by this one long-lived thread: PDEATHSIG fires when the
         # forking *thread* ends, so it must not be a job's watcher thread
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="spawn")
@@ -159,7 +141,7 @@ class Supervisor:
         identity = {}
         if self.run_as_user:
             try:
-                identity = unix_identity(spec.user, ckpt, env)
+                identity = unix_user.popen_identity(spec.user, ckpt, env)
             except LookupError as e:
                 self._finish(job_id, epoch, FAILED, None, f"{e} on node {self.node}")
                 return "failed"
@@ -193,7 +175,7 @@ class Supervisor:
             started = 1
         if started != 1:
             run.stopping = "stale" if started == 0 else "cancel"
-            self._signal(run, grace_s=0)
+            self.stop_run(run, grace_s=0)
         run.thread = threading.Thread(target=self._watch, args=(run, log_path), name=f"job-{job_id}", daemon=True)
         run.thread.start()
         log.info("job %s started on GPUs [%s], pid %d", job_id, gpu_list, proc.pid)
@@ -217,7 +199,7 @@ class Supervisor:
                                   daemon=True)
         reader.start()
         code = run.proc.wait()
-        self._stop_leftovers(run)
+        proctrack.stop_leftovers(run.attempt, run.spec.grace_s)
         reader.join(5.0)  # the output pipe closes with the last process that held it
         self._forget_pid(run.job_id, run.epoch)
         try:  # it stays in `running` until its outcome is written (or queued): reconcile must not take it
@@ -251,22 +233,6 @@ class Supervisor:
                     run.unsent.clear()
                 except Exception as e:  # kept for the next chunk, or for the outbox at the end
                     log.warning("job %s: log write failed: %s", run.job_id, e)
-
-    def _stop_leftovers(self, run: Running) -> None:
-        """The main process ended: SIGTERM what it left (children, daemons, setsid escapees), SIGKILL
-        what is still there after the job's grace period, and remove its cgroup."""
-        a = run.attempt
-        if a is None:
-            return
-        left = proctrack.pids(a)
-        if left:
-            log.warning("job %s: its main process ended and left %d processes; stopping them", run.job_id, len(left))
-            proctrack.signal_attempt(a, signal.SIGTERM)
-            deadline = time.monotonic() + run.spec.grace_s
-            while time.monotonic() < deadline and proctrack.pids(a):
-                time.sleep(0.1)
-            proctrack.signal_attempt(a, signal.SIGKILL)
-        proctrack.remove_cgroup(a.cgroup)
 
     def _ended(self, run: Running, code: int) -> None:
         cmd = run.command
@@ -368,99 +334,6 @@ class Supervisor:
         except (OSError, IndexError):
             pass
 
-    def kill_leftovers(self) -> list[str]:
-        """At agent start: kill what jobs an earlier agent of this node started are still running
-        (it was killed -9: PR_SET_PDEATHSIG took the job's first process, not its children). An
-        attempt's processes are those of its cgroup, or those that carry its DISPATCH_JOB_ID and
-        epoch (workers/proctrack.py), so a reused pid is never killed."""
-        from .keeper import read_attempts
-
-        killed = []
-        for a in read_attempts(self.work_dir):
-            if proctrack.pids(a):
-                proctrack.signal_attempt(a, signal.SIGKILL)
-                killed.append(a.job_id)
-                log.warning("killed job %s (epoch %d), left running by an earlier agent of this node",
-                            a.job_id, a.epoch)
-            proctrack.remove_cgroup(a.cgroup)
-            (self.pid_dir / a.job_id).unlink(missing_ok=True)
-        return killed
-
-    def reconcile(self, reason: str, *, everything: bool = False, settle_ms: int = 5000) -> list[str]:
-        """Requeue, as lost attempts, the jobs Redis shows running on this node at an epoch this agent
-        does not run (started over `settle_ms` ago, so a launch in flight is left alone). With
-        `everything` (agent start), jobs merely assigned here go back too; their RQ entries then
-        find a moved epoch and do nothing. Returns the ids requeued."""
-        ids = [text(i) for i in self.client.zrange(keys.jobs_active(self.ns), 0, -1)]
-        pipe = self.client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hmget(keys.job(self.ns, job_id), "node", "epoch", "state", "started_ms", "spec")
-        now = now_ms()
-        with self.lock:  # jobs it runs, and jobs whose outcome waits in the outbox
-            mine = {(r.job_id, r.epoch) for r in self.running.values()}
-            mine |= self.outbox.attempts()
-        requeued = []
-        for job_id, (node, epoch, state, started, raw) in zip(ids, pipe.execute()):
-            epoch = int(text(epoch) or 0)
-            if text(node) != self.node or (job_id, epoch) in mine:
-                continue
-            if not everything and (text(state) not in ("running", "preempting")
-                                   or now - int(text(started) or now) < settle_ms):
-                continue
-            try:
-                spec = decode_spec(raw, key=keys.job(self.ns, job_id))
-            except Exception:
-                spec = None
-            if self.scripts.finish(job_id, self.node, epoch, PENDING, None, now, reason, **lost_attempt(spec)) == 1:
-                requeued.append(job_id)
-        if requeued:
-            log.warning("requeued %d jobs Redis showed on node %s that this agent does not run: %s",
-                        len(requeued), self.node, ", ".join(requeued))
-            self.client.publish(keys.events(self.ns), b"finish")
-        return requeued
-
-    def foreign(self, procs: dict[int, list[int]]) -> dict[int, list[int]]:
-        """Of the GPU processes (GPU -> PIDs), those that are no job's at two looks in a row (a job's
-        process is in its session, its cgroup, or carries its marks; a job being started is
-        registered before its first process can show on a GPU)."""
-        with self.lock:
-            runs = list(self.running.values())
-        sessions = {r.proc.pid for r in runs}
-        attempts = {(r.job_id.encode(), str(r.epoch).encode()) for r in runs}
-        out, suspects = {}, set()
-        for gpu, pids in procs.items():
-            bad = []
-            for pid in pids:
-                if self._owned(pid, sessions, attempts):
-                    continue
-                suspects.add(pid)
-                if pid in self._suspects:
-                    bad.append(pid)
-            if bad:
-                out[gpu] = bad
-        self._suspects = suspects
-        return out
-
-    def _owned(self, pid: int, sessions: set[int], attempts: set[tuple[bytes, bytes]]) -> bool:
-        try:
-            if os.getsid(pid) in sessions:
-                return True
-        except (ProcessLookupError, PermissionError):
-            return True  # gone: nothing to report
-        if self.cgroups is not None:
-            try:
-                with open(f"/proc/{pid}/cgroup") as f:
-                    if f"/{self.cgroups.name}/" in f.read():
-                        return True
-            except OSError:
-                pass
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(e.partition(b"=")[::2] for e in f.read().split(b"\0"))
-        except OSError:
-            return False
-        return (env.get(b"DISPATCH_JOB_ID"), env.get(b"DISPATCH_EPOCH")) in attempts
-
     def fence_all(self, why: str) -> int:
         """This node was cut off from Redis for too long: its jobs are about to be (or were) rerun
         elsewhere, so kill every copy now. Returns how many were stopped."""
@@ -468,12 +341,12 @@ class Supervisor:
             runs = [r for r in self.running.values() if r.stopping not in ("stale", "fenced")]
         for r in runs:
             r.stopping = "fenced"
-            self._signal(r, 0, signal.SIGKILL)
+            self.stop_run(r, 0, signal.SIGKILL)
             log.warning("job %s: killed, %s", r.job_id, why)
         return len(runs)
 
     # -- stopping ----------------------------------------------------------------------------
-    def _signal(self, run: Running, grace_s: float, first: signal.Signals = signal.SIGTERM) -> None:
+    def stop_run(self, run: Running, grace_s: float, first: signal.Signals = signal.SIGTERM) -> None:
         """Send `first` to every process of the job (its group, its cgroup, escapees that carry its
         marks), then SIGKILL what is left after grace_s (in a thread)."""
         a = run.attempt or proctrack.Attempt(run.job_id, run.epoch, run.proc.pid)
@@ -488,48 +361,6 @@ class Supervisor:
             proctrack.signal_attempt(a, signal.SIGKILL)
         threading.Thread(target=go, name=f"kill-{run.job_id}", daemon=True).start()
 
-    def handle(self, entry_id, cmd: dict) -> None:
-        """Carry out one control command; it is acked once the job is down (or at once if moot)."""
-        kind, job_id = cmd.get("type"), str(cmd.get("job", ""))
-        with self.lock:
-            run = self.running.get(job_id)
-        if kind not in control.COMMANDS:
-            log.error("unknown control command %r for job %s; dropped", kind, job_id)
-        elif run is None or run.stopping == "stale" or (cmd.get("epoch") is not None
-                                                        and int(cmd["epoch"]) != run.epoch):
-            log.info("control %s for job %s: not running here at epoch %s; nothing to do", kind, job_id,
-                     cmd.get("epoch"))
-        elif run.stopping:  # already on its way down: this command is done when it is
-            run.acks.append(entry_id)
-            if kind == "cancel":  # a cancel wins over a requeue
-                run.stopping, run.command = "cancel", cmd
-            return
-        elif kind in ("preempt", "shrink") and not self._marked_preempting(run):
-            log.warning("control %s for job %s: its record is not marked preempting at epoch %d; ignored",
-                        kind, job_id, run.epoch)
-        else:
-            run.acks.append(entry_id)
-            run.command = cmd
-            if kind == "cancel":
-                run.stopping = "cancel"
-                self._signal(run, run.spec.grace_s)
-            elif cmd.get("mode") == "forced":
-                run.stopping = "preempt"
-                self._signal(run, 0, signal.SIGKILL)
-            else:
-                run.stopping = "shrink" if kind == "shrink" else "preempt"
-                sig = getattr(signal, f"SIG{run.spec.checkpoint_signal}", signal.SIGTERM)
-                self._signal(run, run.spec.grace_s, sig)
-            log.info("job %s: %s %s by %s", job_id, kind, cmd.get("mode", ""), cmd.get("by", "a user"))
-            return
-        control.ack(self.client, self.ns, self.node, entry_id)
-
-    def _marked_preempting(self, run: Running) -> bool:
-        """A preempt command counts only if its mark took (mark_preempting.lua): a scheduler that lost
-        its lease, or a plan that went stale, sends the command but its mark is refused."""
-        state, epoch = self.client.hmget(keys.job(self.ns, run.job_id), "state", "epoch")
-        return text(state) == "preempting" and text(epoch) == str(run.epoch)
-
     def check(self) -> None:
         """Once a heartbeat: stop copies whose epoch moved (fenced), and record checkpoints reported
         by touching DISPATCH_CHECKPOINT_DIR/CHECKPOINTED."""
@@ -543,7 +374,7 @@ class Supervisor:
         for r, epoch in zip(runs, pipe.execute()):
             if text(epoch) != str(r.epoch):
                 r.stopping = "stale"
-                self._signal(r, 0, signal.SIGKILL)
+                self.stop_run(r, 0, signal.SIGKILL)
                 continue
             try:
                 mtime = (r.ckpt_dir / CHECKPOINT_FILE).stat().st_mtime
@@ -560,7 +391,7 @@ class Supervisor:
         for r in runs:
             if not r.stopping:
                 r.stopping = "requeue"
-            self._signal(r, min(r.spec.grace_s, timeout_s))
+            self.stop_run(r, min(r.spec.grace_s, timeout_s))
         for r in runs:
             if r.thread is not None:
                 r.thread.join(timeout_s + 1)

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,8 +213,6 @@ def remove_cgroup(cgroup: Path | None) -> None:
         except FileNotFoundError:
             return
         except OSError:
-            import time
-
             time.sleep(0.02)
     log.warning("cgroup %s still holds processes; left in place", cgroup)
 
@@ -226,3 +225,19 @@ def leftover_cgroups(root: Path | None) -> list[Path]:
         return sorted(p for p in root.iterdir() if p.is_dir())
     except OSError:
         return []
+
+
+def stop_leftovers(a: Attempt | None, grace_s: float) -> None:
+    """The main process ended: SIGTERM what it left (children, daemons, setsid escapees), SIGKILL
+    what is still there after the job's grace period, and remove its cgroup."""
+    if a is None:
+        return
+    left = pids(a)
+    if left:
+        log.warning("job %s: its main process ended and left %d processes; stopping them", a.job_id, len(left))
+        signal_attempt(a, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and pids(a):
+            time.sleep(0.1)
+        signal_attempt(a, signal.SIGKILL)
+    remove_cgroup(a.cgroup)

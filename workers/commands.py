@@ -1,0 +1,55 @@
+"""Carrying out a node's control commands (dispatcher/control.py): cancel, preempt, shrink."""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+from dispatcher import control
+from dispatcher.store import keys
+from dispatcher.store.connect import text
+
+log = logging.getLogger("dispatch.agent")
+
+
+def handle(sup, entry_id, cmd: dict) -> None:
+    """Carry out one control command; it is acked once the job is down (or at once if moot)."""
+    kind, job_id = cmd.get("type"), str(cmd.get("job", ""))
+    with sup.lock:
+        run = sup.running.get(job_id)
+    if kind not in control.COMMANDS:
+        log.error("unknown control command %r for job %s; dropped", kind, job_id)
+    elif run is None or run.stopping == "stale" or (cmd.get("epoch") is not None
+                                                    and int(cmd["epoch"]) != run.epoch):
+        log.info("control %s for job %s: not running here at epoch %s; nothing to do", kind, job_id,
+                 cmd.get("epoch"))
+    elif run.stopping:  # already on its way down: this command is done when it is
+        run.acks.append(entry_id)
+        if kind == "cancel":  # a cancel wins over a requeue
+            run.stopping, run.command = "cancel", cmd
+        return
+    elif kind in ("preempt", "shrink") and not _marked_preempting(sup, run):
+        log.warning("control %s for job %s: its record is not marked preempting at epoch %d; ignored",
+                    kind, job_id, run.epoch)
+    else:
+        run.acks.append(entry_id)
+        run.command = cmd
+        if kind == "cancel":
+            run.stopping = "cancel"
+            sup.stop_run(run, run.spec.grace_s)
+        elif cmd.get("mode") == "forced":
+            run.stopping = "preempt"
+            sup.stop_run(run, 0, signal.SIGKILL)
+        else:
+            run.stopping = "shrink" if kind == "shrink" else "preempt"
+            sig = getattr(signal, f"SIG{run.spec.checkpoint_signal}", signal.SIGTERM)
+            sup.stop_run(run, run.spec.grace_s, sig)
+        log.info("job %s: %s %s by %s", job_id, kind, cmd.get("mode", ""), cmd.get("by", "a user"))
+        return
+    control.ack(sup.client, sup.ns, sup.node, entry_id)
+
+def _marked_preempting(sup, run) -> bool:
+    """A preempt command counts only if its mark took (mark_preempting.lua): a scheduler that lost
+    its lease, or a plan that went stale, sends the command but its mark is refused."""
+    state, epoch = sup.client.hmget(keys.job(sup.ns, run.job_id), "state", "epoch")
+    return text(state) == "preempting" and text(epoch) == str(run.epoch)

@@ -1,0 +1,75 @@
+"""What an earlier agent of this node left, and attempts Redis shows here that nobody runs."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+
+from dispatcher.model import PENDING
+from dispatcher.store import keys
+from dispatcher.store.codec import decode_spec
+from dispatcher.store.connect import text
+from dispatcher.store.scripts import lost_attempt
+
+from . import proctrack
+from .keeper import PID_DIR, read_attempts
+
+log = logging.getLogger("dispatch.agent")
+
+
+def now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
+
+
+def kill_leftovers(work_dir: Path) -> list[str]:
+    """At agent start: kill what jobs an earlier agent of this node started are still running
+    (it was killed -9: PR_SET_PDEATHSIG took the job's first process, not its children). An
+    attempt's processes are those of its cgroup, or those that carry its DISPATCH_JOB_ID and
+    epoch (workers/proctrack.py), so a reused pid is never killed."""
+    killed = []
+    for a in read_attempts(work_dir):
+        if proctrack.pids(a):
+            proctrack.signal_attempt(a, signal.SIGKILL)
+            killed.append(a.job_id)
+            log.warning("killed job %s (epoch %d), left running by an earlier agent of this node",
+                        a.job_id, a.epoch)
+        proctrack.remove_cgroup(a.cgroup)
+        (work_dir / PID_DIR / a.job_id).unlink(missing_ok=True)
+    return killed
+
+
+def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 5000) -> list[str]:
+    """Requeue, as lost attempts, the jobs Redis shows running on this node at an epoch this agent
+    does not run (started over `settle_ms` ago, so a launch in flight is left alone). With
+    `everything` (agent start), jobs merely assigned here go back too; their RQ entries then
+    find a moved epoch and do nothing. Returns the ids requeued."""
+    ids = [text(i) for i in sup.client.zrange(keys.jobs_active(sup.ns), 0, -1)]
+    pipe = sup.client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hmget(keys.job(sup.ns, job_id), "node", "epoch", "state", "started_ms", "spec")
+    now = now_ms()
+    with sup.lock:  # jobs it runs, and jobs whose outcome waits in the outbox
+        mine = {(r.job_id, r.epoch) for r in sup.running.values()}
+        mine |= sup.outbox.attempts()
+    requeued = []
+    for job_id, (node, epoch, state, started, raw) in zip(ids, pipe.execute()):
+        epoch = int(text(epoch) or 0)
+        if text(node) != sup.node or (job_id, epoch) in mine:
+            continue
+        if not everything and (text(state) not in ("running", "preempting")
+                               or now - int(text(started) or now) < settle_ms):
+            continue
+        try:
+            spec = decode_spec(raw, key=keys.job(sup.ns, job_id))
+        except Exception:
+            spec = None
+        if sup.scripts.finish(job_id, sup.node, epoch, PENDING, None, now, reason, **lost_attempt(spec)) == 1:
+            requeued.append(job_id)
+    if requeued:
+        log.warning("requeued %d jobs Redis showed on node %s that this agent does not run: %s",
+                    len(requeued), sup.node, ", ".join(requeued))
+        sup.client.publish(keys.events(sup.ns), b"finish")
+    return requeued
