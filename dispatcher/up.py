@@ -41,6 +41,7 @@ log = logging.getLogger("dispatch.up")
 #: Back-off before a restart: BACKOFF_MIN_S, doubling up to BACKOFF_MAX_S; back to the minimum once
 #: the part has run STABLE_S.
 BACKOFF_MIN_S, BACKOFF_MAX_S, STABLE_S = 0.5, 10.0, 60.0
+SERVER_BACKOFF_MAX_S = 2.0
 #: Failed starts of the server in a row after which `up` stops.
 MAX_START_FAILURES = 5
 #: How often the main loop looks at its children.
@@ -50,14 +51,14 @@ FATAL_CODES = (EXIT_USAGE, EXIT_NO_GPU)
 
 
 class Backoff:
-    def __init__(self):
-        self.delay_s = BACKOFF_MIN_S
+    def __init__(self, max_s: float = BACKOFF_MAX_S):
+        self.delay_s, self.max_s = BACKOFF_MIN_S, max_s
 
     def next(self, ran_s: float = 0.0) -> float:
         """The wait before the next start of a part that ran `ran_s` before it ended."""
         if ran_s >= STABLE_S:
             self.delay_s = BACKOFF_MIN_S
-        delay, self.delay_s = self.delay_s, min(self.delay_s * 2, BACKOFF_MAX_S)
+        delay, self.delay_s = self.delay_s, min(self.delay_s * 2, self.max_s)
         return delay
 
 
@@ -113,7 +114,8 @@ class Up:
         self.data_dir = (self.state_dir / "data").resolve()
         self.lock = UpLock(self.state_dir)
         self.server: EmbeddedServer | None = None
-        self.server_backoff = Backoff()
+        # every second without the server counts toward the agents' fence: retried sooner
+        self.server_backoff = Backoff(max_s=SERVER_BACKOFF_MAX_S)
         self.server_since = 0.0
         self.server_due: float | None = None
         self.server_failures = 0
