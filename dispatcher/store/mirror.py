@@ -22,10 +22,9 @@ from ..errors import MalformedRecord
 from ..policy.backlog import Backlog
 from . import keys
 from .codec import decode_node_info
-from .connect import text
 from .nodes import NodeRecord, read_changed_infos, read_infos
 from .dependencies import HELD, READY, judge_all
-from .quarantine import ACTIVE, Entry, job_entry, valid_name
+from .quarantine import ACTIVE, NAME, Entry, job_entry
 from .snapshot import ReadResult, SpecCache, Strays, node_views, pending_only, read_jobs
 
 log = logging.getLogger("dispatch.store")
@@ -148,9 +147,9 @@ class Mirror:
 
     def _ids(self, raw, index: str, check: str = "member", kind: str = "zset") -> list[str]:
         """The members of an index that are job ids; the others are stray."""
-        ids = []
+        ids, ok = [], NAME.fullmatch  # (a read of 100,000 ids: no call per id but the match)
         for i in raw:
-            if valid_name(i):
+            if ok(i):
                 ids.append(i.decode())
             else:
                 self.stray.append(Entry(index, i, "not a job id", check, kind=kind))

@@ -9,7 +9,7 @@ from ..model import GpuInfo
 from . import keys, scripts
 from .codec import decode_node_info, encode_node_info
 from .connect import text
-from .quarantine import Entry, is_time, tolerant, valid_name
+from .quarantine import MAX_MS, NAME, Entry, tolerant
 
 
 @dataclass(frozen=True)
@@ -58,11 +58,11 @@ def schedule_facts(gpus: list[GpuInfo], cpus: int, mem_gb: float) -> tuple:
 def _beats(ns: str, raw) -> tuple[list[tuple[str, float]], list[Entry]]:
     """The heartbeat index as (name, score), and its bad entries: a member that is no node name, a
     score that is not a time."""
-    beats, bad = [], []
+    beats, bad, ok = [], [], NAME.fullmatch
     for name, seen in raw:
-        if not valid_name(name):
+        if not ok(name):
             bad.append(Entry(keys.nodes_heartbeat(ns), name, "not a node name", "member"))
-        elif not is_time(seen):
+        elif not -MAX_MS <= seen <= MAX_MS:  # (is_time, inline: this runs for every node every cycle)
             bad.append(Entry(keys.nodes_heartbeat(ns), name, "its heartbeat is not a time", "score", repr(seen)))
         else:
             beats.append((text(name), seen))

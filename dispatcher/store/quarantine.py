@@ -31,7 +31,7 @@ QUARANTINE_KEPT = 10_000
 #: The most a time in milliseconds may be (2**53: beyond it a float score is no longer exact).
 MAX_MS = 2 ** 53
 #: Job ids (dispatcher/spec.py) and node names (the agent's --node): nothing else is a member of an index.
-_NAME = re.compile(rb"[A-Za-z0-9_.-]{1,64}")
+NAME = re.compile(rb"[A-Za-z0-9_.-]{1,64}")
 ACTIVE = "assigned,running,preempting"
 
 #: The keys of one namespace that code reads whole, with the type each must have. Left out on purpose:
@@ -50,7 +50,7 @@ PER_NODE = ((keys.node, "hash"), (keys.node_alloc, "hash"), (keys.node_control, 
 
 def valid_name(raw) -> bool:
     """Is `raw` (bytes or str) a job id or node name?"""
-    return bool(_NAME.fullmatch(raw if isinstance(raw, bytes) else str(raw).encode(errors="replace")))
+    return bool(NAME.fullmatch(raw if isinstance(raw, bytes) else str(raw).encode(errors="replace")))
 
 
 def is_time(score) -> bool:

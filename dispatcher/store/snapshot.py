@@ -19,7 +19,7 @@ from ..policy.elastic import is_elastic, run_time
 from .dependencies import READY, judge_all
 from .history import plan_estimate
 from .nodes import NodeRecord, read_nodes
-from .quarantine import ACTIVE, is_time, job_entry, tolerant, valid_name, wrong_type
+from .quarantine import ACTIVE, MAX_MS, job_entry, tolerant, valid_name, wrong_type
 
 log = logging.getLogger("dispatch.store")
 
@@ -114,7 +114,7 @@ def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str |
         if since is None:
             return None  # moved on between the two reads; it is in the changed set again
         at = float(since)  # (a score comes as text from read_jobs.lua)
-        if not is_time(at):
+        if not -MAX_MS <= at <= MAX_MS:  # not a time (is_time, inline: this runs for every job read)
             if index is None:
                 return None
             return Strays((job_entry(ns, index, job_id, "its score is not a time", "score", text(since),

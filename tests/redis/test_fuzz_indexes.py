@@ -24,7 +24,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from dispatcher import control, top
+from dispatcher import top
 from dispatcher.board import Board
 from dispatcher.errors import DispatcherError
 from dispatcher.explain import explain
@@ -33,7 +33,7 @@ from dispatcher.scheduler import Scheduler, now_ms
 from dispatcher.store import keys
 from dispatcher.store.codec import encode_node_info
 from dispatcher.store.jobs import read_job, read_queue
-from dispatcher.store.quarantine import FIXED, PER_NODE, read_quarantine, report
+from dispatcher.store.quarantine import FIXED, PER_NODE, report
 from dispatcher.model import GpuInfo
 from tests.redis.test_fuzz_records import FUZZ, beat, fresh_ns, raw_job, submit_good, wipe
 
@@ -72,147 +72,6 @@ def in_quarantine(client, ns, index: str, member) -> bool:
     member = member if isinstance(member, bytes) else member.encode()
     got = client.xrange(keys.quarantine(ns))
     return any(f[b"key"] == index.encode() and f[b"member"] == member for _, f in got)
-
-
-# -- plain scenarios: each failed on the code before quarantine ---------------------------------
-@pytest.mark.parametrize("score", [math.inf, -math.inf])
-def test_an_infinite_pending_score_is_quarantined_and_the_job_still_runs(client, ns, score):
-    beat(client, ns)
-    hostile, good = submit_good(client, ns), submit_good(client, ns)
-    submit_ms = int(client.hget(keys.job(ns, hostile), "submit_ms"))
-    client.zadd(keys.jobs_pending(ns), {hostile: score})  # ZADD <ns>:jobs:pending +inf <id>
-    views(client, ns, [good])  # before any scheduler: why, eta and top crashed here
-    assert explain(client, ns, hostile)["outcome"]["code"] == "invalid"
-    sched = Scheduler(client, ns)
-    sched.cycle()  # raised OverflowError here, every cycle
-    assert read_job(client, ns, good)["state"] == "assigned"
-    assert in_quarantine(client, ns, keys.jobs_pending(ns), hostile)
-    assert client.zscore(keys.jobs_pending(ns), hostile) == submit_ms  # put right, not dropped
-    sched.cycle()
-    assert read_job(client, ns, hostile)["state"] == "assigned"
-    views(client, ns, [good, hostile])
-    p = report(client, ns)
-    assert p == [f"1 index entry quarantined (see {keys.quarantine(ns)})"]
-
-
-def test_a_pending_index_of_the_wrong_type_is_set_aside_and_rebuilt(client, ns):
-    beat(client, ns, gpus=1)
-    first, second = submit_good(client, ns), submit_good(client, ns)
-    client.delete(keys.jobs_pending(ns))
-    client.set(keys.jobs_pending(ns), "x")  # DEL <ns>:jobs:pending; SET <ns>:jobs:pending x
-    views(client, ns, [first, second])  # queue raised WRONGTYPE here
-    assert any("not a zset" in line for line in report(client, ns))
-    with pytest.raises(DispatcherError, match="cannot submit"):  # and nothing is written
-        submit_good(client, ns)
-    sched = Scheduler(client, ns)
-    plan = sched.cycle()  # raised WRONGTYPE here, every cycle: nothing was ever placed
-    assert [p.job_id for p in plan.placements] == [first]
-    assert client.type(keys.jobs_pending(ns)) == b"zset"
-    assert [m.decode() for m in client.zrange(keys.jobs_pending(ns), 0, -1)] == [second]
-    (aside,) = client.keys(f"{keys.quarantine(ns)}:jobs:pending:*")
-    assert client.get(aside) == b"x"
-    assert any(r["key"] == keys.jobs_pending(ns) and r["moved_to"] == aside.decode()
-               for r in read_quarantine(client, ns))
-    third = submit_good(client, ns)
-    views(client, ns, [second, third])
-
-
-def test_an_idle_cluster_sets_a_wrong_typed_pending_index_aside_within_a_tick(client, ns):
-    """Nothing changes, so no read meets it; submits fail on it meanwhile. The type check rides on the
-    stats write the scheduler sends each cycle."""
-    beat(client, ns)
-    sched = Scheduler(client, ns)
-    sched.cycle()
-    client.set(keys.jobs_pending(ns), "x")
-    sched._types_at = (-1e18, -1e18)  # a tick (and 15 s) have passed
-    sched.cycle()
-    assert client.type(keys.jobs_pending(ns)) == b"none"
-    job = submit_good(client, ns)
-    sched.cycle()
-    assert read_job(client, ns, job)["state"] == "assigned"
-
-
-def test_an_active_index_of_the_wrong_type_is_rebuilt_from_the_running_jobs(client, ns):
-    beat(client, ns, gpus=2)
-    sched = Scheduler(client, ns)
-    running = submit_good(client, ns)
-    sched.cycle()
-    client.delete(keys.jobs_active(ns))
-    client.sadd(keys.jobs_active(ns), "junk")
-    views(client, ns, [running])
-    waiting = submit_good(client, ns)
-    sched.cycle()
-    sched.cycle()
-    assert client.type(keys.jobs_active(ns)) == b"zset"
-    assert {m.decode() for m in client.zrange(keys.jobs_active(ns), 0, -1)} == {running, waiting}
-    assert {read_job(client, ns, j)["gpus"][0] for j in (running, waiting)} == {0, 1}  # never double-booked
-
-
-def test_a_control_stream_of_the_wrong_type_still_gets_the_preemption(client, ns):
-    from dispatcher.spec import build_spec
-    from dispatcher.store.jobs import write_jobs
-    from dispatcher.store.scripts import Scripts
-
-    beat(client, ns, gpus=1)
-    sched = Scheduler(client, ns)
-    (low,) = write_jobs(client, ns, [build_spec(command=["true"], user="bob", submit_ms=now_ms(), gpus=1,
-                                                priority="low", checkpointable=True)])
-    sched.cycle()
-    Scripts(client, ns).mark_running(low, 1, now_ms() - 120_000, 123)  # past min_run_s
-    client.set(keys.node_control(ns, "n1"), "junk")
-    (urgent,) = write_jobs(client, ns, [build_spec(command=["true"], user="alice", submit_ms=now_ms(), gpus=1,
-                                                   priority="critical")])
-    for _ in range(3):
-        sched.cycle()
-        if read_job(client, ns, low)["state"] == "preempting":
-            break
-    assert read_job(client, ns, low)["state"] == "preempting"
-    assert client.type(keys.node_control(ns, "n1")) == b"stream"
-    (cmd,) = control.read(client, ns, "n1", pending=False, block_ms=10)
-    assert cmd[1]["type"] == "preempt" and cmd[1]["job"] == low and cmd[1]["by"] == f"job {urgent}"
-
-
-def test_a_gpu_held_by_no_job_is_freed_when_a_placement_meets_it(client, ns):
-    beat(client, ns, gpus=1)
-    client.hset(keys.node_alloc(ns, "n1"), "0", "999")  # job 999 does not exist
-    job = submit_good(client, ns)
-    sched = Scheduler(client, ns)
-    sched.cycle()  # refused: GPU 0 is held
-    sched.cycle()
-    assert read_job(client, ns, job)["state"] == "assigned"
-    assert in_quarantine(client, ns, keys.node_alloc(ns, "n1"), "0")
-    assert client.hget(keys.node_alloc(ns, "n1"), "0") == job.encode()
-
-
-def test_malformed_control_commands_are_acked_and_quarantined(client, ns):
-    control.ensure_group(client, ns, "n1")
-    stream = keys.node_control(ns, "n1")
-    for raw in (b"\xff", msgpack.packb([1]), msgpack.packb({"type": "preempt", "job": "1", "epoch": "x"}),
-                msgpack.packb({"type": "preempt", "job": "1:log", "epoch": 1}),
-                msgpack.packb({"type": "cancel", "job": "1", "epoch": 1, "reason": 5})):
-        client.xadd(stream, {b"c": raw})
-    control.send(client, ns, "n1", {"type": "cancel", "job": "7", "epoch": 2, "reason": "bye"})
-    got = control.read(client, ns, "n1", pending=False, block_ms=10)
-    assert [c for _, c in got] == [{"type": "cancel", "job": "7", "epoch": 2, "reason": "bye"}]
-    pending = client.xpending(stream, control.GROUP)["pending"]
-    assert pending == 1  # only the good one, until its agent acks it
-    assert sum(1 for r in read_quarantine(client, ns) if r["key"] == stream) == 5
-
-
-def test_a_requests_mark_that_is_no_stream_id_is_quarantined_not_a_crash(client, ns):
-    from dispatcher.identity import Verifier
-    from dispatcher.store.requests import RequestServer
-    from dispatcher.store.scripts import Scripts
-
-    client.xadd(keys.requests(ns), {"id": "r1", "kind": "bogus"})
-    newest = client.xadd(keys.requests(ns), {"id": "r2", "kind": "bogus"})
-    client.set(keys.requests_done(ns), "garbage")
-    server = RequestServer(client, ns, Verifier(b"s" * 32), Scripts(client, ns))
-    assert server.serve() == 0
-    assert client.get(keys.requests_done(ns)) == newest  # none of those before runs (again)
-    assert in_quarantine(client, ns, keys.requests_done(ns), b"")
-    client.xadd(keys.requests(ns), {"id": "r3", "kind": "bogus"})
-    assert server.serve() == 1
 
 
 # -- fuzz: hostile entries in every index and stream --------------------------------------------
@@ -412,5 +271,77 @@ def test_any_key_of_the_wrong_type_is_set_aside_and_scheduling_goes_on(rc, broke
             if job_id:
                 assert rc.zscore(keys.jobs_all(ns), job_id) is not None
         views(rc, ns, [j for j in (good, first) if j])
+    finally:
+        wipe(rc, ns)
+
+
+# -- fuzz: the streams agents and the leader read -------------------------------------------------
+WILD = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 63, 2 ** 63 - 1), st.floats(), st.text(max_size=6),
+                 st.binary(max_size=6), st.lists(st.integers(-5, 5000), max_size=3))
+COMMANDS = st.one_of(
+    st.binary(max_size=12),
+    st.fixed_dictionaries({"type": st.sampled_from(["preempt", "cancel", "shrink", "kill", ""]) | WILD},
+                          optional={"job": st.sampled_from(["1", "1:log", "", "x" * 65]) | WILD, "epoch": WILD,
+                                    "mode": WILD, "keep": WILD, "by": WILD, "reason": WILD, "keep_wait": WILD}
+                          ).map(lambda d: msgpack.packb(d, use_bin_type=True)),
+)
+
+
+@FUZZ
+@given(st.lists(st.one_of(COMMANDS, st.none()), min_size=1, max_size=6))
+@example([msgpack.packb({"type": "preempt", "job": "1", "epoch": "x"}), None])
+@example([msgpack.packb({"type": "shrink", "job": "1", "epoch": 1, "keep": [True]})])
+def test_hostile_control_commands_never_stall_the_channel(rc, raws):
+    """What the agent's control loop reads: only commands shaped as control.send sends them; the rest
+    acked and in quarantine (read again and again, one would stall the channel for good)."""
+    from dispatcher import control
+
+    ns = fresh_ns()
+    try:
+        control.ensure_group(rc, ns, "n1")
+        stream = keys.node_control(ns, "n1")
+        good = {"type": "cancel", "job": "7", "epoch": 2, "reason": "bye"}
+        for raw in raws:
+            if raw is None:
+                control.send(rc, ns, "n1", good)
+            else:
+                rc.xadd(stream, {b"c": raw})
+        got = control.read(rc, ns, "n1", pending=False, block_ms=10)
+        for _, cmd in got:
+            control.malformed(cmd)  # raises for a malformed one
+        assert sum(1 for _, c in got if c == good) >= sum(1 for r in raws if r is None)
+        assert rc.xpending(stream, control.GROUP)["pending"] == len(got)  # the rest were acked
+        dropped = sum(1 for _, f in rc.xrange(keys.quarantine(ns)) if f[b"key"] == stream.encode())
+        assert dropped == len(raws) - len(got)
+        assert control.read(rc, ns, "n1", pending=True) == got  # read again: the same, nothing stuck
+    finally:
+        wipe(rc, ns)
+
+
+REQUEST = st.fixed_dictionaries({}, optional={k: WILD for k in ("id", "kind", "user", "ts", "body", "sig")})
+
+
+@FUZZ
+@given(st.lists(REQUEST, min_size=1, max_size=5), st.one_of(st.none(), st.sampled_from(["", "x", "1-2-3", "-1"])))
+def test_hostile_requests_never_stop_the_leader(rc, requests, done):
+    """The requests stream (identity on): every entry is answered or refused, the mark moves past all
+    of them, and a mark that is no stream id is quarantined."""
+    from dispatcher.identity import Verifier
+    from dispatcher.store.requests import RequestServer
+    from dispatcher.store.scripts import Scripts
+
+    ns = fresh_ns()
+    try:
+        last = None
+        for r in requests:
+            fields = {k: (v if isinstance(v, (bytes, str, int, float)) and not isinstance(v, bool) else repr(v))
+                      for k, v in r.items()} or {"x": "y"}
+            last = rc.xadd(keys.requests(ns), fields)
+        if done is not None:
+            rc.set(keys.requests_done(ns), done)
+        server = RequestServer(rc, ns, Verifier(b"s" * 32), Scripts(rc, ns))
+        for _ in range(3):
+            server.serve()
+        assert rc.get(keys.requests_done(ns)) == last
     finally:
         wipe(rc, ns)
