@@ -184,3 +184,25 @@ def test_the_commands_keep_working_on_hostile_indexes(cli, client):
     client.set(keys.jobs_pending(cli.ns), "x")
     commands_work()
     assert "not a zset" in cli.run("queue").stdout
+
+
+def test_hostile_wake_ups_do_not_stop_a_running_scheduler(client, ns):
+    """The events channel is pub/sub: whatever is published there only wakes the loop up."""
+    import threading
+
+    beat(client, ns)
+    stop = threading.Event()
+    sched = Scheduler(client, ns)
+    loop = threading.Thread(target=sched.run, args=(stop,), daemon=True)
+    loop.start()
+    try:
+        for data in (b"\xff", b"", b"submit" * 1000, b"placed", b"lost", "é".encode()) * 20:
+            client.publish(keys.events(ns), data)
+        job = submit_good(client, ns)
+        deadline = now_ms() + 10_000
+        while read_job(client, ns, job)["state"] != "assigned":
+            assert now_ms() < deadline and loop.is_alive(), "the scheduler stopped scheduling"
+            stop.wait(0.05)
+    finally:
+        stop.set()
+        loop.join(10)
