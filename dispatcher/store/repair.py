@@ -17,7 +17,7 @@ from . import keys
 from .connect import text
 from .jobs import rebuild_indexes
 from .quarantine import ACTIVE, Entry, quarantine, set_aside, sweep, tolerant
-from .snapshot import SpecCache, read_jobs
+from .snapshot import SpecCache, Strays, read_jobs
 
 log = logging.getLogger("dispatch.store")
 
@@ -55,7 +55,7 @@ def rebuild_alloc(client, ns: str, node: str) -> int:
     alloc: dict[str, list[str]] = {}
     shared: set[str] = set()
     for job_id, got in read_jobs(client, ns, ids, SpecCache()):
-        if isinstance(got, tuple) and len(got) == 2 and getattr(got[0], "node", None) == node:
+        if isinstance(got, tuple) and not isinstance(got, Strays) and getattr(got[0], "node", None) == node:
             job = got[0]
             for g in job.gpus:
                 alloc.setdefault(str(g), []).append(job.spec.id)
