@@ -1,23 +1,24 @@
-"""The chaos suite: hundreds of short jobs while node agents, job processes, schedulers and Redis
-are killed -9 at random; then every job is checked to have succeeded exactly once.
+"""The chaos suite: short resumable jobs, submitted while servers, agents, job processes and
+schedulers are killed -9 or stopped, the far node is cut off and the disk under the append-only file
+fills; the verdict is read from the files the jobs' attempts write, never from dispatch's state.
 
     python scripts/chaos/run.py [--jobs 300] [--nodes 3] [--gpus-per-node 4] [--fault-every 2.0]
-                                [--seed 1] [--netns] [--json FILE]
+                                [--faults kind,kind,...] [--up] [--netns] [--seed 1] [--json FILE]
 
-It starts its own Redis-compatible server (append-only file, fsync always, so that a kill -9 of
-the server loses nothing acknowledged), two schedulers (one leads, one stands by) and one node agent
-per node with fake GPUs, all as real processes. With --netns (root, iproute2) one more node agent
-runs as a separate host in a network namespace, reaching Redis over a veth pair, and the link is
-cut mid-run (docs/guarantees.md: the cut-off agent kills its copies before they rerun elsewhere).
+Fault kinds (default: every one this run can make; see faults.py): server, agent, agent-redis-down,
+job, scheduler, agent-stop, leader-stop, partition-down and partition-drop (--netns: root, iproute2,
+tc), second-up (--up), disk-full (root: a tmpfs under the server's data dir). The server runs with the
+append-only file and `dispatch up`'s everysec. --up drives a real `dispatch up` (its embedded server,
+scheduler and agent) beside agents on the other nodes and a standby scheduler; without it the suite runs
+every process itself and restarts the server it kills on the same port and files, as `up` would.
 
-Each job is a small resumable shell job, like a training job with checkpoints: it appends
-"start <attempt> <node> <time>" to its own file, sleeps, appends "end ...", and, when resumed after
-an end was already written (its completion was not recorded before a crash), exits at once as done.
-From those files the suite counts:
-- losses: jobs that did not end `succeeded`;
-- doubles: jobs whose work ran to its end twice, or two attempts alive at once;
-- reruns: attempts beyond the first; faults injected, by kind.
-It exits 1 if losses or doubles are not 0.
+Each attempt writes start, a tick every 0.2 s and end to its own file (attempts.py). From those files:
+lost (an acknowledged job whose no attempt ended), doubled (two attempts that both ended), overlaps
+(two attempts of one job whose [start, last tick or end] intersect), reruns; dispatch's own states
+are a cross-check only. Node agents, schedulers and `up` that exit without the suite killing them are
+counted (and started again a second later). Exit 1 if lost, doubled, overlaps or agents (node agents and
+`up`, whose agent is inside it) that died on their own are not 0, or a fault could not be made as meant
+(a partition whose far node held no job); 2 on bad flags. Schedulers that died are counted and printed.
 """
 
 from __future__ import annotations
@@ -27,269 +28,250 @@ import json
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
 
-from dispatcher.embedded import EmbeddedServer  # noqa: E402
-from dispatcher.store import keys  # noqa: E402
-from dispatcher.store.connect import connect, text  # noqa: E402
-
-NS = "chaos"
-JOB = r'''f="$CHAOS_DIR/$DISPATCH_JOB_ID"
-if grep -q '^end' "$f" 2>/dev/null; then echo "resumed after completion: done"; exit 0; fi
-echo "start $DISPATCH_ATTEMPT $DISPATCH_NODE $(date +%s.%N)" >> "$f"
-sleep "$1"
-echo "end $DISPATCH_ATTEMPT $DISPATCH_NODE $(date +%s.%N)" >> "$f"
-'''
-TIMING = {"DISPATCH_HEARTBEAT_S": "0.5", "DISPATCH_NODE_TIMEOUT_S": "5", "DISPATCH_LEASE_S": "3",
-          "DISPATCH_TICK_S": "0.5"}
+import attempts  # noqa: E402
+import faults  # noqa: E402
+from cluster import NS, TIMING, Cluster  # noqa: E402
+from hostfaults import DataDisk, NetNode  # noqa: E402
+from procs import alive, become_subreaper, cmdline, descendants, reap_orphans  # noqa: E402
+from report import print_report  # noqa: E402
 
 
-class Cluster:
-    def __init__(self, base: Path, url: str, env: dict):
-        self.base, self.url, self.env = base, url, env
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.logs = base / "logs"
-        self.logs.mkdir(parents=True, exist_ok=True)
+class Submitter(threading.Thread):
+    """Submits one job at a time at its planned second; a submit that raises is refused (not acknowledged)
+    and tried again 0.3 s later as a new request."""
 
-    def start(self, name: str, *args, prefix=()) -> subprocess.Popen:
-        log = open(self.logs / f"{name}.log", "ab")
-        env = dict(os.environ, **self.env, DISPATCH_REDIS_URL=self.url, DISPATCH_NAMESPACE=NS,
-                   DISPATCH_HOME=str(self.base / "home"), PYTHONUNBUFFERED="1")
-        p = subprocess.Popen([*prefix, sys.executable, "-m", "dispatcher", *args], env=env, stdout=log,
-                             stderr=subprocess.STDOUT, cwd=str(ROOT))
-        self.procs[name] = p
-        return p
+    def __init__(self, url: str, requests: list[dict], at: list[float], t0: float):
+        super().__init__(name="submitter", daemon=True)
+        self.url, self.requests, self.at, self.t0 = url, requests, at, t0
+        self.acked: list[str] = []
+        self.ack_s: list[float] = []
+        self.refused, self.errors = 0, Counter()
+        self.finished = threading.Event()
+        self.stop = threading.Event()
 
-    def agent(self, node: str, gpus: int, prefix=()) -> subprocess.Popen:
-        return self.start(f"agent-{node}", "worker", "--node", node, "--fake-gpus", f"{gpus}xA100-40GB",
-                          "--work-dir", str(self.base / "nodes" / node), prefix=prefix)
+    def run(self) -> None:
+        from dispatcher.api import Client
+        from dispatcher.store.connect import connect
 
-    def kill(self, name: str) -> None:
-        p = self.procs.get(name)
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGKILL)
-            p.wait()
-
-    def stop_all(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs.values():
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-class NetNode:
-    """A node agent on its own network host: a namespace joined to this one by a veth pair."""
-
-    def __init__(self, name="dchaos", host_ip="10.251.7.1", node_ip="10.251.7.2"):
-        self.name, self.host_ip, self.node_ip = name, host_ip, node_ip
-        self.veth_h, self.veth_n = f"{name}-h", f"{name}-n"
-
-    @staticmethod
-    def available() -> bool:
-        return os.geteuid() == 0 and shutil.which("ip") is not None
-
-    def _ip(self, *args, ns=False):
-        cmd = ["ip", "netns", "exec", self.name, "ip", *args] if ns else ["ip", *args]
-        subprocess.run(cmd, check=True, capture_output=True)
-
-    def create(self):
-        self.delete()
-        subprocess.run(["ip", "netns", "add", self.name], check=True)
-        self._ip("link", "add", self.veth_h, "type", "veth", "peer", "name", self.veth_n)
-        self._ip("link", "set", self.veth_n, "netns", self.name)
-        self._ip("addr", "add", f"{self.host_ip}/24", "dev", self.veth_h)
-        self._ip("link", "set", self.veth_h, "up")
-        self._ip("addr", "add", f"{self.node_ip}/24", "dev", self.veth_n, ns=True)
-        self._ip("link", "set", self.veth_n, "up", ns=True)
-        self._ip("link", "set", "lo", "up", ns=True)
-
-    def link(self, up: bool):
-        self._ip("link", "set", self.veth_n, "up" if up else "down", ns=True)
-
-    @property
-    def prefix(self):
-        return ("ip", "netns", "exec", self.name)
-
-    def delete(self):
-        subprocess.run(["ip", "link", "del", self.veth_h], capture_output=True)
-        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
-
-
-def read_attempts(path: Path) -> list[dict]:
-    out = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        kind, attempt, node, at = line.split()
-        if kind == "start":
-            out.append({"attempt": int(attempt), "node": node, "start": float(at), "end": None})
-        elif out:
-            for a in reversed(out):
-                if a["attempt"] == int(attempt) and a["node"] == node and a["end"] is None:
-                    a["end"] = float(at)
+        api = Client(self.url, ns=NS)
+        api.redis = connect(self.url, check=False, socket_timeout=10, socket_connect_timeout=2)
+        try:
+            for req, at in zip(self.requests, self.at):
+                if self.stop.wait(max(0.0, self.t0 + at - time.monotonic())):
+                    return
+                while not self.stop.is_set():
+                    try:
+                        job_id = api.submit_many([req])[0]
+                    except Exception as e:  # refused: the server is down, full, or cut
+                        self.refused += 1
+                        self.errors[type(e).__name__] += 1
+                        self.stop.wait(0.3)
+                        continue
+                    self.acked.append(str(job_id))
+                    self.ack_s.append(time.monotonic() - self.t0)
                     break
-    return out
+        finally:
+            self.finished.set()
 
 
-def judge(client, job_ids: list[str], files: Path) -> dict:
-    pipe = client.pipeline(transaction=False)
-    for j in job_ids:
-        pipe.hmget(keys.job(NS, j), "state", "reason")
-    states = {j: (text(s), text(r)) for j, (s, r) in zip(job_ids, pipe.execute())}
-    losses, doubles, reruns, overlaps = [], [], 0, []
-    for j in job_ids:
-        attempts = read_attempts(files / j)
-        reruns += max(0, len(attempts) - 1)
-        if states[j][0] != "succeeded":
-            losses.append((j, states[j]))
-        if sum(1 for a in attempts if a["end"] is not None) > 1:
-            doubles.append(j)
-        spans = sorted((a["start"], a["end"] or a["start"]) for a in attempts)
-        if any(b[0] < a[1] for a, b in zip(spans, spans[1:])):
-            overlaps.append(j)
-    return {"jobs": len(job_ids), "succeeded": sum(1 for s, _ in states.values() if s == "succeeded"),
-            "losses": len(losses), "doubles": len(set(doubles) | set(overlaps)), "reruns": reruns,
-            "lost_jobs": losses[:10], "double_jobs": sorted(set(doubles) | set(overlaps))[:10]}
-
-
-def main(argv=None) -> int:
+def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=300)
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--gpus-per-node", type=int, default=4)
     ap.add_argument("--fault-every", type=float, default=2.0, help="mean seconds between faults")
-    ap.add_argument("--job-s", default="0.2,2.0", help="job durations, uniform between MIN,MAX seconds")
+    ap.add_argument("--faults", default=None, help="comma-separated kinds (default: all this run can make): "
+                    + ", ".join(faults.KINDS))
+    ap.add_argument("--up", action="store_true", help="drive a real `dispatch up` instead of separate processes")
+    ap.add_argument("--netns", action="store_true", help="one more agent as a far host in a network namespace")
+    ap.add_argument("--job-s", default="1,3", help="job durations, uniform between MIN,MAX seconds of work")
+    ap.add_argument("--submit-s", type=float, default=None,
+                    help="spread the submits over this many seconds (default: about the time the nodes need)")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--netns", action="store_true", help="also cut a node agent in a network namespace off")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs) afterwards")
-    args = ap.parse_args(argv)
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (files, logs) afterwards")
+    return ap.parse_args(argv)
+
+
+def choose_kinds(args) -> list[str]:
+    """The kinds asked for (default: all); exits 2 on an unknown one."""
+    asked = [k.strip() for k in args.faults.split(",") if k.strip()] if args.faults else list(faults.KINDS)
+    for k in asked:
+        if k not in faults.KINDS:
+            print(f"--faults: unknown kind {k!r}; kinds: {', '.join(faults.KINDS)}", file=sys.stderr)
+            sys.exit(2)
+    return asked
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
     rng = random.Random(args.seed)
     lo, hi = (float(x) for x in args.job_s.split(","))
+    kinds = choose_kinds(args)
+    if args.netns and NetNode.missing():
+        print(f"--netns: {NetNode.missing()}", file=sys.stderr)
+        return 2
+    disk = "disk-full" in kinds and DataDisk.missing() is None
     base = Path(tempfile.mkdtemp(prefix="dispatch-chaos-"))
-    files = base / "jobs"
-    files.mkdir()
-    netnode = None
-    if args.netns:
-        if not NetNode.available():
-            print("--netns needs root and iproute2 (`ip`)", file=sys.stderr)
-            return 2
-        netnode = NetNode()
-        netnode.create()
-    bind = "127.0.0.1" + (f" {netnode.host_ip}" if netnode else "")
-    server = EmbeddedServer(base / "redis", fsync="always", bind=bind).start()
-    cluster = Cluster(base, server.url, dict(TIMING, CHAOS_DIR=str(files)))
-    faults: Counter = Counter()
+    become_subreaper()
+    cluster = Cluster(base, up=args.up, nodes=args.nodes, gpus=args.gpus_per_node, netns=args.netns, disk=disk)
+    not_run = {k: why for k in kinds if (why := faults.unavailable(k, cluster))}
+    if args.faults and not_run:
+        cluster.teardown()
+        print("--faults: " + "; ".join(f"{k} {why}" for k, why in not_run.items()), file=sys.stderr)
+        return 2
+    kinds = [k for k in kinds if k not in not_run]
+    timing = {k: float(v) for k, v in TIMING.items()}
+    inj = faults.Injector(cluster, rng, kinds, timing["DISPATCH_NODE_TIMEOUT_S"], timing["DISPATCH_LEASE_S"])
+    nodes_total = args.nodes + (1 if args.netns else 0)
+    submit_s = args.submit_s if args.submit_s is not None else \
+        args.jobs * 1.25 * ((lo + hi) / 2 + 0.5) / (nodes_total * args.gpus_per_node)
+    requests = [attempts.job_request(max(1, round(rng.uniform(lo, hi) / attempts.TICK_S)), rng.choice((1, 1, 1, 2)),
+                                     cluster.files, base) for _ in range(args.jobs)]
+    plan = sorted(rng.uniform(0, submit_s) for _ in range(args.jobs))
+    died: Counter = Counter()
+    result = {}
     t0 = time.monotonic()
     try:
-        client = connect(server.url)
-        for i in range(2):
-            cluster.start(f"scheduler-{i}", "scheduler")
-        nodes = [f"n{i}" for i in range(args.nodes)]
-        for n in nodes:
-            cluster.agent(n, args.gpus_per_node)
-        if netnode:
-            net_url = f"redis://{netnode.host_ip}:{server.port}/0"
-            cluster.start("agent-far", "--redis", net_url, "worker", "--node", "far", "--fake-gpus",
-                          f"{args.gpus_per_node}xA100-40GB", "--work-dir", str(base / "nodes" / "far"),
-                          prefix=netnode.prefix)
-        from dispatcher.api import Client
-
-        api = Client(server.url, ns=NS)
-        job_ids = api.submit_many([{"command": ["sh", "-c", JOB, "chaos", f"{rng.uniform(lo, hi):.2f}"],
-                                    "gpus": rng.choice((1, 1, 1, 2)), "checkpointable": True, "retries": 20,
-                                    "cwd": str(base)} for _ in range(args.jobs)])
-        print(f"submitted {len(job_ids)} jobs to {args.nodes} nodes of {args.gpus_per_node} fake GPUs"
-              + (" + 1 node in a network namespace" if netnode else ""), flush=True)
-        cut_done = False
-        next_fault = time.monotonic() + rng.expovariate(1.0 / args.fault_every)
-        while time.monotonic() - t0 < args.timeout:
-            done = client.zcard(keys.jobs_pending(NS)) + client.zcard(keys.jobs_active(NS))
-            if done == 0:
-                break
-            if netnode and not cut_done and time.monotonic() - t0 > 5:
-                netnode.link(False)
-                faults["network cut (far node)"] += 1
-                cut_done = True
-                cut_at = time.monotonic()
-            if netnode and cut_done and cut_at and time.monotonic() - cut_at > 12:
-                netnode.link(True)
-                cut_at = None
-            if time.monotonic() >= next_fault:
-                inject(rng, cluster, client, server, nodes, args.gpus_per_node, faults)
-                next_fault = time.monotonic() + rng.expovariate(1.0 / args.fault_every)
-            time.sleep(0.1)
-        if netnode and cut_done:
-            netnode.link(True)
-        result = judge(client, job_ids, files)
+        try:
+            cluster.start()
+        except Exception as e:  # the cluster never came up: nothing to judge
+            print(f"chaos: {e}", file=sys.stderr)
+            if args.json:
+                Path(args.json).write_text(json.dumps({"error": str(e), "work_dir": str(base)}, indent=1))
+            return 1
+        sub = Submitter(cluster.url, requests, plan, time.monotonic())
+        sub.start()
+        print(f"chaos: {cluster.mode} mode, {args.jobs} jobs over {submit_s:.0f} s to {args.nodes} nodes of "
+              f"{args.gpus_per_node} fake GPUs" + (" + 1 far node in a network namespace" if args.netns else "")
+              + f"; faults every {args.fault_every:g} s on average: {', '.join(kinds)}"
+              + (f" (not run: {'; '.join(f'{k} {w}' for k, w in not_run.items())})" if not_run else ""), flush=True)
+        outcome = loop(args, cluster, inj, sub, died, timing)
+        sub.stop.set()
+        states = cluster.states(list(sub.acked))
+        cluster.stop()
+        leftovers = sweep_leftovers(cluster)
+        result = attempts.judge(cluster.files, list(sub.acked), states)
+        result.update(outcome)
+        result.update({
+            "mode": cluster.mode, "jobs_requested": args.jobs, "submit_refused": sub.refused,
+            "submit_errors": dict(sub.errors),
+            "submits_span_s": [round(sub.ack_s[0], 1), round(sub.ack_s[-1], 1)] if sub.ack_s else None,
+            "faults": dict(inj.counts), "faults_total": sum(inj.counts.values()), "fault_kinds": kinds,
+            "not_run": not_run, "died_on_their_own": dict(died),
+            "agents_died_on_their_own": died["agent"] + died["up"],
+            "failed_checks": inj.failed_checks, "findings": dict(inj.findings), "leftover_processes": leftovers,
+            "notes": inj.notes[-40:], "seed": args.seed})
     finally:
-        cluster.stop_all()
-        server.stop()
-        if netnode:
-            netnode.delete()
-    result.update({"faults": dict(faults), "faults_total": sum(faults.values()),
-                   "wall_s": round(time.monotonic() - t0, 1), "work_dir": str(base) if args.keep else None})
-    print(f"jobs {result['jobs']}, succeeded {result['succeeded']}, faults injected {result['faults_total']} "
-          f"({', '.join(f'{k} {v}' for k, v in sorted(faults.items()))}), reruns {result['reruns']}, "
-          f"losses {result['losses']}, doubles {result['doubles']}, in {result['wall_s']} s")
-    if result["losses"] or result["doubles"]:
-        print(f"lost: {result['lost_jobs']}; doubles: {result['double_jobs']}; logs in {base}", file=sys.stderr)
+        cluster.stop()
+        cluster.teardown()
+    result["wall_s"] = round(time.monotonic() - t0, 1)
+    bad = bool(result.get("lost") or result.get("doubled") or result.get("overlaps")
+               or result.get("agents_died_on_their_own") or result.get("failed_checks"))
+    result["work_dir"] = str(base) if (args.keep or bad) else None
+    print_report(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
-    if not args.keep and not (result["losses"] or result["doubles"]):
+    if not (args.keep or bad):
         shutil.rmtree(base, ignore_errors=True)
-    return 1 if result["losses"] or result["doubles"] else 0
+    return 1 if bad else 0
 
 
-def inject(rng, cluster: Cluster, client, server: EmbeddedServer, nodes, gpus, faults: Counter) -> None:
-    kind = rng.choices(["agent", "job", "scheduler", "redis"], weights=[4, 4, 2, 1])[0]
-    if kind == "agent":
-        node = rng.choice(nodes)
-        cluster.kill(f"agent-{node}")
-        time.sleep(rng.uniform(0.2, 2.0))
-        cluster.agent(node, gpus)
-        faults["node agent kill -9"] += 1
-    elif kind == "job":
+def loop(args, cluster, inj, sub: Submitter, died: Counter, timing: dict) -> dict:
+    """Faults until every acknowledged job ended (in its files) and dispatch is idle; then no new faults,
+    the pending undos play out, and the cluster must stay quiet for a node timeout and more."""
+    rng = inj.rng
+    t0 = time.monotonic()
+    settle_s = timing["DISPATCH_NODE_TIMEOUT_S"] + 2.0
+    next_fault = t0 + rng.expovariate(1.0 / args.fault_every)
+    next_check, quiet_since, phase = t0, None, "faults"
+    during_submits = 0
+    out = {"timed_out": False, "stalled": None}
+    while True:
+        now = time.monotonic()
+        if now - t0 > args.timeout:
+            out["timed_out"] = True
+            inj.note(f"timed out after {args.timeout:g} s")
+            break
+        for name, role, code, tail in cluster.fleet.check():
+            died[role] += 1
+            inj.note(f"{name} ({role}) exited {code} on its own; started again in 1 s. Its log ends:\n{tail}")
+            inj.later(1.0, cluster.fleet.restart, name)
+        for name, pid in cluster.up_children_died():
+            died["agent" if name == "up:agent" else "scheduler"] += 1
+            inj.note(f"{name} (pid {pid}) exited on its own (`up` restarts it); see logs/up.log")
+        tail = cluster.server_died()
+        if tail is not None:
+            inj.findings["server died on its own (restarted)"] += 1
+            inj.note(f"the server exited on its own; started again. Its log ends:\n{tail}")
+        reap_orphans(cluster.fleet.popen_pids())
+        inj.run_due()
+        if inj.stalled:
+            out["stalled"] = inj.stalled
+            break
+        if phase == "faults" and now >= next_fault:
+            if inj.inject() is not None and not sub.finished.is_set():
+                during_submits += 1
+            next_fault = now + rng.expovariate(1.0 / args.fault_every)
+        if now >= next_check:
+            next_check = now + 1.0
+            acked = list(sub.acked)
+            unended, busy = len(acked) - ended(cluster, acked), cluster.busy()
+            done = sub.finished.is_set() and unended == 0 and busy == 0
+            if int(now - t0) % 5 == 0:
+                inj.event(f"status: {len(acked)} acknowledged, {unended} not ended, dispatch busy {busy}, "
+                          f"held {sorted(inj.held)}, {inj.pending} pending")
+            if done and phase == "faults":
+                phase = "drain"
+                inj.note(f"every job ended at {now - t0:.0f} s; no new faults")
+            if phase == "drain":
+                quiet = done and inj.pending == 0 and not attempts.live(cluster.files, 1.0)
+                quiet_since = (quiet_since or now) if quiet else None
+                if quiet_since is not None and now - quiet_since >= settle_s:
+                    break
+        time.sleep(0.1)
+    while inj.pending and not out["stalled"]:  # a timeout: still undo what is undone (SIGCONT, links, disk)
+        inj.run_due()
+        time.sleep(0.1)
+    out["faults_during_submits"] = during_submits
+    return out
+
+
+def ended(cluster, acked: list[str]) -> int:
+    """How many of the acknowledged jobs have an attempt that ended."""
+    done = {j for j, atts in attempts.read_all(cluster.files).items() if any(a.end is not None for a in atts)}
+    return sum(1 for j in acked if j in done)
+
+
+def sweep_leftovers(cluster, wait_s: float = 5.0) -> list[str]:
+    """Processes still alive under the suite once everything it started was stopped: job processes that
+    escaped their agent, servers nobody stopped. Listed, then killed."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        left = [p for p in descendants(os.getpid()) if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.2)
+    out = []
+    for pid in left:
+        line = cmdline(pid)
+        out.append(f"pid {pid}: {'a chaos job' if attempts.MARK in line else line[:120]}")
         try:
-            ids = [text(i) for i in client.zrange(keys.jobs_active(NS), 0, -1)]
-            pids = [int(text(client.hget(keys.job(NS, j), "pid")) or 0) for j in ids]
-        except Exception:
-            return
-        pids = [p for p in pids if p]
-        if pids:
-            try:
-                os.kill(rng.choice(pids), signal.SIGKILL)
-                faults["job process kill -9"] += 1
-            except ProcessLookupError:
-                pass
-    elif kind == "scheduler":
-        i = rng.randrange(2)
-        cluster.kill(f"scheduler-{i}")
-        time.sleep(rng.uniform(0.1, 1.0))
-        cluster.start(f"scheduler-{i}", "scheduler")
-        faults["scheduler kill -9"] += 1
-    else:
-        server.proc.send_signal(signal.SIGKILL)
-        server.proc.wait()
-        time.sleep(rng.uniform(0.2, 1.0))
-        server.start()
-        faults["Redis kill -9 and restart"] += 1
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    return out
 
 
 if __name__ == "__main__":
