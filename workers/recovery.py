@@ -55,12 +55,15 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
         mine = {(r.job_id, r.epoch) for r in sup.running.values()}
         mine |= sup.outbox.attempts()
     requeued = []
-    for job_id, (node, epoch, state, started, raw) in zip(ids, pipe.execute()):
-        epoch = int(text(epoch) or 0)
+    for job_id, reply in zip(ids, pipe.execute(raise_on_error=False)):
+        if isinstance(reply, Exception) or not text(reply[1]).isdigit():
+            continue  # no job record, or one of the wrong type: the leader's to quarantine
+        node, epoch, state, started, raw = reply
+        epoch = int(text(epoch))
         if text(node) != sup.node or (job_id, epoch) in mine:
             continue
-        if not everything and (text(state) not in ("running", "preempting")
-                               or now - int(text(started) or now) < settle_ms):
+        if not everything and (text(state) not in ("running", "preempting") or not text(started).isdigit()
+                               or now - int(text(started)) < settle_ms):
             continue
         try:
             spec = decode_spec(raw, key=keys.job(sup.ns, job_id))

@@ -225,3 +225,10 @@ def test_cancel_reaches_a_process_that_left_the_jobs_session(cli, client, tmp_pa
     cli.wait_for(lambda: not Path(f"/proc/{escapee}").exists()
                  or Path(f"/proc/{escapee}/stat").read_text().rpartition(")")[2].split()[0] in "ZX",
                  timeout=15, what="the escapee to be killed")
+
+
+def test_an_agent_starts_beside_hostile_entries_in_the_active_index(cli, client):
+    client.set(keys.job(cli.ns, "666"), "not a hash")
+    client.zadd(keys.jobs_active(cli.ns), {"666": 1, "no-such-job": 2, "667": float("inf")})
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")  # no scheduler: nobody quarantines yet
+    cli.wait_for(lambda: client.zscore(keys.nodes_heartbeat(cli.ns), "a"), what="the agent to register")
