@@ -132,7 +132,7 @@ def _run_agent(ctx, node, opts: dict, verifier=None):
     from workers.gpu import open_probe
 
     _check_node(node, opts)
-    probe = open_probe(opts["fake_gpus"], node)
+    probe = open_probe(opts["fake_gpus"], node, ctx.ns)
     agent = NodeAgent(ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"],
                       work_dir=opts["work_dir"] or state_dir() / "node" / node, timing=Timing.from_env(),
                       url=ctx.url, run_as_user=opts["run_as_user"], verifier=verifier,

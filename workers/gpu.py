@@ -34,11 +34,13 @@ class FakeProbe:
 
     A process "uses" fake GPU i of node N when its environment has DISPATCH_NODE=N and i in
     CUDA_VISIBLE_DEVICES, as every job the agent starts does; so a leftover job process, or one
-    started by hand that way, shows up in processes() as a real CUDA process does under NVML."""
+    started by hand that way, shows up in processes() as a real CUDA process does under NVML. A job
+    of another namespace (DISPATCH_NAMESPACE) is another fake cluster's, even on a node of the same
+    name: two fake clusters on one machine do not see each other's jobs as zombies."""
 
-    def __init__(self, spec: str, node: str = ""):
+    def __init__(self, spec: str, node: str = "", ns: str = ""):
         self._gpus = parse_fake_gpus(spec)
-        self.node = node
+        self.node, self.ns = node, ns
 
     def gpus(self) -> list[GpuInfo]:
         """The fake GPUs; one used by a process whose environment sets FAKE_UTIL_VAR (e.g. a job
@@ -54,9 +56,11 @@ class FakeProbe:
 
     def _on_gpus(self):
         """(pid, its environment, the fake GPUs it uses) for each process on this node's fake GPUs."""
-        mark = f"DISPATCH_NODE={self.node}".encode()
+        mark, own_ns = f"DISPATCH_NODE={self.node}".encode(), f"DISPATCH_NAMESPACE={self.ns}".encode()
         for pid, env in environs():
             if mark not in env:
+                continue
+            if self.ns and own_ns not in env and any(v.startswith(b"DISPATCH_NAMESPACE=") for v in env):
                 continue
             for var in env:
                 if var.startswith(b"CUDA_VISIBLE_DEVICES="):
@@ -166,5 +170,5 @@ class NvmlProbe:
             pass
 
 
-def open_probe(fake_gpus: str | None, node: str = ""):
-    return FakeProbe(fake_gpus, node) if fake_gpus else NvmlProbe()
+def open_probe(fake_gpus: str | None, node: str = "", ns: str = ""):
+    return FakeProbe(fake_gpus, node, ns) if fake_gpus else NvmlProbe()

@@ -149,8 +149,9 @@ class Supervisor:
         cgroup = proctrack.make_cgroup(proctrack.attempt_cgroup(self.cgroups, job_id, epoch))
         try:
             argv, dying = proctrack.spawn_args(list(spec.command), cwd, env)
+            argv, identity, cgroup = proctrack.into_cgroup(argv, cgroup, identity)
             proc = self._spawner.submit(
-                subprocess.Popen, proctrack.into_cgroup(argv, cgroup), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                subprocess.Popen, argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                 **dying, **identity).result()
         except OSError as e:

@@ -135,12 +135,20 @@ def make_cgroup(path: Path | None) -> Path | None:
         return None
 
 
-def into_cgroup(argv: list[str], cgroup: Path | None) -> list[str]:
-    """argv that first moves its process into `cgroup` and then execs argv (the shell's builtin
-    echo writes its own pid, "0"), so not one child of the job starts outside it."""
-    if cgroup is None:
-        return argv
-    return ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *argv]
+def into_cgroup(argv: list[str], cgroup: Path | None, identity: dict) -> tuple[list[str], dict, Path | None]:
+    """argv, what is left of the Popen identity arguments, and the cgroup it goes into (None where
+    it cannot). The argv first moves its process into
+    `cgroup` and then execs argv (the shell's builtin echo writes its own pid, "0"), so not one
+    child of the job starts outside it. Only root may move a process there, so a job run as its
+    user drops its identity after the move, through setpriv (as slurmstepd does), not before."""
+    if cgroup is None or (identity and _SETPRIV is None):
+        remove_cgroup(cgroup)
+        return argv, identity, None
+    if identity:
+        groups = ",".join(str(g) for g in identity.get("extra_groups") or [identity["group"]])
+        argv = [_SETPRIV, f"--reuid={identity['user']}", f"--regid={identity['group']}", f"--groups={groups}",
+                "--", *argv]
+    return ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *argv], {}, cgroup
 
 
 def cgroup_pids(cgroup: Path | None) -> list[int]:
