@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ import pytest
 
 from dispatcher.embedded import EmbeddedServer
 from dispatcher.store.connect import connect
+
+from .processes import stop_processes
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -91,15 +92,16 @@ class Cli:
         raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
 
     def stop_all(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_processes(self.procs)
+
+
+@pytest.fixture
+def own_server(tmp_path):
+    """A server of the test's own, with the append-only file on (everysec, as `dispatch up`), that
+    the test may kill -9 and start again on the same port and files."""
+    server = EmbeddedServer(tmp_path / "redis", fsync="everysec").start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from dispatcher.api import Client
-from dispatcher.embedded import EmbeddedServer
 from dispatcher.store import keys
 from dispatcher.store.connect import connect
 from dispatcher.store.jobs import read_job
@@ -114,13 +113,6 @@ def test_a_clock_that_cannot_fence_in_time_is_refused_in_one_line(cli):
                 DISPATCH_HEARTBEAT_S="1", DISPATCH_NODE_TIMEOUT_S="2")
     assert p.returncode != 0
     assert p.stderr.strip().count("\n") == 0 and "DISPATCH_NODE_TIMEOUT_S" in p.stderr, p.stderr
-
-
-@pytest.fixture
-def own_server(tmp_path):
-    server = EmbeddedServer(tmp_path / "redis", fsync="everysec").start()
-    yield server
-    server.stop()
 
 
 def test_a_job_that_ends_while_redis_is_down_is_recorded_once_though_its_agent_is_killed(cli, tmp_path, own_server):

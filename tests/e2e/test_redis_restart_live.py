@@ -7,18 +7,10 @@ import signal
 
 import pytest
 
-from dispatcher.embedded import EmbeddedServer
 from dispatcher.store import keys
 from dispatcher.store.connect import connect
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def own_server(tmp_path):
-    server = EmbeddedServer(tmp_path / "redis", fsync="everysec").start()
-    yield server
-    server.stop()
 
 
 def test_a_redis_crash_loses_no_acknowledged_submission(cli, tmp_path, own_server):

@@ -20,6 +20,8 @@ import pytest
 
 from dispatcher import errors
 
+from ..processes import stop_processes
+
 DISPATCH = [sys.executable, "-m", "dispatcher"]
 UP = ["up", "--fake-gpus", "2xA100-40GB", "--node", "box", "--no-dashboard"]
 
@@ -98,15 +100,7 @@ class UpHarness:
             assert (counts[("start", job)], counts[("end", job)]) == (1, 1), (job, counts, self.logs())
 
     def stop_all(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_processes(self.procs, timeout_s=30)
 
 
 @pytest.fixture
