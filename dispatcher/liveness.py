@@ -6,10 +6,11 @@ starts when the scheduler starts leading, so a scheduler (or Redis) restart give
 every node a full timeout to beat again, and no clock skew between hosts can make
 a live node look dead. The jobs a dead node held are requeued through finish.lua
 as lost attempts (epoch + 1, which fences any copy still running there; the retry
-budget of each job bounds the reruns). The node agent, for its part, kills its own
-jobs once it has failed to heartbeat for `Timing.fence_s`, which is shorter than
-the timeout: a node cut off by a partition has stopped its copies before they run
-elsewhere (docs/guarantees.md).
+budget of each job bounds the reruns). On the node, the agent's keeper
+(workers/keeper.py) kills its jobs once `Timing.fence_s` has passed since the last
+heartbeat Redis took was sent, `Timing.margin_s` before this timeout can run out:
+a node cut off by a partition, or whose agent is stopped, has stopped its copies
+before they run elsewhere (docs/guarantees.md).
 """
 
 from __future__ import annotations
