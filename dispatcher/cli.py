@@ -26,6 +26,10 @@ from . import errors
 from .errors import DispatcherError
 
 
+#: How long a command waits for the server of a `dispatch up` that is starting or restarting it.
+RESTART_WAIT_S = 15.0
+
+
 class Ctx:
     """Lazily connecting context shared by the subcommands."""
 
@@ -41,10 +45,21 @@ class Ctx:
 
     @property
     def client(self):
+        """Connected at first use. A server that `dispatch up` is starting or restarting is waited
+        for (up to RESTART_WAIT_S), so a command run right after `up`, or during a restart, works."""
         if self._client is None:
+            from .config import restarting_error
             from .store.connect import connect
 
-            self._client = connect(self.url)
+            deadline = time.monotonic() + RESTART_WAIT_S
+            while True:
+                try:
+                    self._client = connect(self.url)
+                    break
+                except errors.ConnectionError as e:
+                    if not e.transient or time.monotonic() > deadline or restarting_error() is None:
+                        raise
+                    time.sleep(0.25)
         return self._client
 
     @property

@@ -53,6 +53,33 @@ def _stop_on_signals(event) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _when_server_answers(ctx, stop, start):
+    """`start()` once the server takes it. A long-running process (scheduler, node agent) waits out
+    a server that is away at its start (restarting, loading, a full disk) rather than exit; a wrong
+    URL or password still stops it in one line."""
+    import logging
+
+    import redis
+
+    from .errors import ConnectionError as DispatchConnectionError
+    from .store.connect import transient
+
+    wait = 0.5
+    while True:
+        try:
+            ctx.client.ping()
+            return start()
+        except (DispatchConnectionError, redis.exceptions.RedisError) as e:
+            if not (e.transient if isinstance(e, DispatchConnectionError) else transient(e)):
+                raise
+            ctx._client = None
+            logging.getLogger("dispatch").warning("waiting for the server at %s (%s); retrying in %.1fs",
+                                                  ctx.url, str(e).split(" : <")[0], wait)
+            if stop.wait(wait):
+                raise SystemExit(0)
+            wait = min(wait * 2, 10.0)
+
+
 def _policy_option(fn):
     return click.option("--policy", "policy_path", envvar="DISPATCH_POLICY", default=None,
                         type=click.Path(dir_okay=False),
@@ -90,8 +117,9 @@ def scheduler(ctx, policy_path, secret_file, admins):
     source = PolicySource(policy_path)
     stop = threading.Event()
     _stop_on_signals(stop)
-    sched = Scheduler(ctx.client, ctx.ns, policy=source, timing=Timing.from_env(),
-                      verifier=_verifier(secret_file, admins))
+    timing, verifier = Timing.from_env(), _verifier(secret_file, admins)
+    sched = _when_server_answers(ctx, stop, lambda: Scheduler(ctx.client, ctx.ns, policy=source, timing=timing,
+                                                              verifier=verifier))
     click.echo(f"dispatch scheduler on {ctx.url} (namespace {ctx.ns}); leads while it holds the lease, "
                "else stands by", err=True)
     sched.run(stop)
@@ -131,12 +159,17 @@ def _run_agent(ctx, node, opts: dict, verifier=None):
     from workers.agent import NodeAgent
     from workers.gpu import open_probe
 
+    import threading
+
     _check_node(node, opts)
+    timing = Timing.from_env().check()
     probe = open_probe(opts["fake_gpus"], node, ctx.ns)
-    agent = NodeAgent(ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"],
-                      work_dir=opts["work_dir"] or state_dir() / "node" / node, timing=Timing.from_env(),
-                      url=ctx.url, run_as_user=opts["run_as_user"], verifier=verifier,
-                      kill_zombies=opts["kill_zombies"])
+    stop = threading.Event()
+    _stop_on_signals(stop)
+    agent = _when_server_answers(ctx, stop, lambda: NodeAgent(
+        ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"],
+        work_dir=opts["work_dir"] or state_dir() / "node" / node, timing=timing, url=ctx.url,
+        run_as_user=opts["run_as_user"], verifier=verifier, kill_zombies=opts["kill_zombies"]))
     agent.run()
 
 

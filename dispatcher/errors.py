@@ -71,8 +71,10 @@ class InvalidStateError(DispatcherError):
 class ConnectionError(DispatcherError):  # noqa: A001 - ours, not the builtin
     exit_code = EXIT_CONNECT
 
-    def __init__(self, url: str, cause: str):
+    def __init__(self, url: str, cause: str, *, transient: bool = False):
         from urllib.parse import urlsplit
+
+        self.transient = transient  # the server is away or refusing writes for now, not misconfigured
 
         parts = urlsplit(url)
         if parts.password:  # never echo a password into a terminal or a log

@@ -37,6 +37,11 @@ class HeartbeatWatch:
             if last is None or last[0] != seen:
                 self._seen[name] = (seen, now)
 
+    def restart(self) -> None:
+        """Redis was away or refused writes: no node could heartbeat, so every node gets a full
+        timeout again, counted from the next read (and its agent the time to write what it kept)."""
+        self._seen.clear()
+
     def silent_s(self, name: str) -> float:
         """How long this scheduler has watched the node without a new heartbeat."""
         now = self.clock()

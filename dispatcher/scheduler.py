@@ -299,6 +299,8 @@ class Scheduler:
             except redis.exceptions.RedisError as e:
                 log.warning("Redis error in the scheduler loop (%s); retrying in %.1fs", e, backoff)
                 self.mirror.invalidate()  # a restarted server may have lost the changed set
+                if self.watch is not None:
+                    self.watch.restart()  # nodes could not heartbeat either: none is judged on this gap
                 pubsub = None
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)

@@ -61,8 +61,22 @@ def connect(url: str, *, check: bool = True, **overrides):
         except redis.exceptions.AuthenticationError as e:
             raise DispatchConnectionError(url, f"authentication failed ({e})") from None
         except redis.exceptions.RedisError as e:  # redis-py appends a dump of the pool after " : <"
-            raise DispatchConnectionError(url, str(e).split(" : <")[0] or type(e).__name__) from None
+            raise DispatchConnectionError(url, str(e).split(" : <")[0] or type(e).__name__,
+                                          transient=transient(e)) from None
     return client
+
+
+def transient(e: Exception) -> bool:
+    """A Redis error that waiting may cure: the server is down, restarting, loading its data or
+    cannot write its append-only file (a full disk); not a wrong password, URL or command."""
+    import redis
+
+    if isinstance(e, redis.exceptions.AuthenticationError):
+        return False
+    if isinstance(e, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                      redis.exceptions.BusyLoadingError)):
+        return True
+    return isinstance(e, redis.exceptions.ResponseError) and str(e).startswith(("MISCONF", "LOADING", "READONLY"))
 
 
 def text(value) -> str:

@@ -224,3 +224,17 @@ def test_an_agent_starts_beside_hostile_entries_in_the_active_index(cli, client)
     client.zadd(keys.jobs_active(cli.ns), {"666": 1, "no-such-job": 2, "667": float("inf")})
     cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")  # no scheduler: nobody quarantines yet
     cli.wait_for(lambda: client.zscore(keys.nodes_heartbeat(cli.ns), "a"), what="the agent to register")
+
+
+def test_an_agent_and_a_scheduler_started_while_redis_is_down_wait_for_it(cli, tmp_path, own_server):
+    env = dict(FAST, DISPATCH_REDIS_URL=own_server.url)
+    own_server.proc.send_signal(signal.SIGKILL)
+    own_server.proc.wait()
+    agent = cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(tmp_path / "a"), **env)
+    sched = cli.start("scheduler", **env)
+    time.sleep(3)
+    assert (agent.poll(), sched.poll()) == (None, None), "a daemon gave up on a server that is away"
+    own_server.start()
+    job = cli.run("submit", "--gpus", "1", "--", "true", **env).stdout.strip()
+    assert cli.run("wait", job, "--timeout", "60", **env).returncode == 0
+    assert "waiting for the server" in next(tmp_path.glob("worker-*.log")).read_text()
