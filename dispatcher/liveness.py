@@ -63,13 +63,26 @@ def lost_jobs(running: list[RunningJob], watch: HeartbeatWatch) -> list[tuple[Ru
 
 
 def requeue_lost(scripts, lost: list[tuple[RunningJob, float]], epochs: dict[str, int], now_ms: int,
-                 fence: str) -> int:
+                 fence: str, exits: dict[str, tuple[int, int, int]] | None = None) -> int:
     """Put the dead nodes' jobs back in the queue (or fail those out of retries); returns how many.
-    `fence` is the leader's lease value: a scheduler that lost the lease requeues nothing."""
+    `fence` is the leader's lease value: a scheduler that lost the lease requeues nothing. `exits`
+    (store/exits.py): attempts their node's keeper saw end on their own; they get that outcome."""
     done = 0
     for r, silent in lost:
+        epoch = epochs[r.spec.id]
+        ended = (exits or {}).get(r.spec.id)
+        if ended is not None and ended[0] == epoch and ended[1] >= 0 and not r.stopping:  # not a preemption's end
+            code, at = ended[1], ended[2]
+            reason = "" if code == 0 else f"exit code {code}"
+            ok = scripts.finish(r.spec.id, r.node, epoch, "succeeded" if code == 0 else "failed", code, at,
+                                reason, fence=fence)
+            if ok == 1:
+                done += 1
+                log.warning("job %s: node %s lost, but its keeper saw it end (exit %d); recorded, not rerun",
+                            r.spec.id, r.node, code)
+            continue
         reason = f"node {r.node} lost: no heartbeat for {silent:.0f}s"
-        ok = scripts.finish(r.spec.id, r.node, epochs[r.spec.id], "pending", None, now_ms, reason,
+        ok = scripts.finish(r.spec.id, r.node, epoch, "pending", None, now_ms, reason,
                             fence=fence, **lost_attempt(r.spec))
         if ok == 1:
             done += 1

@@ -27,6 +27,7 @@ from .policy_source import PolicySource
 from .policy import place_arrivals, plan_cycle
 from .store import keys
 from .store.decisions import write_decisions, write_policy
+from .store.exits import read_exits
 from .store.policies import digest, record_policy
 from .store.leader import Lease
 from .store.scripts import Scripts
@@ -208,7 +209,8 @@ class Scheduler:
                       idle_pct=config.idle_util_pct)
         lost = lost_jobs(read.snapshot.running, self.watch)
         if lost:  # their GPUs are gone with the node; plan again once they are back in the queue
-            self.stats.requeued_lost += requeue_lost(self.scripts, lost, read.epochs, now, self.lease.fence)
+            exits = read_exits(self.client, self.ns, [r.spec.id for r, _ in lost])
+            self.stats.requeued_lost += requeue_lost(self.scripts, lost, read.epochs, now, self.lease.fence, exits)
             self.client.publish(keys.events(self.ns), b"lost")
             return Plan()
         plan, cycle_state = plan_cycle(read.snapshot, now, config)

@@ -64,7 +64,7 @@ class NodeAgent:
         self._stop = threading.Event()
         self._last_facts = None  # schedule_facts of the last heartbeat Redis took
         self._last_beat = time.monotonic()  # when the last heartbeat Redis took was sent
-        self.keeper = Keeper(Path(work_dir), self.timing.fence_s)
+        self.keeper = Keeper(Path(work_dir), self.timing.fence_s, url or getattr(client, "dispatch_url", ""), ns)
         self.zombies = zombies.Zombies(self.supervisor, name, kill_zombies)
 
     def heartbeat(self) -> list:

@@ -10,12 +10,14 @@ latest such time, and keeps killing what it finds until a newer heartbeat arrive
 requeues a node's jobs only after it has itself seen no new heartbeat for node_timeout_s, which is
 fence_s + margin_s (dispatcher/config.py Timing), so a copy is dead before its job starts elsewhere.
 
-The keeper knows no Redis and holds no credentials: it reads the attempt records the agent keeps
-in its work dir. When the agent dies (its stdin closes) the keeper kills the node's jobs and exits.
+It reads the attempt records the agent keeps in its work dir. It talks to Redis only when the
+agent is late: an attempt that ended meanwhile, unreaped, has its exit status read from /proc and
+recorded (dispatcher/store/exits.py), so the scheduler records that outcome instead of rerunning a
+job that finished while its agent was stopped. When the agent dies (its stdin closes) the keeper kills the node's jobs and exits.
 Each job it kills is marked in <work dir>/fenced/<job id> (its epoch), so the agent reports it as
 fenced rather than as killed from outside.
 
-    python -m workers.keeper <work dir> <fence seconds> <monotonic time of the last heartbeat>
+    python -m workers.keeper <work dir> <fence seconds> <monotonic time of the last heartbeat> <namespace>
 """
 
 from __future__ import annotations
@@ -79,10 +81,55 @@ def fence(work_dir: Path, why: str) -> list[str]:
     return killed
 
 
-def main(work_dir: Path, fence_s: float, last_sent: float) -> int:
+def exit_status(pid: int) -> int | None:
+    """The exit of a process that ended but that nobody reaped yet (its agent is stopped), as
+    Popen.returncode gives it (-N for signal N); None while it runs or once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "Z" or len(fields) < 50:
+        return None
+    status = int(fields[49])  # field 52, exit_code: the wait status
+    return -(status & 0x7F) if status & 0x7F else (status >> 8) & 0xFF
+
+
+class ExitReports:
+    """Exits of attempts the agent has not reaped, written to Redis (store/exits.py) so that the
+    scheduler records them rather than rerun a job that ended while its agent was stopped."""
+
+    def __init__(self, url: str, ns: str):
+        self.url, self.ns, self.client, self.sent = url, ns, None, set()
+
+    def report(self, work_dir: Path) -> None:
+        if not self.url:
+            return
+        for a in read_attempts(work_dir):
+            code = exit_status(a.pgid) if a.pgid else None
+            if code is None or (a.job_id, a.epoch) in self.sent:
+                continue
+            try:
+                if self.client is None:
+                    from dispatcher.store.connect import connect
+
+                    self.client = connect(self.url, check=False, socket_timeout=1.0, socket_connect_timeout=1.0)
+                from dispatcher.store.exits import write_exit
+
+                write_exit(self.client, self.ns, a.job_id, a.epoch, code, int(time.time() * 1000))
+                self.sent.add((a.job_id, a.epoch))
+                log.warning("keeper: job %s (epoch %d) ended with %d while its agent could not report it; recorded",
+                            a.job_id, a.epoch, code)
+            except Exception as e:  # cut off too: the scheduler will rerun it, as it would have
+                log.warning("keeper: cannot record the end of job %s: %s", a.job_id, str(e).split(" : <")[0])
+                self.client = None
+                return
+
+
+def main(work_dir: Path, fence_s: float, last_sent: float, ns: str = "") -> int:
     """`last_sent`: when the agent sent the last heartbeat Redis took before it started this keeper."""
     fd = sys.stdin.fileno()
     deadline = last_sent + fence_s
+    exits = ExitReports(os.environ.get("DISPATCH_KEEPER_URL", ""), ns)
     buf = b""
     while True:
         wait = max(0.0, deadline - time.monotonic())
@@ -100,6 +147,8 @@ def main(work_dir: Path, fence_s: float, last_sent: float) -> int:
                 except ValueError:
                     continue
         now = time.monotonic()
+        if now >= deadline - fence_s / 2:  # the agent is late: what ended meanwhile is reported
+            exits.report(work_dir)
         if now >= deadline:
             fence(work_dir, f"the node agent sent no heartbeat Redis took for {now - deadline + fence_s:.1f}s "
                             f"(stopped, hung or cut off)")
@@ -108,18 +157,20 @@ def main(work_dir: Path, fence_s: float, last_sent: float) -> int:
 class Keeper:
     """The agent's handle on its keeper process."""
 
-    def __init__(self, work_dir: Path, fence_s: float):
-        self.work_dir, self.fence_s = Path(work_dir), fence_s
+    def __init__(self, work_dir: Path, fence_s: float, url: str = "", ns: str = ""):
+        self.work_dir, self.fence_s, self.url, self.ns = Path(work_dir), fence_s, url, ns
         self.proc: subprocess.Popen | None = None
 
     def start(self, last_sent: float) -> None:
         root = str(Path(__file__).resolve().parents[1])
         env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_REDIS")}
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        env["DISPATCH_KEEPER_URL"] = self.url  # in its environment, not its argv: ps shows no password
         # no death signal: the keeper outlives the agent long enough to kill what the agent left
         # (its stdin closes); a session of its own keeps a terminal's Ctrl-C away from it
         self.proc = subprocess.Popen([sys.executable, "-m", "workers.keeper", str(self.work_dir), repr(self.fence_s),
-                                      repr(last_sent)], stdin=subprocess.PIPE, env=env, start_new_session=True)
+                                      repr(last_sent), self.ns], stdin=subprocess.PIPE, env=env,
+                                     start_new_session=True)
 
     def beat(self, sent: float) -> None:
         """The heartbeat sent at monotonic time `sent` was taken by Redis. Restarts a dead keeper."""
@@ -147,4 +198,4 @@ class Keeper:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    sys.exit(main(Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])))
+    sys.exit(main(Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else ""))

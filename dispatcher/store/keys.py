@@ -17,6 +17,7 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |   busy again and by finish.lua/shrink.lua: workers/idle.py)                                |
 | <ns>:job:<id>:log          | stream | agent (XADD, MAXLEN ~)      | until purged                     |
 | <ns>:job:<id>:attempts     | list   | finish.lua (RPUSH)          | one msgpack map per ended attempt|
+| <ns>:job:<id>:exit         | string | node keeper (store/exits.py)| a day: an attempt's exit seen while its agent could not report it |
 | <ns>:history:<fp>          | list   | finish.lua (LPUSH, LTRIM)   | runs of one fingerprint that     |
 |                            |        |                             | succeeded, newest first, msgpack |
 |                            |        |                             | {d, e, m, t}; the latest         |
@@ -83,6 +84,10 @@ def job_log(ns: str, job_id: str) -> str:
 
 def job_attempts(ns: str, job_id: str) -> str:
     return f"{ns}:job:{job_id}:attempts"
+
+
+def job_exit(ns: str, job_id: str) -> str:
+    return f"{ns}:job:{job_id}:exit"
 
 
 def history(ns: str, fp: str) -> str:

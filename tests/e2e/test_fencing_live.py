@@ -238,3 +238,25 @@ def test_an_agent_and_a_scheduler_started_while_redis_is_down_wait_for_it(cli, t
     job = cli.run("submit", "--gpus", "1", "--", "true", **env).stdout.strip()
     assert cli.run("wait", job, "--timeout", "60", **env).returncode == 0
     assert "waiting for the server" in next(tmp_path.glob("worker-*.log")).read_text()
+
+
+def test_a_job_that_ends_while_its_agent_is_stopped_is_recorded_not_rerun(cli, client, tmp_path):
+    out = tmp_path / "runs"
+    out.mkdir()
+    agents = two_nodes(cli, tmp_path, FAST)
+    cli.start("scheduler", **FAST)
+    job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=10))
+    first = wait_running(cli, client, job)
+    stopped = agents[first["node"]]
+    cli.wait_for(lambda: attempts(out, job), what="the attempt to tick")
+    os.kill(stopped.pid, signal.SIGSTOP)  # the job ends two seconds later, unreaped, its outcome unwritten
+    try:
+        cli.wait_for(lambda: read_job(client, cli.ns, job)["state"] != "running", timeout=30,
+                     what="the scheduler to give the node up")
+        time.sleep(3)
+    finally:
+        os.kill(stopped.pid, signal.SIGCONT)
+    shown = cli.show(job)
+    runs = attempts(out, job)
+    assert [r["ended"] for r in runs] == [True], f"the finished job ran again: {runs}"
+    assert shown["state"] == "succeeded" and shown["attempt"] == 0, shown

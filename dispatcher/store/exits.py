@@ -1,0 +1,32 @@
+"""Exits a node's keeper saw while the node's agent could not report them (workers/keeper.py).
+
+An attempt that ends while its agent is stopped (SIGSTOP, a hung host) cannot have its outcome
+written: the agent has not even reaped it. Its keeper reads the exit status of the unreaped process
+from /proc and records it here, as "<epoch> <exit code or -signal> <ms>". When the scheduler then
+gives the node up (liveness.py), an attempt that ended on its own is recorded as the outcome it
+had, not rerun; any other is a lost attempt as before.
+"""
+
+from __future__ import annotations
+
+from . import keys
+from .connect import text
+
+#: How long a report is kept (it matters only until the node is given up, seconds later).
+KEPT_S = 86400
+
+
+def write_exit(client, ns: str, job_id: str, epoch: int, code: int, at_ms: int) -> None:
+    client.set(keys.job_exit(ns, job_id), f"{epoch} {code} {at_ms}", ex=KEPT_S)
+
+
+def read_exits(client, ns: str, ids: list[str]) -> dict[str, tuple[int, int, int]]:
+    """job id -> (epoch, code, ms) for the ids with a readable report."""
+    if not ids:
+        return {}
+    out = {}
+    for job_id, raw in zip(ids, client.mget([keys.job_exit(ns, i) for i in ids])):
+        parts = text(raw).split()
+        if len(parts) == 3 and all(p.lstrip("-").isdigit() for p in parts):
+            out[job_id] = (int(parts[0]), int(parts[1]), int(parts[2]))
+    return out
