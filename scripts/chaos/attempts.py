@@ -164,7 +164,8 @@ def judge(files: Path, acknowledged: list[str], states: dict[str, str] | None = 
         reruns += max(0, len(attempts) - 1)
         ended = [a for a in attempts if a.end is not None]
         if not ended:
-            lost.append(f"{j}: {len(attempts)} attempts, none ended")
+            said = f"; dispatch says {states.get(j) or 'nothing'}" if states is not None else ""
+            lost.append(f"{j}: {len(attempts)} attempts, none ended{said}")
         if len(ended) > 1:
             doubled.append(f"{j}: ended {len(ended)} times: " + ", ".join(_name(a) for a in ended))
             if not any(a.ticks for a in ended[1:]):
