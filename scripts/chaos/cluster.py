@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -304,5 +305,9 @@ class Cluster:
     def teardown(self) -> None:
         if self.netnode:
             self.netnode.delete()
+        try:  # the server's own log, before a tmpfs under it goes
+            shutil.copy(self.data / "server.log", self.fleet.logs / "server.log")
+        except OSError:
+            pass
         if self.disk:
             self.disk.unmount()

@@ -68,6 +68,7 @@ class Injector:
         self._timeline: list = []
         self._seq = itertools.count()
         self._round: list[str] = []
+        self.work_left = lambda: True  # whether jobs are still to come or to run (set by the run)
 
     # --- the timeline ---------------------------------------------------------------------------------
 
@@ -276,6 +277,10 @@ class Injector:
         """Cut only once the far agent runs and holds jobs (files of live attempts on node far)."""
         far_live = [a for a in attempts.live(self.c.files, 1.0) if a.node == "far"]
         if not (self.c.fleet.alive("agent-far") and far_live):
+            if not self.work_left():  # the run ran out of jobs: nothing to cut, and nothing wrong
+                self.skipped[f"partition-{how}: no work left to hold"] += 1
+                self._release("far", "agent-far")
+                return
             if time.monotonic() - since > FAR_WAIT_S:
                 self.failed_checks.append(f"partition-{how}: the far agent held no running job for "
                                           f"{FAR_WAIT_S:g} s; nothing was cut")
@@ -312,6 +317,8 @@ class Injector:
         if p.poll() is not None:
             first = self.c.fleet.logs.joinpath("second-up.log").read_text(errors="replace").strip().splitlines()
             self.note(f"second up exited {p.returncode} within 4 s: {first[-1] if first else ''}")
+            if p.returncode == 0:
+                self.findings["a second up refused but exited 0"] += 1
         else:
             self.note("second up still running after 4 s: stopped with SIGTERM")
             below = descendants(p.pid)

@@ -19,6 +19,8 @@ def print_report(r: dict, out=sys.stdout) -> None:
           + f"; {r['submit_refused']} refused on the way ({_counts(r['submit_errors'])})", file=out)
     print(f"faults: {r['faults_total']} ({_counts(r['faults'])}); {r.get('faults_during_submits', 0)} of them "
           f"while submits were still arriving", file=out)
+    if r.get("skipped"):
+        print(f"faults given up: {_counts(r['skipped'])}", file=out)
     if r.get("not_run"):
         print(f"fault kinds not run: {_counts(r['not_run'])}", file=out)
     print(f"verdict, from the attempt files: jobs {r['jobs']}, succeeded {r['succeeded']}, lost {r['lost']}, "

@@ -46,6 +46,11 @@ from procs import alive, become_subreaper, cmdline, descendants, reap_orphans  #
 from report import print_report  # noqa: E402
 
 
+#: A run in which no attempt wrote a line for this long while jobs had not ended is stalled: it stops
+#: there and is judged (its unfinished jobs are lost).
+STALL_S = 60.0
+
+
 class Submitter(threading.Thread):
     """Submits one job at a time at its planned second; a submit that raises is refused (not acknowledged)
     and tried again 0.3 s later as a new request."""
@@ -95,6 +100,10 @@ def parse(argv):
     ap.add_argument("--up", action="store_true", help="drive a real `dispatch up` instead of separate processes")
     ap.add_argument("--netns", action="store_true", help="one more agent as a far host in a network namespace")
     ap.add_argument("--job-s", default="1,3", help="job durations, uniform between MIN,MAX seconds of work")
+    ap.add_argument("--long-jobs", type=float, default=0.15,
+                    help="the share of jobs that run --long-s instead, longer than the node timeout, so that a "
+                         "copy left running on a stopped or cut-off node overlaps its rerun")
+    ap.add_argument("--long-s", default="7,10", help="long jobs' durations, MIN,MAX seconds")
     ap.add_argument("--submit-s", type=float, default=None,
                     help="spread the submits over this many seconds (default: about the time the nodes need)")
     ap.add_argument("--timeout", type=float, default=600.0)
@@ -118,6 +127,8 @@ def main(argv=None) -> int:
     args = parse(argv)
     rng = random.Random(args.seed)
     lo, hi = (float(x) for x in args.job_s.split(","))
+    long_lo, long_hi = (float(x) for x in args.long_s.split(","))
+    mean_s = (1 - args.long_jobs) * (lo + hi) / 2 + args.long_jobs * (long_lo + long_hi) / 2
     kinds = choose_kinds(args)
     if args.netns and NetNode.missing():
         print(f"--netns: {NetNode.missing()}", file=sys.stderr)
@@ -136,8 +147,12 @@ def main(argv=None) -> int:
     inj = faults.Injector(cluster, rng, kinds, timing["DISPATCH_NODE_TIMEOUT_S"], timing["DISPATCH_LEASE_S"])
     nodes_total = args.nodes + (1 if args.netns else 0)
     submit_s = args.submit_s if args.submit_s is not None else \
-        args.jobs * 1.25 * ((lo + hi) / 2 + 0.5) / (nodes_total * args.gpus_per_node)
-    requests = [attempts.job_request(max(1, round(rng.uniform(lo, hi) / attempts.TICK_S)), rng.choice((1, 1, 1, 2)),
+        args.jobs * 1.25 * (mean_s + 0.5) / (nodes_total * args.gpus_per_node)
+
+    def seconds() -> float:
+        return rng.uniform(long_lo, long_hi) if rng.random() < args.long_jobs else rng.uniform(lo, hi)
+
+    requests = [attempts.job_request(max(1, round(seconds() / attempts.TICK_S)), rng.choice((1, 1, 1, 2)),
                                      cluster.files, base) for _ in range(args.jobs)]
     plan = sorted(rng.uniform(0, submit_s) for _ in range(args.jobs))
     died: Counter = Counter()
@@ -157,6 +172,7 @@ def main(argv=None) -> int:
               f"{args.gpus_per_node} fake GPUs" + (" + 1 far node in a network namespace" if args.netns else "")
               + f"; faults every {args.fault_every:g} s on average: {', '.join(kinds)}"
               + (f" (not run: {'; '.join(f'{k} {w}' for k, w in not_run.items())})" if not_run else ""), flush=True)
+        inj.work_left = lambda: not sub.finished.is_set() or cluster.busy() != 0
         outcome = loop(args, cluster, inj, sub, died, timing)
         sub.stop.set()
         states = cluster.states(list(sub.acked))
@@ -171,7 +187,7 @@ def main(argv=None) -> int:
             "faults": dict(inj.counts), "faults_total": sum(inj.counts.values()), "fault_kinds": kinds,
             "not_run": not_run, "died_on_their_own": dict(died),
             "agents_died_on_their_own": died["agent"] + died["up"],
-            "failed_checks": inj.failed_checks, "findings": dict(inj.findings), "leftover_processes": leftovers,
+            "failed_checks": inj.failed_checks, "skipped": dict(inj.skipped), "findings": dict(inj.findings), "leftover_processes": leftovers,
             "notes": inj.notes[-40:], "seed": args.seed})
     finally:
         cluster.stop()
@@ -197,6 +213,7 @@ def loop(args, cluster, inj, sub: Submitter, died: Counter, timing: dict) -> dic
     next_fault = t0 + rng.expovariate(1.0 / args.fault_every)
     next_check, quiet_since, phase = t0, None, "faults"
     during_submits = 0
+    wall0 = time.time()
     out = {"timed_out": False, "stalled": None}
     while True:
         now = time.monotonic()
@@ -229,6 +246,11 @@ def loop(args, cluster, inj, sub: Submitter, died: Counter, timing: dict) -> dic
             acked = list(sub.acked)
             unended, busy = len(acked) - ended(cluster, acked), cluster.busy()
             done = sub.finished.is_set() and unended == 0 and busy == 0
+            quiet_s = time.time() - max(last_write(cluster.files), wall0)
+            if unended and quiet_s > STALL_S:
+                out["stalled"] = f"no attempt wrote a line for {quiet_s:.0f} s while {unended} jobs had not ended"
+                inj.note(out["stalled"])
+                break
             if int(now - t0) % 5 == 0:
                 inj.event(f"status: {len(acked)} acknowledged, {unended} not ended, dispatch busy {busy}, "
                           f"held {sorted(inj.held)}, {inj.pending} pending")
@@ -246,6 +268,14 @@ def loop(args, cluster, inj, sub: Submitter, died: Counter, timing: dict) -> dic
         time.sleep(0.1)
     out["faults_during_submits"] = during_submits
     return out
+
+
+def last_write(files: Path) -> float:
+    """When an attempt file was last written (0 before any)."""
+    try:
+        return max((e.stat().st_mtime for e in os.scandir(files)), default=0.0)
+    except OSError:
+        return 0.0
 
 
 def ended(cluster, acked: list[str]) -> int:
