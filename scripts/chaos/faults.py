@@ -69,6 +69,7 @@ class Injector:
         self._seq = itertools.count()
         self._round: list[str] = []
         self.work_left = lambda: True  # whether jobs are still to come or to run (set by the run)
+        self.cut_off: list[list] = []  # [node, from, to]: wall-clock windows of the partitions made
 
     # --- the timeline ---------------------------------------------------------------------------------
 
@@ -288,6 +289,7 @@ class Injector:
                 return
             self.later(0.5, self._partition_when_ready, how, since)
             return
+        self.cut_off.append(["far", time.time(), None])
         self.c.netnode.partition(how)
         self.counts[f"partition-{how}"] += 1
         self.note(f"partition-{how}: far node cut off holding {len(far_live)} running jobs")
@@ -295,6 +297,7 @@ class Injector:
 
     def _heal(self) -> None:
         self.c.netnode.heal()
+        self.cut_off[-1][2] = time.time()
         self._release("far", "agent-far")
 
     def _second_up(self) -> bool:

@@ -24,7 +24,8 @@ def print_report(r: dict, out=sys.stdout) -> None:
     if r.get("not_run"):
         print(f"fault kinds not run: {_counts(r['not_run'])}", file=out)
     print(f"verdict, from the attempt files: jobs {r['jobs']}, succeeded {r['succeeded']}, lost {r['lost']}, "
-          f"doubled {r['doubled']} ({r['doubled_from_full_checkpoint']} of them rerun from a full checkpoint), "
+          f"doubled {r['doubled']} ({r['doubled_from_full_checkpoint']} of them rerun from a full checkpoint; "
+          f"apart: {r['doubled_in_a_cut']} that ended while cut off and ran again), "
           f"overlaps {r['overlaps']} ({r['overlap_pairs']} pairs, longest "
           f"{r['overlap_max_s']} s), reruns {r['reruns']}; agents that died on their own "
           f"{r['agents_died_on_their_own']} (every process: {_counts(r['died_on_their_own'])}); "
@@ -46,6 +47,7 @@ def print_report(r: dict, out=sys.stdout) -> None:
     if r.get("timed_out") or r.get("stalled"):
         print(f"the run did not finish: {r.get('stalled') or 'timed out'}", file=out)
     for label, key in (("lost", "lost_jobs"), ("doubled", "doubled_jobs"), ("overlap", "overlap_jobs"),
+                       ("ran again after a cut", "doubled_in_a_cut_jobs"),
                        ("check failed", "failed_checks"), ("left running", "leftover_processes")):
         for line in r.get(key) or []:
             print(f"  {label}: {line}", file=out)

@@ -82,6 +82,27 @@ def test_the_judge_counts_two_copies_that_both_ended_while_overlapping_as_double
     assert r["dispatch_agrees"]["agrees"]
 
 
+def test_a_job_that_ended_while_its_node_was_cut_off_and_ran_again_is_counted_apart_unless_strict(tmp_path):
+    # 8: ended on far inside far's cut (100-110), ran again elsewhere after it: the at-least-once window.
+    write(tmp_path, "8", 0, "far", 81, 99.0, [99.2], 101.0)
+    write(tmp_path, "8", 1, "n0", 82, 112.0, [], 112.1)
+    # 9: ended on n0 during far's cut: not explained by it, a double. 10: ended on far after the cut healed.
+    write(tmp_path, "9", 0, "n0", 91, 99.0, [99.2], 101.0)
+    write(tmp_path, "9", 1, "n1", 92, 112.0, [], 112.1)
+    write(tmp_path, "10", 0, "far", 101, 109.0, [109.2, 110.5], 111.0)
+    write(tmp_path, "10", 1, "n1", 102, 113.0, [], 113.1)
+    # 11: its copy on far kept ticking in the cut while the rerun ran: an overlap in any window.
+    write(tmp_path, "11", 0, "far", 111, 99.0, [100.0, 104.0, 106.0])
+    write(tmp_path, "11", 1, "n1", 112, 105.0, [105.2], 105.4)
+    cut = [("far", 100.0, 110.0)]
+    r = attempts.judge(tmp_path, ["8", "9", "10", "11"], None, cut)
+    assert (r["doubled"], r["doubled_in_a_cut"], r["overlaps"]) == (2, 1, 1), r
+    assert r["doubled_in_a_cut_jobs"][0].startswith("8: ended 2 times")
+    assert sorted(x.split(":")[0] for x in r["doubled_jobs"]) == ["10", "9"]
+    strict = attempts.judge(tmp_path, ["8", "9", "10", "11"], None, cut, strict=True)
+    assert (strict["doubled"], strict["doubled_in_a_cut"]) == (3, 0)
+
+
 def run_job(d: Path, job: str, attempt: int, node: str, ticks: int) -> None:
     env = dict(os.environ, CHAOS_DIR=str(d), DISPATCH_JOB_ID=job, DISPATCH_ATTEMPT=str(attempt), DISPATCH_NODE=node)
     subprocess.run(attempts.job_request(ticks, 1, d, d)["command"], env=env, check=True, timeout=30)
