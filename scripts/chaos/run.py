@@ -269,8 +269,9 @@ def loop(args, cluster, inj, sub: Submitter, died: Counter, timing: dict) -> dic
                 if quiet_since is not None and now - quiet_since >= settle_s:
                     break
         time.sleep(0.1)
-    while inj.pending and not out["stalled"]:  # a timeout: still undo what is undone (SIGCONT, links, disk)
-        inj.run_due()
+    deadline = time.monotonic() + 60.0  # a timeout or a stall: still undo what is undone (SIGCONT, links,
+    while inj.pending and time.monotonic() < deadline:  # disk, a server to restart), so that dispatch's
+        inj.run_due()  # own state can be read for the cross-check
         time.sleep(0.1)
     out["faults_during_submits"] = during_submits
     return out
