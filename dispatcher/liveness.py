@@ -19,6 +19,7 @@ import logging
 import time
 
 from .cycle import RunningJob
+from .store.exits import reported_outcome
 from .store.scripts import lost_attempt
 
 log = logging.getLogger("dispatch.scheduler")
@@ -70,12 +71,10 @@ def requeue_lost(scripts, lost: list[tuple[RunningJob, float]], epochs: dict[str
     done = 0
     for r, silent in lost:
         epoch = epochs[r.spec.id]
-        ended = (exits or {}).get(r.spec.id)
-        if ended is not None and ended[0] == epoch and ended[1] >= 0 and not r.stopping:  # not a preemption's end
-            code, at = ended[1], ended[2]
-            reason = "" if code == 0 else f"exit code {code}"
-            ok = scripts.finish(r.spec.id, r.node, epoch, "succeeded" if code == 0 else "failed", code, at,
-                                reason, fence=fence)
+        ended = None if r.stopping else reported_outcome((exits or {}).get(r.spec.id), epoch)  # not a preemption's
+        if ended is not None:
+            state, code, at, reason = ended
+            ok = scripts.finish(r.spec.id, r.node, epoch, state, code, at, reason, fence=fence)
             if ok == 1:
                 done += 1
                 log.warning("job %s: node %s lost, but its keeper saw it end (exit %d); recorded, not rerun",

@@ -137,6 +137,7 @@ def main(work_dir: Path, fence_s: float, last_sent: float, ns: str = "") -> int:
         if ready:
             chunk = os.read(fd, 4096)
             if not chunk:
+                exits.report(work_dir)  # what ended just before the agent died, if still unreaped
                 fence(work_dir, "the node agent is gone")
                 return 0
             buf += chunk

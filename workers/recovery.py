@@ -10,6 +10,7 @@ from dispatcher.model import PENDING
 from dispatcher.store import keys
 from dispatcher.store.codec import decode_spec
 from dispatcher.store.connect import text
+from dispatcher.store.exits import read_exits, reported_outcome
 from dispatcher.store.scripts import lost_attempt
 
 from . import proctrack
@@ -64,6 +65,13 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
             continue
         if not everything and (text(state) not in ("running", "preempting") or not text(started).isdigit()
                                or now - int(text(started)) < settle_ms):
+            continue
+        ended = reported_outcome(read_exits(sup.client, sup.ns, [job_id]).get(job_id), epoch) \
+            if text(state) == "running" else None
+        if ended is not None:  # it ended while the agent before this one was stopped; its keeper saw it
+            if sup.scripts.finish(job_id, sup.node, epoch, ended[0], ended[1], ended[2], ended[3]) == 1:
+                log.warning("job %s ended (exit %d) while this node's agent could not report it; recorded",
+                            job_id, ended[1])
             continue
         try:
             spec = decode_spec(raw, key=keys.job(sup.ns, job_id))

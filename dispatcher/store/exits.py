@@ -30,3 +30,12 @@ def read_exits(client, ns: str, ids: list[str]) -> dict[str, tuple[int, int, int
         if len(parts) == 3 and all(p.lstrip("-").isdigit() for p in parts):
             out[job_id] = (int(parts[0]), int(parts[1]), int(parts[2]))
     return out
+
+
+def reported_outcome(report: tuple[int, int, int] | None, epoch: int) -> tuple[str, int, int, str] | None:
+    """(state, exit code, ms, reason) an attempt at `epoch` ended with on its own, by its keeper's
+    report; None without one (or for a kill: that attempt was lost, not ended)."""
+    if report is None or report[0] != epoch or report[1] < 0:
+        return None
+    code = report[1]
+    return ("succeeded", 0, report[2], "") if code == 0 else ("failed", code, report[2], f"exit code {code}")

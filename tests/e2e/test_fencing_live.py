@@ -260,3 +260,24 @@ def test_a_job_that_ends_while_its_agent_is_stopped_is_recorded_not_rerun(cli, c
     runs = attempts(out, job)
     assert [r["ended"] for r in runs] == [True], f"the finished job ran again: {runs}"
     assert shown["state"] == "succeeded" and shown["attempt"] == 0, shown
+
+
+def test_a_job_that_ended_while_its_agent_was_stopped_is_recorded_by_the_next_agent(cli, client, tmp_path):
+    """The stopped agent is killed and restarted before the scheduler gives the node up."""
+    env = dict(FAST, DISPATCH_NODE_TIMEOUT_S="30")
+    out = tmp_path / "runs"
+    out.mkdir()
+    work = tmp_path / "a"
+    agent = cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), **env)
+    cli.start("scheduler", **env)
+    job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=5))
+    wait_running(cli, client, job)
+    os.kill(agent.pid, signal.SIGSTOP)
+    cli.wait_for(lambda: client.exists(keys.job_exit(cli.ns, job)), timeout=40, what="the keeper to record the end")
+    os.kill(agent.pid, signal.SIGKILL)
+    agent.wait(10)
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), log_name="worker-again",
+              **env)
+    assert cli.run("wait", job, "--timeout", "60").returncode == 0, cli.show(job)
+    assert [r["ended"] for r in attempts(out, job)] == [True], attempts(out, job)
+    assert cli.show(job)["attempt"] == 0
