@@ -1,17 +1,13 @@
 """Running jobs on a node: the RQ entry point and the supervisor behind it.
 
-RQ delivers `launch(job_id, epoch)` from the node's queue to the node agent's RQ
-worker, in the agent's own process. `launch` hands the job to the Supervisor and
-returns once the job's process has started, so one RQ worker can start many jobs
-and no fork of Python is paid per job. The supervisor streams each job's output
-into Redis and a file, carries out control commands (preempt, shrink, cancel),
-and writes the outcome with the epoch it was given: a write with a stale epoch is
-refused by finish.lua, and the copy is killed.
-
-Nothing a job leaves behind outlives its agent for long: each job process gets
-PR_SET_PDEATHSIG (SIGKILL when the agent dies), its process group is recorded in
-the work directory so that the next agent of the node kills what is left, and an
-outcome that cannot be written (Redis away) waits in an outbox until it can.
+RQ delivers `launch(job_id, epoch)` from the node's queue to the node agent's RQ worker, in the
+agent's own process; `launch` returns once the job's process has started, so one RQ worker starts
+many jobs and no fork of Python is paid per job. The supervisor streams each job's output into
+Redis and a file, and writes the outcome with the epoch it was given: finish.lua refuses a stale
+one, and the copy is killed. Each attempt gets its own cgroup where the host allows it and dies
+with the agent (PR_SET_PDEATHSIG); its pid is recorded in the work dir for the keeper and the
+next agent (workers/proctrack.py, keeper.py, recovery.py); what Redis cannot take waits in the
+durable outbox (outbox.py). Control commands: commands.py.
 """
 
 from __future__ import annotations

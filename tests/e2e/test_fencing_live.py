@@ -57,15 +57,22 @@ def two_nodes(cli, tmp_path, env, urls=None):
     return agents
 
 
-def test_a_stopped_agent_past_the_node_timeout_has_its_job_killed_before_it_runs_elsewhere(cli, client, tmp_path):
+def ticking_job_on_two_nodes(cli, client, tmp_path, ticks: int):
+    """Agents a and b, a scheduler, and one ticking job; returns (its attempts' dir, the agents,
+    the job, its record once running), after its first tick."""
     out = tmp_path / "runs"
     out.mkdir()
     agents = two_nodes(cli, tmp_path, FAST)
     cli.start("scheduler", **FAST)
-    job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=60))
+    job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=ticks))
     first = wait_running(cli, client, job)
-    stopped = agents[first["node"]]
     cli.wait_for(lambda: attempts(out, job), what="the first attempt to tick")
+    return out, agents, job, first
+
+
+def test_a_stopped_agent_past_the_node_timeout_has_its_job_killed_before_it_runs_elsewhere(cli, client, tmp_path):
+    out, agents, job, first = ticking_job_on_two_nodes(cli, client, tmp_path, ticks=60)
+    stopped = agents[first["node"]]
 
     os.kill(stopped.pid, signal.SIGSTOP)  # a hung host, a long GC: the agent fences nothing itself
     try:
@@ -241,14 +248,8 @@ def test_an_agent_and_a_scheduler_started_while_redis_is_down_wait_for_it(cli, t
 
 
 def test_a_job_that_ends_while_its_agent_is_stopped_is_recorded_not_rerun(cli, client, tmp_path):
-    out = tmp_path / "runs"
-    out.mkdir()
-    agents = two_nodes(cli, tmp_path, FAST)
-    cli.start("scheduler", **FAST)
-    job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=10))
-    first = wait_running(cli, client, job)
+    out, agents, job, first = ticking_job_on_two_nodes(cli, client, tmp_path, ticks=10)
     stopped = agents[first["node"]]
-    cli.wait_for(lambda: attempts(out, job), what="the attempt to tick")
     os.kill(stopped.pid, signal.SIGSTOP)  # the job ends two seconds later, unreaped, its outcome unwritten
     try:
         cli.wait_for(lambda: read_job(client, cli.ns, job)["state"] != "running", timeout=30,
