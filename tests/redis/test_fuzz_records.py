@@ -96,9 +96,9 @@ def valid_spec_map(job_id: str, **over) -> dict:
 
 
 def decodes(raw, job_id: str) -> bool:
+    """A record the scheduler takes: a spec that decodes, and is for this job (not another's)."""
     try:
-        decode_spec(raw, key=f"job {job_id}")
-        return True
+        return decode_spec(raw, key=f"job {job_id}").id == job_id
     except MalformedRecord:
         return False
 
