@@ -278,6 +278,13 @@ class Cluster:
         except Exception:
             return None
 
+    def pending(self) -> int | None:
+        """Jobs waiting to be placed, as dispatch sees them; None if it cannot be asked."""
+        try:
+            return int(self.client().zcard(keys.jobs_pending(NS)))
+        except Exception:
+            return None
+
     def busy(self) -> int | None:
         """Jobs pending or running, as dispatch sees them; None if it cannot be asked."""
         try:

@@ -278,8 +278,8 @@ class Injector:
         """Cut only once the far agent runs and holds jobs (files of live attempts on node far)."""
         far_live = [a for a in attempts.live(self.c.files, 1.0) if a.node == "far"]
         if not (self.c.fleet.alive("agent-far") and far_live):
-            if not self.work_left():  # the run ran out of jobs: nothing to cut, and nothing wrong
-                self.skipped[f"partition-{how}: no work left to hold"] += 1
+            if not self.work_left():  # no job left to place there: nothing to cut, and nothing wrong
+                self.skipped[f"partition-{how}: no job left to place on the far node"] += 1
                 self._release("far", "agent-far")
                 return
             if time.monotonic() - since > FAR_WAIT_S:

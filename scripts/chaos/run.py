@@ -176,7 +176,8 @@ def main(argv=None) -> int:
               f"{args.gpus_per_node} fake GPUs" + (" + 1 far node in a network namespace" if args.netns else "")
               + f"; faults every {args.fault_every:g} s on average: {', '.join(kinds)}"
               + (f" (not run: {'; '.join(f'{k} {w}' for k, w in not_run.items())})" if not_run else ""), flush=True)
-        inj.work_left = lambda: not sub.finished.is_set() or cluster.busy() != 0
+        # a far node can be given work only while some is still to come or waiting to be placed
+        inj.work_left = lambda: not sub.finished.is_set() or (cluster.pending() or 0) > 0
         outcome = loop(args, cluster, inj, sub, died, timing)
         sub.stop.set()
         states = cluster.states(list(sub.acked))
