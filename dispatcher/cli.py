@@ -26,7 +26,7 @@ from . import errors
 from .errors import DispatcherError
 
 
-#: How long a command waits for the server of a `dispatch up` that is starting or restarting it.
+#: How long a command waits for the server of a `dispatch up` that is starting it.
 RESTART_WAIT_S = 15.0
 
 
@@ -45,8 +45,8 @@ class Ctx:
 
     @property
     def client(self):
-        """Connected at first use. A server that `dispatch up` is starting or restarting is waited
-        for (up to RESTART_WAIT_S), so a command run right after `up`, or during a restart, works."""
+        """Connected at first use. A server that `dispatch up` is still starting is waited for (up to
+        RESTART_WAIT_S), so a command run right after `up` works; a restart is said at once."""
         if self._client is None:
             from .config import restarting_error
             from .store.connect import connect
@@ -56,10 +56,14 @@ class Ctx:
                 try:
                     self._client = connect(self.url)
                     break
-                except errors.ConnectionError as e:
-                    if not e.transient or time.monotonic() > deadline or restarting_error() is None:
+                except errors.ServerRestarting as e:  # a restart is said at once; a first start waited for
+                    if e.status != "starting" or time.monotonic() > deadline:
                         raise
-                    time.sleep(0.25)
+                except errors.ConnectionError as e:  # server.json says running, the server not yet
+                    pending = restarting_error() if e.transient else None
+                    if pending is None or pending.status != "starting" or time.monotonic() > deadline:
+                        raise
+                time.sleep(0.25)
         return self._client
 
     @property
