@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 from dispatcher.embedded import EmbeddedServer
 from dispatcher.store.connect import connect
 
-from .processes import stop_processes
+from .processes import stop_processes, wait_for
 
 IN_CI = bool(os.environ.get("CI"))
 
@@ -82,14 +81,8 @@ class Cli:
         return p
 
     def wait_for(self, predicate, timeout: float = 20.0, what: str = "condition"):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.1)
-        logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.home.glob("*.log")))
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs}")
+        return wait_for(predicate, timeout, what, lambda: "\n".join(
+            f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.home.glob("*.log"))))
 
     def stop_all(self) -> None:
         stop_processes(self.procs)

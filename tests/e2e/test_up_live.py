@@ -20,7 +20,7 @@ import pytest
 
 from dispatcher import errors
 
-from ..processes import stop_processes
+from ..processes import stop_processes, wait_for
 
 DISPATCH = [sys.executable, "-m", "dispatcher"]
 UP = ["up", "--fake-gpus", "2xA100-40GB", "--node", "box", "--no-dashboard"]
@@ -60,13 +60,7 @@ class UpHarness:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-4000:]}" for p in sorted(self.home.glob("*.log")))
 
     def wait_for(self, predicate, timeout: float = 30.0, what: str = "condition"):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.1)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.logs()}")
+        return wait_for(predicate, timeout, what, self.logs)
 
     def wait_running(self, up: subprocess.Popen) -> dict:
         def running():
