@@ -92,8 +92,30 @@ class Verifier:
     def request_ok(self, user: str, signature: str, *parts) -> bool:
         return verify(self.secret, user, signature, *parts)
 
+    @staticmethod
+    def request_ok_with(key: str, signature: str, *parts) -> bool:
+        """Whether `signature` is sign(key, *parts): a request signed with a job capability, not a token."""
+        return hmac.compare_digest(sign(key, *parts), signature or "")
+
     def spec_ok(self, user: str, spec_bytes: bytes, signature: str) -> bool:
         return verify(self.secret, user, signature, b"spec", spec_bytes)
 
     def may_act_on(self, user: str, owner: str) -> bool:
         return user == owner or user in self.admins
+
+    def seal_ok(self, user: str, job_id: str, spec_bytes: bytes, seal: str) -> bool:
+        """Whether `seal` is the leader's seal of this spec under this job id (seal_job)."""
+        return hmac.compare_digest(seal_job(self.secret, user, job_id, spec_bytes), seal or "")
+
+
+def seal_job(secret: bytes, user: str, job_id: str, spec_bytes: bytes) -> str:
+    """What the leader stores with a job it wrote for `user` after checking their signed request: an
+    HMAC over the job id and the spec, so a copy of the spec under another job id is refused by the
+    nodes (the user's own signature covers the spec and a nonce, not the id the leader gave it)."""
+    return sign(token_for(secret, user), b"job", job_id, spec_bytes)
+
+
+def job_capability(secret: bytes, job_id: str, epoch, user: str) -> str:
+    """What a running attempt may show instead of a token (dispatch submit from inside a job): scoped
+    to the job, its attempt (epoch) and its user; the leader also checks the attempt still runs."""
+    return hmac.new(secret, b"dispatch-job:" + f"{job_id}:{epoch}:{user}".encode(), hashlib.sha256).hexdigest()

@@ -90,8 +90,8 @@ class Supervisor:
     # -- starting ---------------------------------------------------------------------------
     def launch(self, job_id: str, epoch: int) -> str:
         raw = self.client.hmget(keys.job(self.ns, job_id), "spec", "epoch", "node", "gpus", "attempt",
-                                "cancel_ms", "state", "signed", "sig")
-        spec_raw, cur_epoch, node, gpus, attempt, cancel_ms, state, signed, sig = raw
+                                "cancel_ms", "state", "seal")
+        spec_raw, cur_epoch, node, gpus, attempt, cancel_ms, state, seal = raw
         if text(cur_epoch) != str(epoch) or text(node) != self.node or text(state) != "assigned":
             log.info("job %s epoch %s is stale here (now epoch %s, node %s, %s); not started",
                      job_id, epoch, text(cur_epoch), text(node), text(state))
@@ -104,7 +104,7 @@ class Supervisor:
         except Exception as e:
             self._finish(job_id, epoch, FAILED, None, f"unusable job record: {e}")
             return "failed"
-        if self.verifier is not None and not self._signed_by_its_user(spec, signed, text(sig)):
+        if self.verifier is not None and not self.verifier.seal_ok(spec.user, job_id, spec_raw, text(seal)):
             self._finish(job_id, epoch, FAILED, None, f"refused by node {self.node}: the job record is not what "
                                                       f"user {spec.user} signed")
             return "failed"
@@ -177,16 +177,6 @@ class Supervisor:
         run.thread.start()
         log.info("job %s started on GPUs [%s], pid %d", job_id, gpu_list, proc.pid)
         return "started"
-
-    def _signed_by_its_user(self, spec: JobSpec, signed, sig: str) -> bool:
-        from dataclasses import replace
-
-        if not signed or not self.verifier.spec_ok(spec.user, signed, sig):
-            return False
-        try:
-            return replace(decode_spec(signed, key="signed spec"), id=spec.id) == spec
-        except Exception:
-            return False
 
     # -- watching ----------------------------------------------------------------------------
     def _watch(self, run: Running, log_path: Path) -> None:

@@ -26,12 +26,12 @@ _FIELDS = ("state", "node", "gpus", "attempt", "epoch", "submit_ms", "assigned_m
            "pred_runs", "pred_src", "pred_mem_gb", "plan_est_s", "peak_gpu_mem_gb", "warning", "idle_since_ms")
 
 
-def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, str] | None = None,
-               also=None) -> list[str]:
+def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None) -> list[str]:
     """Submit specs (their id is assigned here); returns the new ids, in order.
 
-    `signed`: for one spec submitted under identity, the bytes the user signed and the signature
-    (kept so that agents check them again); `also(pipe, ids)` adds writes to the same transaction."""
+    `sealed(job_id, spec_bytes)`: under identity, the leader's seal of each stored spec under its id
+    (identity.seal_job), kept so that agents check it before they start the job; `also(pipe, ids)` adds
+    writes to the same transaction."""
     if not specs:
         return []
     check_dependencies(client, ns, specs)
@@ -50,11 +50,12 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, signed: tuple[bytes, st
     for chunk in scripts.chunks(len(ids)):
         args: list = []
         for job_id, spec, extra in zip(ids[chunk], specs[chunk], predicted[chunk]):
-            fields = [b"spec", encode_spec(spec, job_id)]
+            stored = encode_spec(spec, job_id)
+            fields = [b"spec", stored]
             if extra:
                 fields += (x for kv in extra.items() for x in kv)
-            if signed is not None:
-                fields += (b"signed", signed[0], b"sig", signed[1])
+            if sealed is not None:
+                fields += (b"seal", sealed(job_id, stored))
             args += (job_id, spec.submit_ms, len(fields) // 2, *fields)
         scripts.submit(pipe, ns, ids[chunk], args)
     if also is not None:

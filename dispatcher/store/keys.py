@@ -188,6 +188,12 @@ def reply(ns: str, request_id: str) -> str:
     return f"{ns}:reply:{request_id}"
 
 
+def request_seen(ns: str, request_id: str) -> str:
+    """Set by the leader when it handles request `request_id`, for as long as the request's signature
+    is valid: a replay of it within that window is refused."""
+    return f"{ns}:requests:seen:{request_id}"
+
+
 def events(ns: str) -> str:
     return f"{ns}:chan:events"
 

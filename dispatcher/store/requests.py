@@ -26,7 +26,10 @@ from .quarantine import Entry, quarantine
 
 log = logging.getLogger("dispatch.requests")
 
-KINDS = ("submit", "cancel", "preempt")
+KINDS = ("submit", "cancel", "preempt", "job-submit")
+#: How long the leader remembers a handled request's id: the whole window in which its signature's time
+#: is accepted (MAX_SKEW_S either side), and a minute more.
+SEEN_TTL_S = int(2 * MAX_SKEW_S + 60)
 REQUESTS_MAXLEN = 100_000
 REPLY_TTL_S = 60
 MAX_BODY_BYTES = 300 * 1024
@@ -56,6 +59,10 @@ def send(client, ns: str, kind: str, user: str, token: str, body: dict, timeout_
         cls = NotAllowed if answer.get("denied") else InvalidRequestError
         raise cls(answer.get("error", "refused"))
     return answer
+
+
+class Replayed(NotAllowed):
+    """A request whose id the leader has handled already."""
 
 
 class RequestServer:
@@ -90,10 +97,15 @@ class RequestServer:
             if rid:
                 pipe.rpush(keys.reply(self.ns, rid), msgpack.packb(answer))
                 pipe.expire(keys.reply(self.ns, rid), REPLY_TTL_S)
+                if not answer.get("replay"):  # (a replay must not extend the window of its original)
+                    pipe.set(keys.request_seen(self.ns, rid), entry_id, ex=SEEN_TTL_S)
             pipe.set(keys.requests_done(self.ns), entry_id)
 
         try:
             answer = self._carry_out(f, record)
+        except Replayed as e:
+            answer = {"ok": False, "denied": True, "replay": True, "error": str(e)}
+            log.warning("request %s (%s by %s) refused: %s", entry_id, text(f.get("kind")), text(f.get("user")), e)
         except NotAllowed as e:
             answer = {"ok": False, "denied": True, "error": str(e)}
         except DispatcherError as e:
@@ -116,27 +128,46 @@ class RequestServer:
         kind, rid, user, ts, sig = text(kind), text(rid), text(user), text(ts), text(sig)
         if kind not in KINDS or not rid or not user or not isinstance(raw, bytes) or len(raw) > MAX_BODY_BYTES:
             raise InvalidRequestError("malformed request")
-        if not self.verifier.request_ok(user, sig, kind, rid, user, ts, raw):
-            raise NotAllowed(f"signature does not match user {user!r}; check your token (DISPATCH_TOKEN)")
-        if abs(self.clock() - float(ts)) > MAX_SKEW_S:
-            raise NotAllowed(f"request signed at {ts}, over {MAX_SKEW_S:.0f}s from the scheduler's clock")
         body = msgpack.unpackb(raw, raw=False)
         if not isinstance(body, dict):
             raise InvalidRequestError("malformed request body")
-        if kind == "submit":
-            return self._submit(user, body, record)
+        if kind == "job-submit":  # from inside a running job: signed with its attempt's capability
+            job_id, epoch = str(body.get("job", "")), str(body.get("epoch", ""))
+            if not self.verifier.request_ok_with(self._capability(job_id, epoch, user), sig, kind, rid, user, ts, raw):
+                raise NotAllowed(f"the job capability does not match job {job_id} attempt {epoch} of {user!r}")
+        elif not self.verifier.request_ok(user, sig, kind, rid, user, ts, raw):
+            raise NotAllowed(f"signature does not match user {user!r}; check your token (DISPATCH_TOKEN)")
+        if abs(self.clock() - float(ts)) > MAX_SKEW_S:
+            raise NotAllowed(f"request signed at {ts}, over {MAX_SKEW_S:.0f}s from the scheduler's clock")
+        seen = text(self.client.get(keys.request_seen(self.ns, rid)))
+        if seen:
+            raise Replayed(f"request {rid} by {user!r} was already handled (entry {seen}); a replay is refused")
+        if kind in ("submit", "job-submit"):
+            return self._submit(user, body, record, kind == "job-submit")
         return self._act(kind, user, body)
 
-    def _submit(self, user: str, body: dict, record) -> None:
+    def _capability(self, job_id: str, epoch: str, user: str) -> str:
+        """The capability of job_id's attempt `epoch`, if that attempt runs now as `user`; raises otherwise."""
+        from ..identity import job_capability
+        from .jobs import read_job
+
+        job = read_job(self.client, self.ns, job_id)
+        if job["user"] != user or str(job["epoch"]) != epoch or job["state"] not in ("assigned", "running"):
+            raise NotAllowed(f"job {job_id} attempt {epoch} of {user!r} is not running; its capability has expired")
+        return job_capability(self.verifier.secret, job_id, epoch, user)
+
+    def _submit(self, user: str, body: dict, record, from_job: bool) -> None:
+        from ..identity import seal_job
         from .jobs import write_jobs
 
         spec_bytes, spec_sig = body.get("spec"), text(body.get("sig"))
         spec = decode_spec(spec_bytes, key="submitted spec")
         if spec.user != user:
             raise NotAllowed(f"user {user!r} may not submit a job as {spec.user!r}")
-        if not self.verifier.spec_ok(user, spec_bytes, spec_sig):
+        if not from_job and not self.verifier.spec_ok(user, spec_bytes, spec_sig):
             raise NotAllowed("the job spec's signature does not match")
-        write_jobs(self.client, self.ns, [spec], signed=(spec_bytes, spec_sig),
+        write_jobs(self.client, self.ns, [spec],
+                   sealed=lambda job_id, stored: seal_job(self.verifier.secret, user, job_id, stored),
                    also=lambda pipe, ids: record(pipe, {"ok": True, "id": ids[0]}))
         return None
 
@@ -187,6 +218,16 @@ def submit_specs(client, ns: str, specs, requester: str) -> list[str]:
     if identity_on(client, ns):
         return [submit_signed(client, ns, s, requester) for s in specs]
     return write_jobs(client, ns, specs)
+
+
+def submit_for_job(client, ns: str, spec, job_id: str, epoch, cap: str) -> str:
+    """What a node agent sends for `dispatch submit` run inside job `job_id`'s attempt `epoch`: the spec
+    (its user must be the job's), signed with the attempt's capability (identity.job_capability), which
+    the leader checks together with that attempt still running. Returns the new job id."""
+    from .codec import encode_spec
+
+    body = {"spec": encode_spec(spec), "job": str(job_id), "epoch": str(epoch)}
+    return str(send(client, ns, "job-submit", spec.user, cap, body)["id"])
 
 
 def act_signed(client, ns: str, kind: str, user: str, job_id: str, **extra) -> str:
