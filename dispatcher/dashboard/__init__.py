@@ -7,12 +7,20 @@ cluster per second. Nothing is written to Redis except a cancel, and that only w
 dashboard was started with --allow-cancel: then, with identity on, the request goes to the
 scheduler signed with the token the user typed, and the scheduler lets only the job's owner
 or an admin cancel it (docs/security.md); the dashboard never holds the lab secret.
+
+A state-changing request must come from the page itself: it carries the process's CSRF token
+(handed out by /api/config, which another site's script cannot read: no CORS headers are ever
+sent) in the X-Dispatch-CSRF header, and its Origin (or Referer), when the browser sends one, must
+be this server's own. A form or fetch from another site's page is refused with 403.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
+import secrets
 import time
+from urllib.parse import urlsplit
 
 import redis
 from flask import Flask, Response, jsonify, request, send_from_directory
@@ -22,10 +30,27 @@ from ..identity import NotAllowed
 from ..metrics import ClusterCollector, exposition
 from ..model import PRIORITIES
 
+log = logging.getLogger("dispatch.dashboard")
+
 
 def create_app(board, *, allow_cancel: bool = False) -> Flask:
     app = Flask(__name__, static_folder="static", static_url_path="/static")
     collector = ClusterCollector(board)
+    csrf = secrets.token_urlsafe(32)  # one per dashboard process: a restart asks open pages to reload
+
+    @app.before_request
+    def same_origin_only():
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            return None
+        came_from = request.headers.get("Origin") or request.headers.get("Referer")
+        if came_from:
+            origin = urlsplit(came_from)
+            if f"{origin.scheme}://{origin.netloc}" != request.host_url.rstrip("/"):
+                log.warning("refused a %s %s from origin %s", request.method, request.path, came_from)
+                return jsonify(error=f"refused: this request came from another site ({came_from})"), 403
+        if not hmac.compare_digest(request.headers.get("X-Dispatch-CSRF", ""), csrf):
+            return jsonify(error="refused: no valid CSRF token (reload the page)"), 403
+        return None
 
     @app.errorhandler(DispatcherError)
     def dispatch_error(e):
@@ -49,7 +74,7 @@ def create_app(board, *, allow_cancel: bool = False) -> Flask:
         from ..store.requests import identity_on
 
         return jsonify(namespace=board.ns, allow_cancel=allow_cancel, identity=identity_on(board.client, board.ns),
-                       classes=list(reversed(PRIORITIES)))
+                       classes=list(reversed(PRIORITIES)), csrf=csrf)
 
     @app.get("/api/board")
     def overview():

@@ -292,15 +292,25 @@ def test_cancel_from_the_page_needs_the_owners_or_an_admins_token_when_identity_
     read_only = start_dashboard(cli)
     writable = start_dashboard(cli, "--allow-cancel")
 
-    def cancel(base, **who):
+    def cancel(base, origin=None, csrf=True, **who):
+        headers = {"Content-Type": "application/json"}
+        if csrf:
+            headers["X-Dispatch-CSRF"] = json.loads(get(f"{base}/api/config"))["csrf"]
+        if origin:
+            headers["Origin"] = origin
         req = urllib.request.Request(f"{base}/api/job/{job}/cancel", data=json.dumps(who).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
 
+    status, body = cancel(writable, origin="http://evil.example", user="alice", token=token["alice"])
+    assert status == 403 and "another site" in body["error"], body  # a page of another site, even with her token
+    status, body = cancel(writable, csrf=False, user="alice", token=token["alice"])
+    assert status == 403 and "CSRF" in body["error"], body  # a form post carries no token
+    assert cancel(writable, origin=writable, user="bob", token=token["bob"])[0] == 403  # the page itself: checked on
     assert cancel(read_only, user="alice", token=token["alice"])[0] == 403
     assert cancel(writable)[0] == 403  # no identity given
     status, body = cancel(writable, user="bob", token=token["bob"])

@@ -55,7 +55,7 @@ function cancelBox(j) {
     const who = cfg.identity ? {user: $("c-user").value, token: $("c-token").value} : {};
     try {
       const r = await getJSON(`/api/job/${encodeURIComponent(jobId)}/cancel`, {method: "POST",
-        headers: {"Content-Type": "application/json"}, body: JSON.stringify(who)});
+        headers: {"Content-Type": "application/json", "X-Dispatch-CSRF": cfg.csrf}, body: JSON.stringify(who)});
       $("c-msg").textContent = " " + r.outcome;
     } catch (e) {
       $("c-msg").innerHTML = ` <span class="error">${esc(e.message)}</span>`;
