@@ -1,0 +1,74 @@
+"""Signatures that cannot be replayed: a signed request taken from the stream and sent again, and a
+signed spec copied into another job hash, are refused (issue 18's attacks, with a full-rights Redis
+login standing in for whatever a user could reach before the roles: the refusals here are the
+leader's and the node's, not the ACL's)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import msgpack
+import pytest
+
+from dispatcher.store import keys
+from dispatcher.store.codec import decode_spec, encode_spec
+from dispatcher.store.connect import text
+from dispatcher.store.requests import identity_on
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def lab(cli, tmp_path, client):
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    secret.chmod(0o600)
+    cli.start("scheduler", "--secret-file", str(secret))
+    cli.start("worker", "--node", "n1", "--fake-gpus", "2xA100-40GB", "--work-dir", str(tmp_path / "n1"),
+              "--secret-file", str(secret))
+    cli.wait_for(lambda: identity_on(client, cli.ns), what="the scheduler to turn identity on")
+    token = cli.run("auth", "token", "alice", "--secret-file", str(secret)).stdout.strip()
+    return {"DISPATCH_USER": "alice", "DISPATCH_TOKEN": token}
+
+
+def answers(client, ns: str, request_id: str, n: int) -> list[dict]:
+    got = []
+    for _ in range(n):
+        reply = client.blpop([keys.reply(ns, request_id)], timeout=20)
+        assert reply is not None, f"no answer to replay {len(got) + 1} of request {request_id}"
+        got.append(msgpack.unpackb(reply[1], raw=False))
+    return got
+
+
+def test_a_signed_submit_taken_from_the_stream_and_added_again_runs_once(cli, lab, client):
+    job = cli.run("submit", "--", "echo", "once", **lab).stdout.strip()
+    cli.wait_for(lambda: cli.show(job)["state"] == "succeeded", what="alice's job")
+    (entry_id, fields), = client.xrange(keys.requests(cli.ns))
+    for _ in range(2):  # the attacker re-adds alice's signed request, twice
+        client.xadd(keys.requests(cli.ns), fields)
+    client.publish(keys.events(cli.ns), b"request")
+    refused = answers(client, cli.ns, text(fields[b"id"]), 2)
+    assert all(not a["ok"] and "already handled" in a["error"] and "replay is refused" in a["error"]
+               for a in refused), refused
+    assert [j["id"] for j in json.loads(cli.run("queue", "--all", "--json").stdout)] == [job]  # one job, run once
+    log = "\n".join(p.read_text() for p in cli.home.glob("scheduler-*.log"))
+    assert "already handled" in log  # the leader logged the replays
+
+
+def test_a_signed_spec_copied_into_another_job_hash_is_refused_by_the_node(cli, lab, client):
+    job = cli.run("submit", "--", "echo", "mine", **lab).stdout.strip()
+    cli.wait_for(lambda: cli.show(job)["state"] == "succeeded", what="alice's job")
+    record = client.hgetall(keys.job(cli.ns, job))
+    copy = str(int(job) + 1000)  # the same spec (re-encoded under the new id, as the id is in it) and seal
+    spec = encode_spec(decode_spec(record[b"spec"]), copy)
+    client.hset(keys.job(cli.ns, copy), mapping={b"spec": spec, b"seal": record[b"seal"],
+                                                 b"state": b"pending", b"attempt": b"0", b"epoch": b"0",
+                                                 b"submit_ms": record[b"submit_ms"]})
+    client.zadd(keys.jobs_all(cli.ns), {copy: int(record[b"submit_ms"])})
+    client.zadd(keys.jobs_pending(cli.ns), {copy: int(record[b"submit_ms"])})
+    client.sadd(keys.jobs_changed(cli.ns), copy)
+    client.publish(keys.events(cli.ns), b"submit")
+    cli.wait_for(lambda: cli.show(copy)["state"] == "failed", what="the node to refuse the copy")
+    assert "not what user alice signed" in cli.show(copy)["reason"]
+    assert cli.run("logs", copy).stdout == ""  # nothing ran
