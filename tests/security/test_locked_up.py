@@ -1,0 +1,59 @@
+"""A default `dispatch up` on a shared login host: locked to the user who started it. Another local
+user can neither read its credentials nor use its server (issue 18: before, any local user
+connected, ran `id` as the owner and cancelled the owner's jobs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from dispatcher.embedded import free_port
+
+from .conftest import wait
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def alices_up(users):
+    alice = users["alice"]
+    port = free_port()
+    alice.start("up", "--fake-gpus", "2xA100-40GB", "--no-dashboard", "--port", str(port))
+    wait(lambda: alice.run("queue").returncode == 0, "alice's dispatch up to answer", alice.logs)
+    return port
+
+
+def test_another_user_can_neither_read_the_credentials_nor_use_the_server(users, alices_up):
+    alice, mallory = users["alice"], users["mallory"]
+    state = alice.home / ".local" / "state" / "dispatch"
+    assert state.stat().st_mode & 0o777 == 0o700
+    secrets = [p for p in state.rglob("*") if p.is_file() and p.name in ("server.json", "secrets.json", "secret",
+                                                                          "token", "up.lock")]
+    assert {p.name for p in secrets} >= {"server.json"}
+    assert all(p.stat().st_mode & 0o077 == 0 for p in secrets), {p.name: oct(p.stat().st_mode) for p in secrets}
+
+    looked = mallory.sh(f"cat {state / 'server.json'}")
+    assert looked.returncode != 0 and "Permission denied" in looked.stderr
+
+    with pytest.raises(redis.exceptions.AuthenticationError):  # what a port scan finds: no password, no entry
+        redis.Redis(port=alices_up, socket_timeout=5).ping()
+    url = f"redis://127.0.0.1:{alices_up}/0"
+    for attack in (("submit", "--", "id"), ("cancel", "1"), ("queue",)):
+        p = mallory.run(*attack, DISPATCH_REDIS_URL=url)
+        assert p.returncode != 0 and "Traceback" not in p.stderr, (attack, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert mallory.run("queue").returncode != 0  # and without a URL she finds no server of her own
+
+
+def test_the_owner_submits_as_usual_and_her_job_holds_no_credentials(users, alices_up):
+    alice = users["alice"]
+    job = alice.ok("submit", "--", "sh", "-c", "id -un; env").strip()
+    wait(lambda: json.loads(alice.ok("show", job, "--json"))["state"] == "succeeded", "alice's job", alice.logs)
+    out = alice.ok("logs", job)
+    assert out.splitlines()[0] == "dsp-alice"
+    server = json.loads((alice.home / ".local" / "state" / "dispatch" / "server.json").read_text())
+    password = redis.connection.parse_url(server["url"]).get("password")
+    assert password and password not in out
+    assert "redis://" not in out and "DISPATCH_TOKEN" not in out
