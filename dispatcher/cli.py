@@ -28,14 +28,29 @@ from .errors import DispatcherError
 
 #: How long a command waits for the server of a `dispatch up` that is starting it.
 RESTART_WAIT_S = 15.0
+#: The key prefix when neither --namespace nor the server's record names one.
+DEFAULT_NAMESPACE = "dispatch"
 
 
 class Ctx:
     """Lazily connecting context shared by the subcommands."""
 
-    def __init__(self, url: str | None, ns: str, debug: bool):
-        self._url_flag, self.ns, self.debug = url, ns, debug
+    def __init__(self, url: str | None, ns: str | None, debug: bool):
+        from .config import note_flag
+
+        self._url_flag, self._ns_flag, self.debug = url, ns, debug
         self._client = None
+        note_flag(url)
+
+    @property
+    def ns(self) -> str:
+        """--namespace (DISPATCH_NAMESPACE), else that of the server the URL comes from (the login
+        file's, or the running `dispatch up`'s), else "dispatch"."""
+        if self._ns_flag:
+            return self._ns_flag
+        from .config import default_namespace
+
+        return default_namespace() or DEFAULT_NAMESPACE
 
     @property
     def url(self) -> str:
@@ -78,12 +93,13 @@ def common(fn):
     @click.option("--redis", "redis_url", envvar="DISPATCH_REDIS_URL", metavar="URL",
                   help="Redis URL (env DISPATCH_REDIS_URL; else the server a running `dispatch up` recorded; "
                        "no other default).")
-    @click.option("--namespace", "ns", envvar="DISPATCH_NAMESPACE", default="dispatch", show_default=True,
-                  help="Key prefix, to run several clusters on one Redis.")
+    @click.option("--namespace", "ns", envvar="DISPATCH_NAMESPACE", default=None,
+                  help="Key prefix, to run several clusters on one Redis (default: the one `dispatch up` or "
+                       "`dispatch login` recorded, else dispatch).")
     @click.option("--debug", is_flag=True, help="Show tracebacks.")
     @functools.wraps(fn)
     def wrapper(redis_url, ns, debug, **kwargs):
-        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,32}", ns):
+        if ns is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,32}", ns):
             raise click.BadParameter("letters, digits and _.- only", param_hint="--namespace")
         ctx = Ctx(redis_url, ns, debug)
         click.get_current_context().meta["debug"] = debug
@@ -133,7 +149,7 @@ COMMANDS = {
     "why": "dispatcher.cli_jobs:why", "eta": "dispatcher.cli_jobs:eta", "decisions": "dispatcher.cli_jobs:decisions",
     "policy": "dispatcher.cli_policy:policy", "top": "dispatcher.cli_ops:top", "scheduler": "dispatcher.cli_ops:scheduler",
     "worker": "dispatcher.cli_ops:worker", "dashboard": "dispatcher.cli_ops:dashboard", "up": "dispatcher.cli_ops:up",
-    "auth": "dispatcher.cli_ops:auth",
+    "auth": "dispatcher.cli_ops:auth", "login": "dispatcher.cli_login:login",
     "simulate": "dispatcher.cli_lab:simulate", "history": "dispatcher.cli_lab:history", "tune": "dispatcher.cli_lab:tune",
 }
 
@@ -162,9 +178,14 @@ def cli():
 
 
 def _restarting():
-    """A lost connection to the server of a `dispatch up` that still runs: it is restarting it."""
-    from .config import restarting_error
+    """A lost connection to the server of a `dispatch up` that still runs: it is restarting it. To the
+    server of a login: its owner's `dispatch up --shared` is not running (or moved)."""
+    from .config import restarting_error, url_source
 
+    if url_source() == "login":
+        from .login import LoginGone
+
+        return LoginGone()
     return restarting_error()
 
 

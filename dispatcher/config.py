@@ -1,9 +1,13 @@
 """Where things are: the Redis URL, the namespace, the state directory, timings.
 
 The Redis URL comes from the --redis flag, else DISPATCH_REDIS_URL, else the
-server a running `dispatch up` recorded in the state directory (server.json).
+server a running `dispatch up` recorded in the state directory (server.json),
+else the login file `dispatch login` wrote (another user's `dispatch up --shared`).
 There is no default: without any of them a command stops with NoServer, rather
 than talk to whatever answers on localhost:6379.
+
+The state directory is its owner's alone (0700), and every file in it that holds a
+password, secret or token is written 0600 from its first byte (write_private).
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Whether the last resolve_url() took the URL from server.json (the CLI then reads a failed
-#: connection as `dispatch up` restarting its server, not as a server that is not there).
-_from_record = False
+#: Where the last resolve_url() took the URL: "flag" (--redis, DISPATCH_REDIS_URL), "record"
+#: (server.json: the CLI then reads a failed connection as `dispatch up` restarting its server, not
+#: as a server that is not there) or "login" (the login file); None before.
+_source: str | None = None
+#: The --redis flag of this command (Ctx notes it), for url_source() before resolve_url() runs.
+_flag: str | None = None
 
 
 def state_dir() -> Path:
@@ -30,15 +37,43 @@ def server_file() -> Path:
     return state_dir() / "server.json"
 
 
-def record_server(info: dict) -> None:
-    """Write server.json at once (a reader sees the old record or the new one, never a part).
-    `info`: url, pid (of `up`), status (starting, running, restarting, stopping), and what `up`
-    adds (server and child pids, port, data dir, start time, command line)."""
-    path = server_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".server.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(info))
+def login_file() -> Path:
+    """Where `dispatch login` keeps what another user's `dispatch up --shared` issued:
+    $XDG_CONFIG_HOME/dispatch/login.json, else ~/.config/dispatch/login.json."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "dispatch" / "login.json"
+
+
+def private_dir(path: Path) -> Path:
+    """Make `path` (and its parents) a directory only its owner may enter: 0700, narrowed if wider."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def write_private(path: Path, data: bytes | str) -> None:
+    """Replace `path` at once with `data`, 0600 from its first byte (a reader sees the old file or the
+    new one, never a part, and nobody else can read either)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data.encode() if isinstance(data, str) else data)
+    finally:
+        os.close(fd)
     tmp.replace(path)
+
+
+def record_server(info: dict) -> None:
+    """Write server.json at once, readable by its owner only (it holds the admin URL).
+    `info`: url, pid (of `up`), status (starting, running, restarting, stopping), and what `up`
+    adds (server and child pids, port, data dir, namespace, start time, command line)."""
+    path = server_file()
+    private_dir(path.parent)
+    write_private(path, json.dumps(info))
 
 
 def forget_server(pid: int) -> None:
@@ -83,22 +118,81 @@ def recorded_server() -> dict | None:
     return info
 
 
+def read_login() -> dict | None:
+    """The login file `dispatch login` wrote (user, token, url, namespace, owner, socket), or None."""
+    try:
+        info = json.loads(login_file().read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not all(isinstance(info.get(k), str) and info[k]
+                                             for k in ("user", "token", "url", "namespace")):
+        return None
+    return info
+
+
+def note_flag(flag: str | None) -> None:
+    """The command's --redis value (before anything connects): url_source() counts it."""
+    global _flag
+    _flag = flag
+
+
+def url_source() -> str | None:
+    """Where resolve_url() takes (or would take) the URL: "flag", "record", "login", or None."""
+    if _source is not None:
+        return _source
+    if _flag or os.environ.get("DISPATCH_REDIS_URL"):
+        return "flag"
+    if recorded_server() is not None:
+        return "record"
+    return "login" if read_login() is not None else None
+
+
+def saved_identity() -> tuple[str, str] | None:
+    """(user, token) saved for the server the URL comes from: the login file's when the login file
+    gave the URL, else the one `dispatch up` wrote for its owner in the state directory (token)."""
+    if url_source() == "login":
+        info = read_login()
+        return (info["user"], info["token"]) if info else None
+    try:
+        info = json.loads((state_dir() / "token").read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(info, dict) and isinstance(info.get("user"), str) and isinstance(info.get("token"), str):
+        return info["user"], info["token"]
+    return None
+
+
+def default_namespace() -> str | None:
+    """The namespace of the server the URL comes from, when no --namespace is given: the login
+    file's, or the running `dispatch up`'s (None: the built-in default)."""
+    source = url_source()
+    info = read_login() if source == "login" else recorded_server() if source == "record" else None
+    ns = info.get("namespace") if info else None
+    return ns if isinstance(ns, str) and ns else None
+
+
 def resolve_url(flag: str | None = None) -> str:
-    """--redis, else DISPATCH_REDIS_URL, else the running `dispatch up`'s server. Raises NoServer
-    when there is none, ServerRestarting while `up` is bringing its server (back) up."""
+    """--redis, else DISPATCH_REDIS_URL, else the running `dispatch up`'s server, else the login
+    file's. Raises NoServer when there is none, ServerRestarting while `up` is bringing its server
+    (back) up."""
     from .errors import NoServer, ServerRestarting
 
-    global _from_record
+    global _source
     url = flag or os.environ.get("DISPATCH_REDIS_URL")
     if url:
+        _source = "flag"
         return url
     info = recorded_server()
     if info is None:
-        raise NoServer()
+        login = read_login()
+        if login is None:
+            raise NoServer()
+        _source = "login"
+        return login["url"]
     status = str(info.get("status", "running"))
     if status != "running":
         raise ServerRestarting(int(info["pid"]), status)
-    _from_record = True
+    _source = "record"
     return str(info["url"])
 
 
@@ -107,7 +201,7 @@ def restarting_error():
     runs (its server died and `up` is restarting it, or is about to stop), else None."""
     from .errors import ServerRestarting
 
-    info = recorded_server() if _from_record else None
+    info = recorded_server() if _source == "record" else None
     if info is None:
         return None
     status = str(info.get("status", "running"))

@@ -66,21 +66,38 @@ def verify(secret: bytes, user: str, signature: str, *parts) -> bool:
 
 
 def current_user() -> str:
-    """Who is asking: $DISPATCH_USER, else $USER, else the login name."""
+    """Who is asking: the user named with the token in use when a file gave both (`dispatch login`'s,
+    or the owner's that `dispatch up` wrote), else $DISPATCH_USER, else $USER, else the login name."""
     import getpass
 
-    return os.environ.get("DISPATCH_USER") or os.environ.get("USER") or getpass.getuser()
+    issued = _token_in_use()[1]
+    return issued or os.environ.get("DISPATCH_USER") or os.environ.get("USER") or getpass.getuser()
 
 
 def client_token() -> str | None:
-    """This user's token: $DISPATCH_TOKEN, else ~/.config/dispatch/token (XDG_CONFIG_HOME)."""
+    """This user's token: $DISPATCH_TOKEN; else, for the server the URL comes from, the login file's
+    (`dispatch login`) or the token `dispatch up` wrote for its owner in the state directory; else
+    ~/.config/dispatch/token (XDG_CONFIG_HOME); else the state directory's for another URL."""
+    return _token_in_use()[0]
+
+
+def _token_in_use() -> tuple[str | None, str | None]:
+    """(token, the user it was issued to when a file says so)."""
     if os.environ.get("DISPATCH_TOKEN"):
-        return os.environ["DISPATCH_TOKEN"].strip()
+        return os.environ["DISPATCH_TOKEN"].strip(), None
+    from .config import saved_identity, url_source
+
+    saved = saved_identity()
+    if saved is not None and url_source() in ("record", "login"):
+        return saved[1], saved[0]
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     try:
-        return (Path(base) / "dispatch" / "token").read_text().strip() or None
+        token = (Path(base) / "dispatch" / "token").read_text().strip()
     except OSError:
-        return None
+        token = ""
+    if token:
+        return token, None
+    return (saved[1], saved[0]) if saved is not None else (None, None)
 
 
 class Verifier:
