@@ -230,35 +230,43 @@ def dashboard(ctx, host, port, allow_cancel, alerts):
 @click.option("--dashboard-port", default=DASHBOARD_PORT, type=click.IntRange(0, 65535), show_default=True,
               envvar="DISPATCH_DASHBOARD_PORT", help="Port of the dashboard, on 127.0.0.1 (0: any free one).")
 @click.option("--no-dashboard", is_flag=True, help="Do not start the dashboard.")
+@click.option("--shared", is_flag=True, help="Let this host's other users in: each logs in with `dispatch login` "
+              "and submits as themself (as root, their jobs run as them); embedded server only.")
+@click.option("--socket", "socket_path", default=None, type=click.Path(dir_okay=False),
+              help="With --shared: the login socket (default /tmp/dispatch-<you>/dispatch.sock).")
 @_dashboard_options
 @_node_options
 @_policy_option
 @_secret_option
 @common
-def up(ctx, node, port, fsync, dashboard_port, no_dashboard, allow_cancel, alerts, policy_path, secret_file, admins,
-       **node_opts):
+def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path, allow_cancel, alerts, policy_path,
+       secret_file, admins, **node_opts):
     """All in one: embedded Redis (unless --redis is given), the scheduler and a local node agent, restarted
-    if they die. One per state directory ($DISPATCH_HOME): a second one refuses."""
+    if they die. One per state directory ($DISPATCH_HOME): a second one refuses. Locked: only you can reach
+    it, unless --shared (docs/security.md)."""
     import socket
 
     from .alerts import AlertConfig
+    from .cli import DEFAULT_NAMESPACE
     from .config import Timing
     from .policy_source import PolicySource
     from .up import Up
+    from .up_secure import agent_options, login_socket
 
     _setup_logging(ctx.debug)
+    ctx._ns_flag = ns = ctx._ns_flag or DEFAULT_NAMESPACE  # never a login's: this is a server of its own
+    sock = login_socket(shared, socket_path, ctx._url_flag)
     PolicySource(policy_path)  # a bad policy file stops `up` before anything starts
     AlertConfig.parse(alerts)  # and so do bad alert thresholds
     Timing.from_env().check()  # and clocks that cannot fence in time
     node = node or socket.gethostname().split(".")[0]
+    agent_options(node_opts, embedded=ctx._url_flag is None, socket_path=sock, node=node)
     _check_node(node, node_opts)
     if not node_opts["fake_gpus"]:  # fail before starting anything if this host has no GPUs to offer
         from workers.gpu import NvmlProbe
 
         NvmlProbe().close()
-    flags = ["--namespace", ctx.ns] + (["--debug"] if ctx.debug else [])
-    if secret_file:
-        flags += ["--secret-file", os.path.abspath(secret_file), "--admins", admins]
+    flags = ["--namespace", ns] + (["--debug"] if ctx.debug else [])
     scheduler_args = flags + (["--policy", os.path.abspath(policy_path)] if policy_path else [])
     agent_args = flags + ["--node", node] + _node_flags(node_opts)
 
@@ -274,8 +282,10 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, allow_cancel, alert
         threading.Thread(target=web.serve_forever, name="dashboard", daemon=True).start()
         return web
 
-    Up(ns=ctx.ns, url=ctx._url_flag, port=port, fsync=fsync, scheduler_args=scheduler_args, agent_args=agent_args,
-       start_dashboard=None if no_dashboard else start_dashboard).run()
+    Up(ns=ns, url=ctx._url_flag, port=port, fsync=fsync, scheduler_args=scheduler_args, agent_args=agent_args,
+       start_dashboard=None if no_dashboard else start_dashboard, socket_path=sock,
+       secret_file=os.path.abspath(secret_file) if secret_file else None,
+       admins=[a for a in admins.split(",") if a]).run()
 
 
 def _node_flags(opts: dict) -> list[str]:
@@ -286,8 +296,8 @@ def _node_flags(opts: dict) -> list[str]:
             out += [flag, str(opts[key])]
     if opts["work_dir"]:
         out += ["--work-dir", os.path.abspath(opts["work_dir"])]
-    return out + [flag for flag, key in (("--kill-zombies", "kill_zombies"), ("--run-as-user", "run_as_user"))
-                  if opts[key]]
+    return out + [flag for flag, key in (("--kill-zombies", "kill_zombies"), ("--run-as-user", "run_as_user"),
+                                         ("--allow-root-jobs", "allow_root_jobs")) if opts.get(key)]
 
 
 @click.group()
@@ -297,10 +307,12 @@ def auth():
 
 @auth.command("token")
 @click.argument("user")
-@click.option("--secret-file", required=True, type=click.Path(dir_okay=False), help="The lab secret (chmod 600).")
+@click.option("--secret-file", default=None, type=click.Path(dir_okay=False),
+              help="The lab secret (chmod 600; default: the one your `dispatch up` made in its state directory).")
 def auth_token(user, secret_file):
     """Print USER's token (give it to them for $DISPATCH_TOKEN or ~/.config/dispatch/token)."""
     from .identity import load_secret, token_for
     from .spec import _label
+    from .up_secure import lab_secret_file
 
-    click.echo(token_for(load_secret(secret_file), _label(user, "USER")))
+    click.echo(token_for(load_secret(secret_file or lab_secret_file()), _label(user, "USER")))

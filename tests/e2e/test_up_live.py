@@ -187,7 +187,9 @@ def test_a_second_up_on_the_same_state_dir_refuses_in_one_line_and_the_first_kee
         raise AssertionError(f"a second `dispatch up` on {ups.home} kept running\n{ups.logs()}")
     assert second.returncode != 0, err
     line = _one_line(err)
-    assert f"pid {first.pid}" in line and rec["url"] in line and f"kill {first.pid}" in line, line
+    url = urlsplit(rec["url"])
+    assert f"pid {first.pid}" in line and f"127.0.0.1:{url.port}" in line and f"kill {first.pid}" in line, line
+    assert url.password and url.password not in line  # the server's password is never shown
     assert ups.record() == rec  # server.json untouched
     assert len(_servers_in(ups.home / "data")) == 1  # no second server on the data dir
     job = ups.submit_counted(0.2)
