@@ -78,9 +78,26 @@ def local_users():
             made.append(name)
     for name in ACCOUNTS:
         os.chmod(pwd.getpwnam(name).pw_dir, 0o700)  # as a careful user keeps it
+    opened = _let_others_reach(Path(os.path.realpath(sys.executable)), Path(__file__).resolve().parents[2])
     yield ACCOUNTS
+    for path, mode in opened:
+        os.chmod(path, mode)
     for name in made:
         subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
+def _let_others_reach(*paths: Path) -> list[tuple[Path, int]]:
+    """The accounts run the same Python and project as the test: each directory above them that
+    others may not enter (a Python under /root/.pyenv) gets o+x, traverse only, not list, until the
+    session ends. Returns what to restore."""
+    opened = []
+    for path in paths:
+        for d in reversed(path.parents):
+            mode = d.stat().st_mode & 0o7777
+            if not mode & 0o001:
+                os.chmod(d, mode | 0o001)
+                opened.append((d, mode))
+    return opened
 
 
 @pytest.fixture
