@@ -220,3 +220,8 @@ def rq_queue_name(ns: str, node_name: str) -> str:
     clusters sharing one Redis never take each other's work.
     """
     return f"node.{node_name}" if ns == DEFAULT_NS else f"{ns}.node.{node_name}"
+
+
+def everything(ns: str) -> str:
+    """An ACL key pattern for every key of the namespace (store/roles.py)."""
+    return f"{ns}:*"

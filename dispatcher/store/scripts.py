@@ -34,8 +34,26 @@ def read_jobs(pipe, ns: str, ids: list[str], extra: list[str], fields: tuple[str
     args: list = [len(fields), *fields]
     for job_id, field in zip(ids, extra):
         args += (job_id, field)
-    pipe.eval(source("read_jobs"), len(ids) + 1, *[keys.job(ns, i) for i in ids], scores or keys.jobs_pending(ns),
-              *args)
+    eval_ro(pipe)(source("read_jobs"), len(ids) + 1, *[keys.job(ns, i) for i in ids],
+                  scores or keys.jobs_pending(ns), *args)
+
+
+def eval_ro(pipe):
+    """`pipe`'s EVAL_RO, for a script that only reads: a login that may not write (the user role,
+    store/roles.py) may run it. Its EVAL on a server without EVAL_RO (before Redis 7.0), asked once
+    per connection pool."""
+    import redis
+
+    pool = pipe.connection_pool
+    known = getattr(pool, "dispatch_eval_ro", None)
+    if known is None:
+        try:
+            redis.Redis(connection_pool=pool).eval_ro("return 1", 0)
+            known = True
+        except redis.exceptions.ResponseError as e:  # (a login refused EVAL_RO has EVAL refused too)
+            known = "unknown command" not in str(e).lower()
+        pool.dispatch_eval_ro = known
+    return pipe.eval_ro if known else pipe.eval
 
 
 #: Keys one script call reads or writes at most: the server answers other clients between two.
@@ -53,7 +71,7 @@ def hget_each(client, hashes: list[str], field: str) -> list:
     pipe = client.pipeline(transaction=False)
     for chunk in chunks(len(hashes)):
         part = hashes[chunk]
-        pipe.eval(source("hget_each"), len(part), *part, field)
+        eval_ro(pipe)(source("hget_each"), len(part), *part, field)
     return [value for part in pipe.execute() for value in part]
 
 
