@@ -7,6 +7,7 @@ import io
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -167,7 +168,8 @@ def test_no_role_may_run_an_admin_command(lab, role):
     admin, logins, _ = lab
     for command in (("CONFIG", "SET", "maxmemory", "1"), ("ACL", "SETUSER", "x", "on"), ("FLUSHALL",),
                     ("FLUSHDB",), ("SHUTDOWN",), ("DEBUG", "SLEEP", "0"), ("MODULE", "LIST"), ("KEYS", "*"),
-                    ("SCRIPT", "FLUSH"), ("FUNCTION", "FLUSH"), ("CLIENT", "KILL", "ID", "1"), ("MONITOR",)):
+                    ("SCRIPT", "FLUSH"), ("FUNCTION", "FLUSH"), ("FCALL", "f", "0"), ("CLIENT", "KILL", "ID", "1"),
+                    ("CLIENT", "LIST"), ("MONITOR",)):
         assert not allowed(admin, role, *command), f"{role} may {' '.join(command)}"
     assert refused(lambda: logins[role].config_set("maxmemory", "1"))
 
@@ -216,6 +218,8 @@ def test_an_agent_deletes_nothing_and_writes_no_index_policy_lease_or_identity_o
     assert refused(lambda: agent.xrange(keys.requests(NS)))
     assert refused(lambda: agent.eval("return redis.call('DEL', KEYS[1])", 1, keys.job(NS, job)))
     assert refused(lambda: agent.rpush("other:key", 1))
+    spec = build_spec(command=["true"], user="alice", submit_ms=1000, gpus=0)
+    assert refused(lambda: write_jobs(agent, NS, [spec]))  # only through the leader, as a request
     assert admin.exists(keys.job(NS, job), keys.job_log(NS, job)) == 2
 
 
@@ -270,3 +274,9 @@ def test_what_print_roles_prints_makes_the_users_when_fed_to_redis_cli(server):
     finally:
         admin.execute_command("ACL", "DELUSER", *[roles.username("printed", r) for r in roles.ROLES])
         admin.close()
+
+
+def test_the_roles_docs_security_md_shows_are_the_ones_dispatch_makes():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    for role in roles.ROLES:
+        assert f"user dispatch-{role} on #<sha256 of its password> {' '.join(roles.rules('dispatch', role))}" in text
