@@ -115,10 +115,15 @@ def preempt(ctx, job_id, force):
 @common
 def checkpointed(ctx):
     """From inside a job: report that it just saved a checkpoint (less work lost if preempted)."""
+    from . import jobside
+
     job_id, epoch = os.environ.get("DISPATCH_JOB_ID"), os.environ.get("DISPATCH_EPOCH")
     if not job_id or not epoch:
         raise InvalidRequestError("run this inside a dispatch job: DISPATCH_JOB_ID and DISPATCH_EPOCH are not set",
                                   field="DISPATCH_JOB_ID")
+    if jobside.in_job():  # through the node agent: a job holds no Redis login
+        jobside.checkpointed()
+        return
     if ctx.scripts.checkpointed(job_id, epoch, now_ms()) != 1:
         raise errors.InvalidStateError(job_id, "not running at this epoch", "record a checkpoint for")
 

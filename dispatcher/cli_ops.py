@@ -136,17 +136,33 @@ def _node_options(fn):
                       help="Kill processes that hold a GPU but belong to no job (default: only stop handing "
                            "that GPU out, and report it).")(fn)
     fn = click.option("--run-as-user", is_flag=True,
-                      help="Run each job as its submitting Unix user (the agent must run as root).")(fn)
+                      help="Run each job as its submitting Unix user (the agent must run as root; needs "
+                           "--secret-file).")(fn)
+    fn = click.option("--allow-root-jobs", is_flag=True, envvar="DISPATCH_ALLOW_ROOT_JOBS",
+                      help="Let an agent that runs as root run jobs as root: every job without --run-as-user, "
+                           "root's jobs with it (env DISPATCH_ALLOW_ROOT_JOBS=1).")(fn)
     return fn
 
 
-def _check_node(node: str, opts: dict) -> None:
+#: _check_node's `identity` when the caller does not say whether identity is on (then it checks that itself).
+_UNSAID = object()
+
+
+def _check_node(node: str, opts: dict, identity=_UNSAID) -> None:
+    """Refuse, in one line, a node agent that would run a job as someone it is not (docs/security.md)."""
     if not _NODE_NAME.match(node):
         raise InvalidRequestError(f"--node: {node!r} may hold only letters, digits and _.- (at most 64)",
                                   field="--node")
     if opts["run_as_user"] and os.geteuid() != 0:
         raise InvalidRequestError("--run-as-user: the node agent must run as root to start jobs as their users",
                                   field="--run-as-user")
+    if opts["run_as_user"] and identity is not _UNSAID and not identity:
+        raise InvalidRequestError("--run-as-user needs identity (--secret-file): without it any user can submit "
+                                  "as another", field="--run-as-user")
+    if os.geteuid() == 0 and not opts["run_as_user"] and not opts["allow_root_jobs"]:
+        raise InvalidRequestError("this node agent runs as root and would run every job as root: give "
+                                  "--run-as-user (each job as its user) or --allow-root-jobs "
+                                  "(DISPATCH_ALLOW_ROOT_JOBS=1) to run them as root anyway", field="--allow-root-jobs")
     if opts["fake_gpus"]:
         from workers.gpu import parse_fake_gpus
 
@@ -155,21 +171,27 @@ def _check_node(node: str, opts: dict) -> None:
 
 def _run_agent(ctx, node, opts: dict, verifier=None):
     """`opts`: the values of _node_options."""
+    import logging
+    import threading
+
     from .config import Timing, state_dir
     from workers.agent import NodeAgent
     from workers.gpu import open_probe
 
-    import threading
-
-    _check_node(node, opts)
+    _check_node(node, opts, identity=verifier is not None)
     timing = Timing.from_env().check()
     probe = open_probe(opts["fake_gpus"], node, ctx.ns)
+    if os.geteuid() == 0 and not opts["run_as_user"]:  # (once nothing can refuse to start any more)
+        logging.getLogger("dispatch.agent").warning(
+            "node %s: --allow-root-jobs: every job on this node runs as root (--run-as-user runs each as its user)",
+            node)
     stop = threading.Event()
     _stop_on_signals(stop)
     agent = _when_server_answers(ctx, stop, lambda: NodeAgent(
         ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"],
         work_dir=opts["work_dir"] or state_dir() / "node" / node, timing=timing, url=ctx.url,
-        run_as_user=opts["run_as_user"], verifier=verifier, kill_zombies=opts["kill_zombies"]))
+        run_as_user=opts["run_as_user"], verifier=verifier, kill_zombies=opts["kill_zombies"],
+        allow_root_jobs=opts["allow_root_jobs"]))
     agent.run()
 
 

@@ -49,6 +49,7 @@ from .identity import current_user
 @common
 def submit(ctx, from_file, command, **flags):
     """Submit a job: dispatch submit --gpus 2 --gpu-type A100 -- python train.py. Prints the job id."""
+    from . import jobside
     from .spec import gc_paused, spec_from_request
     from .store.requests import submit_specs
 
@@ -74,5 +75,8 @@ def submit(ctx, from_file, command, **flags):
                                               field="--from") from None
                 except InvalidRequestError as e:
                     raise InvalidRequestError(f"{from_file.name} line {n}: {e}", field="--from") from None
-        ids = submit_specs(ctx.client, ctx.ns, specs, me)
+        if ctx._url_flag is None and jobside.in_job():  # inside a job: through its node agent, as its user
+            ids = jobside.submit(specs)
+        else:
+            ids = submit_specs(ctx.client, ctx.ns, specs, me)
     click.echo("\n".join(ids))

@@ -48,7 +48,7 @@ def default_mem_gb() -> float:
 class NodeAgent:
     def __init__(self, client, ns: str, name: str, probe, *, cpus: int | None = None,
                  mem_gb: float | None = None, work_dir: Path, timing: Timing | None = None, url: str = "",
-                 run_as_user: bool = False, verifier=None, kill_zombies: bool = False):
+                 run_as_user: bool = False, verifier=None, kill_zombies: bool = False, allow_root_jobs: bool = False):
         self.timing = (timing or Timing()).check()
         # every call fails within socket_s, so a silent partition shows well inside fence_s
         client = clone(client, socket_timeout=self.timing.socket_s, socket_connect_timeout=self.timing.socket_s)
@@ -57,7 +57,7 @@ class NodeAgent:
         self.mem_gb = mem_gb if mem_gb is not None else default_mem_gb()
         self.scripts = Scripts(client, ns)
         self.supervisor = jobs.Supervisor(client, ns, name, self.scripts, Path(work_dir), url, run_as_user,
-                                          verifier)
+                                          verifier, allow_root_jobs)
         self.peak_memory = usage.PeakMemory(client, ns, probe, self.supervisor)
         self.idle = idle.IdleWatch(client, ns, name, self.supervisor, self.scripts,
                                    heartbeat_s=self.timing.heartbeat_s)
@@ -146,6 +146,7 @@ class NodeAgent:
         from rq.serializers import JSONSerializer
 
         self._lock = _lock_work_dir(self.supervisor.work_dir, self.name)
+        self.supervisor.channel.start()  # the jobs' way to ask for things (workers/jobchannel.py)
         jobs._supervisor = self.supervisor
         stop = _StopOnSignal(self._stop)
         if not (self._until_redis_answers("recovering the node's jobs", self.recover)
@@ -195,6 +196,7 @@ class NodeAgent:
         except Exception as e:
             log.warning("could not deregister node %s: %s", self.name, e)
         self.supervisor.stop_all()
+        self.supervisor.channel.close()
         self.keeper.close()
         self.probe.close()
         jobs._supervisor = None

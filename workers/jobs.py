@@ -30,7 +30,8 @@ from dispatcher.store.connect import text
 from dispatcher.store.jobs import append_log
 from dispatcher.store.scripts import lost_attempt
 
-from . import proctrack, unix_user
+from . import jobenv, proctrack, unix_user
+from .jobchannel import JobChannel
 from .keeper import FENCED_DIR, PID_DIR, fenced_epoch
 from .outbox import Outbox
 
@@ -73,11 +74,15 @@ class Running:
 
 class Supervisor:
     def __init__(self, client, ns: str, node: str, scripts, work_dir: Path, url: str = "",
-                 run_as_user: bool = False, verifier=None):
+                 run_as_user: bool = False, verifier=None, allow_root_jobs: bool = False):
         self.client, self.ns, self.node, self.scripts = client, ns, node, scripts
         self.work_dir, self.url = work_dir, url
         self.run_as_user = run_as_user  # start each job as its submitting Unix user (the agent is root)
+        self.allow_root_jobs = allow_root_jobs  # with run_as_user: a job of user root may run as root
         self.verifier = verifier  # identity on: start only jobs whose record is what their user signed
+        # every job starts from the agent's environment less its credentials (workers/jobenv.py)
+        self.base_env = jobenv.agent_env(jobenv.secrets_of(url, client, verifier))
+        self.channel = JobChannel(self)  # what a job may ask of the agent (workers/jobchannel.py)
         self.running: dict[str, Running] = {}
         self.lock = threading.Lock()
         self.outbox = Outbox(work_dir)  # what Redis did not take yet, on disk, oldest first
@@ -110,41 +115,34 @@ class Supervisor:
             return "failed"
         gpu_list = text(gpus)
         ckpt = self.work_dir / "checkpoints" / job_id
-        ckpt.mkdir(parents=True, exist_ok=True)
         n_attempt = int(text(attempt) or 0)
-        env = dict(os.environ)
-        env.update(dict(spec.env))
-        env.update({
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # CUDA's indices = NVML's indices
-            "CUDA_VISIBLE_DEVICES": gpu_list,
-            "DISPATCH_JOB_ID": job_id,
-            "DISPATCH_EPOCH": str(epoch),
-            "DISPATCH_NODE": self.node,
-            "DISPATCH_GPUS": str(len([g for g in gpu_list.split(",") if g])),
-            "DISPATCH_ATTEMPT": str(n_attempt),
-            "DISPATCH_CHECKPOINT_DIR": str(ckpt),
-            "DISPATCH_RESUME": "1" if n_attempt > 0 else "0",
-            "DISPATCH_NAMESPACE": self.ns,
-        })
-        if self.url:
-            env["DISPATCH_REDIS_URL"] = self.url
-        cwd = spec.cwd or None
+        env = jobenv.attempt_env(self.base_env, spec, job_id=job_id, epoch=epoch, node=self.node, ns=self.ns,
+                                 gpu_list=gpu_list, attempt=n_attempt, ckpt=ckpt, socket_path=str(self.channel.path),
+                                 cap=self.channel.capability(job_id, epoch, spec.user))
+        identity, cwd = {}, spec.cwd or None
+        try:
+            if self.run_as_user:
+                identity = unix_user.popen_identity(spec.user, env, self.allow_root_jobs)
+                if cwd and (why := unix_user.cannot_enter(cwd, spec.user, identity)):
+                    raise LookupError(why)
+            elif self.verifier is not None and os.geteuid() != 0 and (why := unix_user.refuse_other_user(spec.user)):
+                raise LookupError(why)
+        except LookupError as e:
+            self._finish(job_id, epoch, FAILED, None, f"refused by node {self.node}: {e}")
+            return "failed"
         if cwd and not os.path.isdir(cwd):
             self._finish(job_id, epoch, FAILED, None, f"working directory {cwd} does not exist on node {self.node}")
             return "failed"
         log_path = self.work_dir / "logs" / f"{job_id}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        identity = {}
-        if self.run_as_user:
-            try:
-                identity = unix_user.popen_identity(spec.user, ckpt, env)
-            except LookupError as e:
-                self._finish(job_id, epoch, FAILED, None, f"{e} on node {self.node}")
-                return "failed"
+        owner = jobenv.owner_of(identity)
+        jobenv.private_dir(ckpt, owner)
+        jobenv.private_log(log_path, owner)
         (self.work_dir / FENCED_DIR / job_id).unlink(missing_ok=True)
         cgroup = proctrack.make_cgroup(proctrack.attempt_cgroup(self.cgroups, job_id, epoch))
         try:
             argv, dying = proctrack.spawn_args(list(spec.command), cwd, env)
+            if identity:  # its working directory is entered as its user, after the drop, never as root
+                argv, cwd = (proctrack.enter_cwd(argv, cwd) if cwd else argv), "/"
             argv, identity, cgroup = proctrack.into_cgroup(argv, cgroup, identity)
             proc = self._spawner.submit(
                 subprocess.Popen, argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,

@@ -63,6 +63,13 @@ def spawn_args(command: list[str], cwd: str | None, env: dict) -> tuple[list[str
     return [_SETPRIV, "--pdeathsig", "KILL", "--", *command], {}
 
 
+def enter_cwd(argv: list[str], cwd: str) -> list[str]:
+    """argv that first enters `cwd`, as whoever runs it: a job run as its user enters its working
+    directory after dropping root (Popen's cwd= would enter it as root), so a directory its user may
+    not enter stops the job before its command runs (exit 126)."""
+    return ["/bin/sh", "-c", 'cd -- "$0" || exit 126; exec "$@"', cwd, *argv]
+
+
 def _cgroup2_mount() -> Path | None:
     try:
         with open("/proc/self/mounts") as f:
