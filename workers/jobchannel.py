@@ -122,13 +122,18 @@ class JobChannel:
     def close(self) -> None:
         sock, self._sock = self._sock, None
         if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() that waits on it
+            except OSError:
+                pass
             sock.close()
             self.path.unlink(missing_ok=True)
 
     def _serve(self) -> None:
-        while self._sock is not None:
+        sock = self._sock
+        while sock is not None and self._sock is sock:
             try:
-                conn, _ = self._sock.accept()
+                conn, _ = sock.accept()
             except OSError:  # closed: the agent stops
                 return
             if not self._slots.acquire(blocking=False):
@@ -140,9 +145,10 @@ class JobChannel:
         try:
             uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                       struct.calcsize("3i")))[1]
-            conn.settimeout(READ_TIMEOUT_S)
+            deadline = time.monotonic() + READ_TIMEOUT_S  # for the whole request: a slow caller holds no slot long
             data = bytearray()
             while len(data) <= MAX_REQUEST_BYTES:
+                conn.settimeout(max(0.01, deadline - time.monotonic()))
                 chunk = conn.recv(65536)
                 if not chunk:
                     break
