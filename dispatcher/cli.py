@@ -211,6 +211,10 @@ def main() -> None:
             raise
         import redis
 
+        if isinstance(e, redis.exceptions.NoPermissionError):
+            click.echo(f"dispatch: error: your Redis login may not do this ({e}); with identity on, users "
+                       "change jobs only through signed requests (docs/security.md, Roles)", err=True)
+            sys.exit(errors.EXIT_USAGE)
         if isinstance(e, redis.exceptions.RedisError):
             msg = _restarting() or f"Redis failed: {e} (is the server up? see `dispatch up`)"
             click.echo(f"dispatch: error: {msg}", err=True)
