@@ -39,7 +39,9 @@ class Cluster:
         self.files.mkdir(parents=True, exist_ok=True)
         self.home = base / "up-home"  # `up`'s state dir (server.json, data/)
         self.data = (self.home / "data") if up else (base / "redis")
-        self.fleet = Fleet(base / "logs", dict(TIMING, DISPATCH_NAMESPACE=NS, LC_ALL="C"))
+        # run as root (CI), the agents run the suite's jobs as root, on purpose
+        root_jobs = {"DISPATCH_ALLOW_ROOT_JOBS": "1"} if os.geteuid() == 0 else {}
+        self.fleet = Fleet(base / "logs", dict(TIMING, DISPATCH_NAMESPACE=NS, LC_ALL="C", **root_jobs))
         self.netnode = NetNode().create() if netns else None
         self.disk = DataDisk(self.data).mount() if disk else None
         self.server: EmbeddedServer | None = None
@@ -68,18 +70,23 @@ class Cluster:
                             "--no-dashboard", "--work-dir", str(self.base / "nodes" / "up0"))
             self.fleet.start("up", "up", *self.up_args, env=self.up_env())
             self._wait_for_up()
-            env = {"DISPATCH_REDIS_URL": self.url, "DISPATCH_HOME": str(self.base / "home")}
+            # a locked `up`: the others log in as its admin and check jobs with its lab secret, as a lab
+            # adding hosts to it would
+            env = {"DISPATCH_REDIS_URL": self.url, "DISPATCH_HOME": str(self.base / "home"),
+                   "DISPATCH_SECRET_FILE": str(self.home / "secret")}
             self.fleet.start("scheduler-1", "scheduler", "scheduler", env=env)
             for i in range(1, self.nodes_n):
                 self._agent(f"n{i}", env)
         if self.netnode:
-            far = f"redis://{self.netnode.host_ip}:{self.port}/0"
+            far = self.url.replace("@127.0.0.1:", f"@{self.netnode.host_ip}:").replace(
+                "//127.0.0.1:", f"//{self.netnode.host_ip}:")
             # the subcommand's own --redis (`dispatch --redis URL worker` is not a command: the old suite's
             # far agent never ran)
             self.fleet.start("agent-far", "agent", "worker", "--redis", far, "--node", "far", "--fake-gpus",
                              f"{self.gpus}xA100-40GB", "--work-dir", str(self.base / "nodes" / "far"),
                              prefix=self.netnode.prefix,
-                             env={"DISPATCH_REDIS_URL": far, "DISPATCH_HOME": str(self.base / "home-far")})
+                             env={"DISPATCH_REDIS_URL": far, "DISPATCH_HOME": str(self.base / "home-far"),
+                                  **({"DISPATCH_SECRET_FILE": str(self.home / "secret")} if self.mode == "up" else {})})
         self.wait_ready()
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
@@ -97,6 +104,12 @@ class Cluster:
         raise RuntimeError(f"the cluster did not come up in {timeout_s:g}s: nodes {sorted(want - seen)} silent "
                            f"or no scheduler leads; logs in {self.fleet.logs}")
 
+    def submit_as_owner(self) -> None:
+        """A locked `up` has identity on: this process submits as its owner, with the token it wrote."""
+        if self.mode == "up":
+            saved = json.loads((self.home / "token").read_text())
+            os.environ.update(DISPATCH_TOKEN=saved["token"], DISPATCH_USER=saved["user"])
+
     def up_env(self) -> dict:
         """`up` as a user runs it: its own state dir, no Redis URL in the environment."""
         return {"DISPATCH_HOME": str(self.home), "DISPATCH_REDIS_URL": None}
@@ -113,8 +126,10 @@ class Cluster:
                 raise RuntimeError(f"dispatch up exited at start:\n{self.fleet.tail('up')}")
             try:
                 info = json.loads((self.home / "server.json").read_text())
-                if info.get("pid") == pid and info.get("url") == self.url and self.answers():
-                    return
+                if info.get("pid") == pid and info.get("port") == self.port and info.get("status") == "running":
+                    self.url, self._client = info["url"], None  # its admin login (a locked up has a password)
+                    if self.answers():
+                        return
             except (OSError, ValueError):
                 pass
             time.sleep(0.2)

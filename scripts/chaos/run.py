@@ -170,6 +170,7 @@ def main(argv=None) -> int:
             if args.json:
                 Path(args.json).write_text(json.dumps({"error": str(e), "work_dir": str(base)}, indent=1))
             return 1
+        cluster.submit_as_owner()
         sub = Submitter(cluster.url, requests, plan, time.monotonic())
         sub.start()
         print(f"chaos: {cluster.mode} mode, {args.jobs} jobs over {submit_s:.0f} s to {args.nodes} nodes of "
