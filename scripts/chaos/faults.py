@@ -65,6 +65,7 @@ class Injector:
         self.findings: Counter = Counter()  # problems seen on the way, beside the verdict
         self.stalled: str | None = None  # set when the run cannot go on
         self.held: set[str] = set()
+        self.own: set[int] = set()  # processes of the injector itself (a second up), waited for by it
         self._timeline: list = []
         self._seq = itertools.count()
         self._round: list[str] = []
@@ -311,6 +312,7 @@ class Injector:
         p = subprocess.Popen([sys.executable, "-m", "dispatcher", *args], env=env, stdout=log,
                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(ROOT))
         log.close()
+        self.own.add(p.pid)  # waited for here, not reaped as an orphan (its exit code would read 0)
         self.counts["second-up"] += 1
         self.event(f"second-up: pid {p.pid}")
         self.later(4.0, self._second_up_end, p)
@@ -318,6 +320,7 @@ class Injector:
 
     def _second_up_end(self, p: subprocess.Popen) -> None:
         if p.poll() is not None:
+            self.own.discard(p.pid)
             first = self.c.fleet.logs.joinpath("second-up.log").read_text(errors="replace").strip().splitlines()
             self.note(f"second up exited {p.returncode} within 4 s: {first[-1] if first else ''}")
             if p.returncode == 0:

@@ -240,7 +240,7 @@ def loop(args, cluster, inj, sub: Submitter, died: Counter, timing: dict) -> dic
         if tail is not None:
             inj.findings["server died on its own (restarted)"] += 1
             inj.note(f"the server exited on its own; started again. Its log ends:\n{tail}")
-        reap_orphans(cluster.fleet.popen_pids())
+        reap_orphans(cluster.fleet.popen_pids() | inj.own)
         inj.run_due()
         if inj.stalled:
             out["stalled"] = inj.stalled
