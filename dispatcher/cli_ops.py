@@ -12,6 +12,7 @@ import click
 
 from . import errors
 from .cli import _setup_logging, common
+from .config import masked_url
 from .errors import InvalidRequestError
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -74,7 +75,7 @@ def _when_server_answers(ctx, stop, start):
                 raise
             ctx._client = None
             logging.getLogger("dispatch").warning("waiting for the server at %s (%s); retrying in %.1fs",
-                                                  ctx.url, str(e).split(" : <")[0], wait)
+                                                  masked_url(ctx.url), str(e).split(" : <")[0], wait)
             if stop.wait(wait):
                 raise SystemExit(0)
             wait = min(wait * 2, 10.0)
@@ -120,7 +121,7 @@ def scheduler(ctx, policy_path, secret_file, admins):
     timing, verifier = Timing.from_env(), _verifier(secret_file, admins)
     sched = _when_server_answers(ctx, stop, lambda: Scheduler(ctx.client, ctx.ns, policy=source, timing=timing,
                                                               verifier=verifier))
-    click.echo(f"dispatch scheduler on {ctx.url} (namespace {ctx.ns}); leads while it holds the lease, "
+    click.echo(f"dispatch scheduler on {masked_url(ctx.url)} (namespace {ctx.ns}); leads while it holds the lease, "
                "else stands by", err=True)
     sched.run(stop)
 
@@ -283,7 +284,7 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
     Timing.from_env().check()  # and clocks that cannot fence in time
     node = node or socket.gethostname().split(".")[0]
     agent_options(node_opts, embedded=ctx._url_flag is None, socket_path=sock, node=node)
-    _check_node(node, node_opts)
+    _check_node(node, node_opts, identity=ctx._url_flag is None or bool(secret_file))
     if not node_opts["fake_gpus"]:  # fail before starting anything if this host has no GPUs to offer
         from workers.gpu import NvmlProbe
 

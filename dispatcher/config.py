@@ -278,3 +278,16 @@ class Timing:
         return cls(heartbeat_s=get("DISPATCH_HEARTBEAT_S", d.heartbeat_s),
                    node_timeout_s=get("DISPATCH_NODE_TIMEOUT_S", d.node_timeout_s),
                    tick_s=get("DISPATCH_TICK_S", d.tick_s), lease_s=get("DISPATCH_LEASE_S", d.lease_s))
+
+
+def masked_url(url: str | None) -> str | None:
+    """`url` with its password shown as ***: for logs, records and messages."""
+    if not url:
+        return url
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+    return url
+

@@ -141,13 +141,13 @@ class Up:
     def record(self, status: str | None = None) -> None:
         self.status = status or self.status
         info = {"pid": os.getpid(), "status": self.status, "url": self.url, "started_at": self.started_at,
-                "argv": [_masked(a) if "://" in a else a for a in sys.argv], "state_dir": str(self.state_dir)}
+                "argv": [config.masked_url(a) if "://" in a else a for a in sys.argv], "state_dir": str(self.state_dir)}
         if self.server is not None:
             info.update(port=self.server.port, data_dir=str(self.data_dir), server_pid=self.server.pid,
                         namespace=self.ns, socket=str(self.socket_path) if self.socket_path else None)
         for child in self.children:
             info[f"{child.name.split()[-1]}_pid"] = child.pid
-        self.lock.write({**info, "url": _masked(self.url)})
+        self.lock.write({**info, "url": config.masked_url(self.url)})
         if self.server is not None:
             config.record_server(info)
 
@@ -205,7 +205,7 @@ class Up:
         self.record("starting")  # replaces what a dead `up` left in server.json
         self.server.start(timeout_s=60.0)
         self.server_since = time.monotonic()
-        print(f"dispatch: embedded server on {_masked(self.server.url)}, data in {self.server.data_dir}",
+        print(f"dispatch: embedded server on {config.masked_url(self.server.url)}, data in {self.server.data_dir}",
               file=sys.stderr)
 
     def _children(self, embedded: bool) -> list[Child]:
@@ -262,7 +262,7 @@ class Up:
             else:
                 self.server_failures, self.server_due, self.server_since = 0, None, time.monotonic()
                 self.record("running")
-                log.warning("the embedded server is back on %s (pid %d)", server.url, server.pid)
+                log.warning("the embedded server is back on %s (pid %d)", config.masked_url(server.url), server.pid)
                 return
         self.server_failures += 1
         if self.server_failures >= MAX_START_FAILURES:
@@ -325,14 +325,3 @@ def _previous_port(previous: dict, data_dir: Path) -> int | None:
     if isinstance(port, int) and previous.get("data_dir") == str(data_dir) and port_free(port):
         return port
     return None
-
-
-def _masked(url: str | None) -> str | None:
-    if not url:
-        return url
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    if parts.password:
-        return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
-    return url

@@ -57,3 +57,6 @@ def test_the_owner_submits_as_usual_and_her_job_holds_no_credentials(users, alic
     password = redis.connection.parse_url(server["url"]).get("password")
     assert password and password not in out
     assert "redis://" not in out and "DISPATCH_TOKEN" not in out
+    secrets = json.loads((alice.home / ".local" / "state" / "dispatch" / "secrets.json").read_text())
+    said = "".join(p.read_text() for p in alice.logs.glob("dsp-alice-up-*.log"))  # what up and its parts printed
+    assert said and not [role for role, pw in secrets.items() if pw in said]
