@@ -215,13 +215,19 @@ def _dashboard_options(fn):
     return _alerts_option(fn)
 
 
-def _serve_dashboard(ctx, host, port, allow_cancel, alerts):
-    """The dashboard's server, listening (not yet serving)."""
+def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None):
+    """The dashboard's server, listening (not yet serving). With `access_key`, its URL (with the key)
+    is also kept in the state dir's dashboard.url (0600)."""
     from .dashboard import make_server
 
-    server = make_server(_board(ctx, alerts), host, port, allow_cancel=allow_cancel)
-    click.echo(f"dispatch: dashboard on http://{host}:{server.port}/ (metrics at /metrics)"
-               + ("" if allow_cancel else ", read-only"), err=True)
+    server = make_server(_board(ctx, alerts), host, port, allow_cancel=allow_cancel, access_key=access_key)
+    url = f"http://{host}:{server.port}/" + (f"?key={access_key}" if access_key else "")
+    if access_key:
+        from .config import state_dir, write_private
+
+        write_private(state_dir() / "dashboard.url", url + "\n")
+    click.echo(f"dispatch: dashboard on {url} (metrics at /metrics)" + ("" if allow_cancel else ", read-only"),
+               err=True)
     return server
 
 
@@ -293,12 +299,15 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
     scheduler_args = flags + (["--policy", os.path.abspath(policy_path)] if policy_path else [])
     agent_args = flags + ["--node", node] + _node_flags(node_opts)
 
+    import secrets
     import threading
 
     def start_dashboard(url):
         ctx._url_flag = url
         try:
-            web = _serve_dashboard(ctx, "127.0.0.1", dashboard_port, allow_cancel, alerts)
+            # the host's other users reach 127.0.0.1 too: the page shows itself to the key's holders only
+            web = _serve_dashboard(ctx, "127.0.0.1", dashboard_port, allow_cancel, alerts,
+                                   access_key=secrets.token_urlsafe(24))
         except errors.ConfigError as e:  # a taken port costs the page, not the cluster
             click.echo(f"dispatch: warning: no dashboard: {e}", err=True)
             return None

@@ -12,6 +12,11 @@ A state-changing request must come from the page itself: it carries the process'
 (handed out by /api/config, which another site's script cannot read: no CORS headers are ever
 sent) in the X-Dispatch-CSRF header, and its Origin (or Referer), when the browser sends one, must
 be this server's own. A form or fetch from another site's page is refused with 403.
+
+With an access key (what `dispatch up` gives its dashboard: the host's other users can reach
+127.0.0.1 too), every request must show it, as Jupyter's token: the URL `up` prints carries it once
+(?key=...), which sets an HttpOnly, SameSite=Strict cookie; scrapers send `Authorization: Bearer KEY`.
+Without it a request gets 401 and reads nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import time
 from urllib.parse import urlsplit
 
 import redis
-from flask import Flask, Response, jsonify, request, send_from_directory
+from flask import Flask, Response, jsonify, redirect, request, send_from_directory
 
 from ..errors import DispatcherError, InvalidRequestError, NotFoundError
 from ..identity import NotAllowed
@@ -31,12 +36,29 @@ from ..metrics import ClusterCollector, exposition
 from ..model import PRIORITIES
 
 log = logging.getLogger("dispatch.dashboard")
+KEY_COOKIE = "dispatch_key"
 
 
-def create_app(board, *, allow_cancel: bool = False) -> Flask:
+def create_app(board, *, allow_cancel: bool = False, access_key: str | None = None) -> Flask:
     app = Flask(__name__, static_folder="static", static_url_path="/static")
     collector = ClusterCollector(board)
     csrf = secrets.token_urlsafe(32)  # one per dashboard process: a restart asks open pages to reload
+
+    @app.before_request
+    def key_holders_only():
+        if access_key is None:
+            return None
+        given = request.args.get("key")
+        if given is not None and hmac.compare_digest(given, access_key):  # the URL `up` printed: keep it
+            back = redirect(request.path)  # (and take the key out of the address bar)
+            back.set_cookie(KEY_COOKIE, access_key, httponly=True, samesite="Strict")
+            return back
+        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        for shown in (request.cookies.get(KEY_COOKIE, ""), bearer):
+            if shown and hmac.compare_digest(shown, access_key):
+                return None
+        return jsonify(error="this dashboard needs its access key: open the URL `dispatch up` printed "
+                             "(also in dashboard.url in its state directory)"), 401
 
     @app.before_request
     def same_origin_only():
@@ -127,7 +149,7 @@ def cancel_as(board, job_id: str, who: dict) -> str:
                       "cancelled from the dashboard")
 
 
-def make_server(board, host: str, port: int, *, allow_cancel: bool = False):
+def make_server(board, host: str, port: int, *, allow_cancel: bool = False, access_key: str | None = None):
     """A threaded werkzeug server (serve_forever / shutdown; port 0 picks a free one, see
     server.port); ConfigError in one line if it cannot listen."""
     import socket
@@ -149,7 +171,7 @@ def make_server(board, host: str, port: int, *, allow_cancel: bool = False):
             sock.close()
         raise ConfigError(f"--port: cannot listen on {host}:{port}: {e.strerror or e}", key="--port") from None
     try:
-        return werkzeug_server(host, sock.getsockname()[1], create_app(board, allow_cancel=allow_cancel),
+        return werkzeug_server(host, sock.getsockname()[1], create_app(board, allow_cancel=allow_cancel, access_key=access_key),
                                threaded=True, fd=sock.fileno())
     finally:
         sock.close()  # the server holds its own duplicate

@@ -60,3 +60,30 @@ def test_the_owner_submits_as_usual_and_her_job_holds_no_credentials(users, alic
     secrets = json.loads((alice.home / ".local" / "state" / "dispatch" / "secrets.json").read_text())
     said = "".join(p.read_text() for p in alice.logs.glob("dsp-alice-up-*.log"))  # what up and its parts printed
     assert said and not [role for role, pw in secrets.items() if pw in said]
+
+
+def test_the_dashboard_shows_itself_only_to_the_holder_of_its_key(users):
+    import http.cookiejar
+    import urllib.error
+    import urllib.request
+
+    alice, port = users["alice"], free_port()
+    alice.start("up", "--fake-gpus", "1xA100-40GB", "--port", str(free_port()), "--dashboard-port", str(port))
+    state = alice.home / ".local" / "state" / "dispatch"
+    url = wait(lambda: (state / "dashboard.url").exists() and (state / "dashboard.url").read_text().strip(),
+               "alice's dashboard", alice.logs)
+    assert (state / "dashboard.url").stat().st_mode & 0o077 == 0
+    base = f"http://127.0.0.1:{port}"
+    for path in ("/api/board", "/api/queue", "/metrics", "/"):  # another user, knowing only the port
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(base + path, timeout=30)
+        assert refused.value.code == 401
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    with browser.open(url, timeout=30) as page:  # the URL up printed: the key becomes a cookie
+        assert page.status == 200 and "key=" not in page.url
+    with browser.open(base + "/api/board", timeout=30) as r:
+        assert r.status == 200
+    key = url.split("key=")[1]
+    scrape = urllib.request.Request(base + "/metrics", headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(scrape, timeout=30) as r:
+        assert r.status == 200
