@@ -6,7 +6,6 @@ leader's and the node's, not the ACL's)."""
 from __future__ import annotations
 
 import json
-import os
 
 import msgpack
 import pytest
@@ -14,22 +13,9 @@ import pytest
 from dispatcher.store import keys
 from dispatcher.store.codec import decode_spec, encode_spec
 from dispatcher.store.connect import text
-from dispatcher.store.requests import identity_on
+from tests.e2e.test_identity_live import as_user, lab  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def lab(cli, tmp_path, client):
-    secret = tmp_path / "secret"
-    secret.write_bytes(os.urandom(32).hex().encode())
-    secret.chmod(0o600)
-    cli.start("scheduler", "--secret-file", str(secret))
-    cli.start("worker", "--node", "n1", "--fake-gpus", "2xA100-40GB", "--work-dir", str(tmp_path / "n1"),
-              "--secret-file", str(secret))
-    cli.wait_for(lambda: identity_on(client, cli.ns), what="the scheduler to turn identity on")
-    token = cli.run("auth", "token", "alice", "--secret-file", str(secret)).stdout.strip()
-    return {"DISPATCH_USER": "alice", "DISPATCH_TOKEN": token}
 
 
 def answers(client, ns: str, request_id: str, n: int) -> list[dict]:
@@ -42,7 +28,7 @@ def answers(client, ns: str, request_id: str, n: int) -> list[dict]:
 
 
 def test_a_signed_submit_taken_from_the_stream_and_added_again_runs_once(cli, lab, client):
-    job = cli.run("submit", "--", "echo", "once", **lab).stdout.strip()
+    job = cli.run("submit", "--", "echo", "once", **as_user(lab, "alice")).stdout.strip()
     cli.wait_for(lambda: cli.show(job)["state"] == "succeeded", what="alice's job")
     (entry_id, fields), = client.xrange(keys.requests(cli.ns))
     for _ in range(2):  # the attacker re-adds alice's signed request, twice
@@ -57,7 +43,7 @@ def test_a_signed_submit_taken_from_the_stream_and_added_again_runs_once(cli, la
 
 
 def test_a_signed_spec_copied_into_another_job_hash_is_refused_by_the_node(cli, lab, client):
-    job = cli.run("submit", "--", "echo", "mine", **lab).stdout.strip()
+    job = cli.run("submit", "--", "echo", "mine", **as_user(lab, "alice")).stdout.strip()
     cli.wait_for(lambda: cli.show(job)["state"] == "succeeded", what="alice's job")
     record = client.hgetall(keys.job(cli.ns, job))
     copy = str(int(job) + 1000)  # the same spec (re-encoded under the new id, as the id is in it) and seal
