@@ -114,9 +114,6 @@ class Verifier:
         """Whether `signature` is sign(key, *parts): a request signed with a job capability, not a token."""
         return hmac.compare_digest(sign(key, *parts), signature or "")
 
-    def spec_ok(self, user: str, spec_bytes: bytes, signature: str) -> bool:
-        return verify(self.secret, user, signature, b"spec", spec_bytes)
-
     def may_act_on(self, user: str, owner: str) -> bool:
         return user == owner or user in self.admins
 

@@ -247,7 +247,7 @@ class JobChannel:
             self._client = clone(sup.client, socket_timeout=30.0)
         if sup.verifier is not None:
             cap = job_capability(sup.verifier.secret, job_id, epoch, user)
-            ids = [submit_for_job(self._client, sup.ns, s, job_id, epoch, cap) for s in specs]
+            ids = submit_for_job(self._client, sup.ns, specs, job_id, epoch, cap)
         elif identity_on(self._client, sup.ns):
             return _err(f"this cluster has identity on but node {sup.node}'s agent has no --secret-file; "
                         f"its jobs cannot submit")

@@ -32,7 +32,9 @@ KINDS = ("submit", "cancel", "preempt", "job-submit")
 SEEN_TTL_S = int(2 * MAX_SKEW_S + 60)
 REQUESTS_MAXLEN = 100_000
 REPLY_TTL_S = 60
-MAX_BODY_BYTES = 300 * 1024
+MAX_BODY_BYTES = 2 * 1024 * 1024
+#: Specs in one signed submit, and their encoded bytes (a spec is at most 256 KiB: codec.py).
+MAX_SPECS, SPECS_BYTES = 1000, 1024 * 1024
 _STREAM_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
 
 
@@ -143,7 +145,7 @@ class RequestServer:
         if seen:
             raise Replayed(f"request {rid} by {user!r} was already handled (entry {seen}); a replay is refused")
         if kind in ("submit", "job-submit"):
-            return self._submit(user, body, record, kind == "job-submit")
+            return self._submit(user, body, record)
         return self._act(kind, user, body)
 
     def _capability(self, job_id: str, epoch: str, user: str) -> str:
@@ -156,19 +158,22 @@ class RequestServer:
             raise NotAllowed(f"job {job_id} attempt {epoch} of {user!r} is not running; its capability has expired")
         return job_capability(self.verifier.secret, job_id, epoch, user)
 
-    def _submit(self, user: str, body: dict, record, from_job: bool) -> None:
+    def _submit(self, user: str, body: dict, record) -> None:
+        """Write the request's specs as `user`'s jobs, sealed under their ids (identity.seal_job), in one
+        transaction with the request's answer. The request's signature covers the specs' bytes."""
         from ..identity import seal_job
         from .jobs import write_jobs
 
-        spec_bytes, spec_sig = body.get("spec"), text(body.get("sig"))
-        spec = decode_spec(spec_bytes, key="submitted spec")
-        if spec.user != user:
-            raise NotAllowed(f"user {user!r} may not submit a job as {spec.user!r}")
-        if not from_job and not self.verifier.spec_ok(user, spec_bytes, spec_sig):
-            raise NotAllowed("the job spec's signature does not match")
-        write_jobs(self.client, self.ns, [spec],
+        raw_specs = body.get("specs")
+        if not isinstance(raw_specs, list) or not 0 < len(raw_specs) <= MAX_SPECS:
+            raise InvalidRequestError(f"malformed submit: 1 to {MAX_SPECS} specs are needed")
+        specs = [decode_spec(raw, key="submitted spec") for raw in raw_specs]
+        for spec in specs:
+            if spec.user != user:
+                raise NotAllowed(f"user {user!r} may not submit a job as {spec.user!r}")
+        write_jobs(self.client, self.ns, specs,
                    sealed=lambda job_id, stored: seal_job(self.verifier.secret, user, job_id, stored),
-                   also=lambda pipe, ids: record(pipe, {"ok": True, "id": ids[0]}))
+                   also=lambda pipe, ids: record(pipe, {"ok": True, "ids": ids}))
         return None
 
     def _act(self, kind: str, user: str, body: dict) -> dict:
@@ -200,15 +205,28 @@ def _token() -> str:
     return token
 
 
-def submit_signed(client, ns: str, spec, requester: str) -> str:
-    """`requester` submits one spec (for themself: spec.user must be them), through the scheduler;
-    returns the job id."""
+def submit_signed(client, ns: str, specs, requester: str) -> list[str]:
+    """`requester` submits specs (for themself: each spec's user must be them) through the leader, in
+    as few signed requests as fit (MAX_SPECS specs, SPECS_BYTES of them, each); returns the job ids.
+    Each request is written at once; if one is refused, the ones before it stand."""
+    token = _token()
+    return [str(i) for batch in _batches(specs) for i in send(client, ns, "submit", requester, token,
+                                                               {"specs": batch})["ids"]]
+
+
+def _batches(specs):
     from .codec import encode_spec
 
-    token = _token()
-    spec_bytes = encode_spec(spec)
-    body = {"spec": spec_bytes, "sig": sign(token, b"spec", spec_bytes)}
-    return str(send(client, ns, "submit", requester, token, body)["id"])
+    batch, size = [], 0
+    for spec in specs:
+        raw = encode_spec(spec)
+        if batch and (len(batch) == MAX_SPECS or size + len(raw) > SPECS_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(raw)
+        size += len(raw)
+    if batch:
+        yield batch
 
 
 def submit_specs(client, ns: str, specs, requester: str) -> list[str]:
@@ -216,18 +234,16 @@ def submit_specs(client, ns: str, specs, requester: str) -> list[str]:
     from .jobs import write_jobs
 
     if identity_on(client, ns):
-        return [submit_signed(client, ns, s, requester) for s in specs]
+        return submit_signed(client, ns, specs, requester)
     return write_jobs(client, ns, specs)
 
 
-def submit_for_job(client, ns: str, spec, job_id: str, epoch, cap: str) -> str:
-    """What a node agent sends for `dispatch submit` run inside job `job_id`'s attempt `epoch`: the spec
-    (its user must be the job's), signed with the attempt's capability (identity.job_capability), which
-    the leader checks together with that attempt still running. Returns the new job id."""
-    from .codec import encode_spec
-
-    body = {"spec": encode_spec(spec), "job": str(job_id), "epoch": str(epoch)}
-    return str(send(client, ns, "job-submit", spec.user, cap, body)["id"])
+def submit_for_job(client, ns: str, specs, job_id: str, epoch, cap: str) -> list[str]:
+    """What a node agent sends for `dispatch submit` run inside job `job_id`'s attempt `epoch`: the specs
+    (their user must be the job's), signed with the attempt's capability (identity.job_capability), which
+    the leader checks together with that attempt still running. Returns the new job ids."""
+    return [str(i) for batch in _batches(specs) for i in send(
+        client, ns, "job-submit", specs[0].user, cap, {"specs": batch, "job": str(job_id), "epoch": str(epoch)})["ids"]]
 
 
 def act_signed(client, ns: str, kind: str, user: str, job_id: str, **extra) -> str:

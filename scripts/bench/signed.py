@@ -68,7 +68,7 @@ def measure(url: str, n: int, repeats: int) -> dict:
                 if mode == "signed":
                     spec = build_spec(command=["python", "train.py", "--lr", str(i)], user="bench",
                                       submit_ms=int(time.time() * 1000), cwd="/tmp", gpus=2, name="train", est="2h")
-                    submit_signed(client, ns, spec, "bench")
+                    submit_signed(client, ns, [spec], "bench")
                 else:
                     api.submit(command=["python", "train.py", "--lr", str(i)], gpus=2, name="train", est="2h",
                                user="bench", cwd="/tmp")

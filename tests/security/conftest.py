@@ -78,18 +78,15 @@ def local_users():
             made.append(name)
     for name in ACCOUNTS:
         os.chmod(pwd.getpwnam(name).pw_dir, 0o700)  # as a careful user keeps it
-    opened = _let_others_reach(Path(os.path.realpath(sys.executable)), Path(__file__).resolve().parents[2])
     yield ACCOUNTS
-    for path, mode in opened:
-        os.chmod(path, mode)
     for name in made:
         subprocess.run(["userdel", "--remove", name], capture_output=True)
 
 
 def _let_others_reach(*paths: Path) -> list[tuple[Path, int]]:
     """The accounts run the same Python and project as the test: each directory above them that
-    others may not enter (a Python under /root/.pyenv) gets o+x, traverse only, not list, until the
-    session ends. Returns what to restore."""
+    others may not enter (a Python under /root/.pyenv) gets o+x, traverse only, not list, for the
+    test. Returns what to restore."""
     opened = []
     for path in paths:
         for d in reversed(path.parents):
@@ -109,10 +106,15 @@ def users(local_users, tmp_path):
     accounts = {name.split("-", 1)[1]: Account(name, logs) for name in local_users}
     for a in accounts.values():
         a.forget()
-    yield accounts
-    for a in accounts.values():
-        stop_processes(a.procs)
-        a.forget()
+    opened = _let_others_reach(Path(os.path.realpath(sys.executable)), Path(__file__).resolve().parents[2])
+    try:
+        yield accounts
+    finally:
+        for a in accounts.values():
+            stop_processes(a.procs)
+            a.forget()
+        for path, mode in opened:  # (other tests count on /root being closed)
+            os.chmod(path, mode)
 
 
 def show_logs(logs: Path) -> str:
