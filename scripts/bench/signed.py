@@ -9,7 +9,8 @@ as the scheduler does. Run on its own (it needs no scheduler process):
     python scripts/bench/signed.py [--n 500] [--repeats 5] [--url URL]
 
 It starts an embedded server when --url is not given. It prints one JSON object: per mode the
-median jobs/s of sequential submits and the median and p99 latency of one submit in ms.
+median jobs/s of sequential submits, the median and p99 latency of one submit in ms, and jobs/s of
+one batch of 5,000 (submit_many: one transaction unsigned, requests of up to 1,000 specs signed).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+BATCH = 5000  # a sweep's submit_many / `dispatch submit --from FILE`
 
 
 def _serve(client, ns, server, stop: threading.Event) -> None:
@@ -43,7 +46,8 @@ def measure(url: str, n: int, repeats: int) -> dict:
     from dispatcher.identity import Verifier, token_for
     from dispatcher.spec import build_spec
     from dispatcher.store.connect import connect
-    from dispatcher.store.requests import RequestServer, submit_signed
+    from dispatcher.store.requests import RequestServer, submit_specs
+    from dispatcher.store.jobs import write_jobs
     from dispatcher.store.scripts import Scripts
 
     secret = os.urandom(32)
@@ -68,25 +72,34 @@ def measure(url: str, n: int, repeats: int) -> dict:
                 if mode == "signed":
                     spec = build_spec(command=["python", "train.py", "--lr", str(i)], user="bench",
                                       submit_ms=int(time.time() * 1000), cwd="/tmp", gpus=2, name="train", est="2h")
-                    submit_signed(client, ns, [spec], "bench")
+                    submit_specs(client, ns, [spec], "bench")
                 else:
                     api.submit(command=["python", "train.py", "--lr", str(i)], gpus=2, name="train", est="2h",
                                user="bench", cwd="/tmp")
                 lat.append((time.perf_counter() - t) * 1000)
             took = time.perf_counter() - t0
+            results[mode]["rates"].append(n / took)
+            results[mode]["lat"].extend(lat)
+            specs = [build_spec(command=["python", "sweep.py", str(i)], user="bench", submit_ms=int(time.time() * 1000),
+                                cwd="/tmp", gpus=1, name="sweep", est="10m") for i in range(BATCH)]
+            t = time.perf_counter()
+            if mode == "signed":
+                ids = submit_specs(client, ns, specs, "bench")
+            else:
+                ids = write_jobs(client, ns, specs)
+            results[mode].setdefault("batch", []).append(len(ids) / (time.perf_counter() - t))
             stop.set()
             if thread is not None:
                 thread.join()
             for key in client.scan_iter(f"{ns}:*", count=1000):
                 client.delete(key)
-            results[mode]["rates"].append(n / took)
-            results[mode]["lat"].extend(lat)
     out = {}
     for mode, got in results.items():
         lat = sorted(got["lat"])
         out[mode] = {"jobs_per_s": round(statistics.median(got["rates"]), 1),
                      "latency_ms_median": round(statistics.median(lat), 2),
-                     "latency_ms_p99": round(lat[int(0.99 * (len(lat) - 1))], 2)}
+                     "latency_ms_p99": round(lat[int(0.99 * (len(lat) - 1))], 2),
+                     f"batch_of_{BATCH}_jobs_per_s": round(statistics.median(got["batch"]), 1)}
     out["signed_to_unsigned_rate"] = round(out["signed"]["jobs_per_s"] / out["unsigned"]["jobs_per_s"], 3)
     out.update(n=n, repeats=repeats, load=os.getloadavg()[0])
     return out
