@@ -71,18 +71,15 @@ class InvalidStateError(DispatcherError):
 class ConnectionError(DispatcherError):  # noqa: A001 - ours, not the builtin
     exit_code = EXIT_CONNECT
 
-    def __init__(self, url: str, cause: str, *, transient: bool = False):
-        from urllib.parse import urlsplit
+    def __init__(self, url: str, cause: str, *, transient: bool = False, hint: str | None = None):
+        from .config import masked_url
 
         self.transient = transient  # the server is away or refusing writes for now, not misconfigured
-
-        parts = urlsplit(url)
-        if parts.password:  # never echo a password into a terminal or a log
-            url = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+        url = masked_url(url)  # never echo a password into a terminal or a log
         super().__init__(f"cannot reach Redis at {url}: {cause}")
         self.url = url
-        self.hint = ("start one with `dispatch up`, or point to yours with --redis URL "
-                     "or DISPATCH_REDIS_URL")
+        self.hint = hint or ("start one with `dispatch up`, or point to yours with --redis URL "
+                             "or DISPATCH_REDIS_URL")
 
 
 class NoGpuError(DispatcherError):

@@ -59,7 +59,9 @@ def connect(url: str, *, check: bool = True, **overrides):
         try:
             client.ping()
         except redis.exceptions.AuthenticationError as e:
-            raise DispatchConnectionError(url, f"authentication failed ({e})") from None
+            raise DispatchConnectionError(url, f"authentication failed ({e})", hint=(
+                "give the URL with its user and password; a `dispatch up` is its owner's alone unless "
+                "started with --shared, and then `dispatch login` gives you a login")) from None
         except redis.exceptions.RedisError as e:  # redis-py appends a dump of the pool after " : <"
             raise DispatchConnectionError(url, str(e).split(" : <")[0] or type(e).__name__,
                                           transient=transient(e)) from None

@@ -44,6 +44,7 @@ def test_another_user_can_neither_read_the_credentials_nor_use_the_server(users,
         p = mallory.run(*attack, DISPATCH_REDIS_URL=url)
         assert p.returncode != 0 and "Traceback" not in p.stderr, (attack, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+        print(f"mallory: dispatch {' '.join(attack)} -> {p.stderr.strip()}")
     assert mallory.run("queue").returncode != 0  # and without a URL she finds no server of her own
 
 

@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import msgpack
 import pytest
 import redis
 
@@ -82,6 +83,7 @@ def test_jobs_run_as_their_user_and_nobody_acts_for_another(users, shared):
     forged = mallory.run("submit", "--", "id", DISPATCH_USER="dsp-alice")  # a user name is not an identity
     if forged.returncode == 0:
         assert json.loads(mallory.ok("show", forged.stdout.strip(), "--json"))["user"] == "dsp-mallory"
+        print("DISPATCH_USER=dsp-alice: submitted as dsp-mallory (the login's user)")
     else:
         print(refused(forged, "signature does not match", "may not"))
     assert state_of(alice, long) == "running"
@@ -104,9 +106,10 @@ def test_the_user_login_writes_nothing_but_signed_requests(users, shared):
         "make herself admin": lambda: r.execute_command("ACL", "SETUSER", "default", "nopass"),
     }
     for what, attack in attacks.items():
-        with pytest.raises(redis.exceptions.NoPermissionError):
+        with pytest.raises(redis.exceptions.NoPermissionError) as refused:
             attack()
             pytest.fail(f"mallory could {what}")
+        print(f"mallory tries to {what}: {refused.value}")
     assert state_of(alice, long) == "running", alice.ok("show", long)
     for read in (("show", long), ("logs", long), ("queue",), ("nodes",), ("top", "--once"), ("why", long),
                  ("eta", long)):
@@ -128,8 +131,9 @@ def test_a_signed_request_replayed_by_another_user_is_refused(users, shared):
         r.xadd(keys.requests(ns), fields)
     r.publish(keys.events(ns), b"request")
     reply = keys.reply(ns, text(fields[b"id"]))
-    answers = [text(r.blpop([reply], timeout=20)[1]) for _ in range(2)]
+    answers = [msgpack.unpackb(r.blpop([reply], timeout=20)[1], raw=False)["error"] for _ in range(2)]
     assert all("already handled" in a for a in answers), answers
+    print("replayed twice:", *answers, sep="\n  ")
     assert len(json.loads(alice.ok("queue", "--all", "--json"))) == 1
 
 
