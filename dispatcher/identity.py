@@ -129,6 +129,12 @@ def seal_job(secret: bytes, user: str, job_id: str, spec_bytes: bytes) -> str:
     return sign(token_for(secret, user), b"job", job_id, spec_bytes)
 
 
+def seal_attempt(secret: bytes, job_id: str, epoch, node: str) -> str:
+    """What the leader sends with each placement (the RQ launch's third argument): the node checks it
+    before it starts the attempt, so that only the leader can have a job run (again), on that node."""
+    return hmac.new(secret, b"dispatch-attempt:" + f"{job_id}:{epoch}:{node}".encode(), hashlib.sha256).hexdigest()
+
+
 def job_capability(secret: bytes, job_id: str, epoch, user: str) -> str:
     """What a running attempt may show instead of a token (dispatch submit from inside a job): scoped
     to the job, its attempt (epoch) and its user; the leader also checks the attempt still runs."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from .config import Timing
 from .liveness import HeartbeatWatch, lost_jobs, requeue_lost
 from .cycle import Plan
+from .identity import seal_attempt
 from .policy_source import PolicySource
 from .policy import place_arrivals, plan_cycle
 from .store import keys
@@ -91,7 +92,8 @@ class Scheduler:
             from .store.requests import RequestServer
 
             self.requests = RequestServer(client, ns, verifier, self.scripts)
-        self.planner = RedisPlanner(client, ns, self.scripts)
+        self.planner = RedisPlanner(client, ns, self.scripts, seal=None if verifier is None else (
+            lambda job_id, epoch, node: seal_attempt(verifier.secret, job_id, epoch, node)))
         self.mirror = Mirror(client, ns)
         self.stats = CycleStats()
         self._published: tuple | None = None

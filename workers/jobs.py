@@ -12,6 +12,7 @@ durable outbox (outbox.py). Control commands: commands.py.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import signal
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dispatcher import control
+from dispatcher.identity import seal_attempt
 from dispatcher.model import CANCELLED, FAILED, PENDING, SUCCEEDED, JobSpec
 from dispatcher.store import keys
 from dispatcher.store.codec import decode_spec, encode_spec
@@ -44,11 +46,12 @@ _supervisor: "Supervisor | None" = None
 #: (the same as running `dispatch checkpointed`).
 CHECKPOINT_FILE = "CHECKPOINTED"
 
-def launch(job_id: str, epoch: int) -> str:
-    """RQ entry point. Plain data in (JSON serializer): the job id and its epoch."""
+def launch(job_id: str, epoch: int, seal: str = "") -> str:
+    """RQ entry point. Plain data in (JSON serializer): the job id, its epoch and, under identity, the
+    leader's seal of this attempt on this node (identity.seal_attempt)."""
     if _supervisor is None:
         raise RuntimeError("workers.jobs.launch runs only inside a dispatch node agent (dispatch worker)")
-    return _supervisor.launch(str(job_id), int(epoch))
+    return _supervisor.launch(str(job_id), int(epoch), str(seal or ""))
 
 
 def now_ms() -> int:
@@ -93,7 +96,12 @@ class Supervisor:
         self.pid_dir = work_dir / PID_DIR
 
     # -- starting ---------------------------------------------------------------------------
-    def launch(self, job_id: str, epoch: int) -> str:
+    def launch(self, job_id: str, epoch: int, seal: str = "") -> str:
+        if self.verifier is not None and not hmac.compare_digest(
+                seal_attempt(self.verifier.secret, job_id, epoch, self.node), seal):
+            log.warning("job %s epoch %s: a launch without the leader's seal for node %s; not started (the record "
+                        "is left as it is)", job_id, epoch, self.node)
+            return "refused"
         raw = self.client.hmget(keys.job(self.ns, job_id), "spec", "epoch", "node", "gpus", "attempt",
                                 "cancel_ms", "state", "seal")
         spec_raw, cur_epoch, node, gpus, attempt, cancel_ms, state, seal = raw

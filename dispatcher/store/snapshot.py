@@ -233,11 +233,12 @@ class RedisPlanner:
     finds a moved epoch when it runs and does nothing (workers/jobs.py).
     """
 
-    def __init__(self, client, ns: str, scripts):
+    def __init__(self, client, ns: str, scripts, seal=None):
+        """`seal(job_id, epoch, node)`: under identity, the seal each launch carries (identity.seal_attempt)."""
         from rq import Queue
         from rq.serializers import JSONSerializer
 
-        self.client, self.ns, self.scripts = client, ns, scripts
+        self.client, self.ns, self.scripts, self.seal = client, ns, scripts, seal
         self._queue_cls, self._serializer = Queue, JSONSerializer
         self._queues: dict = {}
         self._reasons: dict[str, str] = {}
@@ -285,7 +286,8 @@ class RedisPlanner:
             # result_ttl=0: a launch's result is only "started" (the job's outcome is dispatch's record),
             # so RQ keeps nothing once it ran; a failed launch stays a day for an operator to read
             by_node.setdefault(p.node, []).append(self._queue_cls.prepare_data(
-                "workers.jobs.launch", args=[p.job_id, epoch + 1], timeout=-1, result_ttl=0,
+                "workers.jobs.launch", args=[p.job_id, epoch + 1] + (
+                    [self.seal(p.job_id, epoch + 1, p.node)] if self.seal else []), timeout=-1, result_ttl=0,
                 failure_ttl=86400, description=f"dispatch job {p.job_id} attempt epoch {epoch + 1}"))
         self._write_reasons(pipe, plan, held or {}, waiting)
         for node, datas in by_node.items():

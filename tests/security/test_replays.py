@@ -58,3 +58,21 @@ def test_a_signed_spec_copied_into_another_job_hash_is_refused_by_the_node(cli, 
     cli.wait_for(lambda: cli.show(copy)["state"] == "failed", what="the node to refuse the copy")
     assert "not what user alice signed" in cli.show(copy)["reason"]
     assert cli.run("logs", copy).stdout == ""  # nothing ran
+
+
+def test_a_launch_the_leader_did_not_seal_runs_nothing(cli, lab, client, tmp_path):
+    """Someone with a write login (an agent's) makes alice's finished job look placed again and queues
+    its launch on the node: the node wants the leader's seal of that attempt, and starts nothing."""
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    marker = tmp_path / "runs"
+    job = cli.run("submit", "--", "sh", "-c", f"echo ran >> {marker}", **as_user(lab, "alice")).stdout.strip()
+    cli.wait_for(lambda: cli.show(job)["state"] == "succeeded", what="alice's job")
+    epoch = int(client.hget(keys.job(cli.ns, job), "epoch")) + 1
+    client.hset(keys.job(cli.ns, job), mapping={"state": "assigned", "node": "n1", "epoch": epoch, "gpus": ""})
+    queue = Queue(keys.rq_queue_name(cli.ns, "n1"), connection=client, serializer=JSONSerializer)
+    queue.enqueue("workers.jobs.launch", job, epoch, job_timeout=-1, result_ttl=0)
+    cli.wait_for(lambda: "without the leader's seal" in "".join(p.read_text() for p in cli.home.glob("worker-*.log")),
+                 what="the node to refuse the launch")
+    assert marker.read_text() == "ran\n"  # once, from the leader's placement
