@@ -254,7 +254,9 @@ class Supervisor:
             self.client.publish(keys.events(self.ns), b"finish")
             if epoch:
                 log.info("job %s shrunk to GPUs %s; restarting", run.job_id, keep)
-                self.launch(run.job_id, int(epoch))
+                # the shrink's new attempt is this node's own (shrink.lua moved the epoch, fenced): sealed here
+                self.launch(run.job_id, int(epoch), "" if self.verifier is None else
+                            seal_attempt(self.verifier.secret, run.job_id, int(epoch), self.node))
         elif code == 0:
             self._finish(run.job_id, run.epoch, SUCCEEDED, 0, "", spec=run.spec)  # into its run history
         elif code == -signal.SIGKILL:  # the OOM killer, an operator's kill -9: not the job's own failure

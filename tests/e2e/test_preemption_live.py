@@ -71,13 +71,27 @@ def test_a_preempt_sent_while_the_agent_is_stopped_is_carried_out_when_it_return
     cli.run("cancel", job)
 
 
-def test_an_elastic_job_shrinks_instead_of_stopping(cli, fast_policy):
-    cli.start("worker", "--node", "n1", "--fake-gpus", "2xA100-40GB")
-    cli.start("scheduler", "--policy", fast_policy)
-    elastic = cli.submit("--priority", "low", "--gpus", "2", "--min-gpus", "1", "--checkpointable", "--",
-                         "sh", "-c", CHECKPOINTING)
+@pytest.mark.parametrize("identity", [False, True], ids=["identity-off", "identity-on"])
+def test_an_elastic_job_shrinks_instead_of_stopping(cli, client, fast_policy, tmp_path, identity):
+    """With identity on, the shrunk attempt is the node's own relaunch: it seals it itself."""
+    flags, me = [], {}
+    if identity:
+        secret = tmp_path / "secret"
+        secret.write_text(os.urandom(32).hex())
+        secret.chmod(0o600)
+        flags = ["--secret-file", str(secret)]
+        me = {"DISPATCH_USER": "alice",
+              "DISPATCH_TOKEN": cli.run("auth", "token", "alice", "--secret-file", str(secret)).stdout.strip()}
+    cli.start("worker", "--node", "n1", "--fake-gpus", "2xA100-40GB", *flags)
+    cli.start("scheduler", "--policy", fast_policy, *flags)
+    if identity:
+        from dispatcher.store.requests import identity_on
+
+        cli.wait_for(lambda: identity_on(client, cli.ns), what="the scheduler to turn identity on")
+    elastic = cli.run("submit", "--priority", "low", "--gpus", "2", "--min-gpus", "1", "--checkpointable", "--",
+                      "sh", "-c", CHECKPOINTING, **me).stdout.strip()
     cli.wait_for(lambda: cli.show(elastic)["state"] == "running", what="the elastic job")
-    crit = cli.submit("--priority", "critical", "--gpus", "1", "--", "true")
+    crit = cli.run("submit", "--priority", "critical", "--gpus", "1", "--", "true", **me).stdout.strip()
     assert cli.run("wait", crit, elastic, "--timeout", "60").returncode == 0
     e = cli.show(elastic)
     log = cli.run("logs", elastic).stdout
