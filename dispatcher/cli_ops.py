@@ -119,11 +119,22 @@ def scheduler(ctx, policy_path, secret_file, admins):
     stop = threading.Event()
     _stop_on_signals(stop)
     timing, verifier = Timing.from_env(), _verifier(secret_file, admins)
-    sched = _when_server_answers(ctx, stop, lambda: Scheduler(ctx.client, ctx.ns, policy=source, timing=timing,
-                                                              verifier=verifier))
+    sched = _when_server_answers(ctx, stop, lambda: _identity_matches(ctx, verifier, "scheduler") or Scheduler(
+        ctx.client, ctx.ns, policy=source, timing=timing, verifier=verifier))
     click.echo(f"dispatch scheduler on {masked_url(ctx.url)} (namespace {ctx.ns}); leads while it holds the lease, "
                "else stands by", err=True)
     sched.run(stop)
+
+
+def _identity_matches(ctx, verifier, what: str) -> None:
+    """A scheduler or agent without the lab secret on a namespace that has identity on would place
+    launches nobody seals, or start jobs nobody checked: it refuses in one line."""
+    from .store import keys
+    from .store.requests import identity_on
+
+    if verifier is None and identity_on(ctx.client, ctx.ns):
+        raise errors.ConfigError(f"namespace {ctx.ns} has identity on ({keys.auth(ctx.ns)}): start this {what} with "
+                                 "--secret-file (to turn identity off, delete that key)", key="--secret-file")
 
 
 def _node_options(fn):
@@ -188,7 +199,7 @@ def _run_agent(ctx, node, opts: dict, verifier=None):
             node)
     stop = threading.Event()
     _stop_on_signals(stop)
-    agent = _when_server_answers(ctx, stop, lambda: NodeAgent(
+    agent = _when_server_answers(ctx, stop, lambda: _identity_matches(ctx, verifier, "node agent") or NodeAgent(
         ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"],
         work_dir=opts["work_dir"] or state_dir() / "node" / node, timing=timing, url=ctx.url,
         run_as_user=opts["run_as_user"], verifier=verifier, kill_zombies=opts["kill_zombies"],

@@ -87,3 +87,10 @@ def test_a_user_limited_by_the_documented_acl_can_submit_but_not_write_records(c
         assert refused.returncode != 0 and "belongs to alice" in refused.stderr
     finally:
         client.execute_command("ACL", "DELUSER", name)
+
+
+def test_a_scheduler_or_agent_without_the_secret_refuses_a_namespace_with_identity_on(cli, lab):
+    for part in (("scheduler",), ("worker", "--node", "n2", "--fake-gpus", "1xA100-40GB")):
+        p = cli.run(*part, check=False, timeout=60)
+        assert p.returncode == 2 and "has identity on" in p.stderr and "--secret-file" in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr
