@@ -226,14 +226,16 @@ def _dashboard_options(fn):
     return _alerts_option(fn)
 
 
-def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None):
-    """The dashboard's server, listening (not yet serving). With `access_key`, its URL (with the key)
-    is also kept in the state dir's dashboard.url (0600)."""
+def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None, record_url=False):
+    """The dashboard's server, listening (not yet serving). `record_url`: its URL (with the key) is
+    also kept in the state dir's dashboard.url (0600), for `up`'s owner."""
+    from urllib.parse import quote
+
     from .dashboard import make_server
 
     server = make_server(_board(ctx, alerts), host, port, allow_cancel=allow_cancel, access_key=access_key)
-    url = f"http://{host}:{server.port}/" + (f"?key={access_key}" if access_key else "")
-    if access_key:
+    url = f"http://{host}:{server.port}/" + (f"?key={quote(access_key, safe='')}" if access_key else "")
+    if record_url:
         from .config import state_dir, write_private
 
         write_private(state_dir() / "dashboard.url", url + "\n")
@@ -247,11 +249,19 @@ def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None):
               help="Address to listen on (0.0.0.0: every interface).")
 @click.option("--port", default=DASHBOARD_PORT, type=click.IntRange(0, 65535), envvar="DISPATCH_DASHBOARD_PORT",
               show_default=True, help="Port (0: any free one).")
+@click.option("--access-key-file", default=None, envvar="DISPATCH_DASHBOARD_KEY_FILE", type=click.Path(dir_okay=False),
+              help="Show the page only to who gives the key in this file (chmod 600), as `dispatch up` does: "
+                   "?key=KEY once, or Authorization: Bearer KEY.")
 @_dashboard_options
 @common
-def dashboard(ctx, host, port, allow_cancel, alerts):
+def dashboard(ctx, host, port, access_key_file, allow_cancel, alerts):
     """The web dashboard and Prometheus /metrics: queue, GPUs, decisions, usage, alerts; live."""
-    server = _serve_dashboard(ctx, host, port, allow_cancel, alerts)
+    key = None
+    if access_key_file:
+        from .identity import load_secret
+
+        key = load_secret(access_key_file, flag="--access-key-file").decode()
+    server = _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=key)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         server.serve_forever()
@@ -318,7 +328,7 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
         try:
             # the host's other users reach 127.0.0.1 too: the page shows itself to the key's holders only
             web = _serve_dashboard(ctx, "127.0.0.1", dashboard_port, allow_cancel, alerts,
-                                   access_key=secrets.token_urlsafe(24))
+                                   access_key=secrets.token_urlsafe(24), record_url=True)
         except errors.ConfigError as e:  # a taken port costs the page, not the cluster
             click.echo(f"dispatch: warning: no dashboard: {e}", err=True)
             return None

@@ -32,19 +32,19 @@ class NotAllowed(DispatcherError):
     exit_code = EXIT_USAGE
 
 
-def load_secret(path) -> bytes:
-    """The lab secret: a file readable by its owner only (at least 16 bytes)."""
+def load_secret(path, flag: str = "--secret-file") -> bytes:
+    """A secret file (the lab secret, a dashboard's key): readable by its owner only, at least 16 bytes."""
     p = Path(path)
     try:
         mode = p.stat().st_mode
         data = p.read_bytes().strip()
     except OSError as e:
-        raise ConfigError(f"--secret-file: cannot read {p}: {e.strerror}", key="--secret-file") from None
+        raise ConfigError(f"{flag}: cannot read {p}: {e.strerror}", key=flag) from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError(f"--secret-file: {p} is readable by others; chmod 600 {p}", key="--secret-file")
+        raise ConfigError(f"{flag}: {p} is readable by others; chmod 600 {p}", key=flag)
     if len(data) < 16:
-        raise ConfigError(f"--secret-file: {p} holds under 16 bytes; make one with: "
-                          f"head -c 32 /dev/urandom | base64 > {p}", key="--secret-file")
+        raise ConfigError(f"{flag}: {p} holds under 16 bytes; make one with: "
+                          f"head -c 32 /dev/urandom | base64 > {p}", key=flag)
     return data
 
 

@@ -333,3 +333,21 @@ def test_a_taken_port_is_a_one_line_error(cli):
     assert p.returncode != 0 and p.stderr.count("\n") == 1 and "--port" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
 
+
+
+def test_a_dashboard_with_an_access_key_shows_nothing_without_it(cli, tmp_path):
+    key_file = tmp_path / "dashboard.key"
+    key_file.write_text("k+/=" + os.urandom(16).hex())  # characters a URL must quote
+    key_file.chmod(0o600)
+    base = start_dashboard(cli, "--access-key-file", str(key_file))
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        get(f"{base}/api/board")
+    assert refused.value.code == 401
+    bearer = urllib.request.Request(f"{base}/api/board", headers={"Authorization": f"Bearer {key_file.read_text()}"})
+    with urllib.request.urlopen(bearer, timeout=30) as r:
+        assert r.status == 200
+    printed = "".join(p.read_text() for p in cli.home.glob("dashboard-*.log"))
+    assert "?key=k%2B%2F%3D" in printed  # the URL to open, quoted
+    key_file.chmod(0o644)
+    p = cli.run("dashboard", "--port", "0", "--access-key-file", str(key_file), check=False)
+    assert p.returncode == 2 and "readable by others" in p.stderr
