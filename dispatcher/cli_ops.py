@@ -369,3 +369,15 @@ def auth_token(user, secret_file):
     from .up_secure import lab_secret_file
 
     click.echo(token_for(load_secret(secret_file or lab_secret_file()), _label(user, "USER")))
+
+
+@auth.command("roles")
+@click.option("--namespace", "ns", default="dispatch", envvar="DISPATCH_NAMESPACE", show_default=True,
+              help="The namespace whose roles to print.")
+def auth_roles(ns):
+    """Print the ACL SETUSER lines of the leader, agent and user roles (docs/security.md, Roles), for an
+    external server: put each role's password in place of PASSWORD and pipe them to redis-cli."""
+    from .spec import _label
+    from .store.roles import print_roles
+
+    print_roles(_label(ns, "--namespace"))

@@ -280,3 +280,13 @@ def test_the_roles_docs_security_md_shows_are_the_ones_dispatch_makes():
     text = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
     for role in roles.ROLES:
         assert f"user dispatch-{role} on #<sha256 of its password> {' '.join(roles.rules('dispatch', role))}" in text
+
+
+def test_dispatch_auth_roles_prints_what_print_roles_prints():
+    import sys
+
+    out = io.StringIO()
+    roles.print_roles("lab", out=out)
+    p = subprocess.run([sys.executable, "-m", "dispatcher", "auth", "roles", "--namespace", "lab"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == out.getvalue()
