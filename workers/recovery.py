@@ -42,29 +42,42 @@ def kill_leftovers(work_dir: Path) -> list[str]:
     return killed
 
 
+#: A job assigned here this long ago, not started, with no launch left in the node's RQ queue, lost its
+#: launch (an RQ worker that popped it and then stopped on a write error, a full disk): it goes back.
+ASSIGNED_SETTLE_MS = 60_000
+
+
 def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 5000) -> list[str]:
     """Requeue, as lost attempts, the jobs Redis shows running on this node at an epoch this agent
-    does not run (started over `settle_ms` ago, so a launch in flight is left alone). With
-    `everything` (agent start), jobs merely assigned here go back too; their RQ entries then
-    find a moved epoch and do nothing. Returns the ids requeued."""
+    does not run (started over `settle_ms` ago, so a launch in flight is left alone), and the jobs
+    assigned here over ASSIGNED_SETTLE_MS ago while no launch waits in the node's queue. With
+    `everything` (agent start), every job merely assigned here goes back too; their RQ entries then
+    find a moved epoch and do nothing. A requeue is fenced by the epoch: a launch that raced it finds
+    the job moved and starts nothing. Returns the ids requeued."""
+    from rq import Queue
+
     ids = [text(i) for i in sup.client.zrange(keys.jobs_active(sup.ns), 0, -1)]
     pipe = sup.client.pipeline(transaction=False)
     for job_id in ids:
-        pipe.hmget(keys.job(sup.ns, job_id), "node", "epoch", "state", "started_ms", "spec")
+        pipe.hmget(keys.job(sup.ns, job_id), "node", "epoch", "state", "started_ms", "spec", "assigned_ms")
+    pipe.llen(Queue.redis_queue_namespace_prefix + keys.rq_queue_name(sup.ns, sup.node))
+    *replies, waiting_launches = pipe.execute(raise_on_error=False)
     now = now_ms()
     with sup.lock:  # jobs it runs, and jobs whose outcome waits in the outbox
         mine = {(r.job_id, r.epoch) for r in sup.running.values()}
         mine |= sup.outbox.attempts()
     requeued = []
-    for job_id, reply in zip(ids, pipe.execute(raise_on_error=False)):
+    launch_lost = waiting_launches == 0  # (an unreadable queue counts as holding launches)
+    for job_id, reply in zip(ids, replies):
         if isinstance(reply, Exception) or not text(reply[1]).isdigit():
             continue  # no job record, or one of the wrong type: the leader's to quarantine
-        node, epoch, state, started, raw = reply
+        node, epoch, state, started, raw, assigned = reply
         epoch = int(text(epoch))
         if text(node) != sup.node or (job_id, epoch) in mine:
             continue
-        if not everything and (text(state) not in ("running", "preempting") or not text(started).isdigit()
-                               or now - int(text(started)) < settle_ms):
+        if not everything and not (_settled(started, now, settle_ms) if text(state) in ("running", "preempting")
+                                   else text(state) == "assigned" and launch_lost
+                                   and _settled(assigned, now, ASSIGNED_SETTLE_MS)):
             continue
         ended = reported_outcome(read_exits(sup.client, sup.ns, [job_id]).get(job_id), epoch) \
             if text(state) == "running" else None
@@ -84,3 +97,7 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
                     len(requeued), sup.node, ", ".join(requeued))
         sup.client.publish(keys.events(sup.ns), b"finish")
     return requeued
+
+
+def _settled(since_ms, now: int, settle_ms: int) -> bool:
+    return text(since_ms).isdigit() and now - int(text(since_ms)) >= settle_ms
