@@ -133,9 +133,9 @@ def chaos(tmp_path, *args) -> dict:
     return r
 
 
-#: Every process fault but disk-full, which still loses jobs (an RQ worker that a write error stops
-#: right after a placement leaves the job assigned forever) and can rerun one whose outcome waited in
-#: an outbox: known, open in issue 17's note; `run.py --faults disk-full` shows it.
+#: Every process fault but disk-full. A lost launch (an RQ worker a write error stops right after it
+#: popped one) is now put back by its agent after a minute (test_lost_launch_live.py), but a full disk
+#: can still rerun a job whose outcome waited in an outbox (issue 17's note): `run.py --faults disk-full`.
 HOLDING = "server,agent,agent-redis-down,job,scheduler,agent-stop,leader-stop"
 
 
