@@ -32,6 +32,11 @@ log = logging.getLogger("dispatch.up")
 UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
+def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a connected Unix socket, as the kernel says."""
+    return UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED.size))
+
+
 def prepare_socket_dir(path: Path) -> None:
     """Make the socket's directory this user's, 0755; refuse (one line) one that is someone else's,
     a link, or writable by group or others, and a socket another live server listens on."""
@@ -113,7 +118,7 @@ class LoginServer:
 
     def _answer(self, conn: socket.socket) -> None:
         conn.settimeout(2.0)
-        pid, uid, gid = UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED.size))
+        pid, uid, gid = peer_credentials(conn)
         try:
             answer = self.issue(uid)
         except LookupError as e:

@@ -26,7 +26,6 @@ import logging
 import os
 import socket
 import stat
-import struct
 import threading
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ import msgpack
 
 from dispatcher.errors import ConfigError, DispatcherError
 from dispatcher.identity import job_capability
+from dispatcher.peer_auth import peer_credentials
 
 log = logging.getLogger("dispatch.agent")
 
@@ -143,8 +143,7 @@ class JobChannel:
 
     def _handle(self, conn: socket.socket) -> None:
         try:
-            uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                      struct.calcsize("3i")))[1]
+            uid = peer_credentials(conn)[1]
             deadline = time.monotonic() + READ_TIMEOUT_S  # for the whole request: a slow caller holds no slot long
             data = bytearray()
             while len(data) <= MAX_REQUEST_BYTES:
