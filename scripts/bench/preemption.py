@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import benchlib as bl  # noqa: E402 (beside this file)
 from dispatcher.api import Client  # noqa: E402
 from dispatcher.embedded import EmbeddedServer  # noqa: E402
 from dispatcher.store.jobs import read_log  # noqa: E402
@@ -38,15 +39,6 @@ def pct(values, q):
     return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
 
 
-def wait(pred, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.01)
-    raise TimeoutError
-
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -57,22 +49,22 @@ def main() -> None:
     server = EmbeddedServer(tmp / "redis", appendonly=False).start()
     policy = tmp / "policy.toml"
     policy.write_text('[defaults]\nmin_run = "0s"\npreempt_cooldown = "0s"\n')
-    env = dict(os.environ, DISPATCH_REDIS_URL=server.url, DISPATCH_HOME=str(tmp), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, DISPATCH_REDIS_URL=server.url, DISPATCH_HOME=str(tmp), PYTHONPATH=str(ROOT), **bl.ROOT_JOBS)
     procs = [subprocess.Popen([sys.executable, "-m", "dispatcher", *a], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
              for a in (["worker", "--node", "n1", "--fake-gpus", "2xA100-40GB"], ["scheduler", "--policy", str(policy)])]
     c = Client(server.url)
     to_signal, to_running = [], []
     try:
-        wait(lambda: c.redis.zcard("dispatch:nodes:heartbeat"))
+        bl.wait_until(lambda: c.redis.zcard("dispatch:nodes:heartbeat"))
         for _ in range(args.runs):
             lows = [c.submit(["sh", "-c", VICTIM], priority="low", gpus=1, checkpointable=True, grace="5s")
                     for _ in range(2)]
-            wait(lambda: all(c.show(j)["state"] == "running" for j in lows))
+            bl.wait_until(lambda: all(c.show(j)["state"] == "running" for j in lows))
             t0 = time.time()
             crit = c.submit(["true"], priority="critical", gpus=1)
-            started = wait(lambda: c.show(crit)["started_at"])
-            signalled = wait(lambda: [float(chunk.split()[1]) for j in lows
+            started = bl.wait_until(lambda: c.show(crit)["started_at"])
+            signalled = bl.wait_until(lambda: [float(chunk.split()[1]) for j in lows
                                       for _, chunk in read_log(c.redis, c.ns, j) if chunk.startswith(b"SIGNALLED")])
             to_signal.append(min(signalled) - t0)
             to_running.append(started - t0)
