@@ -37,11 +37,15 @@ def server_file() -> Path:
     return state_dir() / "server.json"
 
 
-def login_file() -> Path:
-    """Where `dispatch login` keeps what another user's `dispatch up --shared` issued:
-    $XDG_CONFIG_HOME/dispatch/login.json, else ~/.config/dispatch/login.json."""
+def config_dir() -> Path:
+    """The user's dispatch config: $XDG_CONFIG_HOME/dispatch, else ~/.config/dispatch."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "dispatch" / "login.json"
+    return Path(base) / "dispatch"
+
+
+def login_file() -> Path:
+    """Where `dispatch login` keeps what another user's `dispatch up --shared` issued (login.json)."""
+    return config_dir() / "login.json"
 
 
 def private_dir(path: Path) -> Path:

@@ -85,14 +85,13 @@ def _token_in_use() -> tuple[str | None, str | None]:
     """(token, the user it was issued to when a file says so)."""
     if os.environ.get("DISPATCH_TOKEN"):
         return os.environ["DISPATCH_TOKEN"].strip(), None
-    from .config import saved_identity, url_source
+    from .config import config_dir, saved_identity, url_source
 
     saved = saved_identity()
     if saved is not None and url_source() in ("record", "login"):
         return saved[1], saved[0]
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     try:
-        token = (Path(base) / "dispatch" / "token").read_text().strip()
+        token = (config_dir() / "token").read_text().strip()
     except OSError:
         token = ""
     if token:
