@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import os
 import pwd
 import secrets
@@ -28,8 +27,7 @@ from pathlib import Path
 
 from .config import write_private
 from .identity import load_secret, token_for
-
-log = logging.getLogger("dispatch.up")
+from .store import roles
 
 SECRETS, ACL, LAB_SECRET, TOKEN = "secrets.json", "users.acl", "secret", "token"
 
@@ -37,15 +35,6 @@ SECRETS, ACL, LAB_SECRET, TOKEN = "secrets.json", "users.acl", "secret", "token"
 def owner_name() -> str:
     """The Unix user `up` runs as (whose jobs it runs, and who is its admin)."""
     return pwd.getpwuid(os.getuid()).pw_name
-
-
-def _roles():
-    """store/roles.py (ROLES, acl_file, role_url), or None where it is not there."""
-    try:
-        from .store import roles
-    except ImportError:
-        return None
-    return roles
 
 
 def _private_read(path: Path) -> bytes | None:
@@ -67,7 +56,6 @@ class Secure:
         self.dir, self.ns = Path(state_dir), ns
         self.secret_file = Path(secret_file) if secret_file else self.dir / LAB_SECRET
         self.owner = owner_name()
-        self.roles = _roles()
         self.passwords: dict[str, str] = {}
         self.secret = b""
 
@@ -80,7 +68,7 @@ class Secure:
         ACL file."""
         if embedded:
             self.passwords = self._passwords()
-            write_private(self.acl_path, self._acl_text())
+            write_private(self.acl_path, roles.acl_file(self.ns, self.passwords))
         if self.secret_file == self.dir / LAB_SECRET and _private_read(self.secret_file) is None:
             write_private(self.secret_file, base64.b64encode(secrets.token_bytes(32)) + b"\n")
         self.secret = load_secret(self.secret_file)
@@ -94,23 +82,18 @@ class Secure:
         except ValueError:
             kept = {}
         kept = {k: v for k, v in kept.items() if isinstance(v, str) and v} if isinstance(kept, dict) else {}
-        want = ("admin", *(self.roles.ROLES if self.roles else ()))
+        want = ("admin", *roles.ROLES)
         if any(name not in kept for name in want):
             kept.update({name: secrets.token_urlsafe(24) for name in want if name not in kept})
             write_private(self.dir / SECRETS, json.dumps(kept))
         return kept
 
-    def _acl_text(self) -> str:
-        if self.roles is not None:
-            return self.roles.acl_file(self.ns, self.passwords)
-        log.warning("no store/roles.py: every part of `dispatch up` logs in as the admin")
-        return f"user default on >{self.passwords['admin']} ~* &* +@all\n"
-
     def url_for(self, admin_url: str, role: str) -> str:
-        """The URL logged in as `role` (leader, agent, user); the admin URL without roles.py."""
-        if self.roles is None or role not in self.passwords:
+        """The URL logged in as `role` (leader, agent, user); the admin URL for an external server (no
+        role passwords of ours)."""
+        if role not in self.passwords:
             return admin_url
-        return self.roles.role_url(admin_url, self.ns, role, self.passwords[role])
+        return roles.role_url(admin_url, self.ns, role, self.passwords[role])
 
     def identity_flags(self, admins: list[str]) -> list[str]:
         """--secret-file and --admins for the scheduler and the agent."""
@@ -136,8 +119,6 @@ class Secure:
             name = pwd.getpwuid(uid).pw_name
         except KeyError:
             raise LookupError(f"uid {uid} has no user name on this host") from None
-        if self.roles is None:
-            raise LookupError("this dispatch has no user role to give (store/roles.py is missing)")
         return {"user": name, "token": token_for(self.secret, name), "url": self.url_for(admin_url, "user"),
                 "namespace": self.ns, "owner": self.owner}
 
