@@ -14,8 +14,8 @@ import os
 import time
 
 from .config import resolve_url
-from .identity import current_user
-from .spec import gc_paused, spec_from_request
+from .auth.identity import current_user
+from .core.spec import gc_paused, spec_from_request
 from .store import jobs as store_jobs
 from .store.connect import connect
 from .store.keys import DEFAULT_NS

@@ -179,7 +179,7 @@ def resolve_url(flag: str | None = None) -> str:
     """--redis, else DISPATCH_REDIS_URL, else the running `dispatch up`'s server, else the login
     file's. Raises NoServer when there is none, ServerRestarting while `up` is bringing its server
     (back) up."""
-    from .errors import NoServer, ServerRestarting
+    from .core.errors import NoServer, ServerRestarting
 
     global _source
     url = flag or os.environ.get("DISPATCH_REDIS_URL")
@@ -203,7 +203,7 @@ def resolve_url(flag: str | None = None) -> str:
 def restarting_error():
     """After a failed connection: ServerRestarting if the URL came from a `dispatch up` that still
     runs (its server died and `up` is restarting it, or is about to stop), else None."""
-    from .errors import ServerRestarting
+    from .core.errors import ServerRestarting
 
     info = recorded_server() if _source == "record" else None
     if info is None:
@@ -251,7 +251,7 @@ class Timing:
 
     def check(self) -> "Timing":
         """Refuse, in one line, clocks that cannot fence in time or that fence healthy nodes."""
-        from .errors import ConfigError
+        from .core.errors import ConfigError
 
         need = 2 * self.heartbeat_s + self.socket_s
         if self.fence_s < need:
@@ -273,7 +273,7 @@ class Timing:
             except ValueError:
                 value = -1.0
             if not value > 0:
-                from .errors import ConfigError
+                from .core.errors import ConfigError
 
                 raise ConfigError(f"{name}={raw!r} must be a positive number of seconds", key=name)
             return value
@@ -282,16 +282,3 @@ class Timing:
         return cls(heartbeat_s=get("DISPATCH_HEARTBEAT_S", d.heartbeat_s),
                    node_timeout_s=get("DISPATCH_NODE_TIMEOUT_S", d.node_timeout_s),
                    tick_s=get("DISPATCH_TICK_S", d.tick_s), lease_s=get("DISPATCH_LEASE_S", d.lease_s))
-
-
-def masked_url(url: str | None) -> str | None:
-    """`url` with its password shown as ***: for logs, records and messages."""
-    if not url:
-        return url
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    if parts.password:
-        return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
-    return url
-

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dispatcher.cycle import NodeView, PendingJob, RunningJob, Snapshot
-from dispatcher.model import GpuInfo, JobSpec
+from dispatcher.core.plan import NodeView, PendingJob, RunningJob, Snapshot
+from dispatcher.core.model import GpuInfo, JobSpec
 
 NOW_MS = 1_000_000_000
 

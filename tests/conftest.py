@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.embedded import EmbeddedServer
+from dispatcher.up.embedded import EmbeddedServer
 from dispatcher.store.connect import connect
 
 from .processes import stop_processes, wait_for

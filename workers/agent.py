@@ -3,7 +3,7 @@
 The main thread runs an RQ SimpleWorker on the node's queue (JSON serializer, no
 pickle); a heartbeat thread writes GPU state every Timing.heartbeat_s and checks
 the running jobs for fencing, reported checkpoints and idle GPUs; a control thread reads the
-node's command stream (preempt, cancel, shrink; dispatcher/control.py). SIGINT/SIGTERM stop the worker; the
+node's command stream (preempt, cancel, shrink; dispatcher/store/control.py). SIGINT/SIGTERM stop the worker; the
 agent then puts its running jobs back in the queue and deregisters the node.
 
 Failures (docs/guarantees.md): on start the agent kills what an earlier agent of
@@ -25,7 +25,7 @@ import time
 import uuid
 from pathlib import Path
 
-from dispatcher import control
+from dispatcher.store import control
 from dispatcher.config import Timing
 from dispatcher.store import keys
 from dispatcher.store.connect import clone
@@ -223,7 +223,7 @@ def _lock_work_dir(work_dir: Path, node: str):
     The lock goes with the process, so one left by an agent that died is free again."""
     import fcntl
 
-    from dispatcher.errors import ConfigError
+    from dispatcher.core.errors import ConfigError
 
     work_dir.mkdir(parents=True, exist_ok=True)
     f = open(work_dir / "agent.lock", "a+")

@@ -1,11 +1,11 @@
-"""Carrying out a node's control commands (dispatcher/control.py): cancel, preempt, shrink."""
+"""Carrying out a node's control commands (dispatcher/store/control.py): cancel, preempt, shrink."""
 
 from __future__ import annotations
 
 import logging
 import signal
 
-from dispatcher import control
+from dispatcher.store import control
 from dispatcher.store import keys
 from dispatcher.store.connect import text
 

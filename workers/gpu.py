@@ -5,9 +5,9 @@ Both probes return the same GpuInfo list, so nothing else knows which is in use.
 
 from __future__ import annotations
 
-from dispatcher.errors import NoGpuError
-from dispatcher.gpuspec import parse_fake_gpus
-from dispatcher.model import GpuInfo
+from dispatcher.core.errors import NoGpuError
+from dispatcher.core.gpuspec import parse_fake_gpus
+from dispatcher.core.model import GpuInfo
 
 from .procs import environs
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 
-from dispatcher import control
+from dispatcher.store import control
 from dispatcher.policy.config import PolicyConfig
 from dispatcher.policy.idle import REQUEUE, WARN, IdleClock, idle_action, job_idle, requeue_reason, warning_text
 
@@ -51,7 +51,7 @@ class IdleWatch:
     def config(self) -> PolicyConfig:
         """The policy in force as the leader published it, reread at most every POLICY_EVERY_S; the
         last one read (or the defaults) when it cannot be read."""
-        from dispatcher.explain import policy_in_force
+        from dispatcher.scheduler.policy_source import policy_in_force
 
         now = self.monotonic()
         if now - self._config_at >= POLICY_EVERY_S:

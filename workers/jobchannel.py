@@ -3,7 +3,7 @@
 The agent serves one Unix socket, <work dir>/run/jobs.sock (directory 0711, socket 0666). Each
 attempt's environment holds DISPATCH_JOB_SOCKET (that path) and DISPATCH_JOB_CAP: HMAC-SHA256 under a
 key of this agent's (<work dir>/jobchannel.key, 0600, kept across restarts) over the job id, its
-epoch and its user (dispatcher.identity.job_capability). A request is carried out only if its
+epoch and its user (dispatcher.auth.identity.job_capability). A request is carried out only if its
 capability verifies and that attempt runs on this node now, so a capability expires with its
 attempt; the caller's uid (SO_PEERCRED) must also be the one the job runs as (or root).
 
@@ -16,7 +16,7 @@ One msgpack map per connection (the client then shuts its writing side), one map
 A follow-up submit is the job's user's: with identity on the agent sends it to the leader signed
 with the attempt's capability under the lab secret (store/requests.py submit_for_job), which checks
 again that the attempt runs; with identity off it writes the jobs itself. The client's side is
-dispatcher/jobside.py.
+dispatcher/cli/jobside.py.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import msgpack
 
-from dispatcher.errors import ConfigError, DispatcherError
-from dispatcher.identity import job_capability
-from dispatcher.peer_auth import peer_credentials
+from dispatcher.core.errors import ConfigError, DispatcherError
+from dispatcher.auth.identity import job_capability
+from dispatcher.auth.peer import peer_credentials
 
 log = logging.getLogger("dispatch.agent")
 

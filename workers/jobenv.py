@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from dispatcher.model import JobSpec
+from dispatcher.core.model import JobSpec
 
 #: The agent's variables that never reach a job, whatever their value.
 CREDENTIAL_VARS = frozenset({"DISPATCH_REDIS_URL", "DISPATCH_TOKEN", "DISPATCH_SECRET_FILE", "DISPATCH_KEEPER_URL"})

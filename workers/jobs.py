@@ -23,9 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dispatcher import control
-from dispatcher.identity import seal_attempt
-from dispatcher.model import CANCELLED, FAILED, PENDING, SUCCEEDED, JobSpec
+from dispatcher.store import control
+from dispatcher.auth.identity import seal_attempt
+from dispatcher.core.model import CANCELLED, FAILED, PENDING, SUCCEEDED, JobSpec
 from dispatcher.store import keys
 from dispatcher.store.codec import decode_spec, encode_spec
 from dispatcher.store.connect import text

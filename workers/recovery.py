@@ -6,7 +6,7 @@ import logging
 import signal
 from pathlib import Path
 
-from dispatcher.model import PENDING
+from dispatcher.core.model import PENDING
 from dispatcher.store import keys
 from dispatcher.store.codec import decode_spec
 from dispatcher.store.connect import text

@@ -24,10 +24,10 @@ from __future__ import annotations
 import heapq
 from collections import Counter, defaultdict
 
-from ..cycle import PendingJob
-from ..model import PRIORITIES, JobSpec
+from ..core.plan import PendingJob
+from ..core.model import PRIORITIES, JobSpec
 from .config import PolicyConfig
-from .elastic import smallest
+from ..core.elastic import smallest
 from .score import attained_term, las_tier, priority_term, remaining_term
 
 

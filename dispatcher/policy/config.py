@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..core.model import IDLE_UTIL_PCT
+
 #: The score terms a weight can be given to, in the order they are reported.
 WEIGHT_TERMS = ("priority", "wait", "fairness", "remaining", "fit", "attained")
 
@@ -106,7 +108,7 @@ class PolicyConfig:
     #: node agents run single-node jobs only, so the live scheduler leaves this off).
     gang_across_nodes: bool = False
     #: Idle GPUs (policy/idle.py): a GPU under this utilization (percent, as NVML reports it) is idle.
-    idle_util_pct: float = 5.0
+    idle_util_pct: float = IDLE_UTIL_PCT
     #: A job whose GPUs have all been idle this long gets a warning on its record (and the dashboard's alert).
     idle_warn_s: float = 1800.0
     #: ... and this long, is requeued (a graceful preemption by its node agent); None: never.

@@ -9,8 +9,8 @@ import re
 from functools import lru_cache
 from typing import NamedTuple
 
-from ..cycle import NodeView
-from ..model import JobSpec
+from ..core.plan import NodeView
+from ..core.model import JobSpec
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 

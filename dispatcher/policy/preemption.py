@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..cycle import Preemption, RunningJob
-from ..model import JobSpec
+from ..core.plan import Preemption, RunningJob
+from ..core.model import JobSpec
 from .config import PolicyConfig
 from .fit import gpu_usable
 from .score import las_tier

@@ -26,9 +26,9 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 
-from ..errors import ConfigError, InvalidRequestError
-from ..model import PRIORITIES
-from ..spec import parse_duration
+from ..core.errors import ConfigError, InvalidRequestError
+from ..core.model import PRIORITIES
+from ..core.spec import parse_duration
 from .config import WEIGHT_TERMS, PolicyConfig, TeamQuota
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")

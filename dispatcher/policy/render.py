@@ -20,7 +20,7 @@ import math
 import re
 from dataclasses import fields
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from . import profiles as _profiles
 from .config import WEIGHT_TERMS, PolicyConfig
 from .profiles import DAYS, PolicySet, ScheduleEntry

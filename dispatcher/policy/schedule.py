@@ -38,11 +38,21 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from ..cycle import (Code, NodeView, PendingJob, Placement, Plan, Preemption, Reservation, RunningJob, Snapshot,
-                     Verdict)
-from ..model import PRIORITIES, JobSpec
+from ..core.plan import (
+    Code,
+    NodeView,
+    PendingJob,
+    Placement,
+    Plan,
+    Preemption,
+    Reservation,
+    RunningJob,
+    Snapshot,
+    Verdict,
+)
+from ..core.model import PRIORITIES, JobSpec
 from .backlog import Backlog, bucket_key, id_key, shape_of, strength
-from .elastic import counts, is_elastic, run_time, smallest
+from ..core.elastic import counts, is_elastic, run_time, smallest
 from .config import PolicyConfig
 from .fit import choose_gpus, describe_need, fit_score, fits_ever, gpu_facts, gpu_usable, usable, usable_count
 from .preemption import choose_victims, past_starvation, preemptible_below, standing

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 
-from ..model import PRIORITIES
+from ..core.model import PRIORITIES
 
 
 def priority_term(rank: int) -> float:

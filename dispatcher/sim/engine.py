@@ -20,10 +20,10 @@ import math
 from collections import defaultdict, deque
 from dataclasses import dataclass, field, replace
 
-from ..cycle import NodeView, PendingJob, RunningJob, Snapshot
-from ..model import GpuInfo, JobSpec
+from ..core.plan import NodeView, PendingJob, RunningJob, Snapshot
+from ..core.model import GpuInfo, JobSpec
 from ..policy import Backlog, schedule
-from ..predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, RECENT, Run, fingerprint, policy_estimate, predict
+from ..core.predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, RECENT, Run, fingerprint, policy_estimate, predict
 from .workload import EstimateModel, TraceJob
 
 ARRIVE, FINISH, SAVED, TICK = 0, 1, 2, 3  # TICK: a cycle with nothing new (time alone changes the plan)
@@ -63,7 +63,7 @@ class SimResult:
 
 
 class HistoryPredictor:
-    """The live scheduler's runtime prediction (dispatcher/predict.py) over the runs finished so far:
+    """The live scheduler's runtime prediction (dispatcher/core/predict.py) over the runs finished so far:
     the same capped histories per fingerprint and per user that finish.lua keeps in Redis."""
 
     def __init__(self):
@@ -83,8 +83,8 @@ class HistoryPredictor:
 def make_nodes(spec: str | None, gpus: int | None, gpus_per_node: int = 8) -> list[tuple[str, tuple[GpuInfo, ...]]]:
     """`--nodes 2x8xA100-80GB,2x8xV100-32GB` or `--gpus 256 --gpus-per-node 8` -> [(name, gpus)].
     A node of mixed GPUs joins its parts with '+': `1x2xA100-40GB+2xV100-16GB`."""
-    from ..errors import InvalidRequestError
-    from ..gpuspec import parse_fake_gpus
+    from ..core.errors import InvalidRequestError
+    from ..core.gpuspec import parse_fake_gpus
 
     nodes = []
     if spec:

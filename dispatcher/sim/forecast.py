@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..cycle import PendingJob, Snapshot
+from ..core.plan import PendingJob, Snapshot
 from ..policy import PolicyConfig
 from .engine import TICK, Engine
 

@@ -194,7 +194,7 @@ def generate(mix: Mix, rng) -> list[TraceJob]:
 
 
 def mix_named(name: str) -> Mix:
-    from ..errors import InvalidRequestError
+    from ..core.errors import InvalidRequestError
 
     for m in MIXES:
         if m.name == name:

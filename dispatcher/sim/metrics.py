@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from ..model import PRIORITIES
+from ..core.model import PRIORITIES
 
 
 def pct(values, q: float) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..policy.config import PolicyConfig
 from .workload import EstimateModel
 

@@ -11,7 +11,7 @@ workload:
 - the p99 wait of jobs of 8+ GPUs no worse than fifo-easy's.
 
 Pure: workloads come as trace text or from a seeded random.Random; running them is
-the caller's (dispatcher/suite_run.py runs them in parallel processes).
+the caller's (dispatcher/lab/suite_run.py runs them in parallel processes).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import math
 import statistics
 from dataclasses import dataclass, field, fields, replace
 
-from ..model import PRIORITIES
+from ..core.model import PRIORITIES
 from ..policy.config import PolicyConfig
 from ..policy.profiles import PREEMPT_BY, PolicySet
 from ..policy.promises import short_span

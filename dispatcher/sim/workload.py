@@ -15,8 +15,8 @@ import io
 import math
 from dataclasses import dataclass
 
-from ..errors import InvalidRequestError
-from ..model import PRIORITIES, PRIORITY_ALIASES
+from ..core.errors import InvalidRequestError
+from ..core.model import PRIORITIES, PRIORITY_ALIASES
 
 HEADER = ("job_id", "submit_time_s", "user", "num_gpus", "duration_s", "gpu_type", "priority")
 

@@ -10,10 +10,9 @@ import operator
 
 import msgpack
 
-from ..errors import MalformedRecord
-from ..memo import remembered
-from ..model import PRIORITIES, SPEC_VERSION, GpuInfo, JobSpec
-from ..spec import MAX_SPEC_BYTES
+from ..core.errors import InvalidRequestError, MalformedRecord
+from ..core.memo import remembered
+from ..core.model import MAX_SPEC_BYTES, PRIORITIES, SPEC_VERSION, GpuInfo, JobSpec
 
 
 
@@ -33,10 +32,14 @@ _HEADER = b"\xde" + (1 + len(_SHARED) + len(_OWN)).to_bytes(2, "big")
 
 def encode_spec(spec: JobSpec, job_id: str | None = None) -> bytes:
     """`job_id`: encode it under this id instead of spec.id (submit assigns ids as it writes).
-    Tuples pack as arrays; the map is the version, the shared fields and the job's own."""
+    Tuples pack as arrays; the map is the version, the shared fields and the job's own. A spec that packs
+    larger than MAX_SPEC_BYTES is refused: the scheduler would set it aside unread."""
     shared = _packed_shared(_shared_values(spec))
     own = msgpack.packb({"id": spec.id if job_id is None else job_id, "name": spec.name, "cmd": spec.command,
                          "submit_ms": spec.submit_ms})
+    if len(shared) + len(own) + 2 > MAX_SPEC_BYTES:
+        raise InvalidRequestError(f"the request is larger than {MAX_SPEC_BYTES // 1024} KiB (command, --env, --cwd)",
+                                  field="COMMAND")
     return _HEADER + shared + own[1:]  # (own: a map of 4, its header one byte)
 
 
@@ -157,7 +160,7 @@ def _ids(value) -> tuple[str, ...]:
 def _scaling(value) -> str:
     if value is None or value == "":
         return ""
-    from ..policy.elastic import ScalingError, parse_scaling
+    from ..core.elastic import ScalingError, parse_scaling
 
     _check(isinstance(value, str) and len(value) <= 512, "bad scaling")
     try:
@@ -168,7 +171,7 @@ def _scaling(value) -> str:
 
 
 def _signal(value) -> str:
-    from ..spec import CHECKPOINT_SIGNALS
+    from ..core.spec import CHECKPOINT_SIGNALS
 
     value = "TERM" if value is None else value
     if value not in CHECKPOINT_SIGNALS:

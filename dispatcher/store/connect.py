@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from urllib.parse import unquote, urlsplit
 
-from ..errors import ConnectionError as DispatchConnectionError
+from ..core.errors import ConnectionError as DispatchConnectionError
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 

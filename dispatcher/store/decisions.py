@@ -5,7 +5,6 @@ from __future__ import annotations
 import msgpack
 
 from . import keys
-from .connect import text
 from .quarantine import is_time, tolerant
 
 #: How many decisions the log keeps.
@@ -60,18 +59,3 @@ def _decision(d) -> bool:
             and isinstance(d.get("terms", {}), dict) and all(isinstance(k, str) and num(v) for k, v in d.get(
                 "terms", {}).items())
             and all(isinstance(d.get(k, ""), str) for k in ("why", "profile", "mode", "for_job")))
-
-
-def write_policy(client, ns: str, text_: str, source: str, profile: str, loaded_ms: int, *, digest: str = "",
-                 number: int = 0) -> None:
-    """The policy in force and its profile now; `digest` and `number` name its entry in the policy
-    history (store/policies.py)."""
-    client.hset(keys.policy(ns), mapping={"text": text_, "source": source, "profile": profile,
-                                          "loaded_ms": loaded_ms, "digest": digest, "number": number})
-
-
-def read_policy(client, ns: str) -> dict:
-    raw = tolerant(lambda: client.hgetall(keys.policy(ns)), {})
-    return {k.decode(): text(v) for k, v in raw.items()}
-
-

@@ -3,15 +3,15 @@
 A job may only wait for jobs that exist when it is submitted, so no cycle can
 form; a dependency already failed or cancelled is refused at submit, since
 `--after` could never be met. While a dependency runs or waits, the job is held:
-the scheduler's mirror keeps it out of the policy's backlog (store/mirror.py).
+the scheduler's mirror keeps it out of the policy's backlog (scheduler/mirror.py).
 When a dependency of `--after` fails or is cancelled later, the scheduler fails
 the job with that reason, and so on down the chain.
 """
 
 from __future__ import annotations
 
-from ..errors import InvalidRequestError
-from ..model import FINAL_STATES, JobSpec
+from ..core.errors import InvalidRequestError
+from ..core.model import FINAL_STATES, JobSpec
 from . import keys
 from .connect import text
 

@@ -12,7 +12,7 @@ import math
 
 import msgpack
 
-from .. import predict
+from ..core import predict
 from . import keys
 
 

@@ -7,9 +7,9 @@ ids to the pending and all-jobs indexes with lua/submit.lua, in one MULTI/EXEC.
 
 from __future__ import annotations
 
-from ..errors import DispatcherError, JobNotFound, MalformedRecord
-from ..model import FINAL_STATES, JobSpec
-from ..predict import fingerprint
+from ..core.errors import DispatcherError, JobNotFound, MalformedRecord
+from ..core.model import FINAL_STATES, JobSpec
+from ..core.predict import fingerprint
 from . import keys, scripts
 from .codec import decode_spec, encode_spec
 from .connect import text
@@ -272,7 +272,7 @@ def cancel_job(scripts, client, ns: str, job_id: str, now_ms: int, reason: str =
     if code == 1:
         return "cancelled"
     if code == 2:
-        from .. import control
+        from . import control
 
         node, epoch = client.hmget(keys.job(ns, job_id), "node", "epoch")
         control.send(client, ns, text(node), {"type": "cancel", "job": job_id, "epoch": int(epoch or 0),
@@ -301,8 +301,8 @@ def is_final(state: str) -> bool:
 
 def preempt_job(scripts, client, ns: str, job_id: str, now_ms: int, *, force: bool, by: str) -> str:
     """An operator's preemption: graceful for a checkpointable job, forced with `force`. Returns the mode."""
-    from .. import control
-    from ..errors import InvalidRequestError, InvalidStateError
+    from . import control
+    from ..core.errors import InvalidRequestError, InvalidStateError
 
     job = read_job(client, ns, job_id)
     if job["state"] != "running":

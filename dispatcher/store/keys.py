@@ -10,7 +10,7 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |   fields: spec (msgpack JobSpec), state, node, gpus ("0,1"), attempt, epoch,               |
 |   submit_ms, assigned_ms, started_ms, finished_ms, exit_code, reason, lost (node failures) |
 |   pred_s, pred_conf, pred_runs, pred_src, pred_mem_gb (submit's prediction from the run    |
-|   history of the job's fingerprint, dispatcher/predict.py), plan_est_s (the estimate the   |
+|   history of the job's fingerprint, dispatcher/core/predict.py), plan_est_s (the estimate the   |
 |   policy uses, when not the user's own),                                                   |
 |   peak_gpu_mem_gb (agent heartbeat, when it grows),                                        |
 |   warning, idle_since_ms (agent, while all its GPUs idle; idle_warning.lua, cleared when   |

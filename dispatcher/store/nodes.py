@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import MalformedRecord
-from ..model import GpuInfo
+from ..core.errors import MalformedRecord
+from ..core.model import GpuInfo
 from . import keys, scripts
 from .codec import decode_node_info, encode_node_info
 from .connect import text

@@ -17,6 +17,7 @@ import msgpack
 
 from . import keys
 from .connect import text
+from .quarantine import tolerant
 
 #: How many policies the history keeps.
 HISTORY_KEPT = 10
@@ -90,3 +91,16 @@ def record_policy(client, ns: str, text_: str, source: str, now_ms: int) -> dict
 def read_policy_history(client, ns: str) -> list[dict]:
     """The kept policies, newest first; entries that do not decode are skipped."""
     return [e for e in map(_decode, client.lrange(keys.policy_history(ns), 0, HISTORY_KEPT - 1)) if e]
+
+
+def write_policy(client, ns: str, text_: str, source: str, profile: str, loaded_ms: int, *, digest: str = "",
+                 number: int = 0) -> None:
+    """The policy in force and its profile now; `digest` and `number` name its entry in the policy
+    history (below)."""
+    client.hset(keys.policy(ns), mapping={"text": text_, "source": source, "profile": profile,
+                                          "loaded_ms": loaded_ms, "digest": digest, "number": number})
+
+
+def read_policy(client, ns: str) -> dict:
+    raw = tolerant(lambda: client.hgetall(keys.policy(ns)), {})
+    return {k.decode(): text(v) for k, v in raw.items()}

@@ -30,7 +30,7 @@ log = logging.getLogger("dispatch.store")
 QUARANTINE_KEPT = 10_000
 #: The most a time in milliseconds may be (2**53: beyond it a float score is no longer exact).
 MAX_MS = 2 ** 53
-#: Job ids (dispatcher/spec.py) and node names (the agent's --node): nothing else is a member of an index.
+#: Job ids (dispatcher/core/spec.py) and node names (the agent's --node): nothing else is a member of an index.
 NAME = re.compile(rb"[A-Za-z0-9_.-]{1,64}")
 ACTIVE = "assigned,running,preempting"
 

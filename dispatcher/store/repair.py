@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from .. import control
+from . import control
 from . import keys
 from .connect import text
 from .jobs import rebuild_indexes

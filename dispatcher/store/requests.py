@@ -1,4 +1,4 @@
-"""Signed requests, for clusters with identity on (dispatcher/identity.py).
+"""Signed requests, for clusters with identity on (dispatcher/auth/identity.py).
 
 A client XADDs {id, kind, user, ts, body (msgpack), sig} to keys.requests and waits
 on keys.reply(id). The leading scheduler reads the requests after the last one it
@@ -17,8 +17,8 @@ import uuid
 
 import msgpack
 
-from ..errors import DispatcherError, InvalidRequestError
-from ..identity import MAX_SKEW_S, NotAllowed, Verifier, sign
+from ..core.errors import DispatcherError, InvalidRequestError
+from ..auth.identity import MAX_SKEW_S, NotAllowed, Verifier, sign
 from . import keys
 from .codec import decode_spec
 from .connect import text
@@ -150,7 +150,7 @@ class RequestServer:
 
     def _capability(self, job_id: str, epoch: str, user: str) -> str:
         """The capability of job_id's attempt `epoch`, if that attempt runs now as `user`; raises otherwise."""
-        from ..identity import job_capability
+        from ..auth.identity import job_capability
         from .jobs import read_job
 
         job = read_job(self.client, self.ns, job_id)
@@ -161,7 +161,7 @@ class RequestServer:
     def _submit(self, user: str, body: dict, record) -> None:
         """Write the request's specs as `user`'s jobs, sealed under their ids (identity.seal_job), in one
         transaction with the request's answer. The request's signature covers the specs' bytes."""
-        from ..identity import seal_job
+        from ..auth.identity import seal_job
         from .jobs import write_jobs
 
         raw_specs = body.get("specs")
@@ -195,8 +195,8 @@ class RequestServer:
 
 # -- the client's side ---------------------------------------------------------------------------
 def _token() -> str:
-    from ..errors import ConfigError
-    from ..identity import client_token
+    from ..core.errors import ConfigError
+    from ..auth.identity import client_token
 
     token = client_token()
     if not token:

@@ -26,7 +26,7 @@ import hashlib
 import sys
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from . import keys
 
 ROLES = ("leader", "agent", "user")

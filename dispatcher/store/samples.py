@@ -9,7 +9,7 @@ top` and /metrics read them for the charts and for the alerts that need a durati
 
 from __future__ import annotations
 
-from ..policy.config import PolicyConfig
+from ..core.model import IDLE_UTIL_PCT
 from . import keys
 from .connect import text
 from .quarantine import is_time, tolerant
@@ -18,9 +18,6 @@ from .quarantine import is_time, tolerant
 SAMPLE_EVERY_MS = 15_000
 #: Samples kept: 12 hours of them (approximate trim).
 SAMPLES_KEPT = 12 * 3600 * 1000 // SAMPLE_EVERY_MS
-#: A held GPU below this utilization (percent, as NVML reports it) counts as idle, unless the
-#: policy sets another idle_util (the figure the node agents' idle warnings use: policy/idle.py).
-IDLE_UTIL_PCT = PolicyConfig.idle_util_pct
 #: At most this many idle GPUs are named in one sample (the count is always exact).
 IDLE_NAMED = 512
 

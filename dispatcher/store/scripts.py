@@ -110,8 +110,8 @@ class Scripts:
         `lost_retries`: the attempt was lost with its node; the job's retry budget. `fence`: the
         leading scheduler's lease value, for its requeues of dead nodes' jobs. `spec`: the job's
         JobSpec, given by its agent; a success is then recorded in the run history of its fingerprint
-        and of its user (dispatcher/predict.py)."""
-        from ..predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, fingerprint
+        and of its user (dispatcher/core/predict.py)."""
+        from ..core.predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, fingerprint
 
         ns = self.ns
         record = spec is not None and state == "succeeded"

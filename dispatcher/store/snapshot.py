@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
-from ..errors import MalformedRecord
-from ..cycle import NodeView, PendingJob, Plan, Preemption, RunningJob, Snapshot
-from ..model import ACTIVE_STATES, FAILED
+from ..core.errors import MalformedRecord
+from ..core.plan import NodeView, PendingJob, Plan, Preemption, RunningJob, Snapshot
+from ..core.model import ACTIVE_STATES, FAILED
 from . import keys, scripts
 from .codec import decode_spec
 from .connect import text
-from ..policy.elastic import is_elastic, run_time
+from ..core.elastic import is_elastic, run_time
 from .dependencies import READY, judge_all
 from .history import plan_estimate
 from .nodes import NodeRecord, read_nodes
@@ -265,7 +265,7 @@ class RedisPlanner:
         `waiting`: the pending jobs the policy saw (a job that left them keeps the reason it ended with).
         `fence` is the leader's lease value: once another scheduler leads, both scripts refuse (-4).
         """
-        from .. import control
+        from . import control
 
         pipe = self.client.pipeline(transaction=True)
         commands = []

@@ -220,7 +220,7 @@ class RoundTrips:
 def phase_times(sched):
     """Seconds spent in each phase of `sched`'s cycles while inside: read (Mirror.sync), policy
     (plan_cycle), commit (RedisPlanner.commit). Wraps them for the duration, measurement only."""
-    import dispatcher.scheduler as S
+    import dispatcher.scheduler.loop as S
 
     totals: dict[str, float] = {}
 
@@ -292,7 +292,7 @@ class Bench:
     it started (each in its own session, stopped by its pid)."""
 
     def __init__(self, tmp: Path, quick: bool):
-        from dispatcher.embedded import EmbeddedServer
+        from dispatcher.up.embedded import EmbeddedServer
         from dispatcher.store.connect import connect
 
         self.tmp, self.quick = tmp, quick

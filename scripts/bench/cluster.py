@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import benchlib as bl  # also puts the repository on sys.path
 from dispatcher.config import Timing
-from dispatcher.gpuspec import parse_fake_gpus
-from dispatcher.model import JobSpec
-from dispatcher.spec import build_spec
+from dispatcher.core.gpuspec import parse_fake_gpus
+from dispatcher.core.model import JobSpec
+from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.connect import text
 from dispatcher.store.jobs import write_jobs

@@ -242,7 +242,7 @@ def react_floor(client, ns: str, node: str, gpu: int, n: int) -> dict:
 
 def child(args: dict) -> dict:
     __import__("rq")  # the scheduler's planner imports it: part of the baseline
-    from dispatcher.scheduler import Scheduler
+    from dispatcher.scheduler.loop import Scheduler
     from dispatcher.store.connect import connect
 
     client = connect(args["url"])

@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from realqueue import Realistic  # noqa: E402
-from dispatcher.cycle import Snapshot  # noqa: E402
+from dispatcher.core.plan import Snapshot  # noqa: E402
 from dispatcher.policy import Backlog, plan_cycle  # noqa: E402
-from dispatcher.suite_run import load_workloads, policy_named  # noqa: E402
+from dispatcher.lab.suite_run import load_workloads, policy_named  # noqa: E402
 
 
 def plan_lines(plan) -> list[str]:

@@ -33,7 +33,7 @@ def usage(client, keys_: list[str]) -> list[int]:
 def dispatch_bytes(bench: bl.Bench, n: int) -> tuple[float, float, float]:
     """(bytes per job as submitted, after one scheduler cycle, index share)"""
     from dispatcher.api import Client
-    from dispatcher.scheduler import Scheduler
+    from dispatcher.scheduler.loop import Scheduler
     from dispatcher.store import keys
 
     ns = bench.namespace("memory")

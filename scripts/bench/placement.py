@@ -23,7 +23,7 @@ TARGET_PER_S = 2_000.0
 
 def burst(client, ns: str, n_jobs: int, n_nodes: int, seed: int) -> tuple[float, int, dict]:
     """(jobs assigned per second of cycle time, cycles, time per phase in ms)"""
-    from dispatcher.scheduler import Scheduler
+    from dispatcher.scheduler.loop import Scheduler
 
     cluster.add_nodes(client, ns, cluster.node_names(n_nodes))
     cluster.submit(client, ns, cluster.job_specs(n_jobs, gpus=(1,), seed=seed))

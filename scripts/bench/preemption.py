@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import benchlib as bl  # noqa: E402 (beside this file)
 from dispatcher.api import Client  # noqa: E402
-from dispatcher.embedded import EmbeddedServer  # noqa: E402
+from dispatcher.up.embedded import EmbeddedServer  # noqa: E402
 from dispatcher.store.jobs import read_log  # noqa: E402
 
 VICTIM = "trap 'echo SIGNALLED $(date +%s.%N); exit 0' TERM; while :; do sleep 0.05; done"

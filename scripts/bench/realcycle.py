@@ -80,7 +80,7 @@ def churn(client, ns: str, rng: random.Random, gen: Realistic, ends: int = 10, a
 def child(args: dict) -> dict:
     __import__("rq")  # the scheduler's planner imports it: part of the baseline
     from dispatcher.config import Timing
-    from dispatcher.scheduler import Scheduler
+    from dispatcher.scheduler.loop import Scheduler
     from dispatcher.store.connect import connect
 
     client = connect(args["url"])

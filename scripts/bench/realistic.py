@@ -32,9 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dispatcher.cycle import Snapshot  # noqa: E402
+from dispatcher.core.plan import Snapshot  # noqa: E402
 from dispatcher.policy import Backlog, plan_cycle  # noqa: E402
-from dispatcher.suite_run import policy_named  # noqa: E402
+from dispatcher.lab.suite_run import policy_named  # noqa: E402
 from realqueue import Realistic  # noqa: E402
 
 NOW_MS = Realistic(0, 0).now_ms

@@ -21,8 +21,8 @@ import random
 import time
 from dataclasses import dataclass, replace
 
-from dispatcher.cycle import NodeView, PendingJob, RunningJob
-from dispatcher.model import PRIORITIES, GpuInfo, JobSpec
+from dispatcher.core.plan import NodeView, PendingJob, RunningJob
+from dispatcher.core.model import PRIORITIES, GpuInfo, JobSpec
 
 KINDS = (("A100", 80.0, 0.4), ("H100", 80.0, 0.3), ("V100", 32.0, 0.3))
 NODE_CPUS, NODE_MEM_GB = 128, 1024.0
@@ -137,7 +137,7 @@ class Realistic:
 
 def _checked(spec: JobSpec, submit_ms: int) -> JobSpec:
     """The spec as `dispatch submit` would have made it (build_spec's checks and defaults)."""
-    from dispatcher.spec import build_spec
+    from dispatcher.core.spec import build_spec
 
     got = build_spec(command=list(spec.command), user=spec.user, submit_ms=submit_ms, gpus=spec.gpus,
                      gpu_type=",".join(spec.gpu_types) or None, gpu_mem_gb=spec.gpu_mem_gb,

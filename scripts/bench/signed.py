@@ -43,8 +43,8 @@ def _serve(client, ns, server, stop: threading.Event) -> None:
 
 def measure(url: str, n: int, repeats: int) -> dict:
     from dispatcher.api import Client
-    from dispatcher.identity import Verifier, token_for
-    from dispatcher.spec import build_spec
+    from dispatcher.auth.identity import Verifier, token_for
+    from dispatcher.core.spec import build_spec
     from dispatcher.store.connect import connect
     from dispatcher.store.requests import RequestServer, submit_specs
     from dispatcher.store.jobs import write_jobs
@@ -114,7 +114,7 @@ def main() -> None:
     if args.url:
         print(json.dumps(measure(args.url, args.n, args.repeats)))
         return
-    from dispatcher.embedded import EmbeddedServer
+    from dispatcher.up.embedded import EmbeddedServer
 
     with tempfile.TemporaryDirectory() as tmp:
         server = EmbeddedServer(Path(tmp) / "redis", appendonly=False).start()

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from dispatcher.suite_run import load_workloads, simulate_one  # noqa: E402
+from dispatcher.lab.suite_run import load_workloads, simulate_one  # noqa: E402
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ REQUEST = {"command": ["python", "train.py", "--lr", "0.1"], "gpus": 2, "name": 
 
 def _records(n: int) -> list[tuple[bytes, int]]:
     """n copies of REQUEST's record, encoded as write_jobs encodes them (ids 1..n)."""
-    from dispatcher.spec import build_spec
+    from dispatcher.core.spec import build_spec
     from dispatcher.store.codec import encode_spec
 
     spec = build_spec(command=REQUEST["command"], user="bench", submit_ms=int(time.time() * 1000), cwd=os.getcwd(),

@@ -25,7 +25,7 @@ from dispatcher.sim.compare import simulate  # noqa: E402
 from dispatcher.sim.engine import make_nodes  # noqa: E402
 from dispatcher.sim.policies import BASELINES  # noqa: E402
 from dispatcher.sim.workload import EstimateModel, parse_trace  # noqa: E402
-from dispatcher.suite_run import policy_named  # noqa: E402
+from dispatcher.lab.suite_run import policy_named  # noqa: E402
 
 
 def main() -> None:

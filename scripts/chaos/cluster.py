@@ -21,8 +21,8 @@ from pathlib import Path
 
 from procs import Fleet, alive, cmdline, descendants
 
-from dispatcher.embedded import EmbeddedServer, free_port
-from dispatcher.errors import ConfigError
+from dispatcher.up.embedded import EmbeddedServer, free_port
+from dispatcher.core.errors import ConfigError
 from dispatcher.store import keys
 from dispatcher.store.connect import connect, text
 from hostfaults import DataDisk, NetNode

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from dispatcher.sim.suite import BASELINES, promises, row, shortfall  # noqa: E402
-from dispatcher.suite_run import load_workloads, run  # noqa: E402
+from dispatcher.lab.suite_run import load_workloads, run  # noqa: E402
 
 
 JCT_PROMISES = ("jct<las", "jct<fifo-easy")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dispatcher import errors
+from dispatcher.core import errors
 
 BAD_SUBMITS = [
     (["--gpus", "-1", "--", "true"], "--gpus", errors.EXIT_USAGE),
@@ -116,7 +116,7 @@ def test_up_needs_no_redis_and_other_commands_find_it(tmp_path):
     assert not (tmp_path / "server.json").exists()
     assert (tmp_path / "data" / "appendonlydir").is_dir()  # the append-only file was on
     from dispatcher.store.connect import connect
-    from dispatcher.errors import ConnectionError as DispatchConnectionError
+    from dispatcher.core.errors import ConnectionError as DispatchConnectionError
 
     with pytest.raises(DispatchConnectionError):
         connect(url)  # the embedded server stopped with it

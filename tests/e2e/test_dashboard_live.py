@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dispatcher.model import GpuInfo
+from dispatcher.core.model import GpuInfo
 from dispatcher.store.nodes import NodeRecord
 from dispatcher.store.samples import record_sample
 from tests.conftest import IN_CI

@@ -4,7 +4,7 @@ run by a real scheduler and a fake-GPU node agent; a failing step fails the rest
 
 import pytest
 
-from dispatcher import errors
+from dispatcher.core import errors
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dispatcher import errors
+from dispatcher.core import errors
 
 pytestmark = pytest.mark.timeout(120)
 

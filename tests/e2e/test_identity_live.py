@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from dispatcher.spec import build_spec
+from dispatcher.core.spec import build_spec
 from dispatcher.store.jobs import write_jobs
 from dispatcher.store.requests import identity_on
 

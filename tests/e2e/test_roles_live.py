@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from dispatcher.embedded import free_port
+from dispatcher.up.embedded import free_port
 from dispatcher.store import roles
 from dispatcher.store.requests import identity_on
 

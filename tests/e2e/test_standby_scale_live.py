@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from dispatcher.model import PRIORITIES, GpuInfo
-from dispatcher.scheduler import now_ms
-from dispatcher.spec import build_spec
+from dispatcher.core.model import PRIORITIES, GpuInfo
+from dispatcher.scheduler.loop import now_ms
+from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.jobs import write_jobs
 from dispatcher.store.nodes import write_heartbeat

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from dispatcher import errors
+from dispatcher.core import errors
 
 from ..processes import stop_processes, wait_for
 

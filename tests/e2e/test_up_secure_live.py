@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from dispatcher import errors
+from dispatcher.core import errors
 
 from ..processes import stop_processes, wait_for
 

@@ -3,7 +3,7 @@
 import pytest
 
 from dispatcher.api import Client
-from dispatcher.errors import InvalidRequestError
+from dispatcher.core.errors import InvalidRequestError
 from dispatcher.store import keys
 
 

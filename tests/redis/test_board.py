@@ -4,13 +4,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from dispatcher.alerts import AlertConfig, evaluate
-from dispatcher.board import Board
-from dispatcher.errors import ConfigError
-from dispatcher.metrics import ClusterCollector, exposition
-from dispatcher.model import GpuInfo
-from dispatcher.scheduler import now_ms
-from dispatcher.spec import build_spec
+from dispatcher.views.alerts import AlertConfig, evaluate
+from dispatcher.views.board import Board
+from dispatcher.core.errors import ConfigError
+from dispatcher.views.metrics import ClusterCollector, exposition
+from dispatcher.core.model import GpuInfo
+from dispatcher.scheduler.loop import now_ms
+from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.jobs import write_jobs
 from dispatcher.store.nodes import NodeRecord, write_heartbeat

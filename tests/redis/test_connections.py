@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.embedded import EmbeddedServer, free_port, server_binary
+from dispatcher.up.embedded import EmbeddedServer, free_port, server_binary
 from dispatcher.store.connect import connect
 
 IN_CI = bool(os.environ.get("CI"))

@@ -4,9 +4,9 @@ submit. Agents are played by the scripts they call (mark_running, finish)."""
 
 import pytest
 
-from dispatcher.errors import InvalidRequestError
-from dispatcher.explain import explain
-from dispatcher.scheduler import Scheduler, now_ms
+from dispatcher.core.errors import InvalidRequestError
+from dispatcher.views.explain import explain
+from dispatcher.scheduler.loop import Scheduler, now_ms
 from dispatcher.store.jobs import read_job
 from dispatcher.store.scripts import Scripts
 from tests.redis.test_store import beat, submit

@@ -7,11 +7,11 @@ import time
 import pytest
 
 from dispatcher.config import Timing
-from dispatcher.liveness import HeartbeatWatch
-from dispatcher.cycle import Plan
-from dispatcher.model import GpuInfo
-from dispatcher.scheduler import Scheduler, now_ms
-from dispatcher.spec import build_spec
+from dispatcher.scheduler.liveness import HeartbeatWatch
+from dispatcher.core.plan import Plan
+from dispatcher.core.model import GpuInfo
+from dispatcher.scheduler.loop import Scheduler, now_ms
+from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.jobs import read_job, write_jobs
 from dispatcher.store.leader import current_leader

@@ -24,17 +24,17 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from dispatcher import top
-from dispatcher.board import Board
-from dispatcher.errors import DispatcherError
-from dispatcher.explain import explain
-from dispatcher.forecast import read_eta
-from dispatcher.scheduler import Scheduler, now_ms
+from dispatcher.views import top
+from dispatcher.views.board import Board
+from dispatcher.core.errors import DispatcherError
+from dispatcher.views.explain import explain
+from dispatcher.views.forecast import read_eta
+from dispatcher.scheduler.loop import Scheduler, now_ms
 from dispatcher.store import keys
 from dispatcher.store.codec import encode_node_info
 from dispatcher.store.jobs import read_job, read_queue
 from dispatcher.store.quarantine import FIXED, PER_NODE, report
-from dispatcher.model import GpuInfo
+from dispatcher.core.model import GpuInfo
 from tests.redis.test_fuzz_records import FUZZ, beat, fresh_ns, raw_job, submit_good, wipe
 
 FUZZ_FEW = settings(FUZZ, max_examples=25)
@@ -294,7 +294,7 @@ COMMANDS = st.one_of(
 def test_hostile_control_commands_never_stall_the_channel(rc, raws):
     """What the agent's control loop reads: only commands shaped as control.send sends them; the rest
     acked and in quarantine (read again and again, one would stall the channel for good)."""
-    from dispatcher import control
+    from dispatcher.store import control
 
     ns = fresh_ns()
     try:
@@ -326,7 +326,7 @@ REQUEST = st.fixed_dictionaries({}, optional={k: WILD for k in ("id", "kind", "u
 def test_hostile_requests_never_stop_the_leader(rc, requests, done):
     """The requests stream (identity on): every entry is answered or refused, the mark moves past all
     of them, and a mark that is no stream id is quarantined."""
-    from dispatcher.identity import Verifier
+    from dispatcher.auth.identity import Verifier
     from dispatcher.store.requests import RequestServer
     from dispatcher.store.scripts import Scripts
 

@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import msgpack
 
-from dispatcher.board import Board
-from dispatcher.model import GpuInfo
-from dispatcher.scheduler import now_ms
-from dispatcher.spec import build_spec
+from dispatcher.views.board import Board
+from dispatcher.core.model import GpuInfo
+from dispatcher.scheduler.loop import now_ms
+from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
-from dispatcher.store.decisions import write_policy
+from dispatcher.store.policies import write_policy
 from dispatcher.store.jobs import read_job, write_jobs
 from dispatcher.store.nodes import write_heartbeat
 from dispatcher.store.scripts import Scripts

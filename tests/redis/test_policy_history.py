@@ -7,10 +7,10 @@ import json
 import os
 import time
 
-from dispatcher.model import GpuInfo
-from dispatcher.policy_source import PolicySource
-from dispatcher.scheduler import Scheduler, now_ms
-from dispatcher.spec import build_spec
+from dispatcher.core.model import GpuInfo
+from dispatcher.scheduler.policy_source import PolicySource
+from dispatcher.scheduler.loop import Scheduler, now_ms
+from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.jobs import write_jobs
 from dispatcher.store.nodes import write_heartbeat

@@ -3,14 +3,14 @@ submit reads it (one round trip with the id), and the scheduler's policy sees th
 
 import msgpack
 
-from dispatcher import predict
-from dispatcher.explain import explain
-from dispatcher.scheduler import now_ms
-from dispatcher.spec import build_spec
+from dispatcher.core import predict
+from dispatcher.views.explain import explain
+from dispatcher.scheduler.loop import now_ms
+from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.codec import decode_spec
 from dispatcher.store.jobs import read_job, write_jobs
-from dispatcher.store.mirror import Mirror
+from dispatcher.scheduler.mirror import Mirror
 from dispatcher.store.scripts import Scripts
 
 

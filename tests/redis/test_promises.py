@@ -2,8 +2,8 @@
 
 import json
 
-from dispatcher.scheduler import now_ms
-from dispatcher.spec import build_spec
+from dispatcher.scheduler.loop import now_ms
+from dispatcher.core.spec import build_spec
 from dispatcher.store.jobs import write_jobs
 
 

@@ -10,10 +10,10 @@ import math
 import msgpack
 import pytest
 
-from dispatcher import control
-from dispatcher.errors import DispatcherError
-from dispatcher.explain import explain
-from dispatcher.scheduler import Scheduler, now_ms
+from dispatcher.store import control
+from dispatcher.core.errors import DispatcherError
+from dispatcher.views.explain import explain
+from dispatcher.scheduler.loop import Scheduler, now_ms
 from dispatcher.store import keys
 from dispatcher.store.jobs import read_job
 from dispatcher.store.quarantine import read_quarantine, report
@@ -95,7 +95,7 @@ def test_an_active_index_of_the_wrong_type_is_rebuilt_from_the_running_jobs(clie
 
 
 def test_a_control_stream_of_the_wrong_type_still_gets_the_preemption(client, ns):
-    from dispatcher.spec import build_spec
+    from dispatcher.core.spec import build_spec
     from dispatcher.store.jobs import write_jobs
     from dispatcher.store.scripts import Scripts
 
@@ -146,7 +146,7 @@ def test_malformed_control_commands_are_acked_and_quarantined(client, ns):
 
 
 def test_a_requests_mark_that_is_no_stream_id_is_quarantined_not_a_crash(client, ns):
-    from dispatcher.identity import Verifier
+    from dispatcher.auth.identity import Verifier
     from dispatcher.store.requests import RequestServer
     from dispatcher.store.scripts import Scripts
 

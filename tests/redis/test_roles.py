@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from dispatcher import control
-from dispatcher.embedded import free_port, server_binary
-from dispatcher.errors import ConfigError
-from dispatcher.spec import build_spec
+from dispatcher.store import control
+from dispatcher.up.embedded import free_port, server_binary
+from dispatcher.core.errors import ConfigError
+from dispatcher.core.spec import build_spec
 from dispatcher.store import keys, roles
 from dispatcher.store.connect import connect
 from dispatcher.store.jobs import append_log, cancel_job, read_job, read_log, read_queue, write_jobs

@@ -3,9 +3,9 @@
 import msgpack
 import pytest
 
-from dispatcher.model import GpuInfo
-from dispatcher.scheduler import Scheduler, now_ms
-from dispatcher.spec import build_spec
+from dispatcher.core.model import GpuInfo
+from dispatcher.scheduler.loop import Scheduler, now_ms
+from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.jobs import cancel_job, read_job, write_jobs
 from dispatcher.store.nodes import read_nodes, write_heartbeat
@@ -123,7 +123,7 @@ def test_the_mirror_rereads_only_nodes_whose_scheduling_facts_changed(client, ns
 
     from dispatcher.config import Timing
     from dispatcher.policy import PolicyConfig
-    from dispatcher.store.mirror import Mirror
+    from dispatcher.scheduler.mirror import Mirror
     from dispatcher.store.nodes import schedule_facts
 
     gpus = [GpuInfo(i, "NVIDIA A100-40GB", 40.0) for i in range(2)]

@@ -9,7 +9,7 @@ import json
 import pytest
 import redis
 
-from dispatcher.embedded import free_port
+from dispatcher.up.embedded import free_port
 
 from .conftest import wait
 

@@ -10,13 +10,13 @@ import pytest
 from click.testing import CliRunner
 
 from dispatcher.cli import cli as dispatch
-from dispatcher.model import GpuInfo
+from dispatcher.core.model import GpuInfo
 from dispatcher.policy.profiles import parse_policy
-from dispatcher.policy_source import PolicySource
-from dispatcher.scheduler import Scheduler, now_ms
+from dispatcher.scheduler.policy_source import PolicySource
+from dispatcher.scheduler.loop import Scheduler, now_ms
 from dispatcher.sim.tune import objective
 from dispatcher.sim.workload import TraceJob, format_trace
-from dispatcher.spec import build_spec
+from dispatcher.core.spec import build_spec
 from dispatcher.store.jobs import write_jobs
 from dispatcher.store.nodes import write_heartbeat
 from dispatcher.store.scripts import Scripts

@@ -2,7 +2,7 @@
 
 import time
 
-from dispatcher.board import _Cached
+from dispatcher.views.board import _Cached
 
 
 def test_a_slow_read_is_reused_for_several_times_as_long_as_it_took():

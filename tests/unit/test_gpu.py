@@ -2,8 +2,8 @@
 
 import pytest
 
-from dispatcher.errors import InvalidRequestError, NoGpuError
-from dispatcher.gpuspec import parse_fake_gpus
+from dispatcher.core.errors import InvalidRequestError, NoGpuError
+from dispatcher.core.gpuspec import parse_fake_gpus
 from workers.gpu import NvmlProbe
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from dispatcher.errors import ConfigError
+from dispatcher.core.errors import ConfigError
 from dispatcher.policy.config import PolicyConfig
 from dispatcher.policy.idle import (BUSY, IDLE, REQUEUE, WARN, IdleClock, idle_action, job_idle, requeue_reason,
                                     span, warning_text)

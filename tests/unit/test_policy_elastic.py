@@ -3,9 +3,9 @@ finishes it soonest, waiting included, and says why."""
 
 import pytest
 
-from dispatcher.cycle import Code
+from dispatcher.core.plan import Code
 from dispatcher.policy import PolicyConfig, schedule
-from dispatcher.policy.elastic import ScalingError, counts, parse_scaling, run_time
+from dispatcher.core.elastic import ScalingError, counts, parse_scaling, run_time
 from tests.builders import NOW_MS, make_job, make_node, snapshot
 
 HOUR = 3600.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.errors import ConfigError
+from dispatcher.core.errors import ConfigError
 from dispatcher.policy.config import PolicyConfig
 from dispatcher.policy.profiles import parse_policy
 

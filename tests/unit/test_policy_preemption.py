@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.cycle import Code, PendingJob, Plan, Reservation, RunningJob, Snapshot
-from dispatcher.model import PRIORITIES, JobSpec
+from dispatcher.core.plan import Code, PendingJob, Plan, Reservation, RunningJob, Snapshot
+from dispatcher.core.model import PRIORITIES, JobSpec
 from dispatcher.policy import PolicyConfig, schedule
 from dispatcher.policy.config import TeamQuota
 from dispatcher.policy.fit import gpu_usable

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.cycle import Code, NodeView, PendingJob, Plan, RunningJob, Snapshot, Verdict
-from dispatcher.model import PRIORITIES, GpuInfo, JobSpec
+from dispatcher.core.plan import Code, NodeView, PendingJob, Plan, RunningJob, Snapshot, Verdict
+from dispatcher.core.model import PRIORITIES, GpuInfo, JobSpec
 from dispatcher.policy import PolicyConfig, schedule
 from dispatcher.policy.backlog import bucket_key
 from dispatcher.policy.fit import describe_need, fits_ever, gpu_family_matches, gpu_usable

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.errors import ConfigError
+from dispatcher.core.errors import ConfigError
 from dispatcher.policy.config import PolicyConfig, TeamQuota
 from dispatcher.policy.profiles import PREEMPT_BY, PolicySet, ScheduleEntry, parse_policy
 from dispatcher.policy.render import diff_policies, duration, file_key, render_policy

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from dispatcher.cycle import Code, Plan, Reservation, Verdict
+from dispatcher.core.plan import Code, Plan, Reservation, Verdict
 from dispatcher.policy import PolicyConfig, rest_verdict, schedule
 from dispatcher.policy.config import TeamQuota
 from tests.builders import NOW_MS, make_job, make_node, snapshot

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.cycle import NodeView
-from dispatcher.model import GpuInfo
+from dispatcher.core.plan import NodeView
+from dispatcher.core.model import GpuInfo
 from dispatcher.policy.config import WEIGHT_TERMS, PolicyConfig
 from dispatcher.policy.fit import choose_gpus, fit_score, fits_ever, gpu_family_matches, gpu_usable
 from dispatcher.policy.schedule import weighted

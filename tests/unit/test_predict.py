@@ -1,13 +1,13 @@
-"""The runtime predictor (dispatcher/predict.py): pure, table-driven, milliseconds."""
+"""The runtime predictor (dispatcher/core/predict.py): pure, table-driven, milliseconds."""
 
 import ast
 from pathlib import Path
 
 import pytest
 
-from dispatcher import predict
-from dispatcher.model import JobSpec
-from dispatcher.predict import Prediction, Run, estimate_ratio, fingerprint, normalise_command, policy_estimate
+from dispatcher.core import predict
+from dispatcher.core.model import JobSpec
+from dispatcher.core.predict import Prediction, Run, estimate_ratio, fingerprint, normalise_command, policy_estimate
 
 
 def spec(command=("python", "train.py"), user="alice", gpus=1, gpu_types=()):

@@ -6,9 +6,16 @@ import gc
 import msgpack
 import pytest
 
-from dispatcher.errors import InvalidRequestError, MalformedRecord
-from dispatcher.model import JobSpec
-from dispatcher.spec import build_spec, gc_paused, parse_duration, parse_gpu_types, parse_priority, spec_from_request
+from dispatcher.core.errors import InvalidRequestError, MalformedRecord
+from dispatcher.core.model import JobSpec
+from dispatcher.core.spec import (
+    build_spec,
+    gc_paused,
+    parse_duration,
+    parse_gpu_types,
+    parse_priority,
+    spec_from_request,
+)
 from dispatcher.store.codec import decode_spec, encode_spec
 
 

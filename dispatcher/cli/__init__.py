@@ -1,0 +1,225 @@
+"""The `dispatch` command. Subcommands parse, call one library function, and format.
+
+This is the only place errors become messages: a DispatcherError prints one line
+and exits with its code; tracebacks appear only with --debug. Imports of redis,
+rq and pynvml stay inside the commands that need them, so `dispatch submit` is quick.
+
+This module holds the group, main() and the helpers the subcommands share. The
+subcommands live by area in cli/submit.py (submit alone: the command run most, kept
+small), cli/jobs.py (the commands that look at or act on jobs), cli/policy.py (the
+policy group), cli/ops.py (top, the long-running parts, auth) and cli/lab.py
+(simulate, history, tune); the group
+imports only the module of the command it runs (COMMANDS).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+import sys
+import time
+
+import click
+
+from ..core import errors
+from ..core.errors import DispatcherError
+
+
+#: How long a command waits for the server of a `dispatch up` that is starting it.
+RESTART_WAIT_S = 15.0
+#: The key prefix when neither --namespace nor the server's record names one.
+DEFAULT_NAMESPACE = "dispatch"
+
+
+class Ctx:
+    """Lazily connecting context shared by the subcommands."""
+
+    def __init__(self, url: str | None, ns: str | None, debug: bool):
+        from ..config import note_flag
+
+        self._url_flag, self._ns_flag, self.debug = url, ns, debug
+        self._client = None
+        note_flag(url)
+
+    @property
+    def ns(self) -> str:
+        """--namespace (DISPATCH_NAMESPACE), else that of the server the URL comes from (the login
+        file's, or the running `dispatch up`'s), else "dispatch"."""
+        if self._ns_flag:
+            return self._ns_flag
+        from ..config import default_namespace
+
+        return default_namespace() or DEFAULT_NAMESPACE
+
+    @property
+    def url(self) -> str:
+        from ..config import resolve_url
+
+        return resolve_url(self._url_flag)
+
+    @property
+    def client(self):
+        """Connected at first use. A server that `dispatch up` is still starting is waited for (up to
+        RESTART_WAIT_S), so a command run right after `up` works; a restart is said at once."""
+        if self._client is None:
+            from ..config import restarting_error
+            from ..store.connect import connect
+
+            deadline = time.monotonic() + RESTART_WAIT_S
+            while True:
+                try:
+                    self._client = connect(self.url)
+                    break
+                except errors.ServerRestarting as e:  # a restart is said at once; a first start waited for
+                    if e.status != "starting" or time.monotonic() > deadline:
+                        raise
+                except errors.ConnectionError as e:  # server.json says running, the server not yet
+                    pending = restarting_error() if e.transient else None
+                    if pending is None or pending.status != "starting" or time.monotonic() > deadline:
+                        raise
+                time.sleep(0.25)
+        return self._client
+
+    @property
+    def scripts(self):
+        from ..store.scripts import Scripts
+
+        return Scripts(self.client, self.ns)
+
+
+def common(fn):
+    """--redis, --namespace and --debug on every command."""
+    @click.option("--redis", "redis_url", envvar="DISPATCH_REDIS_URL", metavar="URL",
+                  help="Redis URL (env DISPATCH_REDIS_URL; else the server a running `dispatch up` recorded; "
+                       "no other default).")
+    @click.option("--namespace", "ns", envvar="DISPATCH_NAMESPACE", default=None,
+                  help="Key prefix, to run several clusters on one Redis (default: the one `dispatch up` or "
+                       "`dispatch login` recorded, else dispatch).")
+    @click.option("--debug", is_flag=True, help="Show tracebacks.")
+    @functools.wraps(fn)
+    def wrapper(redis_url, ns, debug, **kwargs):
+        if ns is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,32}", ns):
+            raise click.BadParameter("letters, digits and _.- only", param_hint="--namespace")
+        ctx = Ctx(redis_url, ns, debug)
+        click.get_current_context().meta["debug"] = debug
+        return fn(ctx, **kwargs)
+    return wrapper
+
+
+def json_flag(fn):
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _fmt_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(max(0, seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(fmt.format(*map(str, r)).rstrip() for r in [header] + rows)
+
+
+def _setup_logging(debug: bool) -> None:
+    import logging
+
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+
+
+#: Every subcommand, by name: "module:attribute". Command modules import their helpers from this
+#: one, and this one imports a command module only when that command is asked for.
+COMMANDS = {
+    "submit": "dispatcher.cli.submit:submit",
+    "queue": "dispatcher.cli.jobs:queue", "show": "dispatcher.cli.jobs:show", "cancel": "dispatcher.cli.jobs:cancel",
+    "preempt": "dispatcher.cli.jobs:preempt", "checkpointed": "dispatcher.cli.jobs:checkpointed",
+    "logs": "dispatcher.cli.jobs:logs", "wait": "dispatcher.cli.jobs:wait", "nodes": "dispatcher.cli.jobs:nodes",
+    "why": "dispatcher.cli.jobs:why", "eta": "dispatcher.cli.jobs:eta", "decisions": "dispatcher.cli.jobs:decisions",
+    "policy": "dispatcher.cli.policy:policy", "top": "dispatcher.cli.ops:top", "scheduler": "dispatcher.cli.ops:scheduler",
+    "worker": "dispatcher.cli.ops:worker", "dashboard": "dispatcher.cli.ops:dashboard", "up": "dispatcher.cli.ops:up",
+    "auth": "dispatcher.cli.ops:auth", "login": "dispatcher.cli.login:login",
+    "simulate": "dispatcher.cli.lab:simulate", "history": "dispatcher.cli.lab:history", "tune": "dispatcher.cli.lab:tune",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are defined in other modules, imported on first use."""
+
+    def __init__(self, *args, lazy_commands: dict[str, str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = lazy_commands
+
+    def list_commands(self, ctx):
+        return sorted({*self.commands, *self.lazy_commands})
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            module, _, attr = self.lazy_commands[cmd_name].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dispatch-gpu", prog_name="dispatch")
+def cli():
+    """dispatch: whose turn is it on the GPUs? Submit jobs; a scoring scheduler places them on GPU nodes."""
+
+
+def _restarting():
+    """A lost connection to the server of a `dispatch up` that still runs: it is restarting it. To the
+    server of a login: its owner's `dispatch up --shared` is not running (or moved)."""
+    from ..config import restarting_error, url_source
+
+    if url_source() == "login":
+        from ..auth.login import LoginGone
+
+        return LoginGone()
+    return restarting_error()
+
+
+def main() -> None:
+    debug = "--debug" in sys.argv
+    try:
+        rv = cli.main(standalone_mode=False, prog_name="dispatch")
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except DispatcherError as e:
+        if debug:
+            raise
+        if isinstance(e, errors.ConnectionError):
+            e = _restarting() or e
+        click.echo(f"dispatch: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except Exception as e:
+        if debug:
+            raise
+        import redis
+
+        if isinstance(e, redis.exceptions.NoPermissionError):
+            click.echo(f"dispatch: error: your Redis login may not do this ({e}); with identity on, users "
+                       "change jobs only through signed requests (docs/security.md, Roles)", err=True)
+            sys.exit(errors.EXIT_USAGE)
+        if isinstance(e, redis.exceptions.RedisError):
+            msg = _restarting() or f"Redis failed: {e} (is the server up? see `dispatch up`)"
+            click.echo(f"dispatch: error: {msg}", err=True)
+            sys.exit(errors.EXIT_CONNECT)
+        click.echo(f"dispatch: internal error: {type(e).__name__}: {e} (rerun with --debug for details)",
+                   err=True)
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,294 @@
+"""The commands that look at or act on jobs: queue, show, cancel, preempt, logs, wait, nodes, why, eta, ...
+(registered lazily in cli.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import click
+
+from ..core import errors
+from . import _fmt_age, _table, common, json_flag, now_ms
+from ..core.errors import InvalidRequestError
+from ..auth.identity import current_user
+
+
+@click.command()
+@click.option("--all", "show_all", is_flag=True, help="Include finished jobs (the latest 1000).")
+@json_flag
+@common
+def queue(ctx, show_all, as_json):
+    """Pending and running jobs, oldest first."""
+    from ..store import keys
+    from ..store.connect import text
+    from ..store.jobs import read_queue
+    from ..store.quarantine import report, tolerant
+
+    jobs = read_queue(ctx.client, ctx.ns, include_final=show_all)
+    if as_json:
+        click.echo(json.dumps(jobs, indent=1))
+        return
+    now = time.time()
+    rows = []
+    rest = text(tolerant(lambda: ctx.client.hget(keys.scheduler_stats(ctx.ns), "rest_reason"),
+                         None))  # why the jobs the last cycle did not reach wait
+    for j in jobs:
+        waited = ((j["started_at"] or j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
+                  if j["submitted_at"] else None)
+        gpus = f"{j['gpus_requested']}" + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")
+        where = f"{j['node']}:{','.join(map(str, j['gpus']))}" if j["node"] else "-"
+        reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else ""
+        reason = reason or (rest if j["state"] == "pending" else "")
+        rows.append([j["id"], j["name"] or "-", j["user"], j["priority"], j["state"], gpus, where,
+                     _fmt_age(waited), reason[:90]])
+    click.echo(_table(rows, ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON"]))
+    for line in report(ctx.client, ctx.ns):
+        click.echo(line)
+
+
+@click.command()
+@click.argument("job_id")
+@json_flag
+@common
+def show(ctx, job_id, as_json):
+    """One job in full."""
+    from ..store.jobs import read_job
+
+    job = read_job(ctx.client, ctx.ns, job_id)
+    if as_json:
+        click.echo(json.dumps(job, indent=1))
+        return
+    def at(v):
+        return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(v))} ({v:.3f})" if v else "-"
+
+    attempts = job.pop("attempts", [])
+    from ..core.predict import describe
+
+    job["prediction"] = describe(job["prediction"], job.pop("prediction_error"))
+    for k, v in job.items():
+        if k.endswith("_at") and v:
+            v = at(v)
+        click.echo(f"{k:>16}: {v if v not in (None, '', []) else '-'}")
+    for a in attempts:
+        click.echo(f"{'attempt ' + str(a['attempt']):>16}: {a['outcome']} on {a['node'] or '-'} GPUs {a['gpus']}, "
+                   f"{at(a['started_at'])} to {at(a['ended_at'])}" + (f": {a['reason']}" if a["reason"] else ""))
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, required=True)
+@common
+def cancel(ctx, job_ids):
+    """Cancel jobs: pending ones at once, running ones through their node (SIGTERM, grace, SIGKILL)."""
+    from ..store.jobs import cancel_job
+    from ..store.requests import act_signed, identity_on
+
+    signed = identity_on(ctx.client, ctx.ns)
+    for job_id in job_ids:
+        if signed:
+            outcome = act_signed(ctx.client, ctx.ns, "cancel", current_user(), job_id)
+        else:
+            outcome = cancel_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms())
+        msg = {"cancelled": "cancelled", "requested": "cancel sent to its node"}.get(outcome, f"already {outcome}")
+        click.echo(f"{job_id}: {msg}")
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--force", is_flag=True, help="Kill it even if it cannot checkpoint (its work since start is lost).")
+@common
+def preempt(ctx, job_id, force):
+    """Preempt a running job: checkpoint signal, grace, SIGKILL; it goes back to the queue."""
+    from ..store.jobs import preempt_job
+    from ..store.requests import act_signed, identity_on
+
+    if identity_on(ctx.client, ctx.ns):
+        mode = act_signed(ctx.client, ctx.ns, "preempt", current_user(), job_id, force=force)
+    else:
+        mode = preempt_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms(), force=force, by=f"operator {current_user()}")
+    click.echo(f"{job_id}: {mode} preemption sent to its node")
+
+
+@click.command()
+@common
+def checkpointed(ctx):
+    """From inside a job: report that it just saved a checkpoint (less work lost if preempted)."""
+    from . import jobside
+
+    job_id, epoch = os.environ.get("DISPATCH_JOB_ID"), os.environ.get("DISPATCH_EPOCH")
+    if not job_id or not epoch:
+        raise InvalidRequestError("run this inside a dispatch job: DISPATCH_JOB_ID and DISPATCH_EPOCH are not set",
+                                  field="DISPATCH_JOB_ID")
+    if jobside.in_job():  # through the node agent: a job holds no Redis login
+        jobside.checkpointed()
+        return
+    if ctx.scripts.checkpointed(job_id, epoch, now_ms()) != 1:
+        raise errors.InvalidStateError(job_id, "not running at this epoch", "record a checkpoint for")
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
+@common
+def logs(ctx, job_id, follow):
+    """A job's output, from any host."""
+    from ..store.jobs import read_job, read_log
+
+    read_job(ctx.client, ctx.ns, job_id)  # JobNotFound for a bad id
+    out = sys.stdout.buffer
+    last = "-"
+    for last, chunk in read_log(ctx.client, ctx.ns, job_id):
+        out.write(chunk)
+    out.flush()
+    if not follow:
+        return
+    from ..store.jobs import is_final
+
+    while True:
+        got = read_log(ctx.client, ctx.ns, job_id, last, block_ms=500)
+        for last, chunk in got:
+            out.write(chunk)
+        out.flush()
+        if not got and is_final(read_job(ctx.client, ctx.ns, job_id)["state"]):
+            for last, chunk in read_log(ctx.client, ctx.ns, job_id, last):
+                out.write(chunk)
+            out.flush()
+            return
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, required=True)
+@click.option("--timeout", default=None, type=float, metavar="S", help="Give up after S seconds (exit 5).")
+@common
+def wait(ctx, job_ids, timeout):
+    """Wait for jobs to end; exit 0 only if all succeeded."""
+    from ..api import Client
+    from ..store.jobs import read_job
+
+    for j in job_ids:
+        read_job(ctx.client, ctx.ns, j)  # JobNotFound before any waiting
+    client = Client(ctx.url, ctx.ns)
+    try:
+        states = client.wait(list(job_ids), timeout_s=timeout)
+    except TimeoutError as e:
+        click.echo(f"dispatch: {e}", err=True)
+        sys.exit(errors.EXIT_TIMEOUT)
+    for j in job_ids:
+        click.echo(f"{j}: {states[j]}")
+    sys.exit(0 if all(s == "succeeded" for s in states.values()) else errors.EXIT_FAILED)
+
+
+@click.command()
+@json_flag
+@common
+def nodes(ctx, as_json):
+    """Nodes, their GPUs and what holds them."""
+    from ..config import Timing
+    from ..store.nodes import read_nodes
+
+    found, problems = read_nodes(ctx.client, ctx.ns)
+    now = now_ms()
+    timeout = Timing.from_env().node_timeout_s
+    out = [{
+        "name": n.name, "alive": n.alive(now, timeout), "seen_s_ago": round((now - n.seen_ms) / 1000, 1),
+        "cpus": n.cpus, "mem_gb": n.mem_gb,
+        "gpus": [{"index": g.index, "name": g.name, "mem_total_gb": g.mem_total_gb, "mem_used_gb": g.mem_used_gb,
+                  "util_pct": g.util_pct, "uuid": g.uuid, "job": n.alloc.get(g.index), "blocked": g.blocked or None}
+                 for g in n.gpus],
+    } for n in found]
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    rows = []
+    for n in out:
+        kinds = sorted({g["name"].replace("NVIDIA ", "") for g in n["gpus"]})
+        free = sum(1 for g in n["gpus"] if g["job"] is None and not g["blocked"])
+        blocked = sum(1 for g in n["gpus"] if g["blocked"])
+        state = ("up" if n["alive"] else "LOST") + (f", {blocked} GPU blocked" if blocked else "")
+        rows.append([n["name"], state, f"{free}/{len(n['gpus'])}", ",".join(kinds) or "-",
+                     n["cpus"], f"{n['mem_gb']:g}", f"{n['seen_s_ago']:g}s"])
+    click.echo(_table(rows, ["NODE", "STATE", "FREE", "GPU TYPES", "CPUS", "MEM_GB", "SEEN"]))
+    for n in out:
+        for g in n["gpus"]:
+            if g["blocked"]:
+                click.echo(f"{n['name']} GPU {g['index']}: {g['blocked']}")
+    for p in problems:
+        click.echo(f"warning: {p}", err=True)
+
+
+@click.command()
+@click.argument("job_id")
+@json_flag
+@common
+def why(ctx, job_id, as_json):
+    """Why a job waits: its score terms, its rank, what blocks it, and the decisions about it."""
+    from ..views.explain import explain
+
+    out = explain(ctx.client, ctx.ns, job_id)
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    job = out["job"]
+    click.echo(f"job {job['id']} ({job['name'] or 'no name'}, {job['user']}, {job['priority']}): {job['state']}"
+               + (f" on {job['node']} GPUs {job['gpus']}" if job["node"] else ""))
+    o = out.get("outcome")
+    if o:
+        total = sum(out["weights"].values()) or 1.0
+        if o.get("terms"):
+            parts = " + ".join(f"{k} {v:.1f}x{out['weights'].get(k, 0):g}" for k, v in o["terms"].items())
+            click.echo(f"  score {o['score']:.1f} = ({parts}) / {total:g}")
+        if o.get("rank"):
+            click.echo(f"  rank {o['rank']} of {out['pending']} pending, profile {out['profile']!r} "
+                       f"({out['policy_source']}), {out['live_nodes']} live nodes")
+        if o["code"] == "would_start":
+            click.echo(f"  would start now on {o['node']} GPUs {o['gpus']} ({o['reason']}); "
+                       "the scheduler places it at its next cycle")
+        else:
+            click.echo(f"  blocked ({o['code']}): {o['reason']}")
+    if out.get("promise"):
+        from ..policy.promises import describe as promised
+
+        click.echo(f"  promise: {promised(out['promise'])}")
+    for r in out.get("reservations", []):
+        if r["job"] != job["id"]:
+            click.echo(f"  reservation: job {r['job']} holds {r['node']} GPUs {r['gpus']} from ~{r['starts_in_s']:g}s")
+    if out.get("forecast"):
+        from ..views.forecast import describe
+
+        click.echo(f"  forecast: {describe(out['forecast'], with_job=False)}")
+    for d in out["decisions"]:
+        when = time.strftime("%H:%M:%S", time.localtime(d["time"]))
+        click.echo(f"  decision {when}: started on {d['node']} GPUs {d['gpus']}, score {d['score']:.1f}: {d['why']}")
+
+
+@click.command()
+@click.argument("job_id")
+@json_flag
+@common
+def eta(ctx, job_id, as_json):
+    """When a pending job is expected to start, and the quickest change that would start it sooner."""
+    from ..views.forecast import describe, read_eta
+
+    out = read_eta(ctx.client, ctx.ns, job_id)
+    click.echo(json.dumps(out, indent=1) if as_json else describe(out))
+
+
+@click.command()
+@click.option("--job", "job_id", default=None, help="Only decisions about this job.")
+@click.option("--limit", default=20, type=click.IntRange(1, 2000), show_default=True)
+@json_flag
+@common
+def decisions(ctx, job_id, limit, as_json):
+    """The scheduler's latest decisions: each start, its score breakdown and why it won."""
+    from ..store.decisions import read_decisions
+
+    got = read_decisions(ctx.client, ctx.ns, job_id=job_id, limit=limit)
+    if as_json:
+        click.echo(json.dumps(got, indent=1))
+        return
+    rows = [[time.strftime("%H:%M:%S", time.localtime(d["time"])), d["job"], f"{d['node']}:{','.join(map(str, d['gpus']))}",
+             f"{d['score']:.1f}", " ".join(f"{k[:4]}={v:.0f}" for k, v in d["terms"].items()), d["profile"],
+             d["why"][:80]] for d in got]
+    click.echo(_table(rows, ["TIME", "JOB", "PLACED", "SCORE", "TERMS", "PROFILE", "WHY"]))

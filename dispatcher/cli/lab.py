@@ -1,0 +1,238 @@
+"""`dispatch simulate`, `history` and `tune`: the policy lab's commands (registered lazily in cli.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from . import common
+from ..core.errors import InvalidRequestError
+
+
+@click.command()
+@click.argument("trace", type=click.Path(dir_okay=False), required=False)
+@click.option("--gpus", type=click.IntRange(1, 10_000_000), default=None, help="Untyped GPUs, in nodes of --gpus-per-node.")
+@click.option("--gpus-per-node", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--nodes", "nodes_spec", default=None, metavar="SPEC",
+              help="Typed nodes: NODESxGPUSxTYPE-MEMGB, comma-separated, e.g. 2x8xA100-80GB,2x8xV100-32GB.")
+@click.option("--policy", default="dispatch", show_default=True, metavar="NAME|FILE",
+              help="A built-in policy or a policy file (.toml) the live scheduler accepts.")
+@click.option("--compare", default=None, metavar="NAME,NAME,...",
+              help="Policies to compare: dispatch, fifo, fifo-strict, fifo-easy, priority, drf, sjf, srtf, las, or files.")
+@click.option("--est-error", default="lognormal:1", show_default=True, metavar="SPEC",
+              help="What users' estimates look like: lognormal:SIGMA, history, oracle or none.")
+@click.option("--ckpt-cost", default="30s,30s", show_default=True, metavar="SAVE,RESTORE",
+              help="Checkpoint save and restore time a preemption costs.")
+@click.option("--time-scale", type=click.FloatRange(0.001, 1000), default=1.0, show_default=True,
+              help="Divide submit times by this (2 = arrivals twice as dense).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@click.option("--plot", default=None, metavar="FILE.png", help="Write JCT CDF, queue and utilization plots.")
+@click.option("--suite", is_flag=True, help="Instead of TRACE: the workload suite (the Philly and Alibaba weeks and "
+              "the generated lab weeks), every policy against fifo, fifo-easy, las and srtf, as one score card.")
+@click.option("--workloads", default=None, metavar="NAME,NAME,...", help="With --suite: only these workloads.")
+@click.option("--traces", "traces_dir", default=None, metavar="DIR",
+              help="With --suite: where philly_week.csv and alibaba_gpu2023_week.csv are (default: examples/traces).")
+@click.option("--out", "out_json", default=None, metavar="FILE.json", help="With --suite: also write the card as JSON.")
+@click.option("--export", "export_dir", default=None, metavar="DIR",
+              help="With --suite: write each week as DIR/NAME.csv (the trace format) and run nothing.")
+def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error, ckpt_cost, time_scale, seed,
+             as_json, plot, suite, workloads, traces_dir, out_json, export_dir):
+    """Replay a job trace through the live scheduler's policy code, and compare policies."""
+    import random
+    from dataclasses import replace
+    from pathlib import Path
+
+    from ..scheduler.policy_source import load_policy_file
+    from ..sim.compare import simulate as run, table
+    from ..sim.engine import make_nodes
+    from ..sim.policies import resolve
+    from ..sim.workload import EstimateModel, parse_trace
+
+    names = [n.strip() for n in (compare or policy).split(",") if n.strip()]
+    save_s, restore_s = _ckpt_cost(ckpt_cost)
+    if suite and export_dir:
+        from ..lab.suite_run import export
+
+        for path, nodes in export(export_dir, workloads=workloads, traces_dir=traces_dir, seed=seed):
+            click.echo(f"{path}  --nodes {nodes}")
+        return
+    if suite:
+        from ..lab.suite_run import suite_card
+
+        card, text_ = suite_card(names, workloads=workloads, traces_dir=traces_dir, seed=seed,
+                                 estimates=est_error, ckpt_s=(save_s, restore_s))
+        click.echo(json.dumps(card, indent=1) if as_json else text_)  # first: a bad --out loses no run
+        if out_json:
+            try:
+                Path(out_json).write_text(json.dumps(card, indent=1) + "\n")
+            except OSError as e:
+                raise InvalidRequestError(f"--out: cannot write {out_json}: {e.strerror or e}", field="--out") from None
+        return
+    if not trace:
+        raise InvalidRequestError("give a TRACE.csv to replay, or --suite", field="TRACE")
+    try:
+        text = Path(trace).read_text()
+    except OSError as e:
+        raise InvalidRequestError(f"cannot read trace {trace}: {e.strerror or e}", field="TRACE") from None
+    jobs = parse_trace(text, name=trace)
+    if time_scale != 1.0:
+        jobs = [replace(j, submit_s=j.submit_s / time_scale) for j in jobs]
+    nodes = make_nodes(nodes_spec, gpus, gpus_per_node)
+    files = {n: load_policy_file(n)[0] for n in names if n.endswith(".toml")}
+    policies = [resolve(n, files) for n in names]
+    t0 = time.perf_counter()
+    out = run(jobs, nodes, policies, estimates=EstimateModel.parse(est_error), make_rng=random.Random, seed=seed,
+              ckpt_save_s=save_s, ckpt_restore_s=restore_s)
+    out["wall_s"] = round(time.perf_counter() - t0, 2)
+    if plot:
+        from ..lab.report import plot as draw
+
+        draw(out, plot)
+    results = out.pop("results")
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+    else:
+        click.echo(table(out))
+        click.echo(f"simulated in {out['wall_s']}s" + (f"; plot in {plot}" if plot else ""))
+    out["results"] = results
+
+
+def _ckpt_cost(text: str) -> tuple[float, float]:
+    from ..core.spec import parse_duration
+
+    save, _, restore = text.partition(",")
+    save_s = 0.0 if save.strip() in ("0", "0s") else parse_duration(save, flag="--ckpt-cost")
+    restore_s = 0.0 if restore.strip() in ("", "0", "0s") else parse_duration(restore, flag="--ckpt-cost")
+    return save_s, restore_s
+
+
+@click.command()
+@click.option("--csv", "as_csv", is_flag=True, required=True, help="Print finished jobs in the trace format.")
+@click.option("--since", default=None, metavar="DURATION", help="Only jobs submitted this long ago or later (e.g. 7d).")
+@common
+def history(ctx, as_csv, since):
+    """Finished jobs in the trace format, to replay a lab's own week with `dispatch simulate`."""
+    click.echo(history_csv(ctx.client, ctx.ns, since), nl=False)
+
+
+def history_csv(client, ns: str, since: str | None) -> str:
+    """Finished jobs in the trace format (submit times from the first one exported)."""
+    from ..sim.workload import TraceJob, format_trace
+    from ..core.spec import parse_duration
+    from ..store.jobs import read_history
+
+    since_ms = None
+    if since:
+        since_ms = int((time.time() - parse_duration(since, flag="--since")) * 1000)
+    rows = read_history(client, ns, since_ms)
+    first = min((r["submitted_at"] for r in rows), default=0.0)
+    jobs = [TraceJob(r["id"], round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
+                     round(max(0.001, r["finished_at"] - r["started_at"]), 3), tuple(r["gpu_types"]), r["priority"])
+            for r in rows]
+    return format_trace(jobs)
+
+
+@click.command()
+@click.option("--since", default=None, metavar="DURATION",
+              help="Replay the jobs that finished in this window (default 7d; with --trace and no --since, "
+                   "only the traces).")
+@click.option("--trace", "traces", multiple=True, type=click.Path(dir_okay=False), metavar="FILE.csv",
+              help="Also replay this trace (repeatable): e.g. `dispatch history --csv` of another week.")
+@click.option("--nodes", "nodes_spec", default=None, metavar="SPEC",
+              help="The cluster, as for simulate: NODESxGPUSxTYPE-MEMGB,... (default: the live nodes in Redis).")
+@click.option("--gpus", type=click.IntRange(1, 10_000_000), default=None, help="Untyped GPUs, in nodes of --gpus-per-node.")
+@click.option("--gpus-per-node", type=click.IntRange(1, 1024), default=8, show_default=True)
+@click.option("--current", default="live", show_default=True, metavar="FILE|live|default",
+              help="The policy to beat: a file, the policy in force, or the built-in defaults.")
+@click.option("--out", default="dispatch-tuned.toml", show_default=True, type=click.Path(dir_okay=False),
+              help="Where to write the best candidate.")
+@click.option("--budget", type=click.IntRange(1, 10_000), default=12, show_default=True,
+              help="Candidates to simulate (each on every workload, over 2 seeds).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@common
+def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budget, seed, as_json):
+    """Search the policy's knobs on this lab's own history and write the best candidate as a policy file."""
+    import random
+    from pathlib import Path
+
+    from . import _table
+    from ..core.errors import ConnectionError as NoRedis
+    from ..policy.render import diff_policies, render_policy
+    from ..scheduler.policy_changes import named_policy
+    from ..sim.engine import make_nodes
+    from ..sim.tune import Workload, changes_table, tune as search
+    from ..sim.workload import parse_trace
+
+    workloads = []
+    for path in traces:
+        try:
+            workloads.append(Workload(path, parse_trace(Path(path).read_text(), name=path)))
+        except OSError as e:
+            raise InvalidRequestError(f"cannot read trace {path}: {e.strerror or e}", field="--trace") from None
+    if since is not None or not traces:
+        window = since or "7d"
+        jobs = parse_trace(history_csv(ctx.client, ctx.ns, window), name="history")
+        if jobs:
+            workloads.insert(0, Workload(f"history ({window})", jobs))
+        elif not traces:
+            raise InvalidRequestError(f"no jobs finished in the last {window} in namespace {ctx.ns}: run some jobs "
+                                      f"first, or pass --trace FILE.csv (e.g. a `dispatch history --csv` export)",
+                                      field="--since")
+    nodes = make_nodes(nodes_spec, gpus, gpus_per_node) if nodes_spec or gpus else _live_cluster(ctx)
+    try:
+        pset, _ = named_policy(current, lambda: (ctx.client, ctx.ns))
+    except NoRedis as e:
+        e.hint = "`--current live` reads the policy in force from Redis; or give --current FILE or default"
+        raise
+    t0 = time.perf_counter()
+    result = search(workloads, nodes, pset, budget=budget, rng=random.Random(seed), make_rng=random.Random, seed=seed)
+    wall_s = round(time.perf_counter() - t0, 2)
+    best = result.best
+    report = {"current": result.current.figures, "candidate": best.figures if best else None,
+              "out": out if best else None, "tried": len(result.trials), "wall_s": wall_s,
+              "workloads": {w.name: len(w.trace) for w in workloads}, "gpus": sum(len(g) for _, g in nodes),
+              "trials": [{"label": t.label, "avg_jct_s": t.figures["avg_jct_s"], "rejected": t.rejected or None}
+                         for t in result.trials]}
+    if best is not None:
+        Path(out).write_text(render_policy(best.policy))
+        report["changes"] = [{"setting": s, "a": a, "b": b} for s, a, b in diff_policies(pset, best.policy)]
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+        return
+    jobs = ", ".join(f"{n} ({c} jobs)" for n, c in report["workloads"].items())
+    click.echo(f"replayed {jobs} on {report['gpus']} GPUs; {len(result.trials)} candidates against {current} "
+               f"in {wall_s}s (estimates lognormal:1, checkpoints 30s,30s, 2 seeds)")
+    if best is None:
+        click.echo(f"no candidate beats the policy in force ({current}): nothing written")
+        return
+    click.echo(_table(changes_table(result.current.figures, best.figures), ["PREDICTED", current, out, "CHANGE"]))
+    click.echo(_table([[c["setting"], c["a"], c["b"]] for c in report["changes"]], ["SETTING", current, out]))
+    click.echo(f"wrote {out} ({best.label}); try it: dispatch policy apply {out}")
+
+
+def _live_cluster(ctx):
+    """The nodes in Redis as the simulator's cluster: the live ones, else every one it last heard from."""
+    from dataclasses import replace
+
+    from . import now_ms
+    from ..config import Timing
+    from ..store.nodes import read_nodes
+
+    from ..core.errors import ConnectionError as NoRedis
+
+    try:
+        found, _ = read_nodes(ctx.client, ctx.ns)
+    except NoRedis as e:
+        e.hint = "the cluster comes from the live nodes' records; without Redis give it with --nodes SPEC or --gpus N"
+        raise
+    timeout = Timing.from_env().node_timeout_s
+    alive = [n for n in found if n.alive(now_ms(), timeout)] or found
+    if not alive:
+        raise InvalidRequestError(f"no nodes in namespace {ctx.ns} to replay on: give the cluster with --nodes SPEC "
+                                  f"or --gpus N", field="--nodes")
+    return [(n.name, tuple(replace(g, mem_used_gb=0.0, util_pct=0.0, blocked="") for g in n.gpus))
+            for n in sorted(alive, key=lambda n: n.name) if n.gpus]

@@ -1,0 +1,82 @@
+"""`dispatch submit`, alone in its module so that the command run most defines nothing else
+(registered lazily in cli.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from . import common, now_ms
+from ..core.errors import InvalidRequestError
+from ..auth.identity import current_user
+
+
+@click.command(context_settings={"ignore_unknown_options": False})
+@click.option("--name", default="", help="A name for the job.")
+@click.option("--user", default=None, help="Owner (default: $USER).")
+@click.option("--team", default="", help="Team, for quotas.")
+@click.option("--gpus", default="0", metavar="N|MIN-MAX",
+              help="Number of GPUs, all on one node (0: CPU only); a range (1-8) lets the scheduler choose.")
+@click.option("--scaling", default=None, metavar="MODEL",
+              help="With --gpus MIN-MAX: linear, amdahl:P or a table like 1:10h,2:5.5h,4:3h,8:1.5h (--est is "
+                   "the run time on MAX GPUs).")
+@click.option("--gpu-type", default=None, metavar="T", help="Acceptable GPU families, e.g. A100 or 'A100|H100'.")
+@click.option("--gpu-mem", default="0", metavar="GB", help="Minimum memory of each GPU, in GB.")
+@click.option("--cpus", default="1", metavar="N", help="CPU cores.")
+@click.option("--mem", default="0", metavar="GB", help="Host memory, in GB.")
+@click.option("--priority", default="normal", metavar="P", help="critical, high, normal or low.")
+@click.option("--est", default=None, metavar="DURATION", help="Estimated run time: 90s, 15m, 2h.")
+@click.option("--checkpointable", is_flag=True, help="The job can save a checkpoint and resume.")
+@click.option("--share", is_flag=True, help="May share its GPUs with other --share jobs, within --gpu-mem each.")
+@click.option("--min-gpus", default=None, metavar="N", help="Elastic: may be shrunk to N GPUs (needs --checkpointable).")
+@click.option("--preemptible", is_flag=True, help="May be killed (forced preemption) by any higher class.")
+@click.option("--checkpoint-signal", default="TERM", metavar="SIG", help="Signal that asks for a checkpoint.")
+@click.option("--grace", default="30s", metavar="DURATION", help="Time between SIGTERM and SIGKILL.")
+@click.option("--retries", default="3", metavar="N",
+              help="Reruns after an attempt is lost with its node (agent or host died); then the job fails.")
+@click.option("--after", default=None, metavar="JOB[,JOB]",
+              help="Start once these jobs all succeeded; if one fails or is cancelled, this one fails too.")
+@click.option("--after-any", "after_any", default=None, metavar="JOB[,JOB]",
+              help="Start once these jobs all ended, however they ended.")
+@click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")
+@click.option("--cwd", default=None, help="Working directory on the node (default: the current one).")
+@click.option("--from", "from_file", default=None, type=click.File("r"), metavar="FILE.jsonl",
+              help="Submit many jobs, one JSON object per line ({\"command\": [...], \"gpus\": 2, ...}; "
+                   "the flags give defaults); all or nothing. '-' reads standard input.")
+@click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
+@common
+def submit(ctx, from_file, command, **flags):
+    """Submit a job: dispatch submit --gpus 2 --gpu-type A100 -- python train.py. Prints the job id."""
+    from . import jobside
+    from ..core.spec import gc_paused, spec_from_request
+    from ..store.requests import submit_specs
+
+    given = click.get_current_context().get_parameter_source  # (flags left at their defaults are the spec's)
+    defaults = {k: v for k, v in flags.items() if given(k) is not click.core.ParameterSource.DEFAULT}
+    now, here, me = now_ms(), os.getcwd(), current_user()
+    if from_file is not None and command:
+        raise InvalidRequestError("give either a command or --from FILE, not both", field="--from")
+    with gc_paused():
+        if from_file is None:
+            specs = [spec_from_request({**defaults, "command": list(command)}, user=me, submit_ms=now, cwd=here)]
+        else:
+            specs = []
+            for n, line in enumerate(from_file, 1):
+                if not line.strip():
+                    continue
+                try:
+                    request = json.loads(line)
+                    specs.append(spec_from_request({**defaults, **request} if isinstance(request, dict) else request,
+                                                   user=me, submit_ms=now, cwd=here))
+                except json.JSONDecodeError as e:
+                    raise InvalidRequestError(f"{from_file.name} line {n}: not JSON ({e.msg})",
+                                              field="--from") from None
+                except InvalidRequestError as e:
+                    raise InvalidRequestError(f"{from_file.name} line {n}: {e}", field="--from") from None
+        if ctx._url_flag is None and jobside.in_job():  # inside a job: through its node agent, as its user
+            ids = jobside.submit(specs)
+        else:
+            ids = submit_specs(ctx.client, ctx.ns, specs, me)
+    click.echo("\n".join(ids))

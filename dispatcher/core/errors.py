@@ -1,0 +1,155 @@
+"""The one exception tree. The CLI is the only place these become messages.
+
+Every error carries the structured fields a caller needs (job_id, node_id,
+...); tests assert on type and fields, not on text.
+"""
+
+#: Exit codes of the `dispatch` command.
+EXIT_OK = 0
+EXIT_FAILED = 1  # e.g. `dispatch wait` on a job that did not succeed
+EXIT_USAGE = 2
+EXIT_CONNECT = 3
+EXIT_NOT_FOUND = 4
+EXIT_TIMEOUT = 5
+EXIT_NO_GPU = 6
+
+
+class DispatcherError(Exception):
+    """Root of every error dispatch raises on purpose."""
+
+    exit_code = EXIT_FAILED
+    hint = ""
+
+    def __str__(self) -> str:
+        msg = super().__str__()
+        return f"{msg} ({self.hint})" if self.hint else msg
+
+
+class ConfigError(DispatcherError):
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, key: str = ""):
+        super().__init__(message)
+        self.key = key
+
+
+class InvalidRequestError(DispatcherError):
+    """A user's request is malformed. `field` names the flag or field."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, field: str = ""):
+        super().__init__(message)
+        self.field = field
+
+
+class NotFoundError(DispatcherError):
+    exit_code = EXIT_NOT_FOUND
+
+
+class JobNotFound(NotFoundError):
+    def __init__(self, job_id: str):
+        super().__init__(f"no job with id {job_id!r}")
+        self.job_id = job_id
+        self.hint = "see `dispatch queue` for the jobs that exist"
+
+
+class NodeNotFound(NotFoundError):
+    def __init__(self, node_id: str):
+        super().__init__(f"no node named {node_id!r}")
+        self.node_id = node_id
+
+
+class InvalidStateError(DispatcherError):
+    """The job is in a state that does not allow the operation."""
+
+    def __init__(self, job_id: str, state: str, operation: str):
+        super().__init__(f"job {job_id} is {state}; cannot {operation} it")
+        self.job_id, self.state, self.operation = job_id, state, operation
+
+
+class ConnectionError(DispatcherError):  # noqa: A001 - ours, not the builtin
+    exit_code = EXIT_CONNECT
+
+    def __init__(self, url: str, cause: str, *, transient: bool = False, hint: str | None = None):
+        self.transient = transient  # the server is away or refusing writes for now, not misconfigured
+        url = masked_url(url)  # never echo a password into a terminal or a log
+        super().__init__(f"cannot reach Redis at {url}: {cause}")
+        self.url = url
+        self.hint = hint or ("start one with `dispatch up`, or point to yours with --redis URL "
+                             "or DISPATCH_REDIS_URL")
+
+
+class NoGpuError(DispatcherError):
+    """NVML is not usable on this machine."""
+
+    exit_code = EXIT_NO_GPU
+
+    def __init__(self, cause: str):
+        super().__init__(f"cannot read GPUs through NVML: {cause}")
+        self.hint = "on a machine without NVIDIA GPUs, pass --fake-gpus, e.g. --fake-gpus 2xA100-40GB"
+
+
+class MalformedRecord(DispatcherError):
+    """A record in Redis that does not decode to what its schema says."""
+
+    def __init__(self, key: str, cause: str):
+        super().__init__(f"malformed record {key}: {cause}")
+        self.key = key
+
+
+class CommitConflict(DispatcherError):
+    """Internal: the plan no longer matches Redis; refresh and plan again."""
+
+
+class NoServer(DispatcherError):
+    """No Redis URL from --redis, DISPATCH_REDIS_URL or a running `dispatch up` (no silent default)."""
+
+    exit_code = EXIT_CONNECT
+
+    def __init__(self):
+        super().__init__("no server: start one with `dispatch up`, or pass --redis URL / set DISPATCH_REDIS_URL")
+
+
+class ServerRestarting(DispatcherError):
+    """The embedded server of a running `dispatch up` is not answering now (starting, restarting,
+    stopping); `up` brings it back or stops."""
+
+    exit_code = EXIT_CONNECT
+
+    def __init__(self, up_pid: int, status: str):
+        super().__init__(f"the embedded server of `dispatch up` (pid {up_pid}) is {status}; try again in a moment")
+        self.up_pid, self.status = up_pid, status
+
+
+class UpAlreadyRunning(DispatcherError):
+    """A second `dispatch up` on a state directory one already runs on."""
+
+    def __init__(self, state_dir: str, pid: int | None, url: str | None):
+        where = f"pid {pid}" if pid else "pid unknown"
+        if url:
+            where += f", server {url}"
+        how = f"kill {pid} or Ctrl-C in its terminal" if pid else "Ctrl-C in its terminal"
+        super().__init__(f"`dispatch up` already runs on state dir {state_dir} ({where}); stop it with {how}, "
+                         "or give this one its own DISPATCH_HOME")
+        self.state_dir, self.pid, self.url = state_dir, pid, url
+
+
+class UpStopped(DispatcherError):
+    """`dispatch up` stopped everything because a part of it cannot run (`part`: server, scheduler, agent)."""
+
+    def __init__(self, part: str, reason: str):
+        super().__init__(reason)
+        self.part = part
+
+
+def masked_url(url: str | None) -> str | None:
+    """`url` with its password shown as ***: for logs, records and messages."""
+    if not url:
+        return url
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+    return url

@@ -1,0 +1,98 @@
+"""Plain, frozen data of jobs and GPUs: what users submit and nodes report, shared by every part
+(what a scheduling cycle sees and decides is in cycle.py).
+
+No I/O here. Times are integers in milliseconds since the epoch (`*_ms`),
+durations in seconds (`*_s`), memory in GB (decimal, as GPU vendors count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Priority classes, lowest first. The index is the class rank.
+PRIORITIES = ("low", "normal", "high", "critical")
+#: Other names users type for a class (the seed document says MEDIUM).
+PRIORITY_ALIASES = {"medium": "normal", "batch": "low", "interactive": "high"}
+
+#: Job states. `assigned` = placed by the scheduler, not yet started by its node.
+PENDING, ASSIGNED, RUNNING, PREEMPTING = "pending", "assigned", "running", "preempting"
+SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
+ACTIVE_STATES = (ASSIGNED, RUNNING, PREEMPTING)
+FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED)
+
+#: Version of the job spec record; bump on an incompatible change.
+SPEC_VERSION = 1
+#: A spec packed larger than this is refused at submit (store.codec.encode_spec) and before decoding.
+MAX_SPEC_BYTES = 256 * 1024
+#: A held GPU below this utilization (percent, as NVML reports it) counts as idle unless the policy sets
+#: another idle_util (policy/config.py's default; the samples the scheduler records use the policy's).
+IDLE_UTIL_PCT = 5.0
+
+
+_RANKS = {p: i for i, p in enumerate(PRIORITIES)}
+
+
+def priority_rank(priority: str) -> int:
+    """The class's rank (low 0 .. critical 3); ValueError for an unknown class."""
+    try:
+        return _RANKS[priority]
+    except KeyError:
+        raise ValueError(f"{priority!r} is not a priority class") from None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the user asked for. Immutable once submitted."""
+
+    id: str
+    command: tuple[str, ...]
+    name: str = ""
+    user: str = "nobody"
+    team: str = ""
+    cwd: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+    gpus: int = 0
+    gpu_types: tuple[str, ...] = ()  # acceptable GPU families; empty = any
+    gpu_mem_gb: float = 0.0  # minimum memory of each GPU
+    cpus: int = 1
+    mem_gb: float = 0.0
+    priority: str = "normal"
+    est_s: float | None = None  # the user's estimate of the run time
+    checkpointable: bool = False
+    grace_s: float = 30.0
+    submit_ms: int = 0
+    share: bool = False  # may share GPUs with other sharing jobs, within gpu_mem_gb each
+    min_gpus: int | None = None  # elastic: may be shrunk to this many GPUs (None: not elastic)
+    preemptible: bool = False  # opts in to forced preemption by any higher class
+    checkpoint_signal: str = "TERM"  # sent to the process group to ask for a checkpoint
+    retries: int = 3  # attempts lost with their node that are rerun before the job fails
+    after: tuple[str, ...] = ()  # starts once all of these jobs succeeded (fails if one fails or is cancelled)
+    after_any: tuple[str, ...] = ()  # starts once all of these jobs ended, however they ended
+    scaling: str = ""  # elastic (--gpus MIN-MAX): how the run time scales with GPUs (core/elastic.py)
+
+    @property
+    def rank(self) -> int:
+        return priority_rank(self.priority)
+
+    def filled(self, **values) -> "JobSpec":
+        """A copy with these fields set, as dataclasses.replace but without running __init__ again
+        (which costs more than the rest of a submit): for values already checked, as submit fills a
+        sweep's checked template with each job's id, command, name and time."""
+        fields = self.__dict__.copy()
+        fields.update(values)
+        spec = object.__new__(JobSpec)
+        object.__setattr__(spec, "__dict__", fields)
+        return spec
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as its node agent last saw it."""
+
+    index: int
+    name: str
+    mem_total_gb: float
+    uuid: str = ""
+    mem_used_gb: float = 0.0
+    util_pct: float = 0.0
+    blocked: str = ""  # why it is not handed out (a zombie process holds it); "" = usable

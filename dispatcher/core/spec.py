@@ -1,0 +1,371 @@
+"""Validating a user's request into a JobSpec, at the edge.
+
+Every bad value raises InvalidRequestError naming the flag and what is
+allowed. Pure: the caller passes the user name and the submit time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import re
+
+from .errors import InvalidRequestError
+from .memo import remembered
+from .model import PRIORITIES, PRIORITY_ALIASES, JobSpec
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_NAME = re.compile(r"^[A-Za-z0-9_.@+-]{1,64}$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: Bounds that keep one record small and sane.
+MAX_GPUS = 1024
+MAX_CPUS = 4096
+MAX_COMMAND_BYTES = 64 * 1024
+MAX_ENV = 256
+
+
+def parse_duration(text: str, *, flag: str = "--est") -> float:
+    """'90s', '15m', '2h', '1h30m', '1d' or a bare number of seconds -> seconds (> 0)."""
+    value = _seconds(str(text).strip().lower())
+    if value is None:
+        raise InvalidRequestError(f"{flag}: {text!r} is not a duration; use e.g. 90s, 15m, 2h or 1h30m", field=flag)
+    if not value > 0 or value != value or value == float("inf"):
+        raise InvalidRequestError(f"{flag}: duration must be positive, got {text!r}", field=flag)
+    return value
+
+
+@functools.lru_cache(maxsize=4096)  # a sweep repeats a few durations thousands of times
+def _seconds(t: str) -> float | None:
+    try:
+        return float(t)
+    except ValueError:
+        parts = _DURATION_PART.findall(t)
+        if not parts or "".join(n + u for n, u in parts) != t:
+            return None
+        return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+def parse_priority(text: str) -> str:
+    p = str(text).strip().lower()
+    p = PRIORITY_ALIASES.get(p, p)
+    if p not in PRIORITIES:
+        allowed = ", ".join(reversed(PRIORITIES))
+        raise InvalidRequestError(f"--priority: unknown class {text!r}; use one of {allowed}",
+                                  field="--priority")
+    return p
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_gpu_types(text: str | None) -> tuple[str, ...]:
+    """'A100' or 'A100|H100' or 'a100,h100' -> ('A100', 'H100'); '' or 'any' -> ()."""
+    if not text or text.strip().lower() in ("any", "*"):
+        return ()
+    types = tuple(t.strip() for t in re.split(r"[|,]", text) if t.strip())
+    for t in types:
+        if not re.fullmatch(r"[A-Za-z0-9 _.-]{1,64}", t):
+            raise InvalidRequestError(f"--gpu-type: {t!r} is not a GPU type; use e.g. A100 or A100|H100",
+                                      field="--gpu-type")
+    return types
+
+
+#: Signals a job may ask for as its checkpoint signal.
+CHECKPOINT_SIGNALS = ("TERM", "INT", "USR1", "USR2", "HUP", "QUIT")
+
+
+def parse_signal(text: str) -> str:
+    name = str(text or "TERM").strip().upper().removeprefix("SIG")
+    if name not in CHECKPOINT_SIGNALS:
+        raise InvalidRequestError(f"--checkpoint-signal: {text!r} is not one of {', '.join(CHECKPOINT_SIGNALS)}",
+                                  field="--checkpoint-signal")
+    return name
+
+
+def parse_env(pairs: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not _ENV_KEY.match(key):
+            raise InvalidRequestError(f"--env: {pair!r} is not KEY=VALUE", field="--env")
+        out.append((key, value))
+    if len(out) > MAX_ENV:
+        raise InvalidRequestError(f"--env: at most {MAX_ENV} variables", field="--env")
+    return tuple(out)
+
+
+def _number(value, flag: str, *, lo: float, hi: float, integer: bool):
+    try:
+        n = int(value) if integer else float(value)
+        if integer and float(value) != n:
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        kind = "a whole number" if integer else "a number"
+        raise InvalidRequestError(f"{flag}: {value!r} is not {kind}", field=flag) from None
+    if not lo <= n <= hi:
+        raise InvalidRequestError(f"{flag}: {n} is out of range; allowed {lo:g} to {hi:g}", field=flag)
+    return n
+
+
+def _label(value: str, flag: str) -> str:
+    if value and not _NAME.match(value):
+        raise InvalidRequestError(
+            f"{flag}: {value!r} may hold only letters, digits and _.@+- (at most 64)", field=flag)
+    return value
+
+
+def _utf8(value: str, flag: str) -> str:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequestError(f"{flag}: {value!r} is not valid UTF-8", field=flag) from None
+    return value
+
+
+def _env(env) -> tuple[tuple[str, str], ...]:
+    if not env:
+        return ()
+    if isinstance(env, dict):
+        env = [f"{k}={v}" for k, v in env.items()]
+    if isinstance(env, (str, bytes)) or not isinstance(env, (list, tuple)):
+        raise InvalidRequestError("--env: expected KEY=VALUE strings", field="--env")
+    pairs = []
+    for item in env:
+        if isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            item = f"{item[0]}={item[1]}"
+        if not isinstance(item, str):
+            raise InvalidRequestError(f"--env: {item!r} is not KEY=VALUE", field="--env")
+        pairs.append(_utf8(item, "--env"))
+    return parse_env(pairs)
+
+
+#: The most jobs one job may wait for.
+MAX_DEPENDENCIES = 64
+
+
+def parse_job_ids(value, flag: str) -> tuple[str, ...]:
+    """'12,13' or ['12', 13] -> ('12', '13'): the jobs a job waits for (--after, --after-any)."""
+    if value in (None, "", ()):
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if isinstance(items, (bytes, dict)) or not isinstance(items, (list, tuple)):
+        raise InvalidRequestError(f"{flag}: expected job ids, e.g. 12,13", field=flag)
+    ids = []
+    for item in items:
+        job_id = str(item).strip() if isinstance(item, (str, int)) and not isinstance(item, bool) else ""
+        if not job_id or not _JOB_ID.fullmatch(job_id):
+            raise InvalidRequestError(f"{flag}: {item!r} is not a job id", field=flag)
+        if job_id not in ids:
+            ids.append(job_id)
+    if len(ids) > MAX_DEPENDENCIES:
+        raise InvalidRequestError(f"{flag}: at most {MAX_DEPENDENCIES} jobs", field=flag)
+    return tuple(ids)
+
+
+_JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _gpu_range(gpus) -> tuple[object, int | None]:
+    """--gpus N, or MIN-MAX for an elastic job: (the most GPUs, the least or None)."""
+    if isinstance(gpus, str) and "-" in gpus.strip().lstrip("-"):
+        low, _, high = gpus.strip().partition("-")
+        low = _number(low, "--gpus", lo=1, hi=MAX_GPUS, integer=True)
+        high = _number(high, "--gpus", lo=1, hi=MAX_GPUS, integer=True)
+        if low >= high:
+            raise InvalidRequestError(f"--gpus: {gpus!r}: the range must go from fewer to more GPUs, e.g. 1-8",
+                                      field="--gpus")
+        return high, low
+    return gpus, None
+
+
+def _scaling_text(scaling, elastic: bool) -> str:
+    if scaling in (None, ""):
+        return "linear" if elastic else ""
+    if not elastic:
+        raise InvalidRequestError("--scaling describes an elastic job: give --gpus as a range, e.g. --gpus 1-8",
+                                  field="--scaling")
+    from .elastic import ScalingError, parse_scaling  # (the policy package: only for a scaling model)
+
+    try:
+        parse_scaling(str(scaling))
+    except ScalingError as e:
+        raise InvalidRequestError(f"--scaling: {e}", field="--scaling") from None
+    return str(scaling).strip()
+
+
+def _gpu_type_text(gpu_type) -> str | None:
+    """--gpu-type as text: 'A100|H100', or a list of families from the Python API."""
+    if gpu_type is None or isinstance(gpu_type, str):
+        return gpu_type
+    if isinstance(gpu_type, (list, tuple)) and all(isinstance(t, str) and "|" not in t for t in gpu_type):
+        return "|".join(gpu_type)
+    raise InvalidRequestError(f"--gpu-type: {gpu_type!r} is not a GPU family or a list of them", field="--gpu-type")
+
+
+@remembered(4096)
+def _checked_template(items: tuple) -> JobSpec:
+    return _template(dict(items))
+
+
+def _template(options: dict) -> JobSpec:
+    """The checked options as a spec with no id, command, name or time."""
+    return JobSpec(id="", command=(), **check_options(**options))
+
+
+def check_options(
+    *,
+    user: str,
+    team: str = "",
+    cwd: str = "",
+    env=(),
+    gpus=0,
+    gpu_type: str | None = None,
+    gpu_mem_gb=0.0,
+    cpus=1,
+    mem_gb=0.0,
+    priority: str = "normal",
+    est: str | float | None = None,
+    checkpointable: bool = False,
+    grace=30.0,
+    share: bool = False,
+    min_gpus=None,
+    preemptible: bool = False,
+    checkpoint_signal: str = "TERM",
+    retries=3,
+    after=(),
+    after_any=(),
+    scaling=None,
+) -> dict:
+    """Every field of a request but its command and name, checked: the JobSpec fields they give."""
+    est_s = None
+    if est is not None and est != "":
+        est_s = est if isinstance(est, (int, float)) and not isinstance(est, bool) else parse_duration(est)
+        est_s = _number(est_s, "--est", lo=0.001, hi=1e9, integer=False)
+    grace_s = parse_duration(grace, flag="--grace") if isinstance(grace, str) else grace
+    gpus, low = _gpu_range(gpus)
+    if low is not None:
+        if min_gpus not in (None, ""):
+            raise InvalidRequestError("give either --gpus MIN-MAX or --min-gpus, not both", field="--min-gpus")
+        min_gpus = low
+    f = dict(
+        user=_label(str(user or ""), "--user") or "nobody",
+        team=_label(str(team or ""), "--team"),
+        cwd=_utf8(str(cwd or ""), "--cwd"),
+        env=_env(env),
+        gpus=_number(gpus, "--gpus", lo=0, hi=MAX_GPUS, integer=True),
+        gpu_types=parse_gpu_types(_gpu_type_text(gpu_type)),
+        gpu_mem_gb=_number(gpu_mem_gb or 0, "--gpu-mem", lo=0, hi=1e6, integer=False),
+        cpus=_number(cpus, "--cpus", lo=0, hi=MAX_CPUS, integer=True),
+        mem_gb=_number(mem_gb or 0, "--mem", lo=0, hi=1e7, integer=False),
+        priority=parse_priority(priority),
+        est_s=est_s,
+        checkpointable=bool(checkpointable),
+        grace_s=_number(grace_s, "--grace", lo=0, hi=86400, integer=False),
+        share=bool(share),
+        min_gpus=None if min_gpus in (None, "") else _number(min_gpus, "--min-gpus", lo=1, hi=MAX_GPUS, integer=True),
+        preemptible=bool(preemptible),
+        checkpoint_signal=parse_signal(checkpoint_signal),
+        retries=_number(retries, "--retries", lo=0, hi=100, integer=True),
+        after=parse_job_ids(after, "--after"),
+        after_any=parse_job_ids(after_any, "--after-any"),
+        scaling=_scaling_text(scaling, low is not None),
+    )
+    if f["scaling"] and f["est_s"] is None:  # a table's time on the most GPUs is the estimate
+        from .elastic import run_time
+
+        f["est_s"] = run_time(JobSpec(id="", command=(), **f), f["gpus"])
+    if f["min_gpus"] is not None and f["min_gpus"] > f["gpus"]:
+        raise InvalidRequestError(f"--min-gpus: {f['min_gpus']} is more than --gpus {f['gpus']}", field="--min-gpus")
+    if f["min_gpus"] is not None and not f["checkpointable"] and low is None:
+        raise InvalidRequestError("--min-gpus: an elastic job is shrunk by checkpoint and restart; "
+                                  "add --checkpointable", field="--min-gpus")
+    if f["share"] and not (f["gpus"] >= 1 and f["gpu_mem_gb"] > 0):
+        raise InvalidRequestError("--share needs --gpus 1 or more and --gpu-mem GB (the memory it may use "
+                                  "on each GPU)", field="--share")
+    return f
+
+
+def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", name="", **options) -> JobSpec:
+    """Check every field of a request and return the spec; raises InvalidRequestError. `options` are
+    check_options' keywords (submit's flags). A sweep's jobs differ in their command and name and
+    share their other options, so those are checked once per distinct set (when all their values hash)
+    into a template that each job's spec copies."""
+    options["user"] = user
+    template = _checked_template(tuple(sorted(options.items())))
+    return _filled(template, command, name, submit_ms, job_id)
+
+
+def _filled(template: JobSpec, command, name, submit_ms: int, job_id: str = "") -> JobSpec:
+    """The template filled with one job's command, name, time and id, all checked."""
+    if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple, type(None))):
+        raise InvalidRequestError("the command must be a list of arguments, e.g. ['python', 'train.py']",
+                                  field="COMMAND")
+    command = tuple(a if type(a) is str else str(a) for a in (command or ()))
+    if not command:
+        raise InvalidRequestError("no command given; put it after --, e.g. dispatch submit -- python train.py",
+                                  field="COMMAND")
+    try:
+        size = len("\0".join(command).encode()) - len(command) + 1  # one encode for all the arguments
+    except UnicodeEncodeError:
+        for arg in command:
+            _utf8(arg, "COMMAND")  # names the argument that is not UTF-8
+        raise
+    if size > MAX_COMMAND_BYTES:
+        raise InvalidRequestError(f"the command is longer than {MAX_COMMAND_BYTES} bytes", field="COMMAND")
+    spec = template.filled(id=job_id, command=command, name=_label(str(name or ""), "--name"),
+                           submit_ms=int(submit_ms))
+    return spec  # (its packed size, at most MAX_SPEC_BYTES, is checked as it is encoded: store.codec.encode_spec)
+
+
+#: The fields of a request as the Python API and `submit --from FILE.jsonl` name them (submit's flags).
+REQUEST_FIELDS = {"command": "command", "name": "name", "user": "user", "team": "team", "cwd": "cwd", "env": "env",
+                  "gpus": "gpus", "gpu_type": "gpu_type", "gpu_mem": "gpu_mem_gb", "cpus": "cpus", "mem": "mem_gb",
+                  "priority": "priority", "est": "est", "checkpointable": "checkpointable", "grace": "grace",
+                  "share": "share", "min_gpus": "min_gpus", "preemptible": "preemptible",
+                  "checkpoint_signal": "checkpoint_signal", "retries": "retries", "after": "after",
+                  "after_any": "after_any", "scaling": "scaling"}
+
+
+def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> JobSpec:
+    """A request dict (REQUEST_FIELDS; `user` and `cwd` default to the caller's) -> a checked spec.
+    Requests with the same fields but their command and name share one checked template, found by
+    those fields as the request gives them (a sweep's lines)."""
+    if not isinstance(request, dict):
+        raise InvalidRequestError("a request must be an object of submit's fields, with 'command'", field="request")
+    shared = [kv for kv in request.items() if kv[0] != "command" and kv[0] != "name"]
+    template = _request_template((user, cwd, *shared))
+    return _filled(template, request.get("command"), request.get("name"), submit_ms)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Around building and writing a batch of specs: a sweep allocates tens of thousands of objects
+    that hold no cycles (specs, their dicts, tuples and strings), and each collection the allocations
+    trigger walks them all again (a third of `submit --from`'s time at 20,000 lines)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@remembered(4096)
+def _request_template(key: tuple) -> JobSpec:
+    user, cwd, *shared = key
+    return _template(_options(shared, user, cwd))
+
+
+def _options(shared: list, user: str, cwd: str) -> dict:
+    """A request's fields (but command and name) as check_options' keywords."""
+    try:
+        options = {REQUEST_FIELDS[k]: v for k, v in shared}
+    except (KeyError, TypeError):
+        unknown = sorted(str(k) for k, _ in shared if not isinstance(k, str) or k not in REQUEST_FIELDS)
+        raise InvalidRequestError(f"unknown field {unknown[0]!r}; known: {', '.join(REQUEST_FIELDS)}",
+                                  field=unknown[0]) from None
+    options.setdefault("user", user)
+    options.setdefault("cwd", cwd)
+    return options

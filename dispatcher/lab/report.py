@@ -1,0 +1,38 @@
+"""The PNG report of a comparison: JCT CDF per policy, queue length and GPU utilization over time.
+
+Needs matplotlib (the optional extra `plot`); everything else in the simulator does not.
+"""
+
+from __future__ import annotations
+
+from ..core.errors import ConfigError
+
+
+def plot(out: dict, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib: pip install 'dispatch-gpu[plot]'", key="--plot") from None
+    fig, (a, b, c) = plt.subplots(3, 1, figsize=(10, 11))
+    for name, result in out["results"].items():
+        jcts = sorted(j.end_s - j.trace.submit_s for j in result.jobs if j.end_s is not None)
+        if jcts:
+            a.plot([max(x, 1.0) for x in jcts], [(i + 1) / len(jcts) for i in range(len(jcts))], label=name)
+        tl = result.timeline
+        hours = [t / 3600 for t, *_ in tl]
+        b.step(hours, [q for _, q, _, _ in tl], where="post", label=name)
+        c.step(hours, [busy / result.total_gpus for _, _, busy, _ in tl], where="post", label=name)
+    a.set_xscale("log")
+    a.set(title="Job completion time (CDF)", xlabel="JCT, seconds (log)", ylabel="fraction of jobs")
+    b.set(title="Jobs waiting", xlabel="hours", ylabel="pending jobs")
+    c.set(title="GPU utilization", xlabel="hours", ylabel="busy GPUs / all GPUs", ylim=(0, 1.05))
+    for ax in (a, b, c):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{out['jobs']} jobs on {out['gpus']} GPUs, estimates {out['estimates']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

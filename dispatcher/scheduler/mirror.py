@@ -1,0 +1,253 @@
+"""Mirror: the leading scheduler's copy of the queue, kept current from what changed.
+
+Every write that changes a job's state (submit, and each job script in lua/) adds the
+job's id to keys.jobs_changed in the same atomic step. Each cycle the mirror takes
+that set (SMEMBERS + DEL in one MULTI) and rereads only those jobs, so a cycle costs
+what changed, not what waits. A change made after the take is in the set again for
+the next cycle, so the mirror never misses one; reading a job twice is harmless.
+
+The mirror reads everything again (`full`) when it starts, when its scheduler takes
+the lead, and after any Redis error (a restarted server may have lost the set).
+Specs are immutable and stay decoded; pending jobs live in a policy Backlog, which
+keeps their order across cycles.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+
+from ..core.plan import PendingJob, Snapshot
+from ..core.errors import MalformedRecord
+from ..policy.backlog import Backlog
+from ..store import keys
+from ..store.codec import decode_node_info
+from ..store.nodes import NodeRecord, read_changed_infos, read_infos
+from ..store.dependencies import HELD, READY, judge_all
+from ..store.quarantine import ACTIVE, NAME, Entry, job_entry
+from ..store.snapshot import ReadResult, SpecCache, Strays, node_views, pending_only, read_jobs
+
+log = logging.getLogger("dispatch.store")
+
+
+class Mirror:
+    def __init__(self, client, ns: str):
+        self.client, self.ns = client, ns
+        self.backlog = Backlog()
+        self.running: dict = {}  # job id -> RunningJob
+        self.epochs: dict[str, int] = {}
+        self.cache = SpecCache()
+        self.fresh = False
+        self.nodes_fresh = False  # node records read whole since the last invalidate()
+        self._nodes: dict[str, tuple[bytes, NodeRecord]] = {}  # name -> (raw info, decoded)
+        self.changed = 0  # jobs reread by the last refresh
+        self.bad: dict[str, str] = {}  # unusable records met since the last sync
+        self.stray: list[Entry] = []  # bad index entries met since the last sync (quarantine.py)
+        self.aside: list[tuple[str, str]] = []  # keys of the wrong type met since the last sync, with their type
+        self._unreadable: dict[str, object] = {}  # node -> the unreadable info last logged
+        self.expected: dict[str, tuple] = {}  # job id -> how our own commit left it (see expect)
+        self.held: dict[str, PendingJob] = {}  # pending jobs whose dependencies are not met yet
+        self.held_why: dict[str, str] = {}  # held job id -> what it waits for
+        self.doomed: dict[str, str] = {}  # held job id -> the dependency that failed (the scheduler fails it)
+        self._waiting_on: dict[str, set[str]] = {}  # dependency id -> held jobs waiting on it
+
+    def nodes(self) -> list[NodeRecord]:
+        """The nodes whose records the last sync read (live or not)."""
+        return [rec for _, rec in self._nodes.values()]
+
+    def invalidate(self) -> None:
+        """Read everything again at the next sync."""
+        self.fresh = self.nodes_fresh = False
+
+    def sync(self, now_ms: int, node_timeout_s: float, config, *, all_nodes: bool = False) -> ReadResult:
+        """Take what changed, read the nodes (`all_nodes`: every record, e.g. for a sample of their
+        utilization, which a heartbeat changes without marking the node changed), and give the policy
+        its snapshot."""
+        self.backlog.configure(config)
+        self.refresh()
+        nodes = self._read_nodes(all_nodes)
+        live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
+        running = tuple(self.running.values())
+        snap = Snapshot(self.backlog, running, node_views(live, running))
+        bad, self.bad = self.bad, {}
+        stray, self.stray = tuple(self.stray), []
+        aside, self.aside = tuple(self.aside), []
+        return ReadResult(snap, self.epochs, nodes, pending_only(bad, self._pending_ids(bad)), stray=stray,
+                          aside=aside)
+
+    def refresh(self) -> list[PendingJob] | None:
+        """Reread the jobs that changed. Returns the jobs that arrived (new to the mirror, pending), or
+        None if anything else changed too (a job ended, was requeued, was placed or stopped other than
+        by our own commit (expect), ...) or all was read again. A job that started running where it
+        was placed is no change."""
+        arrivals: list[PendingJob] | None = []
+        whole = not self.fresh
+        active: set[str] = set()  # read whole: the active index's ids (one that is no active job is stray)
+        if self.fresh:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.smembers(keys.jobs_changed(self.ns))
+            pipe.delete(keys.jobs_changed(self.ns))
+            ids = sorted(self._ids(pipe.execute()[0], keys.jobs_changed(self.ns), "gone", "set"))
+        else:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.delete(keys.jobs_changed(self.ns))
+            pipe.zrange(keys.jobs_pending(self.ns), 0, -1)
+            pipe.zrange(keys.jobs_active(self.ns), 0, -1)
+            _, pending, active = pipe.execute()
+            active = self._ids(active, keys.jobs_active(self.ns))
+            ids = self._ids(pending, keys.jobs_pending(self.ns)) + active
+            active = set(active)
+            self.backlog = Backlog(self.backlog.config)
+            self.running, self.epochs, self.cache, self.expected = {}, {}, SpecCache(), {}
+            self.held, self.held_why, self.doomed, self._waiting_on = {}, {}, {}, {}
+            self.fresh, arrivals = True, None
+        rejudge = set()  # held jobs to judge again: new ones, and those waiting on a job that changed
+        for job_id, got in read_jobs(self.client, self.ns, ids, self.cache):
+            rejudge |= self._waiting_on.get(job_id, set())
+            known, was = job_id in self.epochs, self._running_as(job_id)
+            self._forget(job_id)
+            if isinstance(got, Strays):
+                self.stray += got
+                arrivals = None
+                if job_id in active:  # (a ghost in both indexes)
+                    self.stray.append(job_entry(self.ns, keys.jobs_active(self.ns), job_id, "not an active job",
+                                                expect=ACTIVE))
+            elif isinstance(got, Exception):
+                self.bad[job_id] = str(got)
+                arrivals = None
+            elif got is None:
+                self.cache.specs.pop(job_id, None)
+                arrivals = None if known else arrivals
+                if job_id in active:  # ended between the two reads, or stray: quarantine.lua tells
+                    self.stray.append(job_entry(self.ns, keys.jobs_active(self.ns), job_id, "not an active job",
+                                                expect=ACTIVE))
+            else:
+                job, self.epochs[job_id] = got
+                if isinstance(job, PendingJob) and (job.spec.after or job.spec.after_any):
+                    self._hold(job)
+                    rejudge.add(job_id)
+                elif isinstance(job, PendingJob):
+                    self.backlog.add(job)
+                    if arrivals is not None and not known:
+                        arrivals.append(job)
+                    else:
+                        arrivals = None
+                else:
+                    self.running[job_id] = job
+                    now_as = (job.node, job.gpus, job.stopping, self.epochs[job_id])
+                    if now_as != was and now_as != self.expected.pop(job_id, None):
+                        arrivals = None
+        self.changed = len(ids)
+        if whole:
+            gc.freeze()  # the records just read live long: the collector need not walk them every cycle
+        released = self._judge(rejudge)
+        if released and arrivals is not None:
+            arrivals += released
+        return arrivals
+
+    def _ids(self, raw, index: str, check: str = "member", kind: str = "zset") -> list[str]:
+        """The members of an index that are job ids; the others are stray."""
+        ids, ok = [], NAME.fullmatch  # (a read of 100,000 ids: no call per id but the match)
+        for i in raw:
+            if ok(i):
+                ids.append(i.decode())
+            else:
+                self.stray.append(Entry(index, i, "not a job id", check, kind=kind))
+        return ids
+
+    def _hold(self, job: PendingJob) -> None:
+        self.held[job.spec.id] = job
+        for dep in (*job.spec.after, *job.spec.after_any):
+            self._waiting_on.setdefault(dep, set()).add(job.spec.id)
+
+    def _judge(self, ids) -> list[PendingJob]:
+        """Judge held jobs against their dependencies' states: the ready ones go to the backlog (and
+        are returned), the doomed ones wait in `doomed` for the scheduler to fail them."""
+        jobs = [self.held[i] for i in ids if i in self.held]
+        if not jobs:
+            return []
+        verdicts = judge_all(self.client, self.ns, [p.spec for p in jobs])
+        released = []
+        for p in jobs:
+            verdict, why = verdicts[p.spec.id]
+            if verdict == READY:
+                self._unhold(p.spec.id)
+                self.backlog.add(p)
+                released.append(p)
+            elif verdict == HELD:
+                self.held_why[p.spec.id] = why
+            else:
+                self.doomed[p.spec.id] = why
+        return released
+
+    def _pending_ids(self, bad) -> set[str]:
+        """Of the unusable records, those still in the pending index (to quarantine)."""
+        if not bad:
+            return set()
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in bad:
+            pipe.zscore(keys.jobs_pending(self.ns), job_id)
+        return {j for j, score in zip(bad, pipe.execute()) if score is not None}
+
+    def expect(self, job_id: str, node: str, gpus: tuple, stopping: bool, epoch: int) -> None:
+        """Our own commit made this job run (or stop) so: refresh() does not count it as a change."""
+        self.expected[job_id] = (node, tuple(gpus), stopping, epoch)
+
+    def _running_as(self, job_id: str):
+        r = self.running.get(job_id)
+        return None if r is None else (r.node, r.gpus, r.stopping, self.epochs[job_id])
+
+    def _unhold(self, job_id: str) -> None:
+        job = self.held.pop(job_id, None)
+        if job is not None:
+            for dep in (*job.spec.after, *job.spec.after_any):
+                waiting = self._waiting_on.get(dep)
+                if waiting is not None:
+                    waiting.discard(job_id)
+                    if not waiting:
+                        del self._waiting_on[dep]
+            self.held_why.pop(job_id, None)
+            self.doomed.pop(job_id, None)
+
+    def _forget(self, job_id: str) -> None:
+        self._unhold(job_id)
+        self.backlog.discard(job_id)
+        self.running.pop(job_id, None)
+        self.epochs.pop(job_id, None)
+
+    def _read_nodes(self, full: bool = False) -> list[NodeRecord]:
+        """Every node with a heartbeat. Only the records of nodes that changed (keys.nodes_changed) or are
+        new to the mirror are read and decoded, unless `full` or the mirror was invalidated: then all."""
+        if full or not self.nodes_fresh:
+            self.client.delete(keys.nodes_changed(self.ns))  # first: a change made during the read is kept
+            infos, bad = read_infos(self.client, self.ns)
+            self.nodes_fresh = True
+        else:
+            beats, raws, bad = read_changed_infos(self.client, self.ns, self._nodes)
+            infos = [(name, at, raws[name] if name in raws else self._nodes[name][0]) for name, at in beats]
+        self.stray += bad
+        out, seen = [], {}
+        for name, at, raw in infos:
+            if raw is None:  # a heartbeat with no node record behind it
+                self.stray.append(Entry(keys.nodes_heartbeat(self.ns), name, "no node record", "field", "info",
+                                        keys.node(self.ns, name)))
+                continue
+            if isinstance(raw, Exception):  # a node record of the wrong type: its agent writes it again
+                self.aside.append((keys.node(self.ns, name), "hash"))
+                continue
+            cached = self._nodes.get(name)
+            try:
+                if cached is None or cached[0] != raw:
+                    gpus, cpus, mem_gb = decode_node_info(raw, key=keys.node(self.ns, name))
+                    cached = (raw, NodeRecord(name, gpus, cpus, mem_gb, 0, {}))
+                rec = cached[1]
+                out.append(NodeRecord(rec.name, rec.gpus, rec.cpus, rec.mem_gb, int(at), {}))
+            except (MalformedRecord, ValueError, OverflowError) as e:  # it costs that node, not the cycle
+                if self._unreadable.get(name) != raw:  # logged once, not every cycle
+                    self._unreadable[name] = raw
+                    log.error("node %s has an unreadable record (%s); skipped", name, e)
+                continue
+            self._unreadable.pop(name, None)
+            seen[name] = cached
+        self._nodes = seen
+        return out

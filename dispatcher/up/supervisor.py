@@ -1,0 +1,327 @@
+"""`dispatch up`: one process that owns an embedded server, a scheduler and a node agent, and keeps
+them running.
+
+`up` holds the state directory's lock (up/lock.py) for its whole life, so a second `up` on that
+directory refuses before it starts anything. Its server (unless --redis names another), its
+scheduler (`dispatch scheduler`) and its node agent (`dispatch worker`) are child processes that
+`up`'s main thread starts and watches. A child that exits without being asked to is started again
+after a back-off (0.5 s, doubling up to 10 s, back to 0.5 s once it has run for a minute); the
+server on the same port and data dir, and the scheduler and agent only once the server answers.
+While the server is down `up` marks its record "restarting", and commands say so instead of
+failing to connect. When the server cannot come back (MAX_START_FAILURES failed starts in a row:
+its port taken, its data refused), or a child refuses its configuration (exit code 2 or 6), `up`
+stops everything and exits non-zero with one line saying why.
+
+Why processes and not the threads `up` used before: a thread cannot be restarted after a kill -9
+nor killed alone; the RQ worker inside the agent claims the main thread's signals, so `up` could
+not tell a stop it was asked for from an agent that merely returned; and a crashed scheduler
+thread left `up` running with nothing scheduling. Each child gets SIGTERM from the kernel when
+`up` dies (PR_SET_PDEATHSIG, so they are started from the main thread only), and runs in its own
+session, so Ctrl-C reaches `up` alone, which stops them in order: scheduler, agent (it requeues
+its jobs while the server still answers), server.
+
+With its embedded server `up` is locked (up/secure.py): the server has a password per part (an ACL
+file), identity is on (a lab secret in the state directory, the owner an admin, the owner's token
+where the owner's commands find it), and only the owner can read any of it. `up --shared` also
+answers logins of the host's other users on a Unix socket (auth/peer.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .. import config
+from .embedded import EmbeddedServer, die_with_parent, free_port, port_free
+from ..core.errors import EXIT_NO_GPU, EXIT_USAGE, DispatcherError, UpStopped, masked_url
+from .lock import UpLock, clear_leftovers
+from .secure import Secure
+
+log = logging.getLogger("dispatch.up")
+
+#: Back-off before a restart: BACKOFF_MIN_S, doubling up to BACKOFF_MAX_S; back to the minimum once
+#: the part has run STABLE_S.
+BACKOFF_MIN_S, BACKOFF_MAX_S, STABLE_S = 0.5, 10.0, 60.0
+SERVER_BACKOFF_MAX_S = 2.0
+#: Failed starts of the server in a row after which `up` stops.
+MAX_START_FAILURES = 5
+#: How often the main loop looks at its children.
+POLL_S = 0.2
+#: Exit codes of a child that refuses its configuration: restarting it cannot help.
+FATAL_CODES = (EXIT_USAGE, EXIT_NO_GPU)
+
+
+class Backoff:
+    def __init__(self, max_s: float = BACKOFF_MAX_S):
+        self.delay_s, self.max_s = BACKOFF_MIN_S, max_s
+
+    def next(self, ran_s: float = 0.0) -> float:
+        """The wait before the next start of a part that ran `ran_s` before it ended."""
+        if ran_s >= STABLE_S:
+            self.delay_s = BACKOFF_MIN_S
+        delay, self.delay_s = self.delay_s, min(self.delay_s * 2, self.max_s)
+        return delay
+
+
+class Child:
+    """A `dispatch` subcommand run and restarted by `up`."""
+
+    def __init__(self, name: str, argv: list[str], env: dict):
+        self.name, self.argv, self.env = name, argv, env
+        self.proc: subprocess.Popen | None = None
+        self.started = 0.0
+        self.due: float | None = None  # when a restart is due, while it waits
+        self.backoff = Backoff()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=die_with_parent())
+        self.started, self.due = time.monotonic(), None
+
+    def stop(self, timeout_s: float, force) -> None:
+        """SIGTERM, then SIGKILL after `timeout_s` or as soon as force() says so."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        deadline = time.monotonic() + timeout_s
+        while self.proc.poll() is None and time.monotonic() < deadline and not force():
+            time.sleep(0.05)
+        if self.proc.poll() is None:
+            log.warning("the %s (pid %d) did not stop; killing it", self.name, self.proc.pid)
+            self.proc.kill()
+            self.proc.wait()
+
+
+def child_argv(command: str, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "dispatcher", command, *args]
+
+
+class Up:
+    """What `dispatch up` runs, once its flags are checked. run() blocks until a signal stops it
+    (returns) or a part cannot run (raises UpStopped)."""
+
+    def __init__(self, *, ns: str, url: str | None, port: int | None, fsync: str, scheduler_args: list[str],
+                 agent_args: list[str], start_dashboard=None, secret_file: str | None = None,
+                 admins: list[str] = (), socket_path: Path | None = None):
+        """`url`: an external Redis, or None for the embedded server (locked); `start_dashboard(url)`
+        returns something with shutdown(), or None. `secret_file`: the lab secret (with the embedded
+        server, one is made in the state directory if none is given); `admins`: besides the owner.
+        `socket_path`: `up --shared`'s login socket (None: not shared)."""
+        self.ns, self.url, self.port, self.fsync = ns, url, port, fsync
+        self.scheduler_args, self.agent_args = scheduler_args, agent_args
+        self.start_dashboard = start_dashboard
+        self.secret_file, self.admins, self.socket_path = secret_file, list(admins), socket_path
+        self.secure: Secure | None = None
+        self.logins = None
+        self.state_dir = config.state_dir()
+        self.data_dir = (self.state_dir / "data").resolve()
+        self.lock = UpLock(self.state_dir)
+        self.server: EmbeddedServer | None = None
+        # every second without the server counts toward the agents' fence: retried sooner
+        self.server_backoff = Backoff(max_s=SERVER_BACKOFF_MAX_S)
+        self.server_since = 0.0
+        self.server_due: float | None = None
+        self.server_failures = 0
+        self.children: list[Child] = []
+        self.status = "starting"
+        self.signals = 0
+        self.failure: UpStopped | None = None
+        self.started_at = time.time()
+
+    # -- the record: the lock file always, server.json for the embedded server ----------------
+    def record(self, status: str | None = None) -> None:
+        self.status = status or self.status
+        info = {"pid": os.getpid(), "status": self.status, "url": self.url, "started_at": self.started_at,
+                "argv": [masked_url(a) if "://" in a else a for a in sys.argv], "state_dir": str(self.state_dir)}
+        if self.server is not None:
+            info.update(port=self.server.port, data_dir=str(self.data_dir), server_pid=self.server.pid,
+                        namespace=self.ns, socket=str(self.socket_path) if self.socket_path else None)
+        for child in self.children:
+            info[f"{child.name.split()[-1]}_pid"] = child.pid
+        self.lock.write({**info, "url": masked_url(self.url)})
+        if self.server is not None:
+            config.record_server(info)
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signals += 1  # only a counter: taking a lock in a signal handler can deadlock the main thread
+
+    def run(self) -> None:
+        self.lock.acquire()  # UpAlreadyRunning: nothing started, nothing touched
+        try:
+            self.record("starting")  # a second `up` names this one, not the dead one it replaces
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # under nohup a hangup stops nothing
+                    signal.signal(sig, self._on_signal)
+            self._run()
+        finally:
+            self.lock.release()
+        if self.failure is not None:
+            raise self.failure
+
+    def _run(self) -> None:
+        clear_leftovers(self.lock.previous, self.data_dir)
+        dashboard = None
+        try:
+            embedded = self.url is None
+            if embedded or self.secret_file:
+                self.secure = Secure(self.state_dir, self.ns, self.secret_file).prepare(embedded)
+            if self.socket_path is not None:  # first: a socket in use stops `up` before anything starts
+                self._start_logins()
+            if embedded:
+                self._start_server()
+            if self.signals:
+                return
+            if embedded:  # before any command connects (server.json says "running" after this)
+                self.secure.publish(self.url, self._admins(embedded))
+            self.children = self._children(embedded)
+            for child in self.children:
+                child.start()
+            self.record("running")
+            if self.start_dashboard is not None:
+                dashboard = self.start_dashboard(self.url)
+            print("dispatch: scheduler and node agent running; Ctrl-C stops everything", file=sys.stderr)
+            while not self.signals and self.failure is None:
+                time.sleep(POLL_S)
+                if self.server is not None:
+                    self._watch_server()
+                self._watch_children()
+        finally:
+            self._shutdown(dashboard)
+
+    def _start_server(self) -> None:
+        port = self.port or _previous_port(self.lock.previous, self.data_dir) or free_port()
+        self.server = EmbeddedServer(self.data_dir, port, fsync=self.fsync, die_with_parent=True,
+                                     aclfile=self.secure.acl_path, password=self.secure.passwords["admin"])
+        self.url = self.server.url
+        self.record("starting")  # replaces what a dead `up` left in server.json
+        self.server.start(timeout_s=60.0)
+        self.server_since = time.monotonic()
+        print(f"dispatch: embedded server on {masked_url(self.server.url)}, data in {self.server.data_dir}",
+              file=sys.stderr)
+
+    def _children(self, embedded: bool) -> list[Child]:
+        """The scheduler logs in as the leader role and the agent as the agent role (embedded
+        server); both check identity when there is a secret."""
+        identity = []
+        if self.secure is not None:
+            identity = self.secure.identity_flags(self._admins(embedded))
+
+        def env(role: str) -> dict:
+            url = self.secure.url_for(self.url, role) if embedded else self.url
+            return dict(os.environ, DISPATCH_REDIS_URL=url, DISPATCH_NAMESPACE=self.ns)
+        return [Child("scheduler", child_argv("scheduler", self.scheduler_args + identity), env("leader")),
+                Child("node agent", child_argv("worker", self.agent_args + identity), env("agent"))]
+
+    def _admins(self, embedded: bool) -> list[str]:
+        """--admins, and with the embedded server its owner."""
+        return list(dict.fromkeys(self.admins + ([self.secure.owner] if embedded else [])))
+
+    def _start_logins(self) -> None:
+        from ..auth.peer import LoginServer
+
+        def issue(uid: int) -> dict:
+            if self.url is None:
+                raise LookupError("the server is starting; try again in a moment")
+            return self.secure.issue(uid, self.url)
+        self.logins = LoginServer(self.socket_path, issue).start()
+        print(f"dispatch: shared: other users log in with `dispatch login {self.socket_path}`", file=sys.stderr)
+        if os.geteuid() != 0:
+            print(f"dispatch: warning: not running as root, so this node refuses the jobs of users other than "
+                  f"{self.secure.owner}; run `dispatch up --shared` as root to run their jobs as them",
+                  file=sys.stderr)
+
+    def _watch_server(self) -> None:
+        server, now = self.server, time.monotonic()
+        if self.server_due is None:
+            if server.proc.poll() is None:
+                return
+            delay = self.server_backoff.next(now - self.server_since)
+            log.warning("the embedded server (pid %d) exited with code %s; restarting it on port %d in %.1fs",
+                        server.pid, server.proc.returncode, server.port, delay)
+            self.server_due = now + delay
+            self.record("restarting")
+            return
+        if now < self.server_due:
+            return
+        if not port_free(server.port):
+            reason = f"port {server.port} is taken by another process"
+        else:
+            try:
+                server.start(timeout_s=60.0)
+            except DispatcherError as e:
+                reason = str(e)
+            else:
+                self.server_failures, self.server_due, self.server_since = 0, None, time.monotonic()
+                self.record("running")
+                log.warning("the embedded server is back on %s (pid %d)", masked_url(server.url), server.pid)
+                return
+        self.server_failures += 1
+        if self.server_failures >= MAX_START_FAILURES:
+            self.failure = UpStopped("server", f"the embedded server cannot come back on port {server.port} "
+                                               f"({reason}; {self.server_failures} tries); stopped everything")
+            return
+        delay = self.server_backoff.next()
+        log.warning("the embedded server did not start (%s); trying again in %.1fs", reason, delay)
+        self.server_due = time.monotonic() + delay
+
+    def _watch_children(self) -> None:
+        now = time.monotonic()
+        for child in self.children:
+            code = child.proc.poll()
+            if code is None:
+                continue
+            if child.due is None:
+                if code in FATAL_CODES:
+                    self.failure = UpStopped(child.name.split()[-1], f"the {child.name} exited with code {code} "
+                                             "(it refuses its configuration; see its message above); "
+                                             "stopped everything")
+                    return
+                delay = child.backoff.next(now - child.started)
+                log.warning("the %s (pid %d) exited with code %s; restarting it in %.1fs", child.name, child.pid,
+                            code, delay)
+                child.due = now + delay
+            elif now >= child.due and self.server_due is None:  # no use starting it without a server
+                child.start()
+                self.record()
+                log.warning("the %s is running again (pid %d)", child.name, child.pid)
+
+    def _shutdown(self, dashboard) -> None:
+        """Scheduler first (nothing is placed while the agent requeues), then the agent, then the server.
+        A second Ctrl-C or SIGTERM kills what is still stopping."""
+        signals = self.signals
+
+        def force() -> bool:
+            return self.signals > signals
+
+        started = self.logins is not None or self.server is not None or bool(self.children)
+        if self.logins is not None:
+            self.logins.stop()
+        if self.server is not None or self.children:
+            self.record("stopping")
+        for child, timeout_s in zip(self.children, (15.0, 60.0)):
+            child.stop(timeout_s, force)
+        if dashboard is not None:
+            dashboard.shutdown()
+        if self.server is not None:
+            config.forget_server(os.getpid())
+            self.server.stop()
+        if started:  # (a refusal before anything started is its one line alone)
+            print("dispatch: stopped", file=sys.stderr)
+
+
+def _previous_port(previous: dict, data_dir: Path) -> int | None:
+    """The port the dead `up` of this data dir served on, if it is free: clients that kept its URL
+    find the server again."""
+    port = previous.get("port")
+    if isinstance(port, int) and previous.get("data_dir") == str(data_dir) and port_free(port):
+        return port
+    return None

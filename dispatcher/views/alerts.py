@@ -1,0 +1,108 @@
+"""Alerts for operators, computed from the board (dispatcher/views/board.py) and the recorded samples.
+
+Pure: no Redis, no clock; the caller passes what it read and `now_ms`. The same list is
+shown on the dashboard, by `dispatch top`, and exported as the dispatch_alert metric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from ..core.errors import ConfigError, InvalidRequestError
+from ..core.spec import parse_duration
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    """Thresholds. Set with --alerts (or DISPATCH_ALERTS): comma-separated key=value, durations
+    like 90s, 15m, 2h; e.g. ``critical_wait=5m,low_util=40,low_util_for=1h``."""
+
+    #: A critical job pending longer than this.
+    critical_wait_s: float = 600.0
+    #: A high job pending longer than this.
+    high_wait_s: float = 1800.0
+    #: Cluster allocation (GPUs held / usable GPUs, %) below this in every sample of low_util_for,
+    #: while jobs waited in every one of them.
+    low_util_pct: float = 50.0
+    low_util_for_s: float = 1800.0
+    # Idle GPUs have no threshold here: the idle_gpu alert shows the node agents' idle warnings,
+    # whose thresholds are the policy's idle_util and idle_warn (dispatcher/policy/idle.py).
+
+    @classmethod
+    def parse(cls, raw: str | None) -> "AlertConfig":
+        """From 'key=value,...' (keys without their _s/_pct suffix); ConfigError names a bad key."""
+        cfg = cls()
+        names = {f.name.removesuffix("_s").removesuffix("_pct"): f.name for f in fields(cls)}
+        for item in filter(None, (p.strip() for p in (raw or "").split(","))):
+            key, _, value = item.partition("=")
+            name = names.get(key.strip())
+            if key.strip() == "idle_gpu_for":
+                raise ConfigError("--alerts: idle_gpu_for is now the policy's idle_warn (docs/policy.md): "
+                                  "one threshold for the jobs' idle warnings and this alert", key="--alerts")
+            if name is None:
+                raise ConfigError(f"--alerts: unknown key {key.strip()!r}; known: {', '.join(sorted(names))}",
+                                  key="--alerts")
+            try:
+                number = parse_duration(value.strip()) if name.endswith("_s") else float(value)
+            except (InvalidRequestError, ValueError):
+                number = -1.0
+            if not number > 0:
+                raise ConfigError(f"--alerts: {key.strip()}={value.strip()!r} must be a positive "
+                                  f"{'duration (90s, 15m, 2h)' if name.endswith('_s') else 'number'}",
+                                  key="--alerts")
+            cfg = replace(cfg, **{name: number})
+        return cfg
+
+
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _window(samples: list[dict], now_ms: int, span_s: float) -> list[dict] | None:
+    """The samples of the last span_s, or None when the record does not reach back that far."""
+    start = now_ms - span_s * 1000
+    inside = [s for s in samples if s["t_ms"] >= start]
+    older = [s for s in samples if s["t_ms"] < start]
+    if not inside or not older:
+        return None
+    return inside
+
+
+def evaluate(view: dict, waits_s: dict[str, list[float]], samples: list[dict], cfg: AlertConfig,
+             now_ms: int) -> list[dict]:
+    """Alerts as {kind, severity ("critical" or "warning"), subject, message}, most severe first.
+
+    `view` is the board's dict (classes, nodes), `waits_s` the pending jobs' waits by class,
+    `samples` store.samples.read_samples() of at least the longest window."""
+    out = []
+    for c in view["classes"]:
+        limit = {"critical": cfg.critical_wait_s, "high": cfg.high_wait_s}.get(c["class"])
+        over = sum(1 for w in waits_s.get(c["class"], ()) if w > limit) if limit is not None else 0
+        if not over:
+            continue
+        out.append({"kind": "wait", "severity": "critical" if c["class"] == "critical" else "warning",
+                    "subject": c["class"],
+                    "message": f"{over} {c['class']} job{'s' * (over != 1)} waiting over {_age(limit)} "
+                               f"(longest: job {c['oldest_job']}, {_age(c['oldest_wait_s'])})"})
+    for n in view["nodes"]:
+        if not n["alive"]:
+            out.append({"kind": "dead_node", "severity": "critical", "subject": n["name"],
+                        "message": f"node {n['name']}: no heartbeat for {_age(n['seen_s_ago'])}"})
+            continue
+        for g in n["gpus"]:
+            if g["blocked"]:
+                out.append({"kind": "zombie", "severity": "warning", "subject": f"{n['name']}:{g['index']}",
+                            "message": f"{n['name']} GPU {g['index']}: {g['blocked']}"})
+            if g.get("idle") and g["job"]:  # its job's idle warning, from its node agent (policy/idle.py)
+                spell = f" (idle for {_age(max(0.0, now_ms / 1000 - g['idle_since']))})" if g.get("idle_since") else ""
+                out.append({"kind": "idle_gpu", "severity": "warning", "subject": f"{n['name']}:{g['index']}",
+                            "message": f"{n['name']} GPU {g['index']} held by job {g['job']}: {g['idle']}{spell}"})
+    low = _window(samples, now_ms, cfg.low_util_for_s)
+    if low and all(s["pending"] > 0 and s["gpus"] and 100.0 * s["held"] / s["gpus"] < cfg.low_util_pct
+                   for s in low):
+        held = 100.0 * low[-1]["held"] / low[-1]["gpus"]
+        out.append({"kind": "low_util", "severity": "warning", "subject": "cluster",
+                    "message": f"GPU allocation under {cfg.low_util_pct:g}% for {_age(cfg.low_util_for_s)} while "
+                               f"jobs wait (now {held:.0f}%, {low[-1]['pending']} pending)"})
+    return sorted(out, key=lambda a: (a["severity"] != "critical", a["kind"], a["subject"]))

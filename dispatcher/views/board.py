@@ -1,0 +1,293 @@
+"""The operators' view of a cluster, read from Redis: what the dashboard, `dispatch top` and
+/metrics show. Read-only: nothing here writes.
+
+One Board serves any number of viewers: the cluster is read (a snapshot, as the scheduler
+reads it, plus the pending jobs' blocking reasons) at most once per `ttl_s`, and a long
+queue is summarised by class and paged, never sent whole.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+from .alerts import AlertConfig, evaluate
+from ..config import Timing
+from ..scheduler.policy_source import policy_in_force
+from ..core.model import FINAL_STATES, PRIORITIES
+from ..policy.score import dominant_share
+from ..store import keys, scripts
+from ..store.connect import text
+from ..store.decisions import read_decisions
+from ..store.jobs import read_jobs
+from ..store.quarantine import tolerant, valid_name
+from ..store.samples import figures, holders, read_samples, smallest_request
+from ..store.snapshot import SpecCache, read_snapshot
+
+#: Finished jobs the success/failure counts cover (the newest ones).
+OUTCOMES_WINDOW = 1000
+#: The most job records looked at, newest first, to find them.
+OUTCOMES_SCAN = 20_000
+#: Lines of a job's output its page shows.
+LOG_TAIL_LINES = 200
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _secs(ms: str) -> float | None:
+    """Epoch seconds from a record's *_ms text; None for a missing or bad one."""
+    try:
+        return int(ms) / 1000.0 if ms else None
+    except ValueError:
+        return None
+
+
+class _Cached:
+    """A value recomputed at most every ttl_s, shared by threads; and at most every LOAD_FACTOR times
+    as long as computing it took, so that a long queue (a read of 100,000 jobs takes seconds) keeps
+    the dashboard's share of Redis and of this process bounded, whoever is watching."""
+
+    LOAD_FACTOR = 5.0
+
+    def __init__(self, ttl_s: float, compute):
+        self.ttl_s, self.compute = ttl_s, compute
+        self._lock = threading.Lock()
+        self._value, self._at, self._took = None, -1e18, 0.0
+
+    def get(self):
+        with self._lock:
+            if time.monotonic() - self._at >= max(self.ttl_s, self.LOAD_FACTOR * self._took):
+                t0 = time.monotonic()
+                self._value = self.compute()
+                self._at = time.monotonic()
+                self._took = self._at - t0
+            return self._value
+
+
+class Board:
+    def __init__(self, client, ns: str, *, timing: Timing | None = None, alerts: AlertConfig | None = None,
+                 ttl_s: float = 1.0):
+        self.client, self.ns = client, ns
+        self.timing = timing or Timing()
+        self.alert_config = alerts or AlertConfig()
+        self._specs = SpecCache()
+        self._specs_lock = threading.Lock()
+        self._read = _Cached(ttl_s, self._read_cluster)
+        self._overview = _Cached(ttl_s, self._build_overview)
+        self._outcomes = _Cached(max(ttl_s, 5.0), self._read_outcomes)
+
+    # -- reading ---------------------------------------------------------------------------
+    def _read_cluster(self) -> dict:
+        now = _now_ms()
+        with self._specs_lock:
+            read = read_snapshot(self.client, self.ns, now, self.timing.node_timeout_s, self._specs)
+        written = scripts.hget_each(self.client, [keys.job(self.ns, p.spec.id) for p in read.snapshot.pending],
+                                    "reason")
+        pipe = self.client.pipeline(transaction=False)
+        for r in read.snapshot.running:  # the node agents' idle warnings (workers/idle.py)
+            pipe.hmget(keys.job(self.ns, r.spec.id), "warning", "idle_since_ms")
+        warnings = [w if isinstance(w, list) else [None, None] for w in pipe.execute(raise_on_error=False)]
+        stats = {text(k): text(v) for k, v in tolerant(lambda: self.client.hgetall(keys.scheduler_stats(self.ns)),
+                                                       {}).items()}
+        rest = stats.get("rest_reason") or "no reason recorded yet"  # jobs the last full cycle did not reach
+        reasons = {p.spec.id: ("" if isinstance(r, Exception) else text(r)) or rest
+                   for p, r in zip(read.snapshot.pending, written)}
+        idle = {r.spec.id: (text(w), text(since)) for r, (w, since) in zip(read.snapshot.running, warnings) if w}
+        pending = sorted(read.snapshot.pending, key=lambda p: (-p.spec.rank, p.wait_from_ms, int(p.spec.id)))
+        running = sorted(read.snapshot.running, key=lambda r: (-r.spec.rank, r.started_ms, int(r.spec.id)))
+        _, config, _ = policy_in_force(self.client, self.ns, now / 1000.0)
+        return {"now_ms": now, "read": read, "pending": pending, "running": running, "reasons": reasons,
+                "stats": stats, "idle": idle, "config": config}
+
+    def _read_outcomes(self) -> dict:
+        """Counts of the newest finished jobs by state, and their most common reasons."""
+        counts, reasons, seen = Counter(), Counter(), 0
+        total = tolerant(lambda: self.client.zcard(keys.jobs_all(self.ns)), 0)
+        for end in range(total, max(0, total - OUTCOMES_SCAN), -1000):
+            ids = tolerant(lambda: self.client.zrange(keys.jobs_all(self.ns), max(0, end - 1000), end - 1), [])
+            pipe = self.client.pipeline(transaction=False)
+            for i in ids:
+                if valid_name(i):
+                    pipe.hmget(keys.job(self.ns, text(i)), "state", "reason", "exit_code")
+            got = [r for r in pipe.execute(raise_on_error=False) if isinstance(r, list)]
+            for state, reason, code in reversed(got):
+                state = text(state)
+                if state not in FINAL_STATES:
+                    continue
+                counts[state] += 1
+                if state != "succeeded":
+                    why = text(reason) or (f"exit code {text(code)}" if text(code) else "no reason recorded")
+                    reasons[(state, why[:120])] += 1
+                seen += 1
+                if seen >= OUTCOMES_WINDOW:
+                    break
+            if seen >= OUTCOMES_WINDOW:
+                break
+        return {"window": seen, "counts": {s: counts.get(s, 0) for s in FINAL_STATES},
+                "reasons": [{"state": s, "reason": r, "count": n} for (s, r), n in reasons.most_common(8)]}
+
+    # -- the views -----------------------------------------------------------------------------
+    def overview(self) -> dict:
+        """Everything on the dashboard's front page but the job list: small whatever the queue's length."""
+        return self._overview.get()
+
+    def _build_overview(self) -> dict:
+        c = self._read.get()
+        now, read = c["now_ms"], c["read"]
+        view = {"now": now / 1000.0, "namespace": self.ns, "scheduler": self._scheduler(c["stats"], now),
+                "classes": self._classes(c, now), "nodes": self._nodes(c, now),
+                "decisions": read_decisions(self.client, self.ns, limit=20), "usage": self._usage(c),
+                "outcomes": self._outcomes.get()}
+        f = figures(read.nodes, c["running"], now, self.timing.node_timeout_s, smallest_request(c["pending"]),
+                    c["config"].idle_util_pct)
+        view["totals"] = {"nodes": len(read.nodes), "nodes_dead": sum(1 for n in view["nodes"] if not n["alive"]),
+                          "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
+                          "frag": f["frag"], "idle_held": len(f["idle"]), "pending": len(c["pending"]),
+                          "running": len(c["running"])}
+        waits: dict[str, list[float]] = {}
+        for p in c["pending"]:
+            waits.setdefault(p.spec.priority, []).append((now - p.wait_from_ms) / 1000.0)
+        window_s = self.alert_config.low_util_for_s + 60
+        samples = read_samples(self.client, self.ns, int(now - window_s * 1000))
+        view["alerts"] = evaluate(view, waits, samples, self.alert_config, now)
+        return view
+
+    @staticmethod
+    def _scheduler(stats: dict, now: int) -> dict:
+        def num(k, kind=int):
+            try:
+                return kind(stats.get(k) or 0)
+            except ValueError:
+                return kind(0)
+
+        at = num("at_ms")
+        return {"holder": stats.get("holder", ""), "cycles": num("cycles"), "placed": num("placed"),
+                "preempted": num("preempted"), "requeued_lost": num("requeued_lost"),
+                "cycle_ms": num("cycle_ms", float), "age_s": round((now - at) / 1000.0, 1) if at else None}
+
+    @staticmethod
+    def _classes(c: dict, now: int) -> list[dict]:
+        out = []
+        for cls in reversed(PRIORITIES):
+            mine = [p for p in c["pending"] if p.spec.priority == cls]
+            oldest = min(mine, key=lambda p: p.wait_from_ms, default=None)
+            reasons = Counter(c["reasons"].get(p.spec.id) or "no reason recorded yet" for p in mine)
+            out.append({"class": cls, "pending": len(mine),
+                        "running": sum(1 for r in c["running"] if r.spec.priority == cls),
+                        "gpus_pending": sum(p.spec.gpus for p in mine),
+                        "oldest_wait_s": round((now - oldest.wait_from_ms) / 1000.0, 1) if oldest else 0.0,
+                        "oldest_job": oldest.spec.id if oldest else None,
+                        "reasons": [{"reason": r, "count": n} for r, n in reasons.most_common(3)]})
+        return out
+
+    def _nodes(self, c: dict, now: int) -> list[dict]:
+        taken = holders(c["running"])
+        out = []
+        for n in c["read"].nodes:
+            alive = n.alive(now, self.timing.node_timeout_s)
+            gpus = []
+            for g in n.gpus:
+                jobs = taken.get((n.name, g.index), [])
+                idle = [c["idle"][r.spec.id] for r in jobs if r.spec.id in c["idle"]]
+                gpus.append({"index": g.index, "name": g.name.replace("NVIDIA ", ""), "util_pct": g.util_pct,
+                             "mem_used_gb": g.mem_used_gb, "mem_total_gb": g.mem_total_gb,
+                             "job": ",".join(r.spec.id for r in jobs) or None,
+                             "users": sorted({r.spec.user for r in jobs}), "shared": any(r.spec.share for r in jobs),
+                             "blocked": g.blocked or None,
+                             # the holder's idle warning, when every job holding it has one (policy/idle.py)
+                             "idle": idle[0][0] if jobs and len(idle) == len(jobs) else None,
+                             "idle_since": _secs(idle[0][1]) if jobs and len(idle) == len(jobs) else None,
+                             "state": "dead" if not alive else "blocked" if g.blocked else
+                                      "held" if jobs else "free"})
+            out.append({"name": n.name, "alive": alive, "seen_s_ago": round((now - n.seen_ms) / 1000.0, 1),
+                        "cpus": n.cpus, "mem_gb": n.mem_gb, "gpus": gpus})
+        return out
+
+    def _usage(self, c: dict) -> dict:
+        """GPUs, CPUs and memory held by each user and team; each user's dominant share against the
+        equal share DRF aims at (1 / users with work), each team's against its guarantee and limit."""
+        live = c["read"].snapshot.nodes
+        total = (sum(len([g for g in n.gpus if not g.blocked]) for n in live), sum(n.cpus for n in live),
+                 sum(n.mem_gb for n in live))
+        users: dict[str, dict] = {}
+        teams: dict[str, dict] = {}
+        for r in c["running"]:
+            for row in (users.setdefault(r.spec.user, {"team": r.spec.team}), teams.setdefault(r.spec.team, {})):
+                row["gpus"] = row.get("gpus", 0) + len(r.gpus)
+                row["cpus"] = row.get("cpus", 0) + r.spec.cpus
+                row["mem_gb"] = row.get("mem_gb", 0.0) + r.spec.mem_gb
+                row["running"] = row.get("running", 0) + 1
+        for p in c["pending"]:
+            for row in (users.setdefault(p.spec.user, {"team": p.spec.team}), teams.setdefault(p.spec.team, {})):
+                row["pending"] = row.get("pending", 0) + 1
+                row["gpus_pending"] = row.get("gpus_pending", 0) + p.spec.gpus
+        config = c["config"]
+        for t in config.teams:
+            teams.setdefault(t, {})
+        fair = 1.0 / len(users) if users else 0.0
+        user_rows = []
+        for name, u in users.items():
+            used = (u.get("gpus", 0), u.get("cpus", 0), u.get("mem_gb", 0.0))
+            user_rows.append({"user": name, "team": u["team"], "gpus": used[0], "cpus": used[1],
+                              "mem_gb": round(used[2], 1), "running": u.get("running", 0),
+                              "pending": u.get("pending", 0), "gpus_pending": u.get("gpus_pending", 0),
+                              "share": round(dominant_share(used, total), 3), "fair_share": round(fair, 3)})
+        team_rows = []
+        for name, t in teams.items():
+            q = config.teams.get(name)
+            team_rows.append({"team": name or "(none)", "gpus": t.get("gpus", 0), "running": t.get("running", 0),
+                              "pending": t.get("pending", 0), "gpus_pending": t.get("gpus_pending", 0),
+                              "guarantee": q.guarantee_gpus if q else None, "limit": q.limit_gpus if q else None})
+        return {"total": {"gpus": total[0], "cpus": total[1], "mem_gb": total[2]},
+                "users": sorted(user_rows, key=lambda u: (-u["share"], u["user"])),
+                "teams": sorted(team_rows, key=lambda t: (-t["gpus"], t["team"]))}
+
+    def queue_page(self, state: str = "pending", cls: str = "", page: int = 0, per: int = 50) -> dict:
+        """One page of the pending (or active) jobs, highest class first, longest wait first within
+        a class; each job's full record, its wait and why it waits."""
+        c = self._read.get()
+        jobs = c["pending"] if state == "pending" else c["running"]
+        if cls:
+            jobs = [j for j in jobs if j.spec.priority == cls]
+        per = max(1, min(per, 200))
+        pages = max(1, -(-len(jobs) // per))
+        page = max(0, min(page, pages - 1))
+        chosen = jobs[page * per:(page + 1) * per]
+        views = read_jobs(self.client, self.ns, [j.spec.id for j in chosen])
+        since = {j.spec.id: j.wait_from_ms if state == "pending" else j.started_ms for j in chosen}
+        for v in views:
+            v["wait_s" if state == "pending" else "run_s"] = round((c["now_ms"] - since[v["id"]]) / 1000.0, 1)
+        return {"state": state, "class": cls, "total": len(jobs), "page": page, "pages": pages, "per": per,
+                "jobs": views}
+
+    def history(self, hours: float = 6.0) -> list[dict]:
+        """The recorded samples of the last `hours`, without the lists of idle GPUs."""
+        samples = read_samples(self.client, self.ns, int(_now_ms() - hours * 3600 * 1000))
+        return [{k: v for k, v in s.items() if k != "idle"} for s in samples]
+
+    def job(self, job_id: str) -> dict:
+        """A job's page: `dispatch why` (its record, attempts, score and blocking reason, the
+        decisions about it), a timeline, and the tail of its output. JobNotFound for a bad id."""
+        from .explain import explain
+
+        out = explain(self.client, self.ns, job_id)
+        job = out["job"]
+        events = [(job[k], what) for k, what in (("submitted_at", "submitted"), ("assigned_at", "assigned"),
+                                                  ("started_at", "started"), ("checkpoint_at", "checkpoint"),
+                                                  ("last_preempted_at", "preempted"), ("finished_at", job["state"]))
+                  if job.get(k)]
+        for a in job["attempts"]:
+            if a.get("ended_at"):
+                events.append((a["ended_at"], f"attempt {a['attempt']} {a['outcome']} on {a['node'] or '-'}"
+                                              + (f": {a['reason']}" if a["reason"] else "")))
+        for d in out["decisions"]:
+            events.append((d["time"], f"started on {d['node']} GPUs {d['gpus']}, score {d['score']:.1f}"
+                           if d["kind"] == "start" else f"preempted ({d.get('mode')}) for job {d.get('for_job')}"))
+        out["timeline"] = [{"t": t, "what": w} for t, w in sorted(events, key=lambda e: e[0])]
+        chunks = tolerant(lambda: self.client.xrevrange(keys.job_log(self.ns, job_id), count=LOG_TAIL_LINES), [])
+        tail = b"".join(f.get(b"d", b"") for _, f in reversed(chunks)).decode(errors="replace")
+        out["log_tail"] = "\n".join(tail.splitlines()[-LOG_TAIL_LINES:])
+        return out

@@ -1,0 +1,177 @@
+"""`dispatch dashboard`: the operators' web page, its JSON endpoints and /metrics.
+
+A Flask app served by werkzeug's threaded server. The page (static/, plain HTML, CSS and
+JavaScript, no build step) polls the JSON endpoints every two seconds. Every endpoint reads
+through one Board (dispatcher/views/board.py), so any number of open pages cost one read of the
+cluster per second. Nothing is written to Redis except a cancel, and that only when the
+dashboard was started with --allow-cancel: then, with identity on, the request goes to the
+scheduler signed with the token the user typed, and the scheduler lets only the job's owner
+or an admin cancel it (docs/security.md); the dashboard never holds the lab secret.
+
+A state-changing request must come from the page itself: it carries the process's CSRF token
+(handed out by /api/config, which another site's script cannot read: no CORS headers are ever
+sent) in the X-Dispatch-CSRF header, and its Origin (or Referer), when the browser sends one, must
+be this server's own. A form or fetch from another site's page is refused with 403.
+
+With an access key (what `dispatch up` gives its dashboard: the host's other users can reach
+127.0.0.1 too), every request must show it, as Jupyter's token: the URL `up` prints carries it once
+(?key=...), which sets an HttpOnly, SameSite=Strict cookie; scrapers send `Authorization: Bearer KEY`.
+Without it a request gets 401 and reads nothing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+import time
+from urllib.parse import urlsplit
+
+import redis
+from flask import Flask, Response, jsonify, redirect, request, send_from_directory
+
+from ...core.errors import DispatcherError, InvalidRequestError, NotFoundError
+from ...auth.identity import NotAllowed
+from ..metrics import ClusterCollector, exposition
+from ...core.model import PRIORITIES
+
+log = logging.getLogger("dispatch.dashboard")
+KEY_COOKIE = "dispatch_key"
+
+
+def create_app(board, *, allow_cancel: bool = False, access_key: str | None = None) -> Flask:
+    app = Flask(__name__, static_folder="static", static_url_path="/static")
+    collector = ClusterCollector(board)
+    csrf = secrets.token_urlsafe(32)  # one per dashboard process: a restart asks open pages to reload
+
+    @app.before_request
+    def key_holders_only():
+        if access_key is None:
+            return None
+        given = request.args.get("key")
+        if given is not None and hmac.compare_digest(given, access_key):  # the URL `up` printed: keep it
+            back = redirect(request.path)  # (and take the key out of the address bar)
+            back.set_cookie(KEY_COOKIE, access_key, httponly=True, samesite="Strict")
+            return back
+        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        for shown in (request.cookies.get(KEY_COOKIE, ""), bearer):
+            if shown and hmac.compare_digest(shown, access_key):
+                return None
+        return jsonify(error="this dashboard needs its access key: open the URL `dispatch up` printed "
+                             "(also in dashboard.url in its state directory)"), 401
+
+    @app.before_request
+    def same_origin_only():
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            return None
+        came_from = request.headers.get("Origin") or request.headers.get("Referer")
+        if came_from:
+            origin = urlsplit(came_from)
+            if f"{origin.scheme}://{origin.netloc}" != request.host_url.rstrip("/"):
+                log.warning("refused a %s %s from origin %s", request.method, request.path, came_from)
+                return jsonify(error=f"refused: this request came from another site ({came_from})"), 403
+        if not hmac.compare_digest(request.headers.get("X-Dispatch-CSRF", ""), csrf):
+            return jsonify(error="refused: no valid CSRF token (reload the page)"), 403
+        return None
+
+    @app.errorhandler(DispatcherError)
+    def dispatch_error(e):
+        status = 404 if isinstance(e, NotFoundError) else 403 if isinstance(e, NotAllowed) else 400
+        return jsonify(error=str(e)), status
+
+    @app.errorhandler(redis.exceptions.RedisError)
+    def redis_error(e):  # the page keeps polling and says why it is not updating
+        return jsonify(error=f"Redis failed: {e}"), 503
+
+    @app.get("/")
+    def index():
+        return send_from_directory(app.static_folder, "index.html")
+
+    @app.get("/job/<job_id>")
+    def job_page(job_id):
+        return send_from_directory(app.static_folder, "job.html")
+
+    @app.get("/api/config")
+    def config():
+        from ...store.requests import identity_on
+
+        return jsonify(namespace=board.ns, allow_cancel=allow_cancel, identity=identity_on(board.client, board.ns),
+                       classes=list(reversed(PRIORITIES)), csrf=csrf)
+
+    @app.get("/api/board")
+    def overview():
+        return jsonify(board.overview())
+
+    @app.get("/api/queue")
+    def queue():
+        state = request.args.get("state", "pending")
+        cls = request.args.get("class", "")
+        if state not in ("pending", "running") or (cls and cls not in PRIORITIES):
+            raise InvalidRequestError("state must be pending or running, class one of " + ", ".join(PRIORITIES))
+        return jsonify(board.queue_page(state, cls, request.args.get("page", 0, type=int),
+                                        request.args.get("per", 50, type=int)))
+
+    @app.get("/api/history")
+    def history():
+        hours = request.args.get("hours", 6.0, type=float)
+        return jsonify(samples=board.history(min(max(hours, 0.1), 12.0)))
+
+    @app.get("/api/job/<job_id>")
+    def job(job_id):
+        return jsonify(board.job(job_id))
+
+    @app.post("/api/job/<job_id>/cancel")
+    def cancel(job_id):
+        if not allow_cancel:
+            raise NotAllowed("this dashboard is read-only; start it with --allow-cancel to cancel from the page")
+        return jsonify(outcome=cancel_as(board, job_id, request.get_json(silent=True) or {}))
+
+    @app.get("/metrics")
+    def metrics():
+        return Response(exposition(collector), mimetype="text/plain; version=0.0.4; charset=utf-8")
+
+    return app
+
+
+def cancel_as(board, job_id: str, who: dict) -> str:
+    """Cancel a job from the page. With identity on, `who` must carry the user and their token, and
+    the scheduler decides (owner or admin); without it, anyone who can reach the page may cancel."""
+    from ...store.jobs import cancel_job
+    from ...store.requests import identity_on, send
+    from ...store.scripts import Scripts
+
+    if identity_on(board.client, board.ns):
+        user, token = str(who.get("user") or "").strip(), str(who.get("token") or "").strip()
+        if not user or not token:
+            raise NotAllowed("identity is on: give your user name and token to cancel")
+        return str(send(board.client, board.ns, "cancel", user, token, {"job": job_id})["outcome"])
+    return cancel_job(Scripts(board.client, board.ns), board.client, board.ns, job_id, int(time.time() * 1000),
+                      "cancelled from the dashboard")
+
+
+def make_server(board, host: str, port: int, *, allow_cancel: bool = False, access_key: str | None = None):
+    """A threaded werkzeug server (serve_forever / shutdown; port 0 picks a free one, see
+    server.port); ConfigError in one line if it cannot listen."""
+    import socket
+
+    from werkzeug.serving import make_server as werkzeug_server
+
+    from ...core.errors import ConfigError
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request (the page polls)
+    sock = None
+    try:  # bound here, so that a taken port is our one-line error, not werkzeug's exit
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(info[4])
+        sock.listen(128)
+    except OSError as e:
+        if sock is not None:
+            sock.close()
+        raise ConfigError(f"--port: cannot listen on {host}:{port}: {e.strerror or e}", key="--port") from None
+    try:
+        return werkzeug_server(host, sock.getsockname()[1], create_app(board, allow_cancel=allow_cancel, access_key=access_key),
+                               threaded=True, fd=sock.fileno())
+    finally:
+        sock.close()  # the server holds its own duplicate

@@ -1,0 +1,103 @@
+"""`dispatch eta JOB` (and a line of `dispatch why`): when a pending job is expected to start.
+
+Reads a fresh snapshot as `dispatch why` does and runs the simulator forward from it under the
+policy in force (sim/forecast.py): running jobs end at their estimate, pending jobs run for
+theirs, nothing new arrives. Nothing is written. The result is a plain dict (the `--json` form);
+`describe` gives the one line.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..config import Timing
+from ..sim.forecast import Forecast, forecast
+from ..scheduler.policy_source import policy_in_force
+from ..store.jobs import read_job
+from ..store.snapshot import SpecCache, read_snapshot
+
+
+def forecast_read(read, job_id: str, now_ms: int, config) -> dict:
+    """The forecast of `job_id` from a ReadResult (store.snapshot.read_snapshot) taken at `now_ms`."""
+    if job_id in read.held:
+        return {"job": job_id, "state": "pending", "held": read.held[job_id]}
+    if read.unusable(job_id):
+        return {"job": job_id, "state": "pending", "invalid": read.unusable(job_id)}
+    if not any(p.spec.id == job_id for p in read.snapshot.pending):
+        return {"job": job_id, "state": "unknown"}  # it left the queue between two reads
+    return as_dict(forecast(read.snapshot, job_id, now_ms, config))
+
+
+def read_eta(client, ns: str, job_id: str) -> dict:
+    """The forecast for one job; JobNotFound for an unknown id. A job that is not pending gets its
+    state (and when it started)."""
+    job = read_job(client, ns, job_id)
+    if job["state"] != "pending":
+        return {"job": job_id, "state": job["state"], "started_at": job["started_at"], "node": job["node"]}
+    now_ms = int(time.time() * 1000)
+    _, config, _ = policy_in_force(client, ns, now_ms / 1000.0)
+    read = read_snapshot(client, ns, now_ms, Timing().node_timeout_s, SpecCache())
+    return forecast_read(read, job_id, now_ms, config)
+
+
+def as_dict(f: Forecast) -> dict:
+    def start(s):
+        if s is None:
+            return None
+        return {"at": None if s.at_ms is None else s.at_ms / 1000.0,
+                "in_s": None if s.at_ms is None else round((s.at_ms - f.now_ms) / 1000.0, 1),
+                "node": s.node or None, "gpus": list(s.gpus), "after_jobs": list(s.after)}
+
+    return {"job": f.job_id, "state": "pending", "now": f.now_ms / 1000.0, "horizon_s": f.horizon_s,
+            "start": start(f.start), "change": f.change or None, "change_start": start(f.change_start)}
+
+
+def _within(in_s: float) -> str:
+    """'now', '~40 s', '~35 min', '~3 h 20 min', '~2 d 4 h'."""
+    s = int(round(in_s))
+    if s <= 0:
+        return "now"
+    if s < 120:
+        return f"in ~{s} s"
+    if s < 3 * 3600:
+        return f"in ~{round(s / 60)} min"
+    if s < 2 * 86400:
+        return f"in ~{s // 3600} h {s % 3600 // 60} min"
+    return f"in ~{s // 86400} d {s % 86400 // 3600} h"
+
+
+def _at(t: float, now: float) -> str:
+    fmt = "%H:%M" if time.localtime(t)[:3] == time.localtime(now)[:3] else "%a %H:%M"
+    return time.strftime(fmt, time.localtime(t))
+
+
+def describe(d: dict, *, with_job: bool = True) -> str:
+    """One line: 'job 12: expected to start in ~35 min (at 14:05), on n3, when job 7 ends; with
+    --gpus 1 it would start now on n2' (without 'job 12: ' unless `with_job`)."""
+    head = f"job {d['job']}: " if with_job else ""
+    if d["state"] != "pending":
+        if d.get("started_at"):
+            return f"{head}{d['state']}; started at {_at(d['started_at'], time.time())} on {d['node'] or '-'}"
+        return f"{head}{d['state']}; not waiting"
+    if "held" in d:
+        return f"{head}not forecast: it waits for its dependencies ({d['held']})"
+    if "invalid" in d:
+        return f"{head}not forecast: its record is unusable ({d['invalid']})"
+    if d.get("start") is None:
+        return f"{head}left the queue meanwhile"
+    s = d["start"]
+    if s["at"] is None:
+        line = f"{head}not expected to start within {d['horizon_s'] / 86400:g} days as the cluster stands"
+    elif s["in_s"] <= 0:
+        line = f"{head}expected to start now on {s['node']} (at the scheduler's next cycle)"
+    else:
+        line = f"{head}expected to start {_within(s['in_s'])} (at {_at(s['at'], d['now'])}), on {s['node']}"
+        if s["after_jobs"]:
+            ids = s["after_jobs"]
+            line += (f", when job {ids[0]} ends" if len(ids) == 1 else
+                     f", when jobs {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''} end")
+    c = d.get("change_start")
+    if c:
+        line += f"; with {d['change']} it would start {_within(c['in_s'])} on {c['node']}"
+    return line
+
