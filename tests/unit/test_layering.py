@@ -21,9 +21,10 @@ ALLOWED = {
     "dispatcher.core": {"dispatcher.core"},
     "dispatcher.policy": {"dispatcher.core"},
     "dispatcher.sim": {"dispatcher.core", "dispatcher.policy"},
+    "dispatcher.clock": set(),
     "dispatcher.config": {"dispatcher.core"},
-    "dispatcher.auth": {"dispatcher.core", "dispatcher.config"},
-    "dispatcher.store": {"dispatcher.core", "dispatcher.config", "dispatcher.auth"},
+    "dispatcher.auth": {"dispatcher.core", "dispatcher.clock", "dispatcher.config"},
+    "dispatcher.store": {"dispatcher.core", "dispatcher.clock", "dispatcher.config", "dispatcher.auth"},
 }
 
 
