@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from ..core.errors import InvalidRequestError
 from ..core.model import FINAL_STATES, JobSpec
-from . import keys
-from .connect import text
+from . import job_record
 
 READY, HELD, DOOMED = "ready", "held", "doomed"
 
@@ -23,14 +22,15 @@ def read_states(client, ns: str, ids) -> dict[str, tuple[str, str]]:
     ids = list(dict.fromkeys(ids))
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
-        pipe.hmget(keys.job(ns, job_id), "state", "reason", "exit_code")
+        job_record.queue_fields(pipe, ns, job_id, job_record.OUTCOME)
     out = {}
     for job_id, reply in zip(ids, pipe.execute(raise_on_error=False)):
         if isinstance(reply, Exception):
             out[job_id] = ("", "")
             continue
-        state, reason, code = (text(v) for v in reply)
-        out[job_id] = (state, reason or (f"exit code {code}" if code else state))
+        v = job_record.values(job_record.OUTCOME, reply)
+        code = v["exit_code"]
+        out[job_id] = (v["state"], v["reason"] or (f"exit code {code}" if code is not None else v["state"]))
     return out
 
 

@@ -7,14 +7,12 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |----------------------------|--------|-----------------------------|----------------------------------|
 | <ns>:seq:job               | string | submit (INCR)               | forever                          |
 | <ns>:job:<id>              | hash   | submit, scheduler, agent    | until purged                     |
-|   fields: spec (msgpack JobSpec), state, node, gpus ("0,1"), attempt, epoch,               |
-|   submit_ms, assigned_ms, started_ms, finished_ms, exit_code, reason, lost (node failures) |
-|   pred_s, pred_conf, pred_runs, pred_src, pred_mem_gb (submit's prediction from the run    |
-|   history of the job's fingerprint, dispatcher/core/predict.py), plan_est_s (the estimate the   |
-|   policy uses, when not the user's own),                                                   |
-|   peak_gpu_mem_gb (agent heartbeat, when it grows),                                        |
-|   warning, idle_since_ms (agent, while all its GPUs idle; idle_warning.lua, cleared when   |
-|   busy again and by finish.lua/shrink.lua: workers/idle.py)                                |
+|   fields (their types and writers: store/job_record.py FIELDS, checked against this list):  |
+|   spec, seal, state, node, gpus, attempt, epoch, submit_ms, assigned_ms, started_ms,       |
+|   finished_ms, exit_code, reason, pid, cancel_ms, preempting_ms, preempted_by,             |
+|   preempt_mode, preempt_reason, preemptions, last_preempted_ms, gpu_s_lost, checkpoint_ms, |
+|   lost, pred_s, pred_conf, pred_runs, pred_src, pred_mem_gb, plan_est_s, peak_gpu_mem_gb,  |
+|   warning, idle_since_ms                                                                   |
 | <ns>:job:<id>:log          | stream | agent (XADD, MAXLEN ~)      | until purged                     |
 | <ns>:job:<id>:attempts     | list   | finish.lua (RPUSH)          | one msgpack map per ended attempt|
 | <ns>:job:<id>:exit         | string | node keeper (store/exits.py)| a day: an attempt's exit seen while its agent could not report it |

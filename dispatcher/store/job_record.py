@@ -1,0 +1,153 @@
+"""The job hash (`<ns>:job:<id>`): its one field table, its typed record, and every Python read of it.
+
+The table below is the job hash: every field, its type and who writes it. keys.py's docstring lists the
+same fields, and tests/unit/test_job_record.py checks that the two agree and that the Lua scripts write
+no other field. The scripts (store/lua/, called through store/scripts.py) write the record's state; the
+few Python writes are here too. Readers either take the whole record (`read_record`, one decode of its
+spec) or one of the named selections below, read with `queue_fields`/`values` (the agent's launch, its
+recovery, the dependency check, the scheduler's mirror), so no module spells a field list of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, make_dataclass
+from dataclasses import field as dataclass_field
+
+from ..core.errors import MalformedRecord
+from . import keys
+from .codec import decode_spec
+from .connect import text
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    kind: type  # str, int, float; "gpus" and "spec" have their own parsing (below)
+    writers: str
+    meaning: str
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("spec", bytes, "submit", "the msgpack JobSpec (store/codec.py)"),
+    Field("seal", str, "submit under identity", "the leader's seal of the spec under its id (auth/identity.py)"),
+    Field("state", str, "every job script", "pending, assigned, running, preempting, succeeded, failed, cancelled"),
+    Field("node", str, "commit_placement", "the node holding it, while held"),
+    Field("gpus", tuple, "commit_placement, shrink", "the GPU indices held, as text \"0,1\""),
+    Field("attempt", int, "submit, finish, shrink", "attempts started so far"),
+    Field("epoch", int, "submit, commit, finish, shrink", "the fencing counter every write about the job checks"),
+    Field("submit_ms", int, "submit", "when it was submitted"),
+    Field("assigned_ms", int, "commit_placement, shrink", "when its current attempt was placed"),
+    Field("started_ms", int, "mark_running", "when its current attempt started"),
+    Field("finished_ms", int, "finish, cancel", "when it ended"),
+    Field("exit_code", int, "finish", "its last exit code"),
+    Field("reason", str, "scheduler (why it waits), finish, cancel", "why it waits or how it ended"),
+    Field("pid", int, "mark_running", "the current attempt's main process on its node"),
+    Field("cancel_ms", int, "cancel", "when a cancel of a held job was asked"),
+    Field("preempting_ms", int, "mark_preempting", "when it was told to stop for another job"),
+    Field("preempted_by", str, "mark_preempting", "the job (or operator) it stops for"),
+    Field("preempt_mode", str, "mark_preempting", "checkpoint, kill or shrink"),
+    Field("preempt_reason", str, "mark_preempting", "why, in words"),
+    Field("preemptions", int, "finish, shrink", "times preempted"),
+    Field("last_preempted_ms", int, "finish", "when it was last preempted"),
+    Field("gpu_s_lost", float, "finish, shrink", "GPU-seconds of work lost to preemption and node failures"),
+    Field("checkpoint_ms", int, "checkpointed", "when the job last said it had checkpointed"),
+    Field("lost", int, "finish", "attempts lost with their node"),
+    Field("pred_s", float, "submit", "predicted run time from the run history (core/predict.py)"),
+    Field("pred_conf", float, "submit", "the prediction's confidence"),
+    Field("pred_runs", int, "submit", "runs the prediction is from"),
+    Field("pred_src", str, "submit", "fingerprint or user history"),
+    Field("pred_mem_gb", float, "submit", "predicted peak GPU memory"),
+    Field("plan_est_s", float, "submit", "the estimate the policy uses, when not the user's own"),
+    Field("peak_gpu_mem_gb", float, "agent (workers/usage.py)", "the most GPU memory an attempt used"),
+    Field("warning", str, "idle_warning", "the idle warning, while all its GPUs idle"),
+    Field("idle_since_ms", int, "idle_warning", "since when its GPUs idle"),
+)
+NAMES = tuple(f.name for f in FIELDS)
+_KIND = {f.name: f.kind for f in FIELDS}
+
+#: The named selections readers take (each a subset of FIELDS; tests check it).
+SCHEDULER = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_ms", "checkpoint_ms",
+             "last_preempted_ms", "plan_est_s")  # the mirror's (scripts.read_jobs; the spec too until cached)
+OUTCOME = ("state", "reason", "exit_code")  # a dependency's, a recent end's
+LAUNCH = ("spec", "epoch", "node", "gpus", "attempt", "cancel_ms", "state", "seal")  # the agent's, at launch
+RECOVERY = ("node", "epoch", "state", "started_ms", "spec", "assigned_ms")  # a restarted agent's
+PLACED = ("state", "node", "gpus")  # the index repair's
+IDLE = ("warning", "idle_since_ms")  # the board's, of a running job
+
+
+def parse(name: str, raw):
+    """One field's stored bytes as its type: str "", int/float 0 (exit_code None), gpus (), spec bytes.
+    A value that is not a number of its kind reads as absent."""
+    kind = _KIND[name]
+    if kind is bytes:
+        return raw
+    value = text(raw)
+    if kind is str:
+        return value or ""
+    if kind is tuple:
+        return tuple(int(g) for g in value.split(",") if g.isascii() and g.isdigit())
+    try:
+        return kind(value) if value not in ("", None) else _absent(name)
+    except (ValueError, OverflowError):
+        return _absent(name)
+
+
+def _absent(name: str):
+    kind = _KIND[name]
+    return None if name == "exit_code" else () if kind is tuple else kind()
+
+
+#: A job hash read whole: `id`, the spec decoded once (None, with `spec_error`, when the stored spec
+#: cannot be read), and every other field of FIELDS as an attribute of its type (absent: "", 0, (), and
+#: None for exit_code). Made from the table, so the two cannot drift.
+JobRecord = make_dataclass(
+    "JobRecord",
+    [("id", str), ("spec", "JobSpec | None"), ("spec_error", str)]
+    + [(f.name, f.kind, dataclass_field(default=_absent(f.name))) for f in FIELDS if f.name != "spec"],
+    frozen=True)
+JobRecord.__module__ = __name__
+
+
+def record_from_hash(job_id: str, raw: dict, key: str | None = None):
+    """The JobRecord of an HGETALL reply (bytes keys); `key` names the record in a malformed spec's error."""
+    values = {n: parse(n, raw.get(n.encode())) for n in NAMES if n != "spec"}
+    try:
+        return JobRecord(job_id, decode_spec(raw.get(b"spec"), key=key or f"job {job_id}"), "", **values)
+    except MalformedRecord as e:
+        return JobRecord(job_id, None, str(e), **values)
+
+
+def queue_record(pipe, ns: str, job_id: str) -> None:
+    """Queue the read of a whole record on `pipe`; its reply goes to record_from_hash."""
+    pipe.hgetall(keys.job(ns, job_id))
+
+
+def queue_fields(pipe, ns: str, job_id: str, selection: tuple[str, ...]) -> None:
+    """Queue the read of one named selection (SCHEDULER, OUTCOME, ...) of a record on `pipe`."""
+    pipe.hmget(keys.job(ns, job_id), *selection)
+
+
+def values(selection: tuple[str, ...], reply) -> dict:
+    """The reply to queue_fields as {name: typed value} (the spec stays bytes: decode it once, where used)."""
+    return {n: parse(n, v) for n, v in zip(selection, reply)}
+
+
+def read_fields(client, ns: str, job_id: str, selection: tuple[str, ...]) -> dict:
+    return values(selection, client.hmget(keys.job(ns, job_id), *selection))
+
+
+def set_reason(pipe, ns: str, job_id: str, reason: str | None) -> None:
+    """The scheduler's word on why a pending job waits (None: it has none now)."""
+    if reason is None:
+        pipe.hdel(keys.job(ns, job_id), "reason")
+    else:
+        pipe.hset(keys.job(ns, job_id), "reason", reason)
+
+
+def set_failed(pipe, ns: str, job_id: str, reason: str, now_ms: int) -> None:
+    """A record the scheduler cannot read, set aside as failed (its index entries are the caller's)."""
+    pipe.hset(keys.job(ns, job_id), mapping={"state": "failed", "reason": reason, "finished_ms": now_ms})
+
+
+def set_peak_memory(pipe, ns: str, job_id: str, gb: float) -> None:
+    pipe.hset(keys.job(ns, job_id), "peak_gpu_mem_gb", gb)
