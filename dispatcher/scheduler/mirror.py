@@ -80,69 +80,80 @@ class Mirror:
         None if anything else changed too (a job ended, was requeued, was placed or stopped other than
         by our own commit (expect), ...) or all was read again. A job that started running where it
         was placed is no change."""
-        arrivals: list[PendingJob] | None = []
         whole = not self.fresh
-        active: set[str] = set()  # read whole: the active index's ids (one that is no active job is stray)
         if self.fresh:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.smembers(keys.jobs_changed(self.ns))
-            pipe.delete(keys.jobs_changed(self.ns))
-            ids = sorted(self._ids(pipe.execute()[0], keys.jobs_changed(self.ns), "gone", "set"))
+            ids, active, arrivals = self._changed_ids(), set(), []
         else:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.delete(keys.jobs_changed(self.ns))
-            pipe.zrange(keys.jobs_pending(self.ns), 0, -1)
-            pipe.zrange(keys.jobs_active(self.ns), 0, -1)
-            _, pending, active = pipe.execute()
-            active = self._ids(active, keys.jobs_active(self.ns))
-            ids = self._ids(pending, keys.jobs_pending(self.ns)) + active
-            active = set(active)
-            self.backlog = Backlog(self.backlog.config)
-            self.running, self.epochs, self.cache, self.expected = {}, {}, SpecCache(), {}
-            self.held, self.held_why, self.doomed, self._waiting_on = {}, {}, {}, {}
-            self.fresh, arrivals = True, None
+            ids, active = self._read_whole()
+            arrivals = None
         rejudge = set()  # held jobs to judge again: new ones, and those waiting on a job that changed
         for job_id, got in read_jobs(self.client, self.ns, ids, self.cache):
             rejudge |= self._waiting_on.get(job_id, set())
-            known, was = job_id in self.epochs, self._running_as(job_id)
-            self._forget(job_id)
-            if isinstance(got, Strays):
-                self.stray += got
-                arrivals = None
-                if job_id in active:  # (a ghost in both indexes)
-                    self.stray.append(job_entry(self.ns, keys.jobs_active(self.ns), job_id, "not an active job",
-                                                expect=ACTIVE))
-            elif isinstance(got, Exception):
-                self.bad[job_id] = str(got)
-                arrivals = None
-            elif got is None:
-                self.cache.specs.pop(job_id, None)
-                arrivals = None if known else arrivals
-                if job_id in active:  # ended between the two reads, or stray: quarantine.lua tells
-                    self.stray.append(job_entry(self.ns, keys.jobs_active(self.ns), job_id, "not an active job",
-                                                expect=ACTIVE))
-            else:
-                job, self.epochs[job_id] = got
-                if isinstance(job, PendingJob) and (job.spec.after or job.spec.after_any):
-                    self._hold(job)
-                    rejudge.add(job_id)
-                elif isinstance(job, PendingJob):
-                    self.backlog.add(job)
-                    if arrivals is not None and not known:
-                        arrivals.append(job)
-                    else:
-                        arrivals = None
-                else:
-                    self.running[job_id] = job
-                    now_as = (job.node, job.gpus, job.stopping, self.epochs[job_id])
-                    if now_as != was and now_as != self.expected.pop(job_id, None):
-                        arrivals = None
+            arrivals = self._take(job_id, got, job_id in active, arrivals, rejudge)
         self.changed = len(ids)
         if whole:
             gc.freeze()  # the records just read live long: the collector need not walk them every cycle
         released = self._judge(rejudge)
         if released and arrivals is not None:
             arrivals += released
+        return arrivals
+
+    def _changed_ids(self) -> list[str]:
+        """The ids in the changed-jobs set, which this read empties."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.smembers(keys.jobs_changed(self.ns))
+        pipe.delete(keys.jobs_changed(self.ns))
+        return sorted(self._ids(pipe.execute()[0], keys.jobs_changed(self.ns), "gone", "set"))
+
+    def _read_whole(self) -> tuple[list[str], set[str]]:
+        """Start again from nothing: every pending and active id, and the active ones apart (an id of
+        the active index that is no active job is stray)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.delete(keys.jobs_changed(self.ns))
+        pipe.zrange(keys.jobs_pending(self.ns), 0, -1)
+        pipe.zrange(keys.jobs_active(self.ns), 0, -1)
+        _, pending, active = pipe.execute()
+        active = self._ids(active, keys.jobs_active(self.ns))
+        self.backlog = Backlog(self.backlog.config)
+        self.running, self.epochs, self.cache, self.expected = {}, {}, SpecCache(), {}
+        self.held, self.held_why, self.doomed, self._waiting_on = {}, {}, {}, {}
+        self.fresh = True
+        return self._ids(pending, keys.jobs_pending(self.ns)) + active, set(active)
+
+    def _take(self, job_id: str, got, in_active: bool, arrivals, rejudge: set):
+        """Take one job as read_jobs gave it; returns `arrivals`, or None once the change is more than
+        arrivals."""
+        known, was = job_id in self.epochs, self._running_as(job_id)
+        self._forget(job_id)
+        if isinstance(got, Strays):
+            self.stray += got
+            if in_active:  # (a ghost in both indexes)
+                self.stray.append(job_entry(self.ns, keys.jobs_active(self.ns), job_id, "not an active job",
+                                            expect=ACTIVE))
+            return None
+        if isinstance(got, Exception):
+            self.bad[job_id] = str(got)
+            return None
+        if got is None:
+            self.cache.specs.pop(job_id, None)
+            if in_active:  # ended between the two reads, or stray: quarantine.lua tells
+                self.stray.append(job_entry(self.ns, keys.jobs_active(self.ns), job_id, "not an active job",
+                                            expect=ACTIVE))
+            return None if known else arrivals
+        job, self.epochs[job_id] = got
+        if isinstance(job, PendingJob) and (job.spec.after or job.spec.after_any):
+            self._hold(job)
+            rejudge.add(job_id)
+        elif isinstance(job, PendingJob):
+            self.backlog.add(job)
+            if arrivals is None or known:
+                return None
+            arrivals.append(job)
+        else:
+            self.running[job_id] = job
+            now_as = (job.node, job.gpus, job.stopping, self.epochs[job_id])
+            if now_as != was and now_as != self.expected.pop(job_id, None):
+                return None
         return arrivals
 
     def _ids(self, raw, index: str, check: str = "member", kind: str = "zset") -> list[str]:
