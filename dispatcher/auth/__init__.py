@@ -1,0 +1,1 @@
+"""Who is asking: the lab secret and signatures (identity), login files, Unix-socket peer credentials."""
