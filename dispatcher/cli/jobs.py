@@ -11,8 +11,10 @@ import time
 import click
 
 from ..core import errors
-from . import _fmt_age, _table, common, json_flag, now_ms
+from . import _table, common, json_flag
+from ..clock import now_ms
 from ..core.errors import InvalidRequestError
+from ..core.units import age
 from ..auth.identity import current_user
 
 
@@ -43,7 +45,7 @@ def queue(ctx, show_all, as_json):
         reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else ""
         reason = reason or (rest if j["state"] == "pending" else "")
         rows.append([j["id"], j["name"] or "-", j["user"], j["priority"], j["state"], gpus, where,
-                     _fmt_age(waited), reason[:90]])
+                     age(waited), reason[:90]])
     click.echo(_table(rows, ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON"]))
     for line in report(ctx.client, ctx.ns):
         click.echo(line)

@@ -101,7 +101,7 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
 
 
 def _ckpt_cost(text: str) -> tuple[float, float]:
-    from ..core.spec import parse_duration
+    from ..core.units import parse_duration
 
     save, _, restore = text.partition(",")
     save_s = 0.0 if save.strip() in ("0", "0s") else parse_duration(save, flag="--ckpt-cost")
@@ -121,7 +121,7 @@ def history(ctx, as_csv, since):
 def history_csv(client, ns: str, since: str | None) -> str:
     """Finished jobs in the trace format (submit times from the first one exported)."""
     from ..sim.workload import TraceJob, format_trace
-    from ..core.spec import parse_duration
+    from ..core.units import parse_duration
     from ..store.jobs import read_history
 
     since_ms = None
@@ -218,7 +218,7 @@ def _live_cluster(ctx):
     """The nodes in Redis as the simulator's cluster: the live ones, else every one it last heard from."""
     from dataclasses import replace
 
-    from . import now_ms
+    from ..clock import now_ms
     from ..config import Timing
     from ..store.nodes import read_nodes
 

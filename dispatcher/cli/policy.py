@@ -9,7 +9,9 @@ import time
 
 import click
 
-from . import _table, common, json_flag, now_ms
+from . import _table, common, json_flag
+from ..clock import now_ms
+from ..core.units import hhmm
 
 
 @click.group()
@@ -38,8 +40,7 @@ def policy_check(path):
         targets = ", ".join(f"{c} {short_span(t)}" for c, t in cfg.targets_s.items())
         click.echo(f"profile {name}: weights {w}; {crossing}; wait targets {targets}")
     for e in pset.schedule:
-        click.echo(f"schedule: {e.profile} from {e.from_min // 60:02d}:{e.from_min % 60:02d} to "
-                   f"{e.to_min // 60:02d}:{e.to_min % 60:02d}")
+        click.echo(f"schedule: {e.profile} from {hhmm(e.from_min)} to {hhmm(e.to_min)}")
     teams = next(iter(pset.profiles.values())).teams
     for t, q in teams.items():
         click.echo(f"team {t}: guarantee {q.guarantee_gpus} GPUs, limit {q.limit_gpus if q.limit_gpus is not None else 'none'}")

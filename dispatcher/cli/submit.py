@@ -8,7 +8,8 @@ import os
 
 import click
 
-from . import common, now_ms
+from . import common
+from ..clock import now_ms
 from ..core.errors import InvalidRequestError
 from ..auth.identity import current_user
 

@@ -19,6 +19,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from .units import rough
+
 #: Runs kept per fingerprint and per user (finish.lua trims to these), newest first.
 KEPT_PER_FINGERPRINT = 50
 KEPT_PER_USER = 200
@@ -145,20 +147,12 @@ def describe(prediction: dict | None, error: dict | None) -> str:
     if not prediction:
         return "none (too few finished runs of this command or this user)"
     p = prediction
-    text = (f"{_duration(p['duration_s'])} (confidence {p['confidence']:.2f}, from {p['runs']} runs of "
+    text = (f"{rough(p['duration_s'])} (confidence {p['confidence']:.2f}, from {p['runs']} runs of "
             f"{'this command' if p['source'] == 'command' else 'this user'})")
     if p.get("peak_gpu_mem_gb") is not None:
         text += f", peak GPU memory {p['peak_gpu_mem_gb']:g} GB"
     if error:
-        text += (f"; ran {_duration(error['actual_s'])}: off by {_duration(abs(error['error_s']))} "
+        text += (f"; ran {rough(error['actual_s'])}: off by {rough(abs(error['error_s']))} "
                  f"({'over' if error['error_s'] > 0 else 'under'}, {error['rel_error']:.0%})")
     return text
 
-
-def _duration(s: float) -> str:
-    s = float(s)
-    if s < 120:
-        return f"{s:.1f}s"
-    if s < 7200:
-        return f"{s / 60:.1f}m"
-    return f"{s / 3600:.1f}h"

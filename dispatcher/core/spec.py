@@ -14,9 +14,8 @@ import re
 from .errors import InvalidRequestError
 from .memo import remembered
 from .model import PRIORITIES, PRIORITY_ALIASES, JobSpec
+from .units import parse_duration
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _NAME = re.compile(r"^[A-Za-z0-9_.@+-]{1,64}$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -25,27 +24,6 @@ MAX_GPUS = 1024
 MAX_CPUS = 4096
 MAX_COMMAND_BYTES = 64 * 1024
 MAX_ENV = 256
-
-
-def parse_duration(text: str, *, flag: str = "--est") -> float:
-    """'90s', '15m', '2h', '1h30m', '1d' or a bare number of seconds -> seconds (> 0)."""
-    value = _seconds(str(text).strip().lower())
-    if value is None:
-        raise InvalidRequestError(f"{flag}: {text!r} is not a duration; use e.g. 90s, 15m, 2h or 1h30m", field=flag)
-    if not value > 0 or value != value or value == float("inf"):
-        raise InvalidRequestError(f"{flag}: duration must be positive, got {text!r}", field=flag)
-    return value
-
-
-@functools.lru_cache(maxsize=4096)  # a sweep repeats a few durations thousands of times
-def _seconds(t: str) -> float | None:
-    try:
-        return float(t)
-    except ValueError:
-        parts = _DURATION_PART.findall(t)
-        if not parts or "".join(n + u for n, u in parts) != t:
-            return None
-        return sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
 def parse_priority(text: str) -> str:

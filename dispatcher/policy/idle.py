@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core.units import span
 from .config import PolicyConfig
 
 #: What idle_action() returns.
@@ -37,15 +38,6 @@ def idle_action(idle_s: float | None, config: PolicyConfig) -> str:
     if config.idle_requeue_s is not None and idle_s >= config.idle_requeue_s:
         return REQUEUE
     return WARN if idle_s >= config.idle_warn_s else IDLE
-
-
-def span(seconds: float) -> str:
-    """A threshold in words: 90s, 30m, 2h, 1h30m."""
-    s = int(round(seconds))
-    if s < 120 and s % 60:
-        return f"{s}s"
-    h, m = divmod(s // 60, 60)
-    return f"{h}h{m:02d}m" if h and m else f"{h}h" if h else f"{m}m"
 
 
 def warning_text(config: PolicyConfig) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from ..core.errors import ConfigError, InvalidRequestError
 from ..core.model import PRIORITIES
-from ..core.spec import parse_duration
+from ..core.units import parse_duration
 from .config import WEIGHT_TERMS, PolicyConfig, TeamQuota
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")

@@ -21,6 +21,7 @@ import re
 from dataclasses import fields
 
 from ..core.errors import ConfigError
+from ..core.units import exact, hhmm
 from . import profiles as _profiles
 from .config import WEIGHT_TERMS, PolicyConfig
 from .profiles import DAYS, PolicySet, ScheduleEntry
@@ -30,7 +31,6 @@ _KEY_OF = {"las_thresholds_gpu_s": "las_tiers"}
 #: Fields that live outside the profiles (teams: the [teams.*] tables).
 _OUTSIDE = {"teams"}
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
 
 def _known_keys() -> set[str]:
@@ -48,19 +48,6 @@ def file_key(name: str) -> str | None:
 
 def _is_duration(name: str) -> bool:
     return name.endswith("_s")
-
-
-def duration(seconds: float) -> str:
-    """Seconds as a duration the parser reads back exactly: "90s", "2h", "6d"; "0s" for 0."""
-    if seconds == 0:
-        return "0s"
-    if not float(seconds).is_integer():
-        return repr(float(seconds))
-    s = int(seconds)
-    for unit, size in _UNITS:
-        if s % size == 0:
-            return f"{s // size}{unit}"
-    return f"{s}s"  # pragma: no cover - size 1 always divides
 
 
 def _toml_string(s: str) -> str:
@@ -103,7 +90,7 @@ def _item(name: str, v) -> str:
     if _is_duration(name) and isinstance(v, (int, float)) and not isinstance(v, bool):
         if math.isinf(v) or not float(v).is_integer():
             return _toml_number(float(v))
-        return _toml_string(duration(v))
+        return _toml_string(exact(v))
     return _toml_number(v)
 
 
@@ -128,10 +115,6 @@ def _profile_lines(config: PolicyConfig, base: PolicyConfig, where: str, force=f
                                   key=f"{where}.{key}")
         lines.append(f"{key} = {_value(f.name, value)}")
     return lines
-
-
-def _clock(minute: int) -> str:
-    return f"{minute // 60:02d}:{minute % 60:02d}"
 
 
 def _teams_of(pset: PolicySet):
@@ -186,8 +169,8 @@ def _render(pset: PolicySet, force: dict[str | None, set]) -> str:
             out += ["", f"[profiles.{_toml_key(name)}]"]
             out += _profile_lines(config, default, f"profiles.{name}", force.get(name, set()))
     for e in pset.schedule:
-        out += ["", "[[schedule]]", f"profile = {_toml_string(e.profile)}", f'from = "{_clock(e.from_min)}"',
-                f'to = "{_clock(e.to_min)}"']
+        out += ["", "[[schedule]]", f"profile = {_toml_string(e.profile)}", f'from = "{hhmm(e.from_min)}"',
+                f'to = "{hhmm(e.to_min)}"']
         if e.days != frozenset(range(7)):
             out.append("days = [" + ", ".join(f'"{DAYS[d]}"' for d in sorted(e.days)) + "]")
     for name, q in teams.items():
@@ -208,13 +191,13 @@ def _show(name: str, v) -> str:
     if isinstance(v, (tuple, list)):
         return ",".join(_show(name, x) for x in v) or "(none)"
     if _is_duration(name) and isinstance(v, (int, float)):
-        return duration(v) if not math.isinf(v) else "inf"
+        return exact(v) if not math.isinf(v) else "inf"
     return repr(v) if isinstance(v, float) else str(v)
 
 
 def _entry(e: ScheduleEntry) -> str:
     days = "every day" if e.days == frozenset(range(7)) else ",".join(DAYS[d] for d in sorted(e.days))
-    return f"{e.profile} {_clock(e.from_min)}-{_clock(e.to_min)} {days}"
+    return f"{e.profile} {hhmm(e.from_min)}-{hhmm(e.to_min)} {days}"
 
 
 def profile_settings(config: PolicyConfig) -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from ..core.errors import ConfigError, InvalidRequestError
-from ..core.spec import parse_duration
+from ..core.units import age, parse_duration
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,6 @@ class AlertConfig:
         return cfg
 
 
-def _age(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
 def _window(samples: list[dict], now_ms: int, span_s: float) -> list[dict] | None:
     """The samples of the last span_s, or None when the record does not reach back that far."""
     start = now_ms - span_s * 1000
@@ -83,19 +78,19 @@ def evaluate(view: dict, waits_s: dict[str, list[float]], samples: list[dict], c
             continue
         out.append({"kind": "wait", "severity": "critical" if c["class"] == "critical" else "warning",
                     "subject": c["class"],
-                    "message": f"{over} {c['class']} job{'s' * (over != 1)} waiting over {_age(limit)} "
-                               f"(longest: job {c['oldest_job']}, {_age(c['oldest_wait_s'])})"})
+                    "message": f"{over} {c['class']} job{'s' * (over != 1)} waiting over {age(limit)} "
+                               f"(longest: job {c['oldest_job']}, {age(c['oldest_wait_s'])})"})
     for n in view["nodes"]:
         if not n["alive"]:
             out.append({"kind": "dead_node", "severity": "critical", "subject": n["name"],
-                        "message": f"node {n['name']}: no heartbeat for {_age(n['seen_s_ago'])}"})
+                        "message": f"node {n['name']}: no heartbeat for {age(n['seen_s_ago'])}"})
             continue
         for g in n["gpus"]:
             if g["blocked"]:
                 out.append({"kind": "zombie", "severity": "warning", "subject": f"{n['name']}:{g['index']}",
                             "message": f"{n['name']} GPU {g['index']}: {g['blocked']}"})
             if g.get("idle") and g["job"]:  # its job's idle warning, from its node agent (policy/idle.py)
-                spell = f" (idle for {_age(max(0.0, now_ms / 1000 - g['idle_since']))})" if g.get("idle_since") else ""
+                spell = f" (idle for {age(max(0.0, now_ms / 1000 - g['idle_since']))})" if g.get("idle_since") else ""
                 out.append({"kind": "idle_gpu", "severity": "warning", "subject": f"{n['name']}:{g['index']}",
                             "message": f"{n['name']} GPU {g['index']} held by job {g['job']}: {g['idle']}{spell}"})
     low = _window(samples, now_ms, cfg.low_util_for_s)
@@ -103,6 +98,6 @@ def evaluate(view: dict, waits_s: dict[str, list[float]], samples: list[dict], c
                    for s in low):
         held = 100.0 * low[-1]["held"] / low[-1]["gpus"]
         out.append({"kind": "low_util", "severity": "warning", "subject": "cluster",
-                    "message": f"GPU allocation under {cfg.low_util_pct:g}% for {_age(cfg.low_util_for_s)} while "
+                    "message": f"GPU allocation under {cfg.low_util_pct:g}% for {age(cfg.low_util_for_s)} while "
                                f"jobs wait (now {held:.0f}%, {low[-1]['pending']} pending)"})
     return sorted(out, key=lambda a: (a["severity"] != "critical", a["kind"], a["subject"]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from ..config import Timing
+from ..core.units import within
 from ..sim.forecast import Forecast, forecast
 from ..scheduler.policy_source import policy_in_force
 from ..store.jobs import read_job
@@ -52,20 +53,6 @@ def as_dict(f: Forecast) -> dict:
             "start": start(f.start), "change": f.change or None, "change_start": start(f.change_start)}
 
 
-def _within(in_s: float) -> str:
-    """'now', '~40 s', '~35 min', '~3 h 20 min', '~2 d 4 h'."""
-    s = int(round(in_s))
-    if s <= 0:
-        return "now"
-    if s < 120:
-        return f"in ~{s} s"
-    if s < 3 * 3600:
-        return f"in ~{round(s / 60)} min"
-    if s < 2 * 86400:
-        return f"in ~{s // 3600} h {s % 3600 // 60} min"
-    return f"in ~{s // 86400} d {s % 86400 // 3600} h"
-
-
 def _at(t: float, now: float) -> str:
     fmt = "%H:%M" if time.localtime(t)[:3] == time.localtime(now)[:3] else "%a %H:%M"
     return time.strftime(fmt, time.localtime(t))
@@ -91,13 +78,13 @@ def describe(d: dict, *, with_job: bool = True) -> str:
     elif s["in_s"] <= 0:
         line = f"{head}expected to start now on {s['node']} (at the scheduler's next cycle)"
     else:
-        line = f"{head}expected to start {_within(s['in_s'])} (at {_at(s['at'], d['now'])}), on {s['node']}"
+        line = f"{head}expected to start {within(s['in_s'])} (at {_at(s['at'], d['now'])}), on {s['node']}"
         if s["after_jobs"]:
             ids = s["after_jobs"]
             line += (f", when job {ids[0]} ends" if len(ids) == 1 else
                      f", when jobs {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''} end")
     c = d.get("change_start")
     if c:
-        line += f"; with {d['change']} it would start {_within(c['in_s'])} on {c['node']}"
+        line += f"; with {d['change']} it would start {within(c['in_s'])} on {c['node']}"
     return line
 

@@ -10,15 +10,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..core.units import age
+
 CLASS_STYLE = {"critical": "bold red", "high": "bold dark_orange", "normal": "bold blue", "low": "bold grey50"}
 GPU_STYLE = {"free": "green", "held": "bold cyan", "blocked": "bold yellow", "dead": "red"}
-
-
-def _age(s) -> str:
-    if s is None:
-        return "-"
-    s = int(max(0, s))
-    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -42,7 +37,7 @@ def frame(board, rows: int = 12) -> Group:
         f"util {t['util_pct']:.0f}%  frag {100 * t['frag']:.0f}%  "
         f"pending {t['pending']:,}  running {t['running']:,}  ",
         ("scheduler: none has run" if s["age_s"] is None else
-         f"scheduler {s['holder']}: cycle {s['cycle_ms']:.1f} ms, {_age(s['age_s'])} ago", "grey50"))
+         f"scheduler {s['holder']}: cycle {s['cycle_ms']:.1f} ms, {age(s['age_s'])} ago", "grey50"))
     parts = [head]
     if b["alerts"]:
         parts.append(Panel(Text("\n".join(f"{a['kind']}: {a['message']}" for a in b["alerts"][:rows]),
@@ -51,7 +46,7 @@ def frame(board, rows: int = 12) -> Group:
     for c in b["classes"]:
         classes.add_row(Text(c["class"], CLASS_STYLE[c["class"]]), f"{c['pending']:,}", str(c["running"]),
                         f"{c['gpus_pending']:,}",
-                        f"{_age(c['oldest_wait_s'])} (job {c['oldest_job']})" if c["pending"] else "-",
+                        f"{age(c['oldest_wait_s'])} (job {c['oldest_job']})" if c["pending"] else "-",
                         "; ".join(f"{r['count']:,} x {r['reason']}" for r in c["reasons"][:2]))
     parts.append(classes)
     queue = board.queue_page("pending", "", 0, rows)
@@ -59,7 +54,7 @@ def frame(board, rows: int = 12) -> Group:
                   "#id", "name", "user", "class", "#GPUs", "#wait", "why")
     for j in queue["jobs"]:
         jobs.add_row(j["id"], j["name"] or "-", j["user"], Text(j["priority"], CLASS_STYLE.get(j["priority"], "")),
-                     str(j["gpus_requested"]), _age(j["wait_s"]), j["reason"] or "no reason recorded yet")
+                     str(j["gpus_requested"]), age(j["wait_s"]), j["reason"] or "no reason recorded yet")
     parts.append(jobs)
     nodes = _table("Nodes and GPUs (index:job)", "node", "state", "#seen", "GPUs")
     for n in b["nodes"]:
@@ -68,7 +63,7 @@ def frame(board, rows: int = 12) -> Group:
             label = g["job"] or {"free": "free", "blocked": "zombie", "dead": "dead"}.get(g["state"], "")
             cells.append(f"{g['index']}:{label} ", GPU_STYLE[g["state"]])
         nodes.add_row(n["name"], Text("up" if n["alive"] else "DEAD", "green" if n["alive"] else "bold red"),
-                      _age(n["seen_s_ago"]), cells)
+                      age(n["seen_s_ago"]), cells)
     parts.append(nodes)
     decisions = _table("Latest decisions", "time", "#job", "where", "#score", "why")
     for d in b["decisions"][:rows // 2]:

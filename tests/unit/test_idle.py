@@ -11,9 +11,10 @@ from dataclasses import replace
 import pytest
 
 from dispatcher.core.errors import ConfigError
+from dispatcher.core.units import span
 from dispatcher.policy.config import PolicyConfig
 from dispatcher.policy.idle import (BUSY, IDLE, REQUEUE, WARN, IdleClock, idle_action, job_idle, requeue_reason,
-                                    span, warning_text)
+                                    warning_text)
 from dispatcher.policy.profiles import parse_policy
 from workers.gpu import FAKE_UTIL_VAR, FakeProbe
 

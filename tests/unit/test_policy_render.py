@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from dispatcher.core.errors import ConfigError
+from dispatcher.core.units import exact as duration
 from dispatcher.policy.config import PolicyConfig, TeamQuota
 from dispatcher.policy.profiles import PREEMPT_BY, PolicySet, ScheduleEntry, parse_policy
-from dispatcher.policy.render import diff_policies, duration, file_key, render_policy
+from dispatcher.policy.render import diff_policies, file_key, render_policy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy.toml"
 #: The settings a policy file cannot hold (the simulator's and tests' own knobs).

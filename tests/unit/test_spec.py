@@ -11,11 +11,11 @@ from dispatcher.core.model import JobSpec
 from dispatcher.core.spec import (
     build_spec,
     gc_paused,
-    parse_duration,
     parse_gpu_types,
     parse_priority,
     spec_from_request,
 )
+from dispatcher.core.units import parse_duration
 from dispatcher.store.codec import decode_spec, encode_spec
 
 

@@ -1,0 +1,115 @@
+"""Durations as text and text as durations: the one set of formatters every command, view and
+policy text uses. Pure: seconds in, text out (no clock).
+
+Each reads differently because each is read in a different place:
+
+- `age`: how long ago, or how long something has waited, in a table cell or an alert: "45s",
+  "12m", "3h05m" (`dispatch queue`, `dispatch top`, the alerts).
+- `within`: when a forecast start comes: "now", "in ~40 s", "in ~35 min" (`dispatch eta`).
+- `rough`: a predicted or measured run time, one decimal: "80.0s", "1.5m", "2.0h" (`dispatch show`).
+- `span`: a threshold in words: "90s", "30m", "1h30m" (the idle warning and requeue reason).
+- `exact`: a duration a policy file reads back to the same number: "90s", "90m", "6d"
+  (`dispatch policy show`, the policy files and diffs).
+- `hhmm`: a minute of the day: "08:00" (the policy schedule).
+
+`parse_duration` reads what people type ("90s", "1h30m", a bare number of seconds) for every flag
+and policy key that takes a duration.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from .errors import InvalidRequestError
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+#: Largest first: `exact` writes the largest unit that divides a duration.
+_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+
+def parse_duration(text: str, *, flag: str = "--est") -> float:
+    """'90s', '15m', '2h', '1h30m', '1d' or a bare number of seconds -> seconds (> 0)."""
+    value = _seconds(str(text).strip().lower())
+    if value is None:
+        raise InvalidRequestError(f"{flag}: {text!r} is not a duration; use e.g. 90s, 15m, 2h or 1h30m", field=flag)
+    if not value > 0 or value != value or value == float("inf"):
+        raise InvalidRequestError(f"{flag}: duration must be positive, got {text!r}", field=flag)
+    return value
+
+
+@functools.lru_cache(maxsize=4096)  # a sweep repeats a few durations thousands of times
+def _seconds(t: str) -> float | None:
+    try:
+        return float(t)
+    except ValueError:
+        parts = _DURATION_PART.findall(t)
+        if not parts or "".join(n + u for n, u in parts) != t:
+            return None
+        return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+def age(seconds: float | None) -> str:
+    """'45s' under 2 minutes, '12m' under 2 hours, then '3h05m'; '-' for None (never seen), and a
+    negative age (clocks that disagree) reads as 0s."""
+    if seconds is None:
+        return "-"
+    s = int(max(0, seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def within(in_s: float) -> str:
+    """'now', 'in ~40 s', 'in ~35 min', 'in ~3 h 20 min', 'in ~2 d 4 h'."""
+    s = int(round(in_s))
+    if s <= 0:
+        return "now"
+    if s < 120:
+        return f"in ~{s} s"
+    if s < 3 * 3600:
+        return f"in ~{round(s / 60)} min"
+    if s < 2 * 86400:
+        return f"in ~{s // 3600} h {s % 3600 // 60} min"
+    return f"in ~{s // 86400} d {s % 86400 // 3600} h"
+
+
+def rough(seconds: float) -> str:
+    """'80.0s' under 2 minutes, '1.5m' under 2 hours, then '2.0h'."""
+    s = float(seconds)
+    if s < 120:
+        return f"{s:.1f}s"
+    if s < 7200:
+        return f"{s / 60:.1f}m"
+    return f"{s / 3600:.1f}h"
+
+
+def span(seconds: float) -> str:
+    """A threshold in words: '90s', '30m', '2h', '1h30m' (whole minutes from 2 minutes on)."""
+    s = int(round(seconds))
+    if s < 120 and s % 60:
+        return f"{s}s"
+    h, m = divmod(s // 60, 60)
+    return f"{h}h{m:02d}m" if h and m else f"{h}h" if h else f"{m}m"
+
+
+def exact(seconds: float) -> str:
+    """Seconds as a duration `parse_duration` reads back exactly: '90s', '2h', '6d'; '0s' for 0; a
+    fraction of a second as the bare number ('1.5')."""
+    if seconds == 0:
+        return "0s"
+    if not float(seconds).is_integer():
+        return repr(float(seconds))
+    s = int(seconds)
+    for unit, size in _UNITS:
+        if s % size == 0:
+            return f"{s // size}{unit}"
+    return f"{s}s"  # pragma: no cover - size 1 always divides
+
+
+def hhmm(minute: int) -> str:
+    """A minute of the day (0..1440) as 'HH:MM'."""
+    return f"{minute // 60:02d}:{minute % 60:02d}"
