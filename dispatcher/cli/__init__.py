@@ -111,21 +111,6 @@ def json_flag(fn):
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _fmt_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(max(0, seconds))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
@@ -222,4 +207,4 @@ def main() -> None:
         click.echo(f"dispatch: internal error: {type(e).__name__}: {e} (rerun with --debug for details)",
                    err=True)
         sys.exit(1)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    sys.exit(rv if isinstance(rv, int) else errors.EXIT_OK)
