@@ -27,6 +27,7 @@ import logging
 import time
 
 from dispatcher.store import control
+from dispatcher.store.scripts import Outcome
 from dispatcher.policy.config import PolicyConfig
 from dispatcher.policy.idle import REQUEUE, WARN, IdleClock, idle_action, job_idle, requeue_reason, warning_text
 
@@ -122,8 +123,8 @@ class IdleWatch:
                                                 "mode": "graceful", "by": by, "reason": reason,
                                                 "keep_wait": config.keep_wait_on_requeue})
         marked = pipe.execute()[0]
-        if marked == 1:
+        if marked == Outcome.DONE:
             log.warning("job %s: requeued (%s)", run.job_id, reason)
         else:
             log.info("job %s: idle requeue refused (no longer running at epoch %d)", run.job_id, run.epoch)
-        return marked == 1
+        return marked == Outcome.DONE

@@ -20,7 +20,7 @@ import time
 
 from ..core.plan import RunningJob
 from ..store.exits import reported_outcome
-from ..store.scripts import lost_attempt
+from ..store.scripts import Outcome, lost_attempt
 
 log = logging.getLogger("dispatch.scheduler")
 
@@ -75,7 +75,7 @@ def requeue_lost(scripts, lost: list[tuple[RunningJob, float]], epochs: dict[str
         if ended is not None:
             state, code, at, reason = ended
             ok = scripts.finish(r.spec.id, r.node, epoch, state, code, at, reason, fence=fence)
-            if ok == 1:
+            if ok == Outcome.DONE:
                 done += 1
                 log.warning("job %s: node %s lost, but its keeper saw it end (exit %d); recorded, not rerun",
                             r.spec.id, r.node, code)
@@ -83,7 +83,7 @@ def requeue_lost(scripts, lost: list[tuple[RunningJob, float]], epochs: dict[str
         reason = f"node {r.node} lost: no heartbeat for {silent:.0f}s"
         ok = scripts.finish(r.spec.id, r.node, epoch, "pending", None, now_ms, reason,
                             fence=fence, **lost_attempt(r.spec))
-        if ok == 1:
+        if ok == Outcome.DONE:
             done += 1
             log.warning("job %s: %s; requeued (retry budget %d)", r.spec.id, reason, r.spec.retries)
     return done

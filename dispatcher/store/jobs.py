@@ -16,6 +16,7 @@ from .connect import text
 from .dependencies import check_dependencies
 from .history import Predictor, plan_estimate
 from .quarantine import tolerant, valid_name, wrong_type
+from .scripts import Outcome
 
 #: Per-job log stream cap (entries, each a chunk of output lines).
 LOG_MAXLEN = 10_000
@@ -266,12 +267,12 @@ def cancel_job(scripts, client, ns: str, job_id: str, now_ms: int, reason: str =
     if ":" in job_id or not job_id:
         raise JobNotFound(job_id)
     code = scripts.cancel(job_id, now_ms, reason, client=client)
-    if code == -1:
+    if code == Outcome.NO_JOB:
         raise JobNotFound(job_id)
     client.publish(keys.events(ns), b"cancel")
-    if code == 1:
+    if code == Outcome.DONE:
         return "cancelled"
-    if code == 2:
+    if code == Outcome.CANCEL_REQUESTED:
         from . import control
 
         node, epoch = client.hmget(keys.job(ns, job_id), "node", "epoch")
@@ -312,7 +313,7 @@ def preempt_job(scripts, client, ns: str, job_id: str, now_ms: int, *, force: bo
                                   "add --force to kill and requeue it", field="--force")
     mode = "forced" if force else "graceful"
     reason = f"preempted by {by}"
-    if scripts.mark_preempting(job_id, job["epoch"], now_ms, by, mode, reason) != 1:
+    if scripts.mark_preempting(job_id, job["epoch"], now_ms, by, mode, reason) != Outcome.DONE:
         raise InvalidStateError(job_id, read_job(client, ns, job_id)["state"], "preempt")
     control.send(client, ns, job["node"], {"type": "preempt", "job": job_id, "epoch": job["epoch"], "mode": mode,
                                            "by": by, "reason": reason, "keep_wait": True})

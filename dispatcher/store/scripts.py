@@ -1,14 +1,41 @@
 """The Lua scripts in lua/, registered once per client, with typed wrappers.
 
-Each script's header lists its KEYS, ARGV and return codes.
+Each script's header lists its KEYS, ARGV and return codes. The codes are Outcome's: one code means
+one thing in every script, and callers compare to the names. A wrapper called at once returns the
+Outcome (or, for commit_placement and shrink, the new epoch when it took; for lease the token);
+on a pipeline it queues the call, and the reply in the pipeline's results is the raw code, which
+compares equal to its Outcome.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 from importlib import resources
 
 from . import keys
+
+
+class Outcome(enum.IntEnum):
+    """What a call of a job script came to (the codes the .lua headers list)."""
+
+    DONE = 1  # the write took
+    STALE = 0  # refused: the job is not at the epoch, or not in the state, the write needs (moved on)
+    CANCEL_REQUESTED = 2  # an active job is to be cancelled: mark_running meets it, cancel asks for it
+    NOT_PENDING = -1  # commit_placement: the job is no longer pending
+    EPOCH_MOVED = -2  # commit_placement: the job's epoch is not the one the plan saw
+    GPU_HELD = -3  # commit_placement: a GPU is held (exclusively, or by sharers when the job wants it alone)
+    NOT_LEADER = -4  # the caller's fencing value is not the leader key's: another scheduler leads
+    NO_JOB = -5  # cancel: no such job
+    ENDED = -6  # cancel: the job had already ended
+
+
+def _typed(reply, *, counts: bool = False):
+    """A script's reply as its Outcome; with `counts`, a reply > 0 is a count (an epoch) and stays a
+    number. A call queued on a pipeline (the reply is the pipeline) is returned as it is."""
+    if not isinstance(reply, int) or (counts and reply > 0):
+        return reply
+    return Outcome(reply)
 
 _NAMES = ("commit_placement", "mark_running", "finish", "cancel", "mark_preempting", "shrink", "checkpointed",
           "lease", "idle_warning")
@@ -93,22 +120,28 @@ class Scripts:
         self.ns = ns
         self._s = {n: client.register_script(source(n)) for n in _NAMES}
 
+    def _call(self, name: str, keys_: list, args: list, client, *, counts: bool = False):
+        return _typed(self._s[name](keys=keys_, args=args, client=client), counts=counts)
+
     def commit_placement(self, job_id, node, gpus, epoch, now_ms, *, share=False, fence="", client=None):
+        """The new epoch (> 0), or NOT_PENDING, EPOCH_MOVED, GPU_HELD, NOT_LEADER."""
         ns = self.ns
-        return self._s["commit_placement"](
-            keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_pending(ns), keys.jobs_active(ns),
-                  keys.scheduler_leader(ns), keys.jobs_changed(ns)],
-            args=[job_id, node, ",".join(map(str, gpus)), epoch, now_ms, _flag(share), fence], client=client)
+        return self._call("commit_placement",
+                          [keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_pending(ns), keys.jobs_active(ns),
+                           keys.scheduler_leader(ns), keys.jobs_changed(ns)],
+                          [job_id, node, ",".join(map(str, gpus)), epoch, now_ms, _flag(share), fence], client,
+                          counts=True)
 
     def mark_running(self, job_id, epoch, now_ms, pid, *, client=None):
-        return self._s["mark_running"](keys=[keys.job(self.ns, job_id), keys.jobs_changed(self.ns)],
-                                       args=[epoch, now_ms, pid, job_id], client=client)
+        """DONE, STALE, or CANCEL_REQUESTED (a cancel came first: the agent stops the process)."""
+        return self._call("mark_running", [keys.job(self.ns, job_id), keys.jobs_changed(self.ns)],
+                          [epoch, now_ms, pid, job_id], client)
 
     def finish(self, job_id, node, epoch, state, exit_code, now_ms, reason="", *, preempted=False,
                keep_wait=True, checkpointable=False, lost_retries=None, fence="", spec=None, client=None):
-        """End the job (state succeeded/failed/cancelled) or requeue it (state 'pending').
-        `lost_retries`: the attempt was lost with its node; the job's retry budget. `fence`: the
-        leading scheduler's lease value, for its requeues of dead nodes' jobs. `spec`: the job's
+        """End the job (state succeeded/failed/cancelled) or requeue it (state 'pending'): DONE, STALE or
+        NOT_LEADER. `lost_retries`: the attempt was lost with its node; the job's retry budget. `fence`:
+        the leading scheduler's lease value, for its requeues of dead nodes' jobs. `spec`: the job's
         JobSpec, given by its agent; a success is then recorded in the run history of its fingerprint
         and of its user (dispatcher/core/predict.py)."""
         from ..core.predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, fingerprint
@@ -117,43 +150,47 @@ class Scripts:
         record = spec is not None and state == "succeeded"
         history = ([keys.history(ns, fingerprint(spec)), keys.user_history(ns, spec.user)] if record
                    else [keys.job(ns, job_id)] * 2)  # unused: the script records nothing then
-        return self._s["finish"](
-            keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
-                  keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns), *history],
-            args=[job_id, epoch, state, "" if exit_code is None else exit_code, now_ms, reason, _flag(preempted),
-                  _flag(keep_wait), _flag(checkpointable), "" if lost_retries is None else int(lost_retries),
-                  fence, KEPT_PER_FINGERPRINT if record else "", KEPT_PER_USER,
-                  "" if not record or spec.est_s is None else repr(float(spec.est_s))],
-            client=client)
+        return self._call(
+            "finish", [keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
+                       keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns), *history],
+            [job_id, epoch, state, "" if exit_code is None else exit_code, now_ms, reason, _flag(preempted),
+             _flag(keep_wait), _flag(checkpointable), "" if lost_retries is None else int(lost_retries),
+             fence, KEPT_PER_FINGERPRINT if record else "", KEPT_PER_USER,
+             "" if not record or spec.est_s is None else repr(float(spec.est_s))], client)
 
     def cancel(self, job_id, now_ms, reason, *, state="cancelled", client=None):
-        """`state`: what a pending job ends as ("failed": the scheduler failing a job whose dependency
-        failed)."""
+        """DONE (a pending job ended now), CANCEL_REQUESTED (an active one: its node stops it), ENDED or
+        NO_JOB. `state`: what a pending job ends as ("failed": the scheduler failing a job whose
+        dependency failed)."""
         ns = self.ns
-        return self._s["cancel"](keys=[keys.job(ns, job_id), keys.jobs_pending(ns), keys.jobs_changed(ns)],
-                                 args=[job_id, now_ms, reason, state], client=client)
+        return self._call("cancel", [keys.job(ns, job_id), keys.jobs_pending(ns), keys.jobs_changed(ns)],
+                          [job_id, now_ms, reason, state], client)
 
     def mark_preempting(self, job_id, epoch, now_ms, by, mode, why, *, fence="", client=None):
-        return self._s["mark_preempting"](keys=[keys.job(self.ns, job_id), keys.scheduler_leader(self.ns),
-                                                keys.jobs_changed(self.ns)],
-                                          args=[epoch, now_ms, by, mode, why, fence, job_id], client=client)
+        return self._call("mark_preempting", [keys.job(self.ns, job_id), keys.scheduler_leader(self.ns),
+                                              keys.jobs_changed(self.ns)],
+                          [epoch, now_ms, by, mode, why, fence, job_id], client)
 
     def shrink(self, job_id, node, epoch, keep_gpus, now_ms, *, client=None):
+        """The new epoch (> 0), or STALE."""
         ns = self.ns
-        return self._s["shrink"](keys=[keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_changed(ns)],
-                                 args=[job_id, epoch, ",".join(map(str, keep_gpus)), now_ms], client=client)
+        return self._call("shrink", [keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_changed(ns)],
+                          [job_id, epoch, ",".join(map(str, keep_gpus)), now_ms], client, counts=True)
 
     def checkpointed(self, job_id, epoch, at_ms, *, client=None):
-        return self._s["checkpointed"](keys=[keys.job(self.ns, job_id), keys.jobs_changed(self.ns)],
-                                              args=[epoch, at_ms, job_id], client=client)
+        """DONE or STALE."""
+        return self._call("checkpointed", [keys.job(self.ns, job_id), keys.jobs_changed(self.ns)],
+                          [epoch, at_ms, job_id], client)
 
     def idle_warning(self, job_id, epoch, since_ms, warning, *, client=None):
-        """Write (since_ms an int) or clear (since_ms None) a running job's idle warning at its epoch."""
-        return self._s["idle_warning"](keys=[keys.job(self.ns, job_id)],
-                                       args=[epoch, "" if since_ms is None else int(since_ms), warning],
-                                       client=client)
+        """Write (since_ms an int) or clear (since_ms None) a running job's idle warning at its epoch:
+        DONE or STALE."""
+        return self._call("idle_warning", [keys.job(self.ns, job_id)],
+                          [epoch, "" if since_ms is None else int(since_ms), warning], client)
 
     def lease(self, holder, ttl_ms, op, *, client=None):
+        """Not a job script: "hold" returns the fencing token (> 0) while `holder` leads, 0 while another
+        does; "release" 1 if it let go, 0 if it did not hold the lease (numbers, not Outcomes)."""
         ns = self.ns
         return self._s["lease"](keys=[keys.scheduler_leader(ns), keys.scheduler_token(ns)], args=[holder, ttl_ms, op],
                                 client=client)

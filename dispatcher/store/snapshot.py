@@ -13,6 +13,7 @@ from ..core.errors import MalformedRecord
 from ..core.plan import NodeView, PendingJob, Plan, Preemption, RunningJob, Snapshot
 from ..core.model import ACTIVE_STATES, FAILED
 from . import keys, scripts
+from .scripts import Outcome
 from .codec import decode_spec
 from .connect import text
 from ..core.elastic import is_elastic, run_time
@@ -296,12 +297,12 @@ class RedisPlanner:
             pipe.publish(keys.events(self.ns), b"placed")
         replies = pipe.execute(raise_on_error=False) if len(pipe) else []
         n = len(plan.preemptions)
-        preempted = [pr for pr, code in zip(plan.preemptions, replies[0:2 * n:2]) if code == 1]
+        preempted = [pr for pr, code in zip(plan.preemptions, replies[0:2 * n:2]) if code == Outcome.DONE]
         # a preemption that took but whose command could not be queued (a control stream of the wrong
         # type): the scheduler sets the stream aside and sends it again (store/repair.py)
         self.unsent = [(pr.node, cmd) for pr, cmd, code, sent in zip(plan.preemptions, commands, replies[0:2 * n:2],
                                                                        replies[1:2 * n:2])
-                       if code == 1 and isinstance(sent, Exception)]
+                       if code == Outcome.DONE and isinstance(sent, Exception)]
         failed = next((r for r in replies if isinstance(r, Exception)), None)
         replies = replies[2 * n:]
         done, self.held_gpus = [], []
@@ -310,7 +311,7 @@ class RedisPlanner:
                 done.append((p.job_id, code))
                 self._reasons.pop(p.job_id, None)
             else:
-                if code == -3:  # a GPU the job records call free is held: the scheduler checks who holds it
+                if code == Outcome.GPU_HELD:  # a GPU the job records call free is held: the scheduler checks who holds it
                     self.held_gpus.append(p)
                 log.info("placement of job %s on %s refused (code %s); will replan", p.job_id, p.node, code)
         self.failed = failed  # what took, took; the caller meets the error (and sets wrong types aside)

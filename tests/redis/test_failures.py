@@ -16,7 +16,7 @@ from dispatcher.store import keys
 from dispatcher.store.jobs import read_job, write_jobs
 from dispatcher.store.leader import current_leader
 from dispatcher.store.nodes import write_heartbeat
-from dispatcher.store.scripts import Scripts
+from dispatcher.store.scripts import Outcome, Scripts
 from tests.redis.test_store import beat, submit
 
 TIMEOUT_S = 0.5  # node_timeout_s of the schedulers below: short, so a node dies within a test
@@ -94,8 +94,8 @@ def test_a_commit_with_a_stale_fence_is_refused_and_leaves_the_job_pending(clien
     sched.cycle()  # leads (nothing to place yet)
     job = submit(client, ns, gpus=1)
 
-    assert s.commit_placement(job, "a", (0,), 0, now_ms(), fence="1 somebody-else") == -4
-    assert s.commit_placement(job, "a", (0,), 0, now_ms(), fence=f"{sched.lease.token + 1} leader") == -4
+    assert s.commit_placement(job, "a", (0,), 0, now_ms(), fence="1 somebody-else") == Outcome.NOT_LEADER
+    assert s.commit_placement(job, "a", (0,), 0, now_ms(), fence=f"{sched.lease.token + 1} leader") == Outcome.NOT_LEADER
     shown = read_job(client, ns, job)
     assert (shown["state"], shown["epoch"], shown["node"]) == ("pending", 0, None)
     assert client.zscore(keys.jobs_pending(ns), job) is not None
@@ -121,8 +121,8 @@ def test_a_leader_that_lost_its_lease_can_neither_place_nor_preempt(client, ns):
     time.sleep(SHORT_LEASE_S + 0.3)
     Scheduler(client, ns, timing=short, holder="new").cycle()  # takes over
     waiting = submit(client, ns, gpus=1)
-    assert s.commit_placement(waiting, "a", (1,), 0, now_ms(), fence=stale_fence) == -4
-    assert s.mark_preempting(running, epoch, now_ms(), "job x", "forced", "stale plan", fence=stale_fence) == -4
+    assert s.commit_placement(waiting, "a", (1,), 0, now_ms(), fence=stale_fence) == Outcome.NOT_LEADER
+    assert s.mark_preempting(running, epoch, now_ms(), "job x", "forced", "stale plan", fence=stale_fence) == Outcome.NOT_LEADER
     assert read_job(client, ns, waiting)["state"] == "pending"
     assert read_job(client, ns, running)["state"] == "running"
 

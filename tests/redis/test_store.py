@@ -9,7 +9,7 @@ from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.jobs import cancel_job, read_job, write_jobs
 from dispatcher.store.nodes import read_nodes, write_heartbeat
-from dispatcher.store.scripts import Scripts
+from dispatcher.store.scripts import Outcome, Scripts
 
 
 def submit(client, ns, **kw):
@@ -36,9 +36,9 @@ def test_commit_refuses_a_job_that_is_not_pending_or_whose_epoch_moved_or_whose_
     s = Scripts(client, ns)
     a, b = submit(client, ns, gpus=1), submit(client, ns, gpus=1)
     assert s.commit_placement(a, "n1", (0,), 0, now_ms()) == 1
-    assert s.commit_placement(a, "n1", (1,), 0, now_ms()) == -1  # no longer pending
-    assert s.commit_placement(b, "n1", (1,), 5, now_ms()) == -2  # epoch the plan saw is stale
-    assert s.commit_placement(b, "n1", (0,), 0, now_ms()) == -3  # GPU 0 is held by a
+    assert s.commit_placement(a, "n1", (1,), 0, now_ms()) == Outcome.NOT_PENDING
+    assert s.commit_placement(b, "n1", (1,), 5, now_ms()) == Outcome.EPOCH_MOVED  # the plan saw 5
+    assert s.commit_placement(b, "n1", (0,), 0, now_ms()) == Outcome.GPU_HELD  # by a
     assert client.hgetall(keys.node_alloc(ns, "n1")) == {b"0": a.encode()}
 
 
@@ -46,9 +46,9 @@ def test_a_stale_epoch_cannot_report_an_outcome(client, ns):
     s = Scripts(client, ns)
     a = submit(client, ns, gpus=1)
     epoch = s.commit_placement(a, "n1", (0,), 0, now_ms())
-    assert s.mark_running(a, epoch, now_ms(), 123) == 1
-    assert s.finish(a, "n1", epoch, "pending", None, now_ms(), "requeued") == 1  # back to the queue, epoch + 1
-    assert s.finish(a, "n1", epoch, "succeeded", 0, now_ms()) == 0  # the old copy is fenced off
+    assert s.mark_running(a, epoch, now_ms(), 123) == Outcome.DONE
+    assert s.finish(a, "n1", epoch, "pending", None, now_ms(), "requeued") == Outcome.DONE  # epoch + 1
+    assert s.finish(a, "n1", epoch, "succeeded", 0, now_ms()) == Outcome.STALE  # the old copy is fenced off
     job = read_job(client, ns, a)
     assert (job["state"], job["attempt"], job["epoch"]) == ("pending", 1, epoch + 1)
     assert client.hlen(keys.node_alloc(ns, "n1")) == 0

@@ -4,9 +4,10 @@
 -- ARGV[1] job id     ARGV[2] now_ms   ARGV[3] reason
 -- ARGV[4] the state a pending job ends in: "cancelled" (absent too), or "failed" (the scheduler failing a
 --   job whose dependency failed)
--- returns 1 cancelled now; 2 cancel requested from the node; 0 already final; -1 no such job
+-- returns (store/scripts.py Outcome) 1 DONE cancelled now; 2 CANCEL_REQUESTED from the node; -6 ENDED
+--   already final; -5 NO_JOB no such job
 local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return -1 end
+if not state then return -5 end
 if state == 'pending' then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HSET', KEYS[1], 'state', ARGV[4] or 'cancelled', 'finished_ms', ARGV[2], 'reason', ARGV[3])
@@ -18,4 +19,4 @@ if state == 'assigned' or state == 'running' or state == 'preempting' then
   redis.call('SADD', KEYS[#KEYS], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
   return 2
 end
-return 0
+return -6

@@ -1,7 +1,7 @@
 -- A job reports that it saved a checkpoint (dispatch checkpointed, or the CHECKPOINTED file).
 -- KEYS[1] job hash   KEYS[2] changed-jobs set
 -- ARGV[1] the job's epoch   ARGV[2] when the checkpoint was saved, ms   ARGV[3] job id
--- returns 1 recorded; 0 stale epoch or job not running
+-- returns (store/scripts.py Outcome) 1 DONE recorded; 0 STALE epoch moved or job not running
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[1] then return 0 end
 local state = redis.call('HGET', KEYS[1], 'state')
 if state ~= 'running' and state ~= 'preempting' then return 0 end

@@ -5,8 +5,9 @@
 -- ARGV[4] the epoch the plan saw               ARGV[5] now_ms
 -- ARGV[6] "1" if the job shares its GPUs (alloc value "~id1,id2"), else "0" (alloc value "id")
 -- ARGV[7] the leader's fencing value ("<token> <holder>"; "" = not checked, for tests)
--- returns the new epoch (> 0); -1 job not pending; -2 epoch moved; -3 a GPU is held
--- (exclusively, or by sharers when this job wants it alone); -4 the caller no longer leads
+-- returns the new epoch (> 0); or (store/scripts.py Outcome) -1 NOT_PENDING job not pending; -2 EPOCH_MOVED
+-- epoch moved; -3 GPU_HELD a GPU is held (exclusively, or by sharers when this job wants it alone);
+-- -4 NOT_LEADER the caller no longer leads
 if ARGV[7] ~= '' and redis.call('GET', KEYS[5]) ~= ARGV[7] then return -4 end
 if redis.call('HGET', KEYS[1], 'state') ~= 'pending' then return -1 end
 local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0') or 0

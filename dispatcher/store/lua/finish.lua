@@ -16,7 +16,8 @@
 -- ARGV[14] the user's estimate in seconds ("" = none)
 -- New state 'pending' puts the job back in the queue: attempt + 1, epoch + 1 (fencing any copy
 -- still running); a preemption or a lost attempt also counts gpu_s_lost.
--- returns 1 done; 0 stale write refused (epoch moved or job not active); -4 the caller no longer leads
+-- returns (store/scripts.py Outcome) 1 DONE; 0 STALE write refused (epoch moved or job not active);
+-- -4 NOT_LEADER the caller no longer leads
 if ARGV[11] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[11] then return -4 end
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[2] then return 0 end
 local state = redis.call('HGET', KEYS[1], 'state')

@@ -2,7 +2,8 @@
 -- KEYS[1] job hash
 -- ARGV[1] the epoch the agent runs   ARGV[2] when the idle spell began, ms ("" = clear the warning)
 -- ARGV[3] the warning text
--- returns 1 written; 0 stale (epoch moved, or the job is not running: an ended attempt keeps no warning)
+-- returns (store/scripts.py Outcome) 1 DONE written; 0 STALE (epoch moved, or the job is not running: an
+--   ended attempt keeps no warning)
 -- The scheduler does not need it, so the job is not added to the changed set.
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end

@@ -1,7 +1,8 @@
 -- A node agent started the job's process.
 -- KEYS[1] job hash   KEYS[2] changed-jobs set
 -- ARGV[1] epoch the agent was given   ARGV[2] now_ms   ARGV[3] pid   ARGV[4] job id
--- returns 1 started; 0 stale (epoch moved or job not assigned); 2 cancel was requested first
+-- returns (store/scripts.py Outcome) 1 DONE started; 0 STALE (epoch moved or job not assigned);
+-- 2 CANCEL_REQUESTED a cancel was requested first
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[1], 'state') ~= 'assigned' then return 0 end
 if redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 1 then return 2 end

@@ -2,7 +2,7 @@
 -- so that its node agent restarts it on the kept GPUs.
 -- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] changed-jobs set
 -- ARGV[1] job id     ARGV[2] epoch the agent was given   ARGV[3] GPUs kept "0,1"   ARGV[4] now_ms
--- returns the new epoch (> 0); 0 stale (epoch moved or not being preempted)
+-- returns the new epoch (> 0); or 0 STALE (store/scripts.py Outcome: epoch moved or not being preempted)
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[2] then return 0 end
 if redis.call('HGET', KEYS[1], 'state') ~= 'preempting' then return 0 end
 local keep = {}
