@@ -13,16 +13,13 @@ from __future__ import annotations
 import os
 import time
 
+from .clock import now_ms
 from .config import resolve_url
 from .auth.identity import current_user
 from .core.spec import gc_paused, spec_from_request
 from .store import jobs as store_jobs
 from .store.connect import connect
 from .store.keys import DEFAULT_NS
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Client:
@@ -46,7 +43,7 @@ class Client:
     @staticmethod
     def _caller() -> tuple[str, int, str]:
         """Who submits, when, from where: the defaults of a request's user, submit time and cwd."""
-        return current_user(), _now_ms(), os.getcwd()
+        return current_user(), now_ms(), os.getcwd()
 
     def submit(self, command, **fields) -> str:
         """Submit one job; fields are submit's flags (gpus=2, gpu_type='A100', est='2h', ...). Returns its id."""
@@ -74,7 +71,7 @@ class Client:
 
         if identity_on(self.redis, self.ns):
             return act_signed(self.redis, self.ns, "cancel", current_user(), str(job_id))
-        return store_jobs.cancel_job(self.scripts, self.redis, self.ns, str(job_id), _now_ms())
+        return store_jobs.cancel_job(self.scripts, self.redis, self.ns, str(job_id), now_ms())
 
     def wait(self, job_ids, timeout_s: float | None = None, poll_s: float = 0.2) -> dict[str, str]:
         """Block until every job is final; returns id -> state. Raises TimeoutError past timeout_s."""

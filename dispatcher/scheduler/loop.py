@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from ..clock import now_ms
 from ..config import Timing
 from .liveness import HeartbeatWatch, lost_jobs, requeue_lost
 from ..core.plan import Plan
@@ -43,10 +44,6 @@ log = logging.getLogger("dispatch.scheduler")
 
 #: How often the leader checks the type of each node's keys (store/quarantine.PER_NODE), in seconds.
 NODE_TYPES_S = 15.0
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass

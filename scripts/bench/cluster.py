@@ -8,10 +8,10 @@ hold them (commit_placement.lua, then mark_running.lua), without any agent.
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import replace
 
 import benchlib as bl  # also puts the repository on sys.path
+from dispatcher.clock import now_ms  # also cluster.now_ms for the benches
 from dispatcher.config import Timing
 from dispatcher.core.gpuspec import parse_fake_gpus
 from dispatcher.core.model import JobSpec
@@ -30,10 +30,6 @@ TIMING = Timing(node_timeout_s=86400.0, lease_s=3600.0)
 FULL_NODE = (4, 2, 1, 1)
 #: The GPU fill(free_on_first=1) leaves free on the first node.
 FREE_GPU = 7
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def node_names(n: int, prefix: str = "n") -> list[str]:

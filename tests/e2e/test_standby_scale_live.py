@@ -13,7 +13,7 @@ import time
 import pytest
 
 from dispatcher.core.model import PRIORITIES, GpuInfo
-from dispatcher.scheduler.loop import now_ms
+from dispatcher.clock import now_ms
 from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.jobs import write_jobs

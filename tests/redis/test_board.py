@@ -9,7 +9,7 @@ from dispatcher.views.board import Board
 from dispatcher.core.errors import ConfigError
 from dispatcher.views.metrics import ClusterCollector, exposition
 from dispatcher.core.model import GpuInfo
-from dispatcher.scheduler.loop import now_ms
+from dispatcher.clock import now_ms
 from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.jobs import write_jobs

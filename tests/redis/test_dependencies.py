@@ -6,7 +6,8 @@ import pytest
 
 from dispatcher.core.errors import InvalidRequestError
 from dispatcher.views.explain import explain
-from dispatcher.scheduler.loop import Scheduler, now_ms
+from dispatcher.clock import now_ms
+from dispatcher.scheduler.loop import Scheduler
 from dispatcher.store.jobs import read_job
 from dispatcher.store.scripts import Scripts
 from tests.redis.test_store import beat, submit

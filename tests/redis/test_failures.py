@@ -10,7 +10,8 @@ from dispatcher.config import Timing
 from dispatcher.scheduler.liveness import HeartbeatWatch
 from dispatcher.core.plan import Plan
 from dispatcher.core.model import GpuInfo
-from dispatcher.scheduler.loop import Scheduler, now_ms
+from dispatcher.clock import now_ms
+from dispatcher.scheduler.loop import Scheduler
 from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.jobs import read_job, write_jobs

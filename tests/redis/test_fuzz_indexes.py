@@ -29,7 +29,8 @@ from dispatcher.views.board import Board
 from dispatcher.core.errors import DispatcherError
 from dispatcher.views.explain import explain
 from dispatcher.views.forecast import read_eta
-from dispatcher.scheduler.loop import Scheduler, now_ms
+from dispatcher.clock import now_ms
+from dispatcher.scheduler.loop import Scheduler
 from dispatcher.store import keys
 from dispatcher.store.codec import encode_node_info
 from dispatcher.store.jobs import read_job, read_queue

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from dispatcher.core.errors import InvalidRequestError, MalformedRecord
 from dispatcher.core.model import GpuInfo, JobSpec
-from dispatcher.scheduler.loop import Scheduler, now_ms
+from dispatcher.clock import now_ms
+from dispatcher.scheduler.loop import Scheduler
 from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.codec import MAX_SPEC_BYTES, decode_spec, encode_node_info, encode_spec

@@ -8,7 +8,7 @@ import msgpack
 
 from dispatcher.views.board import Board
 from dispatcher.core.model import GpuInfo
-from dispatcher.scheduler.loop import now_ms
+from dispatcher.clock import now_ms
 from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.policies import write_policy

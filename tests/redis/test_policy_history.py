@@ -9,7 +9,8 @@ import time
 
 from dispatcher.core.model import GpuInfo
 from dispatcher.scheduler.policy_source import PolicySource
-from dispatcher.scheduler.loop import Scheduler, now_ms
+from dispatcher.clock import now_ms
+from dispatcher.scheduler.loop import Scheduler
 from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.jobs import write_jobs

@@ -5,7 +5,7 @@ import msgpack
 
 from dispatcher.core import predict
 from dispatcher.views.explain import explain
-from dispatcher.scheduler.loop import now_ms
+from dispatcher.clock import now_ms
 from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.codec import decode_spec

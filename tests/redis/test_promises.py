@@ -2,7 +2,7 @@
 
 import json
 
-from dispatcher.scheduler.loop import now_ms
+from dispatcher.clock import now_ms
 from dispatcher.core.spec import build_spec
 from dispatcher.store.jobs import write_jobs
 

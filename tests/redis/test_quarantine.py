@@ -13,7 +13,8 @@ import pytest
 from dispatcher.store import control
 from dispatcher.core.errors import DispatcherError
 from dispatcher.views.explain import explain
-from dispatcher.scheduler.loop import Scheduler, now_ms
+from dispatcher.clock import now_ms
+from dispatcher.scheduler.loop import Scheduler
 from dispatcher.store import keys
 from dispatcher.store.jobs import read_job
 from dispatcher.store.quarantine import read_quarantine, report

@@ -4,7 +4,8 @@ import msgpack
 import pytest
 
 from dispatcher.core.model import GpuInfo
-from dispatcher.scheduler.loop import Scheduler, now_ms
+from dispatcher.clock import now_ms
+from dispatcher.scheduler.loop import Scheduler
 from dispatcher.core.spec import build_spec
 from dispatcher.store import keys
 from dispatcher.store.jobs import cancel_job, read_job, write_jobs

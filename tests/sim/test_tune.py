@@ -13,7 +13,8 @@ from dispatcher.cli import cli as dispatch
 from dispatcher.core.model import GpuInfo
 from dispatcher.policy.profiles import parse_policy
 from dispatcher.scheduler.policy_source import PolicySource
-from dispatcher.scheduler.loop import Scheduler, now_ms
+from dispatcher.clock import now_ms
+from dispatcher.scheduler.loop import Scheduler
 from dispatcher.sim.tune import objective
 from dispatcher.sim.workload import TraceJob, format_trace
 from dispatcher.core.spec import build_spec

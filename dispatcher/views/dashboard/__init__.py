@@ -24,12 +24,12 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
-import time
 from urllib.parse import urlsplit
 
 import redis
 from flask import Flask, Response, jsonify, redirect, request, send_from_directory
 
+from ...clock import now_ms
 from ...core.errors import DispatcherError, InvalidRequestError, NotFoundError
 from ...auth.identity import NotAllowed
 from ..metrics import ClusterCollector, exposition
@@ -145,7 +145,7 @@ def cancel_as(board, job_id: str, who: dict) -> str:
         if not user or not token:
             raise NotAllowed("identity is on: give your user name and token to cancel")
         return str(send(board.client, board.ns, "cancel", user, token, {"job": job_id})["outcome"])
-    return cancel_job(Scripts(board.client, board.ns), board.client, board.ns, job_id, int(time.time() * 1000),
+    return cancel_job(Scripts(board.client, board.ns), board.client, board.ns, job_id, now_ms(),
                       "cancelled from the dashboard")
 
 
