@@ -2,8 +2,9 @@
 /metrics show. Read-only: nothing here writes.
 
 One Board serves any number of viewers: the cluster is read (a snapshot, as the scheduler
-reads it, plus the pending jobs' blocking reasons) at most once per `ttl_s`, and a long
-queue is summarised by class and paged, never sent whole.
+reads it and with its node timeout, Timing.from_env unless given, plus the pending jobs'
+blocking reasons) at most once per `ttl_s`, and a long queue is summarised by class and
+paged, never sent whole.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections import Counter
 
 from .alerts import AlertConfig, evaluate
+from ..clock import now_ms
 from ..config import Timing
 from ..scheduler.policy_source import policy_in_force
 from ..core.model import FINAL_STATES, PRIORITIES
@@ -31,10 +33,6 @@ OUTCOMES_WINDOW = 1000
 OUTCOMES_SCAN = 20_000
 #: Lines of a job's output its page shows.
 LOG_TAIL_LINES = 200
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _secs(ms: str) -> float | None:
@@ -71,7 +69,7 @@ class Board:
     def __init__(self, client, ns: str, *, timing: Timing | None = None, alerts: AlertConfig | None = None,
                  ttl_s: float = 1.0):
         self.client, self.ns = client, ns
-        self.timing = timing or Timing()
+        self.timing = timing or Timing.from_env()
         self.alert_config = alerts or AlertConfig()
         self._specs = SpecCache()
         self._specs_lock = threading.Lock()
@@ -81,7 +79,7 @@ class Board:
 
     # -- reading ---------------------------------------------------------------------------
     def _read_cluster(self) -> dict:
-        now = _now_ms()
+        now = now_ms()
         with self._specs_lock:
             read = read_snapshot(self.client, self.ns, now, self.timing.node_timeout_s, self._specs)
         written = scripts.hget_each(self.client, [keys.job(self.ns, p.spec.id) for p in read.snapshot.pending],
@@ -265,7 +263,7 @@ class Board:
 
     def history(self, hours: float = 6.0) -> list[dict]:
         """The recorded samples of the last `hours`, without the lists of idle GPUs."""
-        samples = read_samples(self.client, self.ns, int(_now_ms() - hours * 3600 * 1000))
+        samples = read_samples(self.client, self.ns, int(now_ms() - hours * 3600 * 1000))
         return [{k: v for k, v in s.items() if k != "idle"} for s in samples]
 
     def job(self, job_id: str) -> dict:
@@ -273,7 +271,7 @@ class Board:
         decisions about it), a timeline, and the tail of its output. JobNotFound for a bad id."""
         from .explain import explain
 
-        out = explain(self.client, self.ns, job_id)
+        out = explain(self.client, self.ns, job_id, self.timing)
         job = out["job"]
         events = [(job[k], what) for k, what in (("submitted_at", "submitted"), ("assigned_at", "assigned"),
                                                   ("started_at", "started"), ("checkpoint_at", "checkpoint"),

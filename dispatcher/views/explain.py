@@ -1,13 +1,14 @@
 """`dispatch why JOB`: the policy run on a fresh snapshot, without committing anything.
 
 Like `nomad job plan`: the same schedule() the scheduler calls, under the policy
-the scheduler published, on what Redis holds right now. Nothing is written.
+the scheduler published, on what Redis holds right now, with the scheduler's node
+timeout (Timing.from_env: DISPATCH_NODE_TIMEOUT_S) deciding which nodes are live.
+Nothing is written.
 """
 
 from __future__ import annotations
 
-import time
-
+from ..clock import now_ms
 from ..config import Timing
 from .forecast import forecast_read
 from ..policy import rest_verdict, schedule
@@ -18,14 +19,15 @@ from ..store.jobs import read_job
 from ..store.snapshot import SpecCache, read_snapshot
 
 
-def explain(client, ns: str, job_id: str) -> dict:
+def explain(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
+    """`timing`: the clocks of failure handling (default: Timing.from_env(), as the scheduler's)."""
     job = read_job(client, ns, job_id)
-    now = int(time.time() * 1000)
+    now = now_ms()
     out = {"job": job, "decisions": read_decisions(client, ns, job_id=job_id, limit=10)}
     if job["state"] != "pending":
         return out
     profile, config, source = policy_in_force(client, ns, now / 1000.0)
-    read = read_snapshot(client, ns, now, Timing().node_timeout_s, SpecCache())
+    read = read_snapshot(client, ns, now, (timing or Timing.from_env()).node_timeout_s, SpecCache())
     plan = schedule(read.snapshot, now_ms=now, config=config)
     out.update(profile=profile, policy_source=source, weights=config.weights,
                pending=len(read.snapshot.pending), live_nodes=len(read.snapshot.nodes))

@@ -1,6 +1,6 @@
 """`dispatch eta JOB` (and a line of `dispatch why`): when a pending job is expected to start.
 
-Reads a fresh snapshot as `dispatch why` does and runs the simulator forward from it under the
+Reads a fresh snapshot as `dispatch why` does (the same node timeout) and runs the simulator forward from it under the
 policy in force (sim/forecast.py): running jobs end at their estimate, pending jobs run for
 theirs, nothing new arrives. Nothing is written. The result is a plain dict (the `--json` form);
 `describe` gives the one line.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from ..clock import now_ms
 from ..config import Timing
 from ..core.units import within
 from ..sim.forecast import Forecast, forecast
@@ -29,16 +30,17 @@ def forecast_read(read, job_id: str, now_ms: int, config) -> dict:
     return as_dict(forecast(read.snapshot, job_id, now_ms, config))
 
 
-def read_eta(client, ns: str, job_id: str) -> dict:
+def read_eta(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
     """The forecast for one job; JobNotFound for an unknown id. A job that is not pending gets its
-    state (and when it started)."""
+    state (and when it started). `timing` decides which nodes are live (default: Timing.from_env(),
+    as the scheduler's)."""
     job = read_job(client, ns, job_id)
     if job["state"] != "pending":
         return {"job": job_id, "state": job["state"], "started_at": job["started_at"], "node": job["node"]}
-    now_ms = int(time.time() * 1000)
-    _, config, _ = policy_in_force(client, ns, now_ms / 1000.0)
-    read = read_snapshot(client, ns, now_ms, Timing().node_timeout_s, SpecCache())
-    return forecast_read(read, job_id, now_ms, config)
+    now = now_ms()
+    _, config, _ = policy_in_force(client, ns, now / 1000.0)
+    read = read_snapshot(client, ns, now, (timing or Timing.from_env()).node_timeout_s, SpecCache())
+    return forecast_read(read, job_id, now, config)
 
 
 def as_dict(f: Forecast) -> dict:
