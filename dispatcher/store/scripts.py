@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import functools
+from dataclasses import dataclass, fields
 from importlib import resources
 
 from . import keys
@@ -106,6 +107,39 @@ def _flag(value: bool) -> str:
     return "1" if value else "0"
 
 
+def _arg(value):
+    """One ARGV value as the scripts read it: a flag "1"/"0", None as "", a float in full."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return _flag(value)
+    return repr(value) if isinstance(value, float) else value
+
+
+@dataclass(frozen=True)
+class FinishArgs:
+    """finish.lua's ARGV, named: the fields are in the script's order (ARGV[1] job_id ... ARGV[14]
+    est_s; lua/finish.lua's header says what each means), and argv() lists them so."""
+
+    job_id: str
+    epoch: int
+    state: str  # the new state: succeeded, failed, cancelled, or pending (back to the queue)
+    exit_code: int | None
+    now_ms: int
+    reason: str
+    preempted: bool  # this requeue is a preemption
+    keep_wait: bool  # keep the original submit time for aging
+    checkpointable: bool  # work lost counts from the last checkpoint
+    lost_retries: int | None  # for an attempt lost with its node: the job's retry budget
+    fence: str  # the leader's fencing value ("" = not checked)
+    kept_per_fingerprint: int | None  # for a success to record: runs the fingerprint's history keeps
+    kept_per_user: int  # runs the user's history keeps
+    est_s: float | None  # the user's estimate, recorded with the run
+
+    def argv(self) -> list:
+        return [_arg(getattr(self, f.name)) for f in fields(self)]
+
+
 def lost_attempt(spec) -> dict:
     """finish() arguments for an attempt of `spec` lost with its node (or killed from outside): it
     resumes from its checkpoint if it has one, and counts against its retry budget. For a record whose
@@ -150,13 +184,16 @@ class Scripts:
         record = spec is not None and state == "succeeded"
         history = ([keys.history(ns, fingerprint(spec)), keys.user_history(ns, spec.user)] if record
                    else [keys.job(ns, job_id)] * 2)  # unused: the script records nothing then
+        args = FinishArgs(
+            job_id=job_id, epoch=epoch, state=state, exit_code=exit_code, now_ms=now_ms, reason=reason,
+            preempted=preempted, keep_wait=keep_wait, checkpointable=checkpointable,
+            lost_retries=None if lost_retries is None else int(lost_retries), fence=fence,
+            kept_per_fingerprint=KEPT_PER_FINGERPRINT if record else None, kept_per_user=KEPT_PER_USER,
+            est_s=None if not record or spec.est_s is None else float(spec.est_s))
         return self._call(
             "finish", [keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
                        keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns), *history],
-            [job_id, epoch, state, "" if exit_code is None else exit_code, now_ms, reason, _flag(preempted),
-             _flag(keep_wait), _flag(checkpointable), "" if lost_retries is None else int(lost_retries),
-             fence, KEPT_PER_FINGERPRINT if record else "", KEPT_PER_USER,
-             "" if not record or spec.est_s is None else repr(float(spec.est_s))], client)
+            args.argv(), client)
 
     def cancel(self, job_id, now_ms, reason, *, state="cancelled", client=None):
         """DONE (a pending job ended now), CANCEL_REQUESTED (an active one: its node stops it), ENDED or
