@@ -1,8 +1,12 @@
 """The `dispatch` command. Subcommands parse, call one library function, and format.
 
-This is the only place errors become messages: a DispatcherError prints one line
-and exits with its code; tracebacks appear only with --debug. Imports of redis,
-rq and pynvml stay inside the commands that need them, so `dispatch submit` is quick.
+main() is where a command's errors become messages: a DispatcherError prints one
+line and exits with its code, a Redis failure says whether the server is restarting;
+tracebacks appear only with --debug. (The dashboard, the scheduler's answers to
+signed requests and the node agent's job channel say errors in their own way.) No
+module of the CLI imports redis, rq, pynvml, rich or flask at its top: a command
+imports what it needs when it runs (main() imports redis only to recognise its
+errors), so `dispatch --help` and `dispatch submit` load no more than they use.
 
 This module holds the group, main() and the helpers the subcommands share. The
 subcommands live by area in cli/submit.py (submit alone: the command run most, kept

@@ -1,7 +1,13 @@
-"""The one exception tree. The CLI is the only place these become messages.
+"""The one exception tree: DispatcherError, its exit codes, and the errors several layers share.
+A few more subclasses live beside the code that raises them (auth.identity.NotAllowed,
+auth.login.LoginGone, store.requests.Replayed, cli.jobside.ChannelError).
 
-Every error carries the structured fields a caller needs (job_id, node_id,
-...); tests assert on type and fields, not on text.
+Every error carries the structured fields a caller needs (job_id, field, key, ...) and says
+itself in one line (`str(e)`, its hint included); tests assert on type and fields, not on text.
+They become messages for people where they reach them: the CLI (cli.main: one line and the exit
+code), the dashboard (a JSON error with an HTTP status), the scheduler's answers to signed
+requests (store/requests.py), the node agent's job channel (workers/jobchannel.py) and the logs
+of the long-running parts (`dispatch up`, the scheduler's policy reload).
 """
 
 #: Exit codes of the `dispatch` command.
@@ -54,12 +60,6 @@ class JobNotFound(NotFoundError):
         self.hint = "see `dispatch queue` for the jobs that exist"
 
 
-class NodeNotFound(NotFoundError):
-    def __init__(self, node_id: str):
-        super().__init__(f"no node named {node_id!r}")
-        self.node_id = node_id
-
-
 class InvalidStateError(DispatcherError):
     """The job is in a state that does not allow the operation."""
 
@@ -96,10 +96,6 @@ class MalformedRecord(DispatcherError):
     def __init__(self, key: str, cause: str):
         super().__init__(f"malformed record {key}: {cause}")
         self.key = key
-
-
-class CommitConflict(DispatcherError):
-    """Internal: the plan no longer matches Redis; refresh and plan again."""
 
 
 class NoServer(DispatcherError):

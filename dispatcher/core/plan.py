@@ -107,7 +107,6 @@ class Code(str, Enum):
     RESERVED = "reserved"  # fits, but the GPUs are held for a higher-ranked job
     OVER_LIMIT = "over_limit"  # its team is at its GPU limit
     HELD_FOR_TEAM = "held_for_team"  # its team would borrow GPUs that teams below their guarantee need
-    INVALID = "invalid"  # the record itself is unusable
 
 
 @dataclass(frozen=True)
