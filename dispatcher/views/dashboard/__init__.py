@@ -41,8 +41,14 @@ KEY_COOKIE = "dispatch_key"
 
 def create_app(board, *, allow_cancel: bool = False, access_key: str | None = None) -> Flask:
     app = Flask(__name__, static_folder="static", static_url_path="/static")
-    collector = ClusterCollector(board)
     csrf = secrets.token_urlsafe(32)  # one per dashboard process: a restart asks open pages to reload
+    _guard(app, access_key, csrf)
+    _routes(app, board, allow_cancel, csrf)
+    return app
+
+
+def _guard(app, access_key: str | None, csrf: str) -> None:
+    """The access key and the same-origin/CSRF checks before every request, and how errors answer."""
 
     @app.before_request
     def key_holders_only():
@@ -82,6 +88,11 @@ def create_app(board, *, allow_cancel: bool = False, access_key: str | None = No
     @app.errorhandler(redis.exceptions.RedisError)
     def redis_error(e):  # the page keeps polling and says why it is not updating
         return jsonify(error=f"Redis failed: {e}"), 503
+
+
+def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
+    """The page, its JSON endpoints (all read through `board`) and /metrics."""
+    collector = ClusterCollector(board)
 
     @app.get("/")
     def index():
@@ -129,8 +140,6 @@ def create_app(board, *, allow_cancel: bool = False, access_key: str | None = No
     @app.get("/metrics")
     def metrics():
         return Response(exposition(collector), mimetype="text/plain; version=0.0.4; charset=utf-8")
-
-    return app
 
 
 def cancel_as(board, job_id: str, who: dict) -> str:
