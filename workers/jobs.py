@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dispatcher.clock import now_ms
 from dispatcher.store import control
 from dispatcher.auth.identity import seal_attempt
 from dispatcher.core.model import CANCELLED, FAILED, PENDING, SUCCEEDED, JobSpec
@@ -52,10 +53,6 @@ def launch(job_id: str, epoch: int, seal: str = "") -> str:
     if _supervisor is None:
         raise RuntimeError("workers.jobs.launch runs only inside a dispatch node agent (dispatch worker)")
     return _supervisor.launch(str(job_id), int(epoch), str(seal or ""))
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass

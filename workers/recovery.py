@@ -6,6 +6,7 @@ import logging
 import signal
 from pathlib import Path
 
+from dispatcher.clock import now_ms
 from dispatcher.core.model import PENDING
 from dispatcher.store import keys
 from dispatcher.store.codec import decode_spec
@@ -17,12 +18,6 @@ from . import proctrack
 from .keeper import PID_DIR, read_attempts
 
 log = logging.getLogger("dispatch.agent")
-
-
-def now_ms() -> int:
-    import time
-
-    return int(time.time() * 1000)
 
 
 def kill_leftovers(work_dir: Path) -> list[str]:
