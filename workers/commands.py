@@ -49,7 +49,7 @@ def handle(sup, entry_id, cmd: dict) -> None:
     control.ack(sup.client, sup.ns, sup.node, entry_id)
 
 def _marked_preempting(sup, run) -> bool:
-    """A preempt command counts only if its mark took (mark_preempting.lua): a scheduler that lost
+    """A preempt command counts only if its mark took (preempt.lua): a scheduler that lost
     its lease, or a plan that went stale, sends the command but its mark is refused."""
     state, epoch = sup.client.hmget(keys.job(sup.ns, run.job_id), "state", "epoch")
     return text(state) == "preempting" and text(epoch) == str(run.epoch)

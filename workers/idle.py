@@ -10,11 +10,11 @@ requeue) when no scheduler has published one.
 Writes happen on change only: the warning (`warning`, `idle_since_ms` on the job hash) when a
 spell passes idle_warn_s, its removal when the job is busy again; both through
 idle_warning.lua, refused unless the job still runs at the agent's epoch. A spell that passes
-idle_requeue_s is a graceful preemption, as the scheduler's own: mark_preempting.lua at the
-attempt's epoch and the command on this node's control stream, in one transaction, carried out
-by Supervisor.handle (checkpoint signal, grace, SIGKILL, back to the queue). The mark is refused
-once the job is no longer running at that epoch, so an idle spell requeues a job at most once,
-however many agents or retries there are.
+idle_requeue_s is a graceful preemption, as the scheduler's own: control.preempt marks the job at
+the attempt's epoch and queues the command on this node's control stream in one step
+(preempt.lua), carried out by Supervisor.handle (checkpoint signal, grace, SIGKILL, back to the
+queue). The mark (and the command with it) is refused once the job is no longer running at that
+epoch, so an idle spell requeues a job at most once, however many agents or retries there are.
 
 Why the agent and not the scheduler: the agent has the samples, and a spell measured on one
 clock needs no comparison of two hosts' clocks and no write per heartbeat; the scheduler would
@@ -115,14 +115,10 @@ class IdleWatch:
         return done
 
     def _requeue(self, run, config: PolicyConfig, now_ms: int) -> bool:
-        """Mark the attempt preempting and send its preemption to this node, in one transaction."""
-        reason, by = requeue_reason(config), f"node {self.node}"
-        pipe = self.client.pipeline(transaction=True)
-        self.scripts.mark_preempting(run.job_id, run.epoch, now_ms, by, "graceful", reason, client=pipe)
-        control.send(pipe, self.ns, self.node, {"type": "preempt", "job": run.job_id, "epoch": run.epoch,
-                                                "mode": "graceful", "by": by, "reason": reason,
-                                                "keep_wait": config.keep_wait_on_requeue})
-        marked = pipe.execute()[0]
+        """Mark the attempt preempting and send its preemption to this node, in one step."""
+        reason = requeue_reason(config)
+        marked = control.preempt(self.scripts, self.node, run.job_id, run.epoch, now_ms, by=f"node {self.node}",
+                                 mode="graceful", reason=reason, keep_wait=config.keep_wait_on_requeue)
         if marked == Outcome.DONE:
             log.warning("job %s: requeued (%s)", run.job_id, reason)
         else:

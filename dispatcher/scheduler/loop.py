@@ -38,7 +38,7 @@ from .mirror import Mirror
 from ..store.quarantine import any_wrong, check_types, quarantine, wrong_type
 from ..store.repair import free_stale_gpus, repair_types, resend, set_aside_all
 from ..store.samples import record_sample, sample_due
-from ..store.snapshot import RedisPlanner
+from .planner import RedisPlanner
 
 log = logging.getLogger("dispatch.scheduler")
 

@@ -7,6 +7,11 @@ not finish stays in its pending list and is read again when it comes back. The
 agent acks a command once it has been carried out. The blocking XREADGROUP is the
 wake-up; there is no pub/sub to lose. Unknown and malformed commands are logged, acked and
 recorded in quarantine: read again and again they would stall the agent's channel.
+
+A command goes with the transition it carries out, in one step: preempt() marks the job
+and queues its command in one script (lua/preempt.lua), cancel() runs cancel.lua and
+queues the cancel of an active job in one MULTI/EXEC. A command is a msgpack map
+(encode) under the stream field FIELD.
 """
 
 from __future__ import annotations
@@ -15,7 +20,10 @@ import logging
 
 import msgpack
 
+from ..core.model import ACTIVE_STATES
 from . import keys
+from .connect import text
+from .scripts import Outcome
 
 log = logging.getLogger("dispatch.control")
 
@@ -23,6 +31,8 @@ GROUP = "agents"
 #: Commands kept per node stream (older ones are trimmed; all are long carried out by then).
 STREAM_MAXLEN = 10_000
 COMMANDS = ("preempt", "cancel", "shrink")
+#: The stream field a command is stored under.
+FIELD = b"c"
 
 
 def ensure_group(client, ns: str, node: str) -> None:
@@ -37,12 +47,47 @@ def ensure_group(client, ns: str, node: str) -> None:
             raise
 
 
-def send(client_or_pipe, ns: str, node: str, command: dict) -> None:
-    """Queue one command for `node` (on a pipeline, as part of a transaction, or at once)."""
+def encode(command: dict) -> bytes:
+    """A command as the stream stores it (ValueError for an unknown type)."""
     if command.get("type") not in COMMANDS:
         raise ValueError(f"unknown control command {command.get('type')!r}")
-    client_or_pipe.xadd(keys.node_control(ns, node), {b"c": msgpack.packb(command)}, maxlen=STREAM_MAXLEN,
+    return msgpack.packb(command)
+
+
+def send(client_or_pipe, ns: str, node: str, command: dict) -> None:
+    """Queue one command for `node` (on a pipeline, as part of a transaction, or at once)."""
+    client_or_pipe.xadd(keys.node_control(ns, node), {FIELD: encode(command)}, maxlen=STREAM_MAXLEN,
                         approximate=True)
+
+
+def preempt(scripts, node: str, job_id: str, epoch: int, now_ms: int, *, by: str, mode: str, reason: str,
+            keep=(), keep_wait: bool = True, fence: str = "", client=None):
+    """Start preempting a job running on `node` at `epoch` (mode graceful or forced; or shrink, keeping
+    GPUs `keep`): it is marked preempting and its command queued on the node's control stream in one
+    step (preempt.lua), or neither. The one way a preemption starts: the scheduler's plan, an agent's
+    idle requeue, an operator's `dispatch preempt`. `fence`: the leader's lease value ("" = not checked).
+    Returns DONE, STALE (not running at that epoch) or NOT_LEADER; on a pipeline, the pipeline."""
+    command = {"type": "shrink" if mode == "shrink" else "preempt", "job": job_id, "epoch": epoch, "mode": mode,
+               "keep": list(keep), "by": by, "reason": reason, "keep_wait": keep_wait}
+    return scripts.preempt(job_id, node, epoch, now_ms, by, mode, reason, encode(command), field=FIELD,
+                           cap=STREAM_MAXLEN, fence=fence, client=client)
+
+
+def cancel(scripts, client, ns: str, job_id: str, now_ms: int, reason: str) -> Outcome:
+    """Cancel a job (cancel.lua), and when it is active queue the cancel on its node's control stream in
+    the same MULTI/EXEC. The job hash is watched from the read of where it runs to the EXEC (and it all
+    runs again if the job changed meanwhile), so the command is queued exactly when cancel.lua asks the
+    node (CANCEL_REQUESTED). Returns cancel.lua's Outcome."""
+    job = keys.job(ns, job_id)
+
+    def attempt(pipe):
+        state, node, epoch = pipe.hmget(job, "state", "node", "epoch")
+        pipe.multi()
+        scripts.cancel(job_id, now_ms, reason, client=pipe)
+        if text(state) in ACTIVE_STATES:
+            send(pipe, ns, text(node), {"type": "cancel", "job": job_id, "epoch": int(epoch or 0), "reason": reason})
+
+    return Outcome(client.transaction(attempt, job)[0])
 
 
 def read(client, ns: str, node: str, *, pending: bool, block_ms: int = 1000, count: int = 100):
@@ -56,7 +101,7 @@ def read(client, ns: str, node: str, *, pending: bool, block_ms: int = 1000, cou
                 ack(client, ns, node, entry_id)
                 continue
             try:
-                cmd = msgpack.unpackb(fields[b"c"], raw=False)
+                cmd = msgpack.unpackb(fields[FIELD], raw=False)
                 malformed(cmd)
             except Exception as e:  # dropped: read again it would stall the agent's channel for good
                 log.error("node %s: malformed control command %s (%s); dropped", node, entry_id, e)

@@ -1,4 +1,4 @@
-"""Job records in Redis: submit, read, cancel, logs.
+"""Job records in Redis: submit, read, cancel and preempt, logs.
 
 A job is one hash (keys.job): the immutable msgpack spec under `spec` plus the
 mutable state fields listed in keys.py. Submitting writes the hashes and adds the
@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..core.errors import DispatcherError, JobNotFound, MalformedRecord
 from ..core.model import FINAL_STATES, JobSpec
 from ..core.predict import fingerprint
-from . import keys, scripts
+from . import control, keys, scripts
 from .codec import decode_spec, encode_spec
 from .connect import text
 from .dependencies import check_dependencies
@@ -263,21 +263,17 @@ def rebuild_indexes(client, ns: str, which: str, now_ms: int) -> int:
 
 
 def cancel_job(scripts, client, ns: str, job_id: str, now_ms: int, reason: str = "cancelled by user") -> str:
-    """Returns 'cancelled', 'requested' (its node will stop it) or the final state it already had."""
+    """Returns 'cancelled', 'requested' (its node will stop it: the command is queued with the cancel,
+    control.cancel) or the final state it already had."""
     if ":" in job_id or not job_id:
         raise JobNotFound(job_id)
-    code = scripts.cancel(job_id, now_ms, reason, client=client)
+    code = control.cancel(scripts, client, ns, job_id, now_ms, reason)
     if code == Outcome.NO_JOB:
         raise JobNotFound(job_id)
     client.publish(keys.events(ns), b"cancel")
     if code == Outcome.DONE:
         return "cancelled"
     if code == Outcome.CANCEL_REQUESTED:
-        from . import control
-
-        node, epoch = client.hmget(keys.job(ns, job_id), "node", "epoch")
-        control.send(client, ns, text(node), {"type": "cancel", "job": job_id, "epoch": int(epoch or 0),
-                                              "reason": reason})
         return "requested"
     return text(client.hget(keys.job(ns, job_id), "state"))
 
@@ -301,8 +297,8 @@ def is_final(state: str) -> bool:
 
 
 def preempt_job(scripts, client, ns: str, job_id: str, now_ms: int, *, force: bool, by: str) -> str:
-    """An operator's preemption: graceful for a checkpointable job, forced with `force`. Returns the mode."""
-    from . import control
+    """An operator's preemption: graceful for a checkpointable job, forced with `force` (marked and its
+    command sent in one step: control.preempt). Returns the mode."""
     from ..core.errors import InvalidRequestError, InvalidStateError
 
     job = read_job(client, ns, job_id)
@@ -312,11 +308,9 @@ def preempt_job(scripts, client, ns: str, job_id: str, now_ms: int, *, force: bo
         raise InvalidRequestError(f"job {job_id} is not checkpointable: preempting it loses its work; "
                                   "add --force to kill and requeue it", field="--force")
     mode = "forced" if force else "graceful"
-    reason = f"preempted by {by}"
-    if scripts.mark_preempting(job_id, job["epoch"], now_ms, by, mode, reason) != Outcome.DONE:
+    if control.preempt(scripts, job["node"], job_id, job["epoch"], now_ms, by=by, mode=mode,
+                       reason=f"preempted by {by}") != Outcome.DONE:
         raise InvalidStateError(job_id, read_job(client, ns, job_id)["state"], "preempt")
-    control.send(client, ns, job["node"], {"type": "preempt", "job": job_id, "epoch": job["epoch"], "mode": mode,
-                                           "by": by, "reason": reason, "keep_wait": True})
     return mode
 
 

@@ -2,7 +2,7 @@
 
 `Lease.hold()` acquires or renews a Redis key with a TTL (lease.lua) and returns
 the fencing token, a number that grows with every new leader. The token travels
-with every write the leader makes (commit_placement, mark_preempting, the
+with every write the leader makes (commit_placement, preempt, the
 requeue of a dead node's jobs), and those scripts refuse it once another holder
 took the lease: a leader paused past its lease (a GC stall, SIGSTOP, a cut
 network) cannot act on its stale plan when it wakes.

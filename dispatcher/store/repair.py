@@ -3,9 +3,9 @@ aside and the indexes rebuilt behind them, bad entries quarantined, commands sen
 that no job holds freed.
 
 Nothing here runs on a cycle where nothing is wrong: the readers flag what they meet as they
-read it (ReadResult.stray and .aside, RedisPlanner.failed and .held_gpus), and a WRONGTYPE
-error from anywhere in a cycle makes the scheduler sweep the namespace's keys once and try the
-cycle again.
+read it (ReadResult.stray and .aside; RedisPlanner.failed and .held_gpus, scheduler/planner.py),
+and a WRONGTYPE error from anywhere in a cycle makes the scheduler sweep the namespace's keys once
+and try the cycle again.
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ def rebuild_alloc(client, ns: str, node: str) -> int:
 
 
 def resend(client, ns: str, unsent) -> None:
-    """Send again the commands a commit could not queue ((node, command)), once their streams were set aside."""
+    """Send again the commands a commit could not queue ((node, command)), once their streams were set aside.
+    RedisPlanner.unsent, which the loop hands here, is empty now that preempt.lua queues a preemption's
+    command with its mark or does neither (a stream of the wrong type fails the whole preemption)."""
     for node, cmd in unsent:
         control.send(client, ns, node, cmd)
         log.warning("sent the %s of job %s to node %s again", cmd.get("type"), cmd.get("job"), node)

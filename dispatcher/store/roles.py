@@ -84,7 +84,7 @@ def _agent_writes(ns: str) -> list[str]:
     code or by the scripts it runs (Redis checks each command of a script against its caller)."""
     job, alloc = keys.job(ns, "*"), keys.node_alloc(ns, "*")
     fenced = [job, alloc, keys.jobs_active(ns), keys.jobs_pending(ns), keys.jobs_changed(ns),
-              keys.scheduler_leader(ns), keys.history(ns, "*"), keys.user_history(ns, "*")]
+              keys.scheduler_leader(ns), keys.history(ns, "*"), keys.user_history(ns, "*"), keys.node_control(ns, "*")]
     return [
         # heartbeats (store/nodes.py), GPU holders and job fields (finish, shrink, mark_running,
         # checkpointed, idle_warning; the peak GPU memory, workers/usage.py)

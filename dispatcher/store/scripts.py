@@ -38,8 +38,8 @@ def _typed(reply, *, counts: bool = False):
         return reply
     return Outcome(reply)
 
-_NAMES = ("commit_placement", "mark_running", "finish", "cancel", "mark_preempting", "shrink", "checkpointed",
-          "lease", "idle_warning")
+_NAMES = ("commit_placement", "mark_running", "finish", "cancel", "preempt", "shrink", "checkpointed", "lease",
+          "idle_warning")
 
 
 @functools.cache
@@ -203,10 +203,15 @@ class Scripts:
         return self._call("cancel", [keys.job(ns, job_id), keys.jobs_pending(ns), keys.jobs_changed(ns)],
                           [job_id, now_ms, reason, state], client)
 
-    def mark_preempting(self, job_id, epoch, now_ms, by, mode, why, *, fence="", client=None):
-        return self._call("mark_preempting", [keys.job(self.ns, job_id), keys.scheduler_leader(self.ns),
-                                              keys.jobs_changed(self.ns)],
-                          [epoch, now_ms, by, mode, why, fence, job_id], client)
+    def preempt(self, job_id, node, epoch, now_ms, by, mode, why, command: bytes, *, field: bytes, cap: int,
+                fence="", client=None):
+        """Mark a running job preempting at `epoch` and queue `command` (packed, under `field`, the
+        stream capped at `cap`) on `node`'s control stream, in one step: DONE, STALE or NOT_LEADER.
+        Called through control.preempt, which builds the command."""
+        ns = self.ns
+        return self._call("preempt", [keys.job(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns),
+                                      keys.node_control(ns, node)],
+                          [epoch, now_ms, by, mode, why, fence, job_id, field, command, cap], client)
 
     def shrink(self, job_id, node, epoch, keep_gpus, now_ms, *, client=None):
         """The new epoch (> 0), or STALE."""

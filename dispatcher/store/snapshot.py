@@ -1,4 +1,5 @@
-"""Reading a cluster snapshot for the policy, and committing the plan it returns.
+"""Reading a cluster snapshot for the policy (the scheduler commits the plan it returns with
+dispatcher/scheduler/planner.py).
 
 read_snapshot costs a fixed handful of pipelined round trips per cycle. Specs are
 immutable, so a SpecCache keeps them decoded across cycles.
@@ -10,10 +11,9 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from ..core.errors import MalformedRecord
-from ..core.plan import NodeView, PendingJob, Plan, Preemption, RunningJob, Snapshot
-from ..core.model import ACTIVE_STATES, FAILED
+from ..core.plan import NodeView, PendingJob, RunningJob, Snapshot
+from ..core.model import ACTIVE_STATES
 from . import keys, scripts
-from .scripts import Outcome
 from .codec import decode_spec
 from .connect import text
 from ..core.elastic import is_elastic, run_time
@@ -223,123 +223,3 @@ def pending_only(bad: dict[str, str], pending_ids) -> dict[str, str]:
     for job_id in bad.keys() - set(pending_ids):
         log.error("active job %s has an unreadable record (%s); skipped", job_id, bad[job_id])
     return {j: why for j, why in bad.items() if j in pending_ids}
-
-
-class RedisPlanner:
-    """Commits a Plan: every placement and its RQ enqueue in one MULTI/EXEC.
-
-    Each placement runs commit_placement.lua, which refuses it if the job is no
-    longer pending at the epoch the plan saw or a GPU is held. The RQ job is
-    enqueued in the same transaction either way; a refused placement's RQ job
-    finds a moved epoch when it runs and does nothing (workers/jobs.py).
-    """
-
-    def __init__(self, client, ns: str, scripts, seal=None):
-        """`seal(job_id, epoch, node)`: under identity, the seal each launch carries (identity.seal_attempt)."""
-        from rq import Queue
-        from rq.serializers import JSONSerializer
-
-        self.client, self.ns, self.scripts, self.seal = client, ns, scripts, seal
-        self._queue_cls, self._serializer = Queue, JSONSerializer
-        self._queues: dict = {}
-        self._reasons: dict[str, str] = {}
-        self.unsent: list[tuple[str, dict]] = []  # (node, command): see commit
-        self.held_gpus: list = []  # placements refused because a GPU was held (-3)
-        self.failed: Exception | None = None  # the first error a command of the last commit met
-
-    def _queue(self, node: str):
-        q = self._queues.get(node)
-        if q is None:
-            q = self._queues[node] = self._queue_cls(keys.rq_queue_name(self.ns, node), connection=self.client,
-                                                     serializer=self._serializer)
-        return q
-
-    def commit(self, plan: Plan, epochs: dict[str, int], now_ms: int, keep_wait: bool = True,
-               fence: str = "", held: dict[str, str] | None = None,
-               waiting=()) -> tuple[list[tuple[str, int]], list[Preemption]]:
-        """Returns (job id, new epoch) for placements that took, and the preemptions that took.
-
-        Each preemption marks the victim `preempting` (mark_preempting.lua, refused if it is no
-        longer running at the epoch the plan saw) and queues the command on its node's control
-        stream in the same transaction; an agent ignores a command whose epoch is stale.
-        `held`: jobs waiting for their dependencies, with what they wait for (written as reasons);
-        `waiting`: the pending jobs the policy saw (a job that left them keeps the reason it ended with).
-        `fence` is the leader's lease value: once another scheduler leads, both scripts refuse (-4).
-        """
-        from . import control
-
-        pipe = self.client.pipeline(transaction=True)
-        commands = []
-        for pr in plan.preemptions:
-            epoch = epochs[pr.job_id]
-            self.scripts.mark_preempting(pr.job_id, epoch, now_ms, f"job {pr.for_job}", pr.mode, pr.reason,
-                                         fence=fence, client=pipe)
-            commands.append({
-                "type": "shrink" if pr.mode == "shrink" else "preempt", "job": pr.job_id, "epoch": epoch,
-                "mode": pr.mode, "keep": list(pr.keep_gpus), "by": f"job {pr.for_job}", "reason": pr.reason,
-                "keep_wait": keep_wait})
-            control.send(pipe, self.ns, pr.node, commands[-1])
-        by_node: dict[str, list] = {}
-        for p in plan.placements:
-            epoch = epochs[p.job_id]
-            self.scripts.commit_placement(p.job_id, p.node, p.gpus, epoch, now_ms, share=p.share, fence=fence,
-                                          client=pipe)
-            # result_ttl=0: a launch's result is only "started" (the job's outcome is dispatch's record),
-            # so RQ keeps nothing once it ran; a failed launch stays a day for an operator to read
-            by_node.setdefault(p.node, []).append(self._queue_cls.prepare_data(
-                "workers.jobs.launch", args=[p.job_id, epoch + 1] + (
-                    [self.seal(p.job_id, epoch + 1, p.node)] if self.seal else []), timeout=-1, result_ttl=0,
-                failure_ttl=86400, description=f"dispatch job {p.job_id} attempt epoch {epoch + 1}"))
-        self._write_reasons(pipe, plan, held or {}, waiting)
-        for node, datas in by_node.items():
-            self._queue(node).enqueue_many(datas, pipeline=pipe)
-        if plan.placements or plan.preemptions:
-            pipe.publish(keys.events(self.ns), b"placed")
-        replies = pipe.execute(raise_on_error=False) if len(pipe) else []
-        n = len(plan.preemptions)
-        preempted = [pr for pr, code in zip(plan.preemptions, replies[0:2 * n:2]) if code == Outcome.DONE]
-        # a preemption that took but whose command could not be queued (a control stream of the wrong
-        # type): the scheduler sets the stream aside and sends it again (store/repair.py)
-        self.unsent = [(pr.node, cmd) for pr, cmd, code, sent in zip(plan.preemptions, commands, replies[0:2 * n:2],
-                                                                       replies[1:2 * n:2])
-                       if code == Outcome.DONE and isinstance(sent, Exception)]
-        failed = next((r for r in replies if isinstance(r, Exception)), None)
-        replies = replies[2 * n:]
-        done, self.held_gpus = [], []
-        for p, code in zip(plan.placements, replies):
-            if isinstance(code, int) and code > 0:
-                done.append((p.job_id, code))
-                self._reasons.pop(p.job_id, None)
-            else:
-                if code == Outcome.GPU_HELD:  # a GPU the job records call free is held: the scheduler checks who holds it
-                    self.held_gpus.append(p)
-                log.info("placement of job %s on %s refused (code %s); will replan", p.job_id, p.node, code)
-        self.failed = failed  # what took, took; the caller meets the error (and sets wrong types aside)
-        return done, preempted
-
-    def _write_reasons(self, pipe, plan: Plan, held: dict[str, str], waiting) -> None:
-        """Each judged job's reason, when it changed; a job the cycle did not reach (plan.rest) loses
-        the reason an earlier cycle gave it (`dispatch why` works its reason out; the queue shows the
-        scheduler's rest reason). Costs what changed, not what waits."""
-        judged = {**held, **{v.job_id: v.reason for v in plan.verdicts}}
-        for job_id, reason in judged.items():
-            if self._reasons.get(job_id) != reason:
-                self._reasons[job_id] = reason
-                pipe.hset(keys.job(self.ns, job_id), "reason", reason)
-        for job_id in [j for j in self._reasons if j not in judged]:
-            del self._reasons[job_id]
-            if job_id in waiting:  # still waiting, now among the jobs the cycle did not reach
-                pipe.hdel(keys.job(self.ns, job_id), "reason")
-
-    def quarantine(self, bad: dict[str, str], now_ms: int) -> None:
-        """Malformed job records leave the queue as failed, with the reason; nothing else is touched."""
-        if not bad:
-            return
-        pipe = self.client.pipeline(transaction=True)
-        for job_id, why in bad.items():
-            pipe.zrem(keys.jobs_pending(self.ns), job_id)
-            pipe.sadd(keys.jobs_changed(self.ns), job_id)
-            pipe.hset(keys.job(self.ns, job_id), mapping={
-                "state": FAILED, "reason": f"quarantined: {why}", "finished_ms": now_ms})
-            log.error("quarantined job %s: %s", job_id, why)
-        pipe.execute(raise_on_error=False)  # a key of the wrong type still leaves the pending index

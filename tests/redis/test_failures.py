@@ -13,7 +13,7 @@ from dispatcher.core.model import GpuInfo
 from dispatcher.clock import now_ms
 from dispatcher.scheduler.loop import Scheduler
 from dispatcher.core.spec import build_spec
-from dispatcher.store import keys
+from dispatcher.store import control, keys
 from dispatcher.store.jobs import read_job, write_jobs
 from dispatcher.store.leader import current_leader
 from dispatcher.store.nodes import write_heartbeat
@@ -123,7 +123,9 @@ def test_a_leader_that_lost_its_lease_can_neither_place_nor_preempt(client, ns):
     Scheduler(client, ns, timing=short, holder="new").cycle()  # takes over
     waiting = submit(client, ns, gpus=1)
     assert s.commit_placement(waiting, "a", (1,), 0, now_ms(), fence=stale_fence) == Outcome.NOT_LEADER
-    assert s.mark_preempting(running, epoch, now_ms(), "job x", "forced", "stale plan", fence=stale_fence) == Outcome.NOT_LEADER
+    assert control.preempt(s, "a", running, epoch, now_ms(), by="job x", mode="forced", reason="stale plan",
+                           fence=stale_fence) == Outcome.NOT_LEADER
+    assert client.xlen(keys.node_control(ns, "a")) == 0  # nor its command
     assert read_job(client, ns, waiting)["state"] == "pending"
     assert read_job(client, ns, running)["state"] == "running"
 

@@ -1,0 +1,113 @@
+"""The script wrappers against a real server: a preemption and a cancel are each one step (the job
+marked and its node's command queued, or neither), and finish's named arguments are the script's."""
+
+import re
+
+import msgpack
+import pytest
+
+from dispatcher.scheduler.loop import now_ms
+from dispatcher.core.spec import build_spec
+from dispatcher.store import control, keys, scripts
+from dispatcher.store.jobs import cancel_job, read_job, write_jobs
+from dispatcher.store.scripts import FinishArgs, Outcome, Scripts
+
+
+def running(client, ns, s, node="n1"):
+    """A job placed on `node` and started there (its agent played here); returns (id, epoch)."""
+    (job_id,) = write_jobs(client, ns, [build_spec(command=["true"], user="u", submit_ms=now_ms(), gpus=1)])
+    epoch = s.commit_placement(job_id, node, (0,), 0, now_ms())
+    assert s.mark_running(job_id, epoch, now_ms(), 4242) == Outcome.DONE
+    return job_id, epoch
+
+
+def commands(client, ns, node="n1"):
+    return [msgpack.unpackb(f[control.FIELD], raw=False) for _, f in client.xrange(keys.node_control(ns, node))]
+
+
+def preempt(s, job_id, epoch, **kw):
+    return control.preempt(s, "n1", job_id, epoch, now_ms(), by="job 9", mode="graceful", reason="for job 9", **kw)
+
+
+def test_a_preemption_marks_the_job_and_queues_its_command_in_one_step(client, ns):
+    s = Scripts(client, ns)
+    job_id, epoch = running(client, ns, s)
+    assert preempt(s, job_id, epoch) == Outcome.DONE
+    job = read_job(client, ns, job_id)
+    assert (job["state"], job["preempted_by"], job["preempt_mode"]) == ("preempting", "job 9", "graceful")
+    assert commands(client, ns) == [{"type": "preempt", "job": job_id, "epoch": epoch, "mode": "graceful",
+                                     "keep": [], "by": "job 9", "reason": "for job 9", "keep_wait": True}]
+    control.malformed(commands(client, ns)[0])  # shaped as the agent reads it
+
+
+@pytest.mark.parametrize("refusal", ["stale epoch", "not running", "already stopping", "another leads"])
+def test_a_refused_preemption_leaves_neither_the_mark_nor_the_command(client, ns, refusal):
+    s = Scripts(client, ns)
+    job_id, epoch = running(client, ns, s)
+    expected, kw = Outcome.STALE, {}
+    if refusal == "stale epoch":
+        epoch -= 1
+    elif refusal == "not running":
+        assert s.finish(job_id, "n1", epoch, "succeeded", 0, now_ms()) == Outcome.DONE
+    elif refusal == "already stopping":
+        assert preempt(s, job_id, epoch) == Outcome.DONE
+        client.delete(keys.node_control(ns, "n1"))
+    else:
+        expected, kw = Outcome.NOT_LEADER, {"fence": "1 somebody-else"}
+    before = client.hgetall(keys.job(ns, job_id))
+    assert preempt(s, job_id, epoch, **kw) == expected
+    assert client.hgetall(keys.job(ns, job_id)) == before
+    assert commands(client, ns) == []
+
+
+def test_a_preemption_meeting_a_control_stream_of_the_wrong_type_writes_nothing(client, ns):
+    s = Scripts(client, ns)
+    job_id, epoch = running(client, ns, s)
+    client.set(keys.node_control(ns, "n1"), "not a stream")
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        preempt(s, job_id, epoch)
+    assert read_job(client, ns, job_id)["state"] == "running"
+
+
+def test_a_shrink_sends_the_gpus_it_keeps(client, ns):
+    s = Scripts(client, ns)
+    job_id, epoch = running(client, ns, s)
+    pipe = client.pipeline(transaction=True)
+    control.preempt(s, "n1", job_id, epoch, now_ms(), by="job 9", mode="shrink", reason="r", keep=(0,),
+                    keep_wait=False, client=pipe)
+    assert pipe.execute() == [Outcome.DONE]
+    (cmd,) = commands(client, ns)
+    assert (cmd["type"], cmd["keep"], cmd["keep_wait"]) == ("shrink", [0], False)
+
+
+def test_cancelling_an_active_job_queues_its_cancel_with_it_and_a_pending_one_sends_nothing(client, ns):
+    s = Scripts(client, ns)
+    job_id, epoch = running(client, ns, s)
+    (waiting,) = write_jobs(client, ns, [build_spec(command=["true"], user="u", submit_ms=now_ms())])
+    assert cancel_job(s, client, ns, waiting, now_ms()) == "cancelled"
+    assert commands(client, ns) == []
+    assert cancel_job(s, client, ns, job_id, now_ms(), "bye") == "requested"
+    assert read_job(client, ns, job_id)["cancel_requested"]
+    assert commands(client, ns) == [{"type": "cancel", "job": job_id, "epoch": epoch, "reason": "bye"}]
+    assert control.cancel(s, client, ns, "404", now_ms(), "nobody") == Outcome.NO_JOB
+    assert cancel_job(s, client, ns, waiting, now_ms()) == "cancelled"  # ENDED: the state it had
+    assert s.cancel(waiting, now_ms(), "again") == Outcome.ENDED
+
+
+def test_finish_args_are_in_the_order_of_the_scripts_header():
+    header = scripts.source("finish").split("\nif ", 1)[0]
+    named = sorted({int(n) for n in re.findall(r"ARGV\[(\d+)\]", header)})
+    assert named == list(range(1, len(FinishArgs.__dataclass_fields__) + 1))
+    args = FinishArgs(job_id="7", epoch=3, state="pending", exit_code=None, now_ms=5, reason="r", preempted=True,
+                      keep_wait=False, checkpointable=True, lost_retries=2, fence="", kept_per_fingerprint=None,
+                      kept_per_user=50, est_s=1.5)
+    assert args.argv() == ["7", 3, "pending", "", 5, "r", "1", "0", "1", 2, "", "", 50, "1.5"]
+
+
+def test_every_outcome_a_script_header_lists_is_named():
+    codes = {m.value: m.name for m in Outcome}
+    for name in ("commit_placement", "mark_running", "finish", "cancel", "preempt", "checkpointed", "idle_warning"):
+        header = scripts.source(name).split("\nif ", 1)[0].split("\nlocal ", 1)[0]
+        listed = re.findall(r"(-?\d+) ([A-Z_]+)", header[header.index("-- returns"):])
+        assert listed, name
+        assert all(codes.get(int(code)) == label for code, label in listed), (name, listed)
