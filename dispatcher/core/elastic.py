@@ -9,7 +9,7 @@ counts are used:
 - amdahl:P:     t(g) = t1 * ((1 - P) + P / g), P the parallel fraction, t1 from est
 - 1:10h,2:5.5h: t(g) read from the table
 
-The policy (schedule._Cycle.elastic_count) picks the count whose expected
+The policy (policy/elastic_count.py) picks the count whose expected
 completion (wait + run) is soonest; preemption shrinks an elastic job down to
 min_gpus (preemption.py) as before. Pure: no I/O, no clock.
 """

@@ -64,7 +64,7 @@ def bucket_key(p: PendingJob, config: PolicyConfig) -> tuple:
 
 
 class _Keys:
-    """The time-free parts of the score under one PolicyConfig (schedule.static_terms, weighted)."""
+    """The time-free parts of the score under one PolicyConfig (score.static_terms, weighted)."""
 
     def __init__(self, config: PolicyConfig):
         w = config.weights

@@ -1,6 +1,9 @@
 """Resource fit: which GPUs of a node a job may use, and how tightly it packs.
 
-GPU type and minimum memory are hard constraints; packing is a score.
+GPU type and minimum memory are hard constraints; packing is a score. A cycle asks which GPUs a
+request may use per job x node: its GpuMemo (one per cycle, owned by the caller) answers each
+(GPU list, request) once. The module-level gpu_usable, usable, usable_count and fits_ever ask the
+same of a memo of their own, for callers outside a cycle.
 """
 
 from __future__ import annotations
@@ -30,37 +33,7 @@ def gpu_family_matches(wanted: str, gpu_name: str) -> bool:
     return bool(want) and want <= _tokens(gpu_name)
 
 
-def gpu_usable(job: JobSpec, node: NodeView, index: int) -> bool:
-    """May `job` run on GPU `index` of `node` (type and memory; not whether it is free)?"""
-    if not job.gpu_types and not job.gpu_mem_gb:
-        return True
-    return index in _usable_set(job, node.gpus)
-
-
-def usable(job: JobSpec, node: NodeView, indices) -> list[int]:
-    if not job.gpu_types and not job.gpu_mem_gb:  # any GPU will do
-        return list(indices)
-    ok = _usable_set(job, node.gpus)
-    if len(ok) == len(node.gpus):  # every GPU of the node will do
-        return list(indices)
-    return [i for i in indices if i in ok]
-
-
-def fits_ever(job: JobSpec, node: NodeView) -> bool:
-    """Could `job` run on `node` if the node were empty?"""
-    if job.cpus > node.cpus or job.mem_gb > node.mem_gb + 1e-9 or job.gpus > len(node.gpus):
-        return False
-    return usable_count(job, node) >= job.gpus
-
-
-def usable_count(job: JobSpec, node: NodeView) -> int:
-    """How many of the node's GPUs `job` may use (type and memory), free or not."""
-    if not job.gpu_types and not job.gpu_mem_gb:  # any GPU will do
-        return len(node.gpus)
-    return len(_usable_set(job, node.gpus))
-
-
-# -- fit facts per (request, GPU list): asked per job x node, the same few answers -----------------
+# -- fit facts per (request, GPU list): asked per job x node, the same few answers, per cycle ---------
 class GpuFacts(NamedTuple):
     """What a node's GPU list is, for fit: `kind` names it by content (indices, names, memory), so
     nodes of one kind give every request the same usable GPUs; `alike`: all its GPUs have one name
@@ -71,35 +44,80 @@ class GpuFacts(NamedTuple):
     min_mem_gb: float
 
 
-_FACTS: dict[int, tuple] = {}  # id(a node's GPU tuple) -> (the tuple, its GpuFacts)
-_KIND_OF: dict[tuple, int] = {}  # (index, name, memory) per GPU -> kind number
-_USABLE: dict[tuple, frozenset] = {}  # (kind number, gpu_types, gpu_mem_gb) -> usable indices
+class GpuMemo:
+    """What one cycle learns about its nodes' GPU lists, kept by the caller for that cycle (the
+    policy's Cycle makes one): a node's GpuFacts, and which GPUs of a kind a request may use. The
+    same few GPU lists recur across a cycle's nodes and every job x node asks, so each answer is
+    worked out once per cycle. Nodes are told apart by name (a snapshot has one view per name)."""
+
+    __slots__ = ("_facts", "_kinds", "_usable")
+
+    def __init__(self) -> None:
+        self._facts: dict[str, GpuFacts] = {}  # node name -> its GpuFacts
+        self._kinds: dict[tuple, int] = {}  # (index, name, memory) per GPU -> kind number
+        self._usable: dict[tuple, frozenset] = {}  # (kind number, gpu_types, gpu_mem_gb) -> usable indices
+
+    def facts(self, node: NodeView) -> GpuFacts:
+        """The GpuFacts of `node`'s GPU list."""
+        got = self._facts.get(node.name)
+        if got is None:
+            gpus = node.gpus
+            content = tuple((g.index, g.name, g.mem_total_gb) for g in gpus)
+            got = self._facts[node.name] = GpuFacts(
+                self._kinds.setdefault(content, len(self._kinds)), len({c[1:] for c in content}) == 1,
+                min((g.mem_total_gb for g in gpus), default=float("inf")))
+        return got
+
+    def _usable_set(self, job: JobSpec, node: NodeView) -> frozenset:
+        key = (self.facts(node).kind, job.gpu_types, job.gpu_mem_gb)
+        got = self._usable.get(key)
+        if got is None:
+            got = self._usable[key] = frozenset(g.index for g in node.gpus if _gpu_ok(job, g))
+        return got
+
+    def gpu_usable(self, job: JobSpec, node: NodeView, index: int) -> bool:
+        """May `job` run on GPU `index` of `node` (type and memory; not whether it is free)?"""
+        if not job.gpu_types and not job.gpu_mem_gb:
+            return True
+        return index in self._usable_set(job, node)
+
+    def usable(self, job: JobSpec, node: NodeView, indices) -> list[int]:
+        """The GPUs among `indices` of `node` that `job` may use, in their order."""
+        if not job.gpu_types and not job.gpu_mem_gb:  # any GPU will do
+            return list(indices)
+        ok = self._usable_set(job, node)
+        if len(ok) == len(node.gpus):  # every GPU of the node will do
+            return list(indices)
+        return [i for i in indices if i in ok]
+
+    def usable_count(self, job: JobSpec, node: NodeView) -> int:
+        """How many of the node's GPUs `job` may use (type and memory), free or not."""
+        if not job.gpu_types and not job.gpu_mem_gb:  # any GPU will do
+            return len(node.gpus)
+        return len(self._usable_set(job, node))
+
+    def fits_ever(self, job: JobSpec, node: NodeView) -> bool:
+        """Could `job` run on `node` if the node were empty?"""
+        if job.cpus > node.cpus or job.mem_gb > node.mem_gb + 1e-9 or job.gpus > len(node.gpus):
+            return False
+        return self.usable_count(job, node) >= job.gpus
 
 
-def gpu_facts(gpus) -> GpuFacts:
-    """The GpuFacts of a node's GPU list, looked up by identity while the tuple lives, as it does
-    from one cycle to the next."""
-    hit = _FACTS.get(id(gpus))
-    if hit is not None and hit[0] is gpus:
-        return hit[1]
-    content = tuple((g.index, g.name, g.mem_total_gb) for g in gpus)
-    facts = GpuFacts(_KIND_OF.setdefault(content, len(_KIND_OF)), len({c[1:] for c in content}) == 1,
-                     min((g.mem_total_gb for g in gpus), default=float("inf")))
-    if len(_FACTS) > 65536:
-        _FACTS.clear()
-    _FACTS[id(gpus)] = (gpus, facts)
-    return facts
+# -- the same questions without a cycle (one-off callers and tests): a memo of their own ---------
+def gpu_usable(job: JobSpec, node: NodeView, index: int) -> bool:
+    return GpuMemo().gpu_usable(job, node, index)
 
 
-def _usable_set(job: JobSpec, gpus) -> frozenset:
-    key = (gpu_facts(gpus).kind, job.gpu_types, job.gpu_mem_gb)
-    got = _USABLE.get(key)
-    if got is None:
-        got = frozenset(g.index for g in gpus if _gpu_ok(job, g))
-        if len(_USABLE) > 65536:
-            _USABLE.clear()
-        _USABLE[key] = got
-    return got
+def usable(job: JobSpec, node: NodeView, indices) -> list[int]:
+    return GpuMemo().usable(job, node, indices)
+
+
+def usable_count(job: JobSpec, node: NodeView) -> int:
+    return GpuMemo().usable_count(job, node)
+
+
+def fits_ever(job: JobSpec, node: NodeView) -> bool:
+    return GpuMemo().fits_ever(job, node)
 
 
 def _gpu_ok(job: JobSpec, gpu) -> bool:

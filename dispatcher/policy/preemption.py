@@ -25,16 +25,20 @@ Cost, compared in order: the victims' highest class (lower first), how many are
 killed without a checkpoint, GPU-seconds of work lost (since each victim's last
 checkpoint, else its start), GPUs taken beyond the need. Jobs already stopping
 count as free GPUs: a blocked job never preempts twice for the same room.
+
+A cycle looks for the cheapest node with a VictimSearch: choose_victims on each node where a
+cheap bound says it could make room and beat the best found so far.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import bisect
+from dataclasses import dataclass, replace
 
 from ..core.plan import Preemption, RunningJob
 from ..core.model import JobSpec
 from .config import PolicyConfig
-from .fit import gpu_usable
+from .fit import GpuMemo
 from .score import las_tier
 
 
@@ -57,7 +61,7 @@ def standing(v: RunningJob, now_ms: int, config: PolicyConfig) -> float:
 def preemptible_below(v: RunningJob, now_ms: int, config: PolicyConfig) -> float | None:
     """The strength a blocked job needs to preempt `v` this cycle, as far as it depends on `v` alone:
     None if nothing may (minimum run, cooldown); -inf if it is already stopping. A cheap bound for
-    skipping nodes (_Cycle.weaker_gpus): it never says no where victim_mode would say yes."""
+    skipping nodes (VictimSearch.weaker_gpus): it never says no where victim_mode would say yes."""
     if v.stopping:
         return float("-inf")
     if (now_ms - v.started_ms) / 1000.0 < config.min_run_s:
@@ -136,27 +140,46 @@ def victim_mode(p: JobSpec, v: RunningJob, now_ms: int, config: PolicyConfig, re
     return None
 
 
+def _enough(p: JobSpec, have: set, cpus: int, mem: float) -> bool:
+    return len(have) >= p.gpus and cpus >= p.cpus and mem + 1e-9 >= p.mem_gb
+
+
 def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: list[int], free_cpus: int,
                    free_mem_gb: float, now_ms: int, config: PolicyConfig, reclaimable,
-                   p_attained_gpu_s: float = 0.0) -> tuple[tuple, list] | None:
+                   p_attained_gpu_s: float = 0.0, *, fit: GpuMemo) -> tuple[tuple, list] | None:
     """The cheapest victims on one node, as (cost, [Preemption]); None if no set lets `p` start.
 
     `free_usable` are the node's free GPUs `p` may use; `reclaimable(v)` says whether
-    v's team is borrowing from a team `p` belongs to.
+    v's team is borrowing from a team `p` belongs to; `fit` is the cycle's GpuMemo.
     """
     stopping = [r for r in running if r.stopping and not r.spec.share]
-    have = set(free_usable) | {g for r in stopping for g in r.gpus if gpu_usable(p, node, g)}
+    have = set(free_usable) | {g for r in stopping for g in r.gpus if fit.gpu_usable(p, node, g)}
     cpus = free_cpus + sum(r.spec.cpus for r in stopping)
     mem = free_mem_gb + sum(r.spec.mem_gb for r in stopping)
-    if len(have) >= p.gpus and cpus >= p.cpus and mem + 1e-9 >= p.mem_gb:
+    if _enough(p, have, cpus, mem):
         return (), []  # the room is already coming back: nothing more to stop
 
+    options = _options(p, node, running, cpus, now_ms, config, reclaimable, p_attained_gpu_s, fit)
+    got = _pick(p, options, have, cpus, mem)
+    if got is None:
+        return None
+    chosen, have, cpus, mem = got
+    chosen, have = _drop_unneeded(p, chosen, have, cpus, mem)
+    preemptions = [_preemption(p, o, now_ms, config, p_attained_gpu_s) for o in chosen]
+    cost = (max(o.standing for o in chosen), sum(o.mode == "forced" for o in chosen),
+            sum(o.lost_gpu_s for o in chosen), max(0, len(have) - p.gpus))
+    return cost, preemptions
+
+
+def _options(p: JobSpec, node, running: list[RunningJob], cpus: int, now_ms: int, config: PolicyConfig,
+             reclaimable, p_attained_gpu_s: float, fit: GpuMemo) -> list[_Option]:
+    """Every way of preempting one running job for `p` (a shrink where one may do), cheapest first."""
     options = []
     for r in running:
         mode = victim_mode(p, r, now_ms, config, reclaimable(r), p_attained_gpu_s)
         if mode is None:
             continue
-        usable_gpus = tuple(g for g in r.gpus if gpu_usable(p, node, g))
+        usable_gpus = tuple(g for g in r.gpus if fit.gpu_usable(p, node, g))
         holds = standing(r, now_ms, config)
         if r.spec.min_gpus is not None and r.spec.checkpointable and len(r.gpus) > r.spec.min_gpus \
                 and usable_gpus and not p.cpus > cpus:
@@ -164,10 +187,15 @@ def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: lis
             options.append(_Option(r, "shrink", usable_gpus[-spare:], lost_gpu_s(r, now_ms), holds))
         options.append(_Option(r, mode, usable_gpus, lost_gpu_s(r, now_ms), holds))
     options.sort(key=_Option.cost)
+    return options
 
+
+def _pick(p: JobSpec, options: list[_Option], have: set, cpus: int, mem: float):
+    """Take options cheapest first while each adds GPUs or room `p` still lacks; returns (chosen,
+    have, cpus, mem) once `p` would fit, else None."""
     chosen: list[_Option] = []
     for o in options:
-        if len(have) >= p.gpus and cpus >= p.cpus and mem + 1e-9 >= p.mem_gb:
+        if _enough(p, have, cpus, mem):
             break
         earlier = next((c for c in chosen if c.job.spec.id == o.job.spec.id), None)
         if earlier is not None:
@@ -189,35 +217,124 @@ def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: lis
         if o.mode != "shrink":
             cpus += o.job.spec.cpus
             mem += o.job.spec.mem_gb
-    if not (len(have) >= p.gpus and cpus >= p.cpus and mem + 1e-9 >= p.mem_gb):
+    if not _enough(p, have, cpus, mem):
         return None
+    return chosen, have, cpus, mem
 
-    # drop victims that turned out unnecessary, most expensive first
+
+def _drop_unneeded(p: JobSpec, chosen: list[_Option], have: set, cpus: int, mem: float):
+    """Drop victims that turned out unnecessary, most expensive first; returns (chosen, have)."""
     for o in sorted(chosen, key=_Option.cost, reverse=True):
         rest_have = have - set(o.release)
         rest_cpus = cpus - (o.job.spec.cpus if o.mode != "shrink" else 0)
         rest_mem = mem - (o.job.spec.mem_gb if o.mode != "shrink" else 0)
-        if len(rest_have) >= p.gpus and rest_cpus >= p.cpus and rest_mem + 1e-9 >= p.mem_gb:
+        if _enough(p, rest_have, rest_cpus, rest_mem):
             chosen.remove(o)
             have, cpus, mem = rest_have, rest_cpus, rest_mem
+    return chosen, have
 
-    preemptions = []
-    for o in chosen:
-        j = o.job
-        keep = tuple(g for g in j.gpus if g not in o.release) if o.mode == "shrink" else ()
-        gave = o.release if o.mode == "shrink" else j.gpus
-        what = {"graceful": "checkpoint and requeue", "forced": "killed and requeued",
-                "shrink": f"shrink from {len(j.gpus)} to {len(keep)} GPUs"}[o.mode]
-        if p.rank > j.spec.rank:
-            why = f"{p.priority} job {p.id} outranks {j.spec.priority}"
-        elif outranks(p, p_attained_gpu_s, j, now_ms, config) <= 0:
-            why = "reclaim for team below its guarantee"
-        elif config.preempt_by.endswith("attained"):
-            why = f"job {p.id} has received less GPU time (least attained service)"
-        else:
-            why = f"job {p.id} outranks it by {config.preempt_by}"
-        preemptions.append(Preemption(j.spec.id, j.node, o.mode, tuple(gave), p.id, f"{why}: {what}", keep,
-                                      round(o.lost_gpu_s, 1)))
-    cost = (max(o.standing for o in chosen), sum(o.mode == "forced" for o in chosen),
-            sum(o.lost_gpu_s for o in chosen), max(0, len(have) - p.gpus))
-    return cost, preemptions
+
+def _preemption(p: JobSpec, o: _Option, now_ms: int, config: PolicyConfig, p_attained_gpu_s: float) -> Preemption:
+    j = o.job
+    keep = tuple(g for g in j.gpus if g not in o.release) if o.mode == "shrink" else ()
+    gave = o.release if o.mode == "shrink" else j.gpus
+    what = {"graceful": "checkpoint and requeue", "forced": "killed and requeued",
+            "shrink": f"shrink from {len(j.gpus)} to {len(keep)} GPUs"}[o.mode]
+    if p.rank > j.spec.rank:
+        why = f"{p.priority} job {p.id} outranks {j.spec.priority}"
+    elif outranks(p, p_attained_gpu_s, j, now_ms, config) <= 0:
+        why = "reclaim for team below its guarantee"
+    elif config.preempt_by.endswith("attained"):
+        why = f"job {p.id} has received less GPU time (least attained service)"
+    else:
+        why = f"job {p.id} outranks it by {config.preempt_by}"
+    return Preemption(j.spec.id, j.node, o.mode, tuple(gave), p.id, f"{why}: {what}", keep, round(o.lost_gpu_s, 1))
+
+
+class VictimSearch:
+    """One cycle's search for where a blocked job's preemption costs least (choose_victims per node).
+
+    Cheap bounds per node skip most of them: weaker_gpus (what every job the preemptor outranks
+    there would free) and victim_floor (the least the highest standing among its victims could be,
+    so the search stops once no node left can beat the best). Both are kept per node until a
+    preemption there changes its jobs (stop)."""
+
+    def __init__(self, running_on: dict[str, list[RunningJob]], config: PolicyConfig):
+        self.running_on, self.config = running_on, config
+        self._weaker: dict[str, tuple[list, list]] = {}  # node -> standings, cumulative GPUs (weaker_gpus)
+        self._standings: dict[str, list] = {}  # node -> sorted (standing, GPUs) of its jobs (victim_floor)
+
+    def weaker_gpus(self, node: str, strength: float, now_ms: int) -> int:
+        """An upper bound on the GPUs preemption could free on `node` for a job of `strength`: those of
+        the running jobs it outranks (outranking is standing < strength under every preempt_by), and of
+        those already stopping (their GPUs are coming back)."""
+        table = self._weaker.get(node)
+        if table is None:
+            rows = sorted((s, len(r.gpus)) for r in self.running_on[node] if not r.spec.share
+                          and (s := preemptible_below(r, now_ms, self.config)) is not None)
+            cum, total = [], 0
+            for _, n in rows:
+                total += n
+                cum.append(total)
+            table = self._weaker[node] = ([s for s, _ in rows], cum)
+        keys_, cum = table
+        i = bisect.bisect_left(keys_, strength)
+        return cum[i - 1] if i else 0
+
+    def victim_floor(self, node, spec: JobSpec, now_ms: int) -> float:
+        """A lower bound of the highest standing among the victims any preemption for `spec` on `node`
+        needs (choose_victims' cost[0]): the standing at which the node's free GPUs, those of jobs
+        already stopping, and those of the weakest running jobs first add up to what `spec` asks
+        (-inf if no victim is needed; inf if no set of them would do)."""
+        rows = self._standings.get(node.view.name)
+        if rows is None:
+            rows = self._standings[node.view.name] = sorted(
+                (float("-inf") if r.stopping else standing(r, now_ms, self.config), len(r.gpus))
+                for r in self.running_on[node.view.name] if not r.spec.share)
+        have = len(node.free)
+        if have >= spec.gpus:
+            return float("-inf")
+        for level, n in rows:  # those stopping first
+            have += n
+            if have >= spec.gpus:
+                return level
+        return float("inf")
+
+    def cheapest(self, spec: JobSpec, nodes, now_ms: int, strength: float, attained_gpu_s: float,
+                 reclaimable):
+        """(node, [Preemption]) where victims for blocked `spec` cost least (ties: node name), or None.
+        `nodes`: the cycle's NodeStates; a node reserved for another job is skipped unless `spec`
+        passes its reservation."""
+        tried = []
+        for node in nodes:
+            if (node.resv is not None and node.resv.job_id != spec.id and not node.passes(spec)) \
+                    or not node.fit.fits_ever(spec, node.view):
+                continue
+            if not self.config.teams and len(node.free) + self.weaker_gpus(node.view.name, strength, now_ms) \
+                    < spec.gpus:
+                continue  # even every job it outranks there would not make room
+            tried.append((self.victim_floor(node, spec, now_ms), node.idx, node))
+        tried.sort(key=lambda t: t[:2])
+        best = None
+        for floor, _, node in tried:
+            if best is not None and floor > (best[0][0][0] if best[0][0] else float("-inf")):
+                break  # no node left can beat the best: cost[0] is the victims' highest standing
+            free_usable = node.fit.usable(spec, node.view, sorted(node.free))
+            got = choose_victims(spec, node.view, self.running_on[node.view.name], free_usable, node.cpus,
+                                 node.mem_gb, now_ms, self.config, reclaimable, attained_gpu_s, fit=node.fit)
+            if got is not None and (best is None or (got[0], node.view.name) < best[0]):
+                best = ((got[0], node.view.name), node, got[1])
+        return None if best is None else best[1:]
+
+    def stop(self, node: str, victims: list[Preemption]) -> list[int]:
+        """Mark `victims` on `node` stopping; returns the GPUs coming back there (those of jobs already
+        stopping, then the victims'; a shrink gives up only some)."""
+        self._weaker.pop(node, None)
+        self._standings.pop(node, None)
+        by_id = {p.job_id for p in victims}
+        on_node = self.running_on[node]
+        already = [g for r in on_node if r.stopping and not r.spec.share for g in r.gpus]
+        for i, r in enumerate(on_node):
+            if r.spec.id in by_id:
+                on_node[i] = replace(r, stopping=True)
+        return already + [g for p in victims for g in p.gpus]

@@ -1,10 +1,13 @@
 """Scenario tests of schedule(): one cycle over a hand-built snapshot, asserting on the Plan.
 
-Default weights: priority 1.0, wait 0.02, fairness 0.02, remaining 0.25, fit 0.01, attained 0
-(sum 1.30); the score is the weighted mean Σ w·t / 1.30 over the terms present (a blocked job has
-no fit term). Aging horizon 7200 s, remaining reference 600 s; the smallest GPU in the cluster is
-the reference memory of a job that states none. Default starvation bounds: critical 30 min,
-high 2 h, normal 2 days, low 4 days. Scores in comments use them.
+Default weights (policy/config.py): priority 0.15, wait 0, fairness 0.005, remaining 0.09, fit 0.01,
+attained 0.2 (sum 0.455); the score is the weighted mean Σ w·t / 0.455 over the terms present (a
+blocked job has no fit term). Aging horizon 7200 s, remaining reference 600 s, LAS tiers at 1 and
+10 GPU-hours; the smallest GPU in the cluster is the reference memory of a job that states none.
+Default starvation bounds (half of each class's target): critical 30 min, high 2 h, normal 90 h,
+low 6 days. Scores in comments use them, except where a test names its weights: the hand-computed
+scores use HAND_WEIGHTS (an earlier default, sum 1.30), the class-dominance tests
+CLASSES_NEVER_CROSS (sum 1.305).
 """
 
 from __future__ import annotations
@@ -383,7 +386,7 @@ def test_drf_places_gpu_heavy_and_cpu_heavy_users_within_one_job_of_each_other()
 def test_drf_prefers_the_user_with_the_smaller_dominant_share():
     node = make_node("n1").gpus(8).held(0, 1, 2, 3, 4, 5)
     running = [make_job(f"r{i}").gpus(1).user("heavy").running_on("n1", i) for i in range(6)]
-    # same static score; fairness: heavy 0.02*100*(1 - 6/8) / 1.30 = 0.385, light 0.02*100 / 1.30 = 1.538
+    # same static score; fairness: heavy 0.005*100*(1 - 6/8) / 0.455 = 0.275, light 0.005*100 / 0.455 = 1.099
     jobs = [make_job("a-heavy").gpus(2).user("heavy"), make_job("b-light").gpus(2).user("light")]
     plan = plan_of(jobs, [node], running)
     assert set(placed(plan)) == {"b-light"}, f"placed {placed(plan)}, want b-light"
@@ -392,8 +395,9 @@ def test_drf_prefers_the_user_with_the_smaller_dominant_share():
 def test_priority_outweighs_the_fairness_of_an_idle_user():
     node = make_node("n1").gpus(4).held(0, 1)
     running = [make_job(f"r{i}").gpus(1).user("heavy").running_on("n1", i) for i in range(2)]
-    # heavy critical: (1.0*100 + 0.02*(100*(1 - 2/4) = 50) + 0.25*50) / 1.30 = 113.5 / 1.30 = 87.308
-    # light normal:   (1.0*33.333 + 0.02*100 + 0.25*50) / 1.30 = 47.833 / 1.30 = 36.795
+    # before fit, both fresh (attained 100) without estimates (remaining 50):
+    # heavy critical: (0.15*100 + 0.005*(100*(1 - 2/4) = 50) + 0.09*50 + 0.2*100) / 0.455 = 39.75 / 0.455 = 87.363
+    # light normal:   (0.15*33.333 + 0.005*100 + 0.09*50 + 0.2*100) / 0.455 = 30.0 / 0.455 = 65.934
     jobs = [make_job("crit").gpus(2).priority("critical").user("heavy"), make_job("norm").gpus(2).user("light")]
     plan = plan_of(jobs, [node], running)
     assert set(placed(plan)) == {"crit"}, f"placed {placed(plan)}, want crit"
@@ -616,10 +620,11 @@ def test_a_starving_job_that_does_not_fit_reserves_gpus(waited_s, want_resv):
 
 @pytest.mark.parametrize("normal_est_s, high_est_s, high_user_gpus", [
     (None, None, 0),
-    # everything else favours the normal job: wait 100 (capped), est 1 s, an idle user; the high job has a
-    # huge estimate and its user holds 7 of 8 GPUs.
-    # normal: (33.333 + 0.02*100 + 0.02*100 + 0.25*(100*600/601 = 99.834) + 0.01*fit) / 1.30 <= 63.292 / 1.30
-    # high:   (66.667 + 0 + 0.02*(100*(1 - 7/8) = 12.5) + 0.25*(~0) + 0.01*fit) / 1.30 >= 66.917 / 1.30
+    # everything else favours the normal job: a long wait, est 1 s, an idle user; the high job has a
+    # huge estimate and its user holds 7 of 8 GPUs. Under CLASSES_NEVER_CROSS (no wait weight; both
+    # fresh, attained 100):
+    # normal: (33.333 + 0.005*100 + 0.09*(100*600/601 = 99.834) + 0.2*100 + 0.01*fit) / 1.305 <= 63.818 / 1.305
+    # high:   (66.667 + 0.005*(100*(1 - 7/8) = 12.5) + 0.09*(~0) + 0.2*100 + 0.01*fit) / 1.305 >= 86.729 / 1.305
     (1, 10 ** 9, 7),
 ], ids=["plain", "every_other_term_favours_the_normal_job"])
 def test_a_higher_class_always_ranks_above_a_lower_one_when_classes_never_cross(normal_est_s, high_est_s,

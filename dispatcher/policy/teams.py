@@ -1,0 +1,61 @@
+"""Team quotas within one cycle: guarantees (GPUs a team gets back first whenever it has work
+waiting) and limits (the most it may hold), in GPUs, kept current as the cycle places jobs.
+
+A job is refused (OVER_LIMIT) past its team's limit, and held back (HELD_FOR_TEAM) when taking GPUs
+beyond its team's guarantee would leave too few free for the teams still below theirs. A team
+below its guarantee may preempt the jobs of teams above theirs (reclaims). Pure.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..core.model import JobSpec
+from ..core.plan import Code
+from .config import PolicyConfig
+
+
+@dataclass
+class Teams:
+    """Team usage against guarantees and limits, in GPUs, kept current through the cycle."""
+
+    config: PolicyConfig
+    used: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def guarantee(self, team: str) -> int:
+        q = self.config.teams.get(team)
+        return q.guarantee_gpus if q else 0
+
+    def owed(self, team: str) -> int:
+        """GPUs `team` still needs to reach its guarantee, bounded by what it has waiting."""
+        return max(0, min(self.guarantee(team) - self.used[team], self.demand[team]))
+
+    def check(self, spec: JobSpec, free_gpus: int) -> tuple[Code, str] | None:
+        """Why a team rule keeps `spec` from starting now (with `free_gpus` free in the cluster), or None."""
+        if not self.config.teams:
+            return None
+        team, g = spec.team, spec.gpus
+        q = self.config.teams.get(team)
+        if q and q.limit_gpus is not None and self.used[team] + g > q.limit_gpus:
+            return Code.OVER_LIMIT, (f"team {team} holds {self.used[team]} of its limit of {q.limit_gpus} GPUs; "
+                                     f"this job needs {g} more")
+        if g and self.used[team] + g > self.guarantee(team):
+            owed = {t: self.owed(t) for t in self.config.teams if t != team and self.owed(t)}
+            if owed and free_gpus - g < sum(owed.values()):
+                who = ", ".join(f"{t} needs {n}" for t, n in sorted(owed.items()))
+                return Code.HELD_FOR_TEAM, (f"team {team or '(none)'} would go past its guarantee of "
+                                            f"{self.guarantee(team)} GPUs; the {free_gpus} free GPUs are held for "
+                                            f"teams below their guarantee ({who})")
+        return None
+
+    def take(self, spec: JobSpec) -> None:
+        self.used[spec.team] += spec.gpus
+        self.demand[spec.team] = max(0, self.demand[spec.team] - spec.gpus)
+
+    def reclaims(self, team: str, victim_team: str) -> bool:
+        """May a job of `team` preempt one of `victim_team` to reclaim its guarantee (it is below its
+        guarantee, the victim's team above its own)?"""
+        return bool(self.config.teams) and self.used[team] < self.guarantee(team) \
+            and self.used[victim_team] > self.guarantee(victim_team)

@@ -1,0 +1,111 @@
+"""Why a job waits: the codes and reasons of the verdicts the cycle gives, with numbers.
+
+`dispatch why` and the tests read these strings: change their wording only on purpose. The cycle
+calls them once it knows a job does not start; the reasons that follow from one rule alone are
+written beside that rule (team quotas in teams.py, preemption in preemption.py, gangs in gangs.py).
+Pure.
+"""
+
+from __future__ import annotations
+
+from ..core.model import JobSpec
+from ..core.plan import Code, NodeView
+from .config import PolicyConfig
+from .fit import GpuMemo, describe_need
+from .node_index import NodeIndex
+from .nodes import whole_node_usable
+from .preemption import past_starvation
+
+
+class NeverFit:
+    """No live node could ever hold the job (NO_FIT_EVER): fits_ever over all nodes (and, with gangs,
+    the whole nodes together), remembered per request shape (most jobs share a few shapes)."""
+
+    def __init__(self, views: list[NodeView], gangs: bool, fit: GpuMemo):
+        self.views, self.gangs, self.fit, self.memo = views, gangs, fit, {}
+
+    def check(self, spec: JobSpec) -> bool:
+        key = (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb)
+        got = self.memo.get(key)
+        if got is None:
+            got = not any(self.fit.fits_ever(spec, v) for v in self.views)
+            if got and self.gangs and spec.gpus and not spec.share:
+                got = sum(len(v.gpus) for v in self.views if whole_node_usable(spec, v, self.fit)) < spec.gpus
+            self.memo[key] = got
+        return got
+
+    def reason(self, spec: JobSpec) -> str:
+        need = describe_need(spec)
+        if not self.views:
+            return f"needs {need}; no live node is registered"
+        best = max(self.views, key=lambda v: (self.fit.usable_count(spec, v), v.cpus, v.name))
+        k = self.fit.usable_count(spec, best)
+        return (f"needs {need}; no live node could ever hold it (largest: {best.name} with {k} "
+                f"matching GPUs, {best.cpus} CPUs, {best.mem_gb:g} GB RAM)")
+
+
+def blocked_reason(index: NodeIndex, spec: JobSpec, now_ms: int) -> tuple[Code, str]:
+    """Why `spec` cannot start now: a reservation it may not backfill (RESERVED), jobs of this cycle
+    that took the room it had (LOWER_SCORE), or the best node's free room (NO_FIT_NOW)."""
+    need = describe_need(spec)
+    best, best_free, reserved_by = None, -1, None
+    for node in index.one_per_group():
+        if not index.fit.fits_ever(spec, node.view):
+            continue
+        free = len(node.pool(spec))
+        if node.resv is not None and not node.backfills(spec, now_ms):
+            unreserved = node.candidates(spec, now_ms)
+            if node.fits_unreserved(spec) and (len(unreserved) < spec.gpus or not node.room(spec, now_ms)):
+                reserved_by = node
+        if free > best_free or (free == best_free and node.idx < best.idx):
+            best, best_free = node, free
+    if reserved_by is not None:
+        r = reserved_by.resv
+        est = "it has no estimate" if spec.est_s is None else f"its estimate {spec.est_s:g}s"
+        return Code.RESERVED, (f"needs {need}; {reserved_by.view.name} is reserved for job {r.job_id} from "
+                               f"~{max(0, r.start_ms - now_ms) / 1000:.0f}s from now, and {est} does not "
+                               f"end before then")
+    took = took_its_room(index, spec)
+    if took:
+        return Code.LOWER_SCORE, lower_score_reason(spec, *took)
+    if best is None:
+        return Code.NO_FIT_NOW, f"needs {need}; no node has room now"
+    total = index.fit.usable_count(spec, best.view)
+    return Code.NO_FIT_NOW, (f"needs {need}; best node {best.view.name} has {best_free} of {total} "
+                             f"matching GPUs free, {best.cpus} CPUs free")
+
+
+def lower_score_reason(spec: JobSpec, node: str, jobs: list[str]) -> str:
+    return (f"needs {describe_need(spec)}; it fitted on {node} at the start of this cycle, but "
+            f"higher-ranked jobs took the room there (jobs {', '.join(jobs[-5:])})")
+
+
+def took_its_room(index: NodeIndex, spec: JobSpec):
+    """The first node where `spec` fitted before this cycle's placements, and who took it."""
+    for node in (index.nodes[i] for i in index.placed_on):
+        free, shared, cpus, mem = index.start[node.view.name]
+        pool = sorted(set(free) | set(shared)) if spec.share else sorted(free)
+        if spec.share:
+            pool = [i for i in pool if node.view.gpu(i).mem_total_gb - shared.get(i, 0.0) >= spec.gpu_mem_gb]
+        if len(index.fit.usable(spec, node.view, pool)) >= spec.gpus and spec.cpus <= cpus \
+                and spec.mem_gb <= mem + 1e-9:
+            return node.view.name, node.placed
+    return None
+
+
+def starving_why(spec: JobSpec, now_ms: int, config: PolicyConfig) -> str:
+    """Why `spec` is starving (waited past its class's bound), or "" if it is not."""
+    if not past_starvation(spec, now_ms, config):
+        return ""
+    waited = (now_ms - spec.submit_ms) / 1000.0
+    return f"waited {waited:.0f}s, past the {spec.priority} bound of {config.starvation_s[spec.priority]:.0f}s"
+
+
+def no_fit_now(spec: JobSpec, max_free: int) -> str:
+    return f"needs {describe_need(spec)}; no node has more than {max_free} GPUs free"
+
+
+def rest_reason(max_free: int, considered: int) -> str:
+    """Why the jobs a cycle did not reach wait, unless their group's first one says otherwise."""
+    return (f"no node has room for it this cycle (at most {max_free} GPUs free on one node); "
+            f"{considered} jobs were considered before it")
