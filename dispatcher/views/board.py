@@ -19,7 +19,7 @@ from ..config import Timing
 from ..scheduler.policy_source import policy_in_force
 from ..core.model import FINAL_STATES, PRIORITIES
 from ..policy.score import dominant_share
-from ..store import keys, scripts
+from ..store import job_record, keys, scripts
 from ..store.connect import text
 from ..store.decisions import read_decisions
 from ..store.jobs import read_jobs
@@ -35,12 +35,9 @@ OUTCOMES_SCAN = 20_000
 LOG_TAIL_LINES = 200
 
 
-def _secs(ms: str) -> float | None:
-    """Epoch seconds from a record's *_ms text; None for a missing or bad one."""
-    try:
-        return int(ms) / 1000.0 if ms else None
-    except ValueError:
-        return None
+def _secs(ms: int) -> float | None:
+    """Epoch seconds from a record's *_ms (job_record: 0 when absent or bad); None for none."""
+    return ms / 1000.0 if ms else None
 
 
 class _Cached:
@@ -86,14 +83,16 @@ class Board:
                                     "reason")
         pipe = self.client.pipeline(transaction=False)
         for r in read.snapshot.running:  # the node agents' idle warnings (workers/idle.py)
-            pipe.hmget(keys.job(self.ns, r.spec.id), "warning", "idle_since_ms")
-        warnings = [w if isinstance(w, list) else [None, None] for w in pipe.execute(raise_on_error=False)]
+            job_record.queue_fields(pipe, self.ns, r.spec.id, job_record.IDLE)
+        warnings = [job_record.values(job_record.IDLE, w if isinstance(w, list) else [None, None])
+                    for w in pipe.execute(raise_on_error=False)]
         stats = {text(k): text(v) for k, v in tolerant(lambda: self.client.hgetall(keys.scheduler_stats(self.ns)),
                                                        {}).items()}
         rest = stats.get("rest_reason") or "no reason recorded yet"  # jobs the last full cycle did not reach
         reasons = {p.spec.id: ("" if isinstance(r, Exception) else text(r)) or rest
                    for p, r in zip(read.snapshot.pending, written)}
-        idle = {r.spec.id: (text(w), text(since)) for r, (w, since) in zip(read.snapshot.running, warnings) if w}
+        idle = {r.spec.id: (w["warning"], w["idle_since_ms"]) for r, w in zip(read.snapshot.running, warnings)
+                if w["warning"]}
         pending = sorted(read.snapshot.pending, key=lambda p: (-p.spec.rank, p.wait_from_ms, int(p.spec.id)))
         running = sorted(read.snapshot.running, key=lambda r: (-r.spec.rank, r.started_ms, int(r.spec.id)))
         _, config, _ = policy_in_force(self.client, self.ns, now / 1000.0)
@@ -109,15 +108,16 @@ class Board:
             pipe = self.client.pipeline(transaction=False)
             for i in ids:
                 if valid_name(i):
-                    pipe.hmget(keys.job(self.ns, text(i)), "state", "reason", "exit_code")
-            got = [r for r in pipe.execute(raise_on_error=False) if isinstance(r, list)]
-            for state, reason, code in reversed(got):
-                state = text(state)
+                    job_record.queue_fields(pipe, self.ns, text(i), job_record.OUTCOME)
+            got = [job_record.values(job_record.OUTCOME, r) for r in pipe.execute(raise_on_error=False)
+                   if isinstance(r, list)]
+            for end_ in reversed(got):
+                state, code = end_["state"], end_["exit_code"]
                 if state not in FINAL_STATES:
                     continue
                 counts[state] += 1
                 if state != "succeeded":
-                    why = text(reason) or (f"exit code {text(code)}" if text(code) else "no reason recorded")
+                    why = end_["reason"] or (f"exit code {code}" if code is not None else "no reason recorded")
                     reasons[(state, why[:120])] += 1
                 seen += 1
                 if seen >= OUTCOMES_WINDOW:
