@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from ..core.model import FAILED
 from ..core.plan import Plan, Preemption
-from ..store import control, keys
+from ..store import control, job_record, keys
 from ..store.scripts import Outcome
 
 log = logging.getLogger("dispatch.scheduler")
@@ -112,11 +111,11 @@ class RedisPlanner:
         for job_id, reason in judged.items():
             if self._reasons.get(job_id) != reason:
                 self._reasons[job_id] = reason
-                pipe.hset(keys.job(self.ns, job_id), "reason", reason)
+                job_record.set_reason(pipe, self.ns, job_id, reason)
         for job_id in [j for j in self._reasons if j not in judged]:
             del self._reasons[job_id]
             if job_id in waiting:  # still waiting, now among the jobs the cycle did not reach
-                pipe.hdel(keys.job(self.ns, job_id), "reason")
+                job_record.set_reason(pipe, self.ns, job_id, None)
 
     def quarantine(self, bad: dict[str, str], now_ms: int) -> None:
         """Malformed job records leave the queue as failed, with the reason; nothing else is touched."""
@@ -126,7 +125,6 @@ class RedisPlanner:
         for job_id, why in bad.items():
             pipe.zrem(keys.jobs_pending(self.ns), job_id)
             pipe.sadd(keys.jobs_changed(self.ns), job_id)
-            pipe.hset(keys.job(self.ns, job_id), mapping={
-                "state": FAILED, "reason": f"quarantined: {why}", "finished_ms": now_ms})
+            job_record.set_failed(pipe, self.ns, job_id, f"quarantined: {why}", now_ms)
             log.error("quarantined job %s: %s", job_id, why)
         pipe.execute(raise_on_error=False)  # a key of the wrong type still leaves the pending index

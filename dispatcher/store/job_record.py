@@ -14,6 +14,7 @@ from dataclasses import dataclass, make_dataclass
 from dataclasses import field as dataclass_field
 
 from ..core.errors import MalformedRecord
+from ..core.model import FAILED
 from . import keys
 from .codec import decode_spec
 from .connect import text
@@ -25,6 +26,7 @@ class Field:
     kind: type  # str, int, float; "gpus" and "spec" have their own parsing (below)
     writers: str
     meaning: str
+    optional: bool = False  # absent reads as None (a measurement or prediction that may not exist)
 
 
 FIELDS: tuple[Field, ...] = (
@@ -39,7 +41,7 @@ FIELDS: tuple[Field, ...] = (
     Field("assigned_ms", int, "commit_placement, shrink", "when its current attempt was placed"),
     Field("started_ms", int, "mark_running", "when its current attempt started"),
     Field("finished_ms", int, "finish, cancel", "when it ended"),
-    Field("exit_code", int, "finish", "its last exit code"),
+    Field("exit_code", int, "finish", "its last exit code", optional=True),
     Field("reason", str, "scheduler (why it waits), finish, cancel", "why it waits or how it ended"),
     Field("pid", int, "mark_running", "the current attempt's main process on its node"),
     Field("cancel_ms", int, "cancel", "when a cancel of a held job was asked"),
@@ -52,18 +54,19 @@ FIELDS: tuple[Field, ...] = (
     Field("gpu_s_lost", float, "finish, shrink", "GPU-seconds of work lost to preemption and node failures"),
     Field("checkpoint_ms", int, "checkpointed", "when the job last said it had checkpointed"),
     Field("lost", int, "finish", "attempts lost with their node"),
-    Field("pred_s", float, "submit", "predicted run time from the run history (core/predict.py)"),
-    Field("pred_conf", float, "submit", "the prediction's confidence"),
+    Field("pred_s", float, "submit", "predicted run time from the run history (core/predict.py)", optional=True),
+    Field("pred_conf", float, "submit", "the prediction's confidence", optional=True),
     Field("pred_runs", int, "submit", "runs the prediction is from"),
     Field("pred_src", str, "submit", "fingerprint or user history"),
-    Field("pred_mem_gb", float, "submit", "predicted peak GPU memory"),
-    Field("plan_est_s", float, "submit", "the estimate the policy uses, when not the user's own"),
-    Field("peak_gpu_mem_gb", float, "agent (workers/usage.py)", "the most GPU memory an attempt used"),
+    Field("pred_mem_gb", float, "submit", "predicted peak GPU memory", optional=True),
+    Field("plan_est_s", float, "submit", "the estimate the policy uses, when not the user's own", optional=True),
+    Field("peak_gpu_mem_gb", float, "agent (workers/usage.py)", "the most GPU memory an attempt used", optional=True),
     Field("warning", str, "idle_warning", "the idle warning, while all its GPUs idle"),
     Field("idle_since_ms", int, "idle_warning", "since when its GPUs idle"),
 )
 NAMES = tuple(f.name for f in FIELDS)
 _KIND = {f.name: f.kind for f in FIELDS}
+_OPTIONAL = {f.name for f in FIELDS if f.optional}
 
 #: The named selections readers take (each a subset of FIELDS; tests check it).
 SCHEDULER = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_ms", "checkpoint_ms",
@@ -76,7 +79,8 @@ IDLE = ("warning", "idle_since_ms")  # the board's, of a running job
 
 
 def parse(name: str, raw):
-    """One field's stored bytes as its type: str "", int/float 0 (exit_code None), gpus (), spec bytes.
+    """One field's stored bytes as its type (absent: str "", int/float 0, gpus (), an optional field None;
+    the spec stays bytes).
     A value that is not a number of its kind reads as absent."""
     kind = _KIND[name]
     if kind is bytes:
@@ -94,12 +98,12 @@ def parse(name: str, raw):
 
 def _absent(name: str):
     kind = _KIND[name]
-    return None if name == "exit_code" else () if kind is tuple else kind()
+    return None if name in _OPTIONAL else () if kind is tuple else kind()
 
 
 #: A job hash read whole: `id`, the spec decoded once (None, with `spec_error`, when the stored spec
-#: cannot be read), and every other field of FIELDS as an attribute of its type (absent: "", 0, (), and
-#: None for exit_code). Made from the table, so the two cannot drift.
+#: cannot be read), and every other field of FIELDS as an attribute of its type (absent: "", 0, (), or
+#: None for an optional one). Made from the table, so the two cannot drift.
 JobRecord = make_dataclass(
     "JobRecord",
     [("id", str), ("spec", "JobSpec | None"), ("spec_error", str)]
@@ -146,7 +150,7 @@ def set_reason(pipe, ns: str, job_id: str, reason: str | None) -> None:
 
 def set_failed(pipe, ns: str, job_id: str, reason: str, now_ms: int) -> None:
     """A record the scheduler cannot read, set aside as failed (its index entries are the caller's)."""
-    pipe.hset(keys.job(ns, job_id), mapping={"state": "failed", "reason": reason, "finished_ms": now_ms})
+    pipe.hset(keys.job(ns, job_id), mapping={"state": FAILED, "reason": reason, "finished_ms": now_ms})
 
 
 def set_peak_memory(pipe, ns: str, job_id: str, gb: float) -> None:

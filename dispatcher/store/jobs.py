@@ -1,7 +1,7 @@
 """Job records in Redis: submit, read, cancel and preempt, logs.
 
 A job is one hash (keys.job): the immutable msgpack spec under `spec` plus the
-mutable state fields listed in keys.py. Submitting writes the hashes and adds the
+mutable state fields of store/job_record.py. Submitting writes the hashes and adds the
 ids to the pending and all-jobs indexes with lua/submit.lua, in one MULTI/EXEC.
 """
 
@@ -11,20 +11,16 @@ from ..core.errors import DispatcherError, JobNotFound, MalformedRecord
 from ..core.model import FINAL_STATES, JobSpec
 from ..core.predict import fingerprint
 from . import control, keys, scripts
-from .codec import decode_spec, encode_spec
+from .codec import encode_spec
 from .connect import text
 from .dependencies import check_dependencies
 from .history import Predictor, plan_estimate
+from .job_record import queue_record, read_fields, record_from_hash
 from .quarantine import tolerant, valid_name, wrong_type
 from .scripts import Outcome
 
 #: Per-job log stream cap (entries, each a chunk of output lines).
 LOG_MAXLEN = 10_000
-
-_FIELDS = ("state", "node", "gpus", "attempt", "epoch", "submit_ms", "assigned_ms", "started_ms",
-           "finished_ms", "exit_code", "reason", "cancel_ms", "preemptions", "gpu_s_lost", "preempted_by",
-           "preempt_mode", "preempt_reason", "last_preempted_ms", "checkpoint_ms", "lost", "pred_s", "pred_conf",
-           "pred_runs", "pred_src", "pred_mem_gb", "plan_est_s", "peak_gpu_mem_gb", "warning", "idle_since_ms")
 
 
 def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None) -> list[str]:
@@ -72,28 +68,18 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None)
     return ids
 
 
-def _num(value, default=0, kind=int):
-    try:
-        return kind(value) if value not in ("", None) else default
-    except (ValueError, OverflowError):
-        return default
-
-
 def job_view(job_id: str, raw: dict) -> dict:
     """A job hash as the plain dict `dispatch show --json` prints (times in epoch seconds)."""
-    f = {k: text(raw.get(k.encode())) for k in _FIELDS}
-    try:
-        spec = decode_spec(raw.get(b"spec"), key=f"job {job_id}")
-    except MalformedRecord as e:
-        spec, f["reason"] = None, f["reason"] or str(e)
+    rec = record_from_hash(job_id, raw)
+    spec = rec.spec
 
-    def secs(name):
-        return _num(f[name]) / 1000.0 if _num(f[name]) else None
+    def secs(ms: int) -> float | None:
+        return ms / 1000.0 if ms else None
 
-    view = {
+    return {
         "id": job_id,
         "name": spec.name if spec else "",
-        "state": f["state"] or "unknown",
+        "state": rec.state or "unknown",
         "user": spec.user if spec else "",
         "team": spec.team if spec else "",
         "priority": spec.priority if spec else "",
@@ -107,44 +93,43 @@ def job_view(job_id: str, raw: dict) -> dict:
         "checkpointable": spec.checkpointable if spec else False,
         "after": list(spec.after) if spec else [],
         "after_any": list(spec.after_any) if spec else [],
-        "node": f["node"] or None,
-        "gpus": [_num(g) for g in f["gpus"].split(",") if g.isascii() and g.isdigit()],
-        "attempt": _num(f["attempt"]),
-        "epoch": _num(f["epoch"]),
-        "submitted_at": secs("submit_ms"),
-        "assigned_at": secs("assigned_ms"),
-        "started_at": secs("started_ms"),
-        "finished_at": secs("finished_ms"),
-        "exit_code": _num(f["exit_code"], None),
-        "reason": f["reason"],
-        "cancel_requested": bool(f["cancel_ms"]),
+        "node": rec.node or None,
+        "gpus": list(rec.gpus),
+        "attempt": rec.attempt,
+        "epoch": rec.epoch,
+        "submitted_at": secs(rec.submit_ms),
+        "assigned_at": secs(rec.assigned_ms),
+        "started_at": secs(rec.started_ms),
+        "finished_at": secs(rec.finished_ms),
+        "exit_code": rec.exit_code,
+        "reason": rec.reason or rec.spec_error,
+        "cancel_requested": bool(rec.cancel_ms),
         "min_gpus": spec.min_gpus if spec else None,
-        "preemptions": _num(f["preemptions"]),
-        "gpu_s_lost": round(_num(f["gpu_s_lost"], 0.0, float), 1),
-        "preempted_by": f["preempted_by"] or None,
-        "preempt_mode": f["preempt_mode"] or None,
-        "preempt_reason": f["preempt_reason"] or None,
-        "last_preempted_at": secs("last_preempted_ms"),
-        "checkpoint_at": secs("checkpoint_ms"),
+        "preemptions": rec.preemptions,
+        "gpu_s_lost": round(rec.gpu_s_lost, 1),
+        "preempted_by": rec.preempted_by or None,
+        "preempt_mode": rec.preempt_mode or None,
+        "preempt_reason": rec.preempt_reason or None,
+        "last_preempted_at": secs(rec.last_preempted_ms),
+        "checkpoint_at": secs(rec.checkpoint_ms),
         "retries": spec.retries if spec else None,
-        "lost": _num(f["lost"]),
+        "lost": rec.lost,
         "fingerprint": fingerprint(spec) if spec else None,
-        "prediction": _prediction(f),
-        "plan_est_s": plan_estimate(f["plan_est_s"] or None) or (spec.est_s if spec else None),
-        "peak_gpu_mem_gb": _num(f["peak_gpu_mem_gb"], None, float),
-        "warning": f["warning"] or None,  # its node agent's, while its GPUs idle (workers/idle.py)
-        "idle_since_at": secs("idle_since_ms"),
+        "prediction": _prediction(rec),
+        "plan_est_s": plan_estimate(rec.plan_est_s) or (spec.est_s if spec else None),
+        "peak_gpu_mem_gb": rec.peak_gpu_mem_gb,
+        "warning": rec.warning or None,  # its node agent's, while its GPUs idle (workers/idle.py)
+        "idle_since_at": secs(rec.idle_since_ms),
     }
-    return view
 
 
-def _prediction(f: dict) -> dict | None:
+def _prediction(rec) -> dict | None:
     """What submit predicted from the job's run history (store/history.py); None if it had too little."""
-    duration = plan_estimate(f["pred_s"] or None)  # a positive, finite number of seconds, or None
+    duration = plan_estimate(rec.pred_s)  # a positive, finite number of seconds, or None
     if duration is None:
         return None
-    return {"duration_s": duration, "confidence": _num(f["pred_conf"], 0.0, float), "runs": _num(f["pred_runs"]),
-            "source": f["pred_src"] or None, "peak_gpu_mem_gb": _num(f["pred_mem_gb"], None, float)}
+    return {"duration_s": duration, "confidence": rec.pred_conf or 0.0, "runs": rec.pred_runs,
+            "source": rec.pred_src or None, "peak_gpu_mem_gb": rec.pred_mem_gb}
 
 
 def prediction_error(view: dict) -> dict | None:
@@ -166,7 +151,7 @@ def read_job(client, ns: str, job_id: str) -> dict:
     if ":" in job_id or not job_id:
         raise JobNotFound(job_id)
     pipe = client.pipeline(transaction=True)
-    pipe.hgetall(keys.job(ns, job_id))
+    queue_record(pipe, ns, job_id)
     pipe.lrange(keys.job_attempts(ns, job_id), 0, -1)
     raw, attempts = pipe.execute(raise_on_error=False)
     if isinstance(raw, Exception):
@@ -210,7 +195,7 @@ def read_jobs(client, ns: str, job_ids: list[str]) -> list[dict]:
     job_ids = [j for j in job_ids if valid_name(j)]
     pipe = client.pipeline(transaction=False)
     for job_id in job_ids:
-        pipe.hgetall(keys.job(ns, job_id))
+        queue_record(pipe, ns, job_id)
     return [job_view(j, raw) for j, raw in zip(job_ids, pipe.execute(raise_on_error=False))
             if raw and isinstance(raw, dict)]
 
@@ -275,7 +260,7 @@ def cancel_job(scripts, client, ns: str, job_id: str, now_ms: int, reason: str =
         return "cancelled"
     if code == Outcome.CANCEL_REQUESTED:
         return "requested"
-    return text(client.hget(keys.job(ns, job_id), "state"))
+    return read_fields(client, ns, job_id, ("state",))["state"]
 
 
 def append_log(client, ns: str, job_id: str, chunk: bytes, *, pipe=None) -> None:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from . import control
-from . import keys
+from . import control, job_record, keys
 from .connect import text
 from .jobs import rebuild_indexes
 from .quarantine import ACTIVE, Entry, quarantine, set_aside, sweep, tolerant
@@ -92,7 +91,7 @@ def free_stale_gpus(client, ns: str, placements, now_ms: int) -> list[Entry]:
     holders = sorted({h for _, _, v in held for h in _holders(v)})
     pipe = client.pipeline(transaction=False)
     for h in holders:
-        pipe.hmget(keys.job(ns, h), "state", "node", "gpus")
+        job_record.queue_fields(pipe, ns, h, job_record.PLACED)
     records = dict(zip(holders, pipe.execute(raise_on_error=False)))
     stale = []
     for node, g, v in held:
@@ -108,7 +107,7 @@ def _holders(value: bytes) -> list[str]:
 
 
 def _holds(record, node: str, gpu: str) -> bool:
-    if not isinstance(record, list) or len(record) != 3:
+    if not isinstance(record, list) or len(record) != len(job_record.PLACED):
         return False
-    state, on, gpus = (text(v) for v in record)
-    return state in ACTIVE.split(",") and on == node and gpu in gpus.split(",")
+    r = job_record.values(job_record.PLACED, record)
+    return r["state"] in ACTIVE.split(",") and r["node"] == node and gpu in {str(g) for g in r["gpus"]}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from ..core.errors import MalformedRecord
 from ..core.plan import NodeView, PendingJob, RunningJob, Snapshot
 from ..core.model import ACTIVE_STATES
-from . import keys, scripts
+from . import job_record, keys, scripts
 from .codec import decode_spec
 from .connect import text
 from ..core.elastic import is_elastic, run_time
@@ -68,9 +68,6 @@ class ReadResult:
         return None if why is None else f"its index entry is bad ({why}); the scheduler quarantines it"
 
 
-#: The job hash fields the scheduler reads (the spec too, until it is cached).
-_FIELDS = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_ms", "checkpoint_ms",
-           "last_preempted_ms", "plan_est_s")
 
 
 class Strays(tuple):
@@ -89,7 +86,8 @@ def read_jobs(client, ns: str, ids, cache: SpecCache, scores: str | None = None)
     pipe = client.pipeline(transaction=False)
     for chunk in scripts.chunks(len(ids)):
         part = ids[chunk]
-        scripts.read_jobs(pipe, ns, part, ["spec" if j not in cache.specs else "state" for j in part], _FIELDS,
+        scripts.read_jobs(pipe, ns, part, ["spec" if j not in cache.specs else "state" for j in part],
+                          job_record.SCHEDULER,
                           scores=scores)
     replies = []
     for got in pipe.execute(raise_on_error=False):
