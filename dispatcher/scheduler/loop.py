@@ -36,7 +36,7 @@ from ..store.leader import Lease
 from ..store.scripts import Scripts
 from .mirror import Mirror
 from ..store.quarantine import any_wrong, check_types, quarantine, wrong_type
-from ..store.repair import free_stale_gpus, repair_types, resend, set_aside_all
+from ..store.repair import free_stale_gpus, repair_types, set_aside_all
 from ..store.samples import record_sample, sample_due
 from .planner import RedisPlanner
 
@@ -168,15 +168,13 @@ class Scheduler:
         return self._cycle(False)  # (a key of the wrong type that is none of ours fails it again: the loop logs it)
 
     def _repair(self, error) -> None:
-        """Set aside the keys of the wrong type, read everything again next, send what could not be sent.
+        """Set aside the keys of the wrong type and read everything again next.
         (A changed set of the wrong type is gone already: the read that met it also deleted it.)"""
         log.error("%s; setting keys of the wrong type aside", str(error).split(" : <")[0])
         repair_types(self.client, self.ns, now_ms())
         self.mirror.invalidate()
         self.lease.recheck()
         self._state = None
-        unsent, self.planner.unsent = self.planner.unsent, []
-        resend(self.client, self.ns, unsent)
 
     def _cycle(self, quick: bool) -> Plan:
         if not self._lead():

@@ -34,9 +34,6 @@ class RedisPlanner:
         self._queue_cls, self._serializer = Queue, JSONSerializer
         self._queues: dict = {}
         self._reasons: dict[str, str] = {}
-        # (node, command) of preemptions that took without their command: always empty since preempt.lua
-        # queues the command with the mark or does neither; the loop's repair still sends what is here
-        self.unsent: list[tuple[str, dict]] = []
         self.held_gpus: list = []  # placements refused because a GPU was held (GPU_HELD)
         self.failed: Exception | None = None  # the first error a command of the last commit met
 

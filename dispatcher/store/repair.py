@@ -67,15 +67,6 @@ def rebuild_alloc(client, ns: str, node: str) -> int:
     return len(alloc)
 
 
-def resend(client, ns: str, unsent) -> None:
-    """Send again the commands a commit could not queue ((node, command)), once their streams were set aside.
-    RedisPlanner.unsent, which the loop hands here, is empty now that preempt.lua queues a preemption's
-    command with its mark or does neither (a stream of the wrong type fails the whole preemption)."""
-    for node, cmd in unsent:
-        control.send(client, ns, node, cmd)
-        log.warning("sent the %s of job %s to node %s again", cmd.get("type"), cmd.get("job"), node)
-
-
 def free_stale_gpus(client, ns: str, placements, now_ms: int) -> list[Entry]:
     """For placements refused because a GPU was held: quarantine each holder entry (keys.node_alloc)
     that names no job active on that node with that GPU (hostile, or left behind). Two round trips,
