@@ -16,7 +16,8 @@ import time
 from .clock import now_ms
 from .config import resolve_url
 from .auth.identity import current_user
-from .core.spec import gc_paused, spec_from_request
+from .core.memo import gc_paused
+from .core.spec import spec_from_request
 from .store import jobs as store_jobs
 from .store.connect import connect
 from .store.keys import DEFAULT_NS

@@ -126,7 +126,9 @@ def checkpointed(ctx):
     if jobside.in_job():  # through the node agent: a job holds no Redis login
         jobside.checkpointed()
         return
-    if ctx.scripts.checkpointed(job_id, epoch, now_ms()) != 1:
+    from ..store.scripts import Outcome
+
+    if ctx.scripts.checkpointed(job_id, epoch, now_ms()) != Outcome.DONE:
         raise errors.InvalidStateError(job_id, "not running at this epoch", "record a checkpoint for")
 
 

@@ -51,7 +51,8 @@ from ..auth.identity import current_user
 def submit(ctx, from_file, command, **flags):
     """Submit a job: dispatch submit --gpus 2 --gpu-type A100 -- python train.py. Prints the job id."""
     from . import jobside
-    from ..core.spec import gc_paused, spec_from_request
+    from ..core.memo import gc_paused
+    from ..core.spec import spec_from_request
     from ..store.requests import submit_specs
 
     given = click.get_current_context().get_parameter_source  # (flags left at their defaults are the spec's)

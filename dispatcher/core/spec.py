@@ -6,9 +6,7 @@ allowed. Pure: the caller passes the user name and the submit time.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import re
 
 from .errors import InvalidRequestError
@@ -314,20 +312,6 @@ def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> 
     shared = [kv for kv in request.items() if kv[0] != "command" and kv[0] != "name"]
     template = _request_template((user, cwd, *shared))
     return _filled(template, request.get("command"), request.get("name"), submit_ms)
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Around building and writing a batch of specs: a sweep allocates tens of thousands of objects
-    that hold no cycles (specs, their dicts, tuples and strings), and each collection the allocations
-    trigger walks them all again (a third of `submit --from`'s time at 20,000 lines)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 @remembered(4096)

@@ -7,10 +7,10 @@ import msgpack
 import pytest
 
 from dispatcher.core.errors import InvalidRequestError, MalformedRecord
+from dispatcher.core.memo import gc_paused
 from dispatcher.core.model import JobSpec
 from dispatcher.core.spec import (
     build_spec,
-    gc_paused,
     parse_gpu_types,
     parse_priority,
     spec_from_request,
