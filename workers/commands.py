@@ -1,4 +1,7 @@
-"""Carrying out a node's control commands (dispatcher/store/control.py): cancel, preempt, shrink."""
+"""Carrying out a node's control commands (dispatcher/store/control.py): cancel, preempt, shrink.
+
+Each stops its attempt for its reason (Running.stop_as, workers/running.py); its end is recorded
+by that reason (workers/outcomes.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ import signal
 from dispatcher.store import control
 from dispatcher.store import keys
 from dispatcher.store.connect import text
+
+from .running import Stopping
 
 log = logging.getLogger("dispatch.agent")
 
@@ -19,29 +24,28 @@ def handle(sup, entry_id, cmd: dict) -> None:
         run = sup.running.get(job_id)
     if kind not in control.COMMANDS:
         log.error("unknown control command %r for job %s; dropped", kind, job_id)
-    elif run is None or run.stopping == "stale" or (cmd.get("epoch") is not None
+    elif run is None or run.stopping is Stopping.STALE or (cmd.get("epoch") is not None
                                                     and int(cmd["epoch"]) != run.epoch):
         log.info("control %s for job %s: not running here at epoch %s; nothing to do", kind, job_id,
                  cmd.get("epoch"))
     elif run.stopping:  # already on its way down: this command is done when it is
         run.acks.append(entry_id)
-        if kind == "cancel":  # a cancel wins over a requeue
-            run.stopping, run.command = "cancel", cmd
+        if kind == "cancel":  # a cancel wins over any other reason (but stale)
+            run.stop_as(Stopping.CANCEL, cmd)
         return
     elif kind in ("preempt", "shrink") and not _marked_preempting(sup, run):
         log.warning("control %s for job %s: its record is not marked preempting at epoch %d; ignored",
                     kind, job_id, run.epoch)
     else:
         run.acks.append(entry_id)
-        run.command = cmd
         if kind == "cancel":
-            run.stopping = "cancel"
+            run.stop_as(Stopping.CANCEL, cmd)
             sup.stop_run(run, run.spec.grace_s)
         elif cmd.get("mode") == "forced":
-            run.stopping = "preempt"
+            run.stop_as(Stopping.PREEMPT, cmd)
             sup.stop_run(run, 0, signal.SIGKILL)
         else:
-            run.stopping = "shrink" if kind == "shrink" else "preempt"
+            run.stop_as(Stopping.SHRINK if kind == "shrink" else Stopping.PREEMPT, cmd)
             sig = getattr(signal, f"SIG{run.spec.checkpoint_signal}", signal.SIGTERM)
             sup.stop_run(run, run.spec.grace_s, sig)
         log.info("job %s: %s %s by %s", job_id, kind, cmd.get("mode", ""), cmd.get("by", "a user"))

@@ -36,6 +36,8 @@ from dispatcher.core.errors import ConfigError, DispatcherError
 from dispatcher.auth.identity import job_capability
 from dispatcher.auth.peer import peer_credentials
 
+from .running import Stopping
+
 log = logging.getLogger("dispatch.agent")
 
 KEY_FILE = "jobchannel.key"
@@ -188,7 +190,7 @@ class JobChannel:
         sup = self.sup
         with sup.lock:
             run = sup.running.get(job_id)
-        if (run is None or run.epoch != epoch or run.stopping in ("stale", "fenced")
+        if (run is None or run.epoch != epoch or run.stopping in (Stopping.STALE, Stopping.FENCED)
                 or run.proc.poll() is not None):
             return self._refused(f"job {job_id} attempt {epoch} does not run on node {sup.node}; its capability "
                                  f"has expired", job_id)

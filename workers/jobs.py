@@ -7,7 +7,8 @@ Redis and a file, and writes the outcome with the epoch it was given: finish.lua
 one, and the copy is killed. Each attempt gets its own cgroup where the host allows it and dies
 with the agent (PR_SET_PDEATHSIG); its pid is recorded in the work dir for the keeper and the
 next agent (workers/proctrack.py, keeper.py, recovery.py); what Redis cannot take waits in the
-durable outbox (outbox.py). Control commands: commands.py.
+durable outbox (outbox.py). An attempt and why it is being stopped: running.py; what its end is
+recorded as: outcomes.py; control commands: commands.py.
 """
 
 from __future__ import annotations
@@ -20,32 +21,27 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from dispatcher.clock import now_ms
 from dispatcher.store import control
 from dispatcher.auth.identity import seal_attempt
-from dispatcher.core.model import CANCELLED, FAILED, PENDING, SUCCEEDED, JobSpec
+from dispatcher.core.model import CANCELLED, FAILED
 from dispatcher.store import keys
 from dispatcher.store.codec import decode_spec, encode_spec
 from dispatcher.store.connect import text
 from dispatcher.store.jobs import append_log
-from dispatcher.store.scripts import lost_attempt
 
-from . import jobenv, proctrack, unix_user
+from . import jobenv, outcomes, proctrack, unix_user
 from .jobchannel import JobChannel
-from .keeper import FENCED_DIR, PID_DIR, fenced_epoch
+from .keeper import FENCED_DIR, PID_DIR
 from .outbox import Outbox
+from .running import CHECKPOINT_FILE, Running, Stopping
 
 log = logging.getLogger("dispatch.agent")
 
 #: The supervisor of this process, set by the node agent.
 _supervisor: "Supervisor | None" = None
-
-#: A job touches this file in its DISPATCH_CHECKPOINT_DIR to report a checkpoint
-#: (the same as running `dispatch checkpointed`).
-CHECKPOINT_FILE = "CHECKPOINTED"
 
 def launch(job_id: str, epoch: int, seal: str = "") -> str:
     """RQ entry point. Plain data in (JSON serializer): the job id, its epoch and, under identity, the
@@ -53,23 +49,6 @@ def launch(job_id: str, epoch: int, seal: str = "") -> str:
     if _supervisor is None:
         raise RuntimeError("workers.jobs.launch runs only inside a dispatch node agent (dispatch worker)")
     return _supervisor.launch(str(job_id), int(epoch), str(seal or ""))
-
-
-@dataclass
-class Running:
-    job_id: str
-    epoch: int
-    proc: subprocess.Popen
-    spec: JobSpec
-    ckpt_dir: Path
-    stopping: str = ""  # "", "cancel", "stale", "requeue", "preempt", "shrink", "fenced"
-    command: dict = field(default_factory=dict)  # the control command being carried out
-    acks: list = field(default_factory=list)  # control stream ids to ack once the job is down
-    ckpt_seen: float = 0.0
-    thread: threading.Thread | None = field(default=None, repr=False)
-    gpus: tuple[int, ...] = ()  # the GPUs it was given (CUDA_VISIBLE_DEVICES)
-    attempt: proctrack.Attempt | None = None  # what finds all of its processes
-    unsent: bytearray = field(default_factory=bytearray, repr=False)  # output Redis did not take yet
 
 
 class Supervisor:
@@ -107,15 +86,15 @@ class Supervisor:
                      job_id, epoch, text(cur_epoch), text(node), text(state))
             return "stale"
         if cancel_ms:
-            self._finish(job_id, epoch, CANCELLED, None, "cancelled before it started")
+            self.finish(job_id, epoch, CANCELLED, None, "cancelled before it started")
             return "cancelled"
         try:
             spec = decode_spec(spec_raw, key=keys.job(self.ns, job_id))
         except Exception as e:
-            self._finish(job_id, epoch, FAILED, None, f"unusable job record: {e}")
+            self.finish(job_id, epoch, FAILED, None, f"unusable job record: {e}")
             return "failed"
         if self.verifier is not None and not self.verifier.seal_ok(spec.user, job_id, spec_raw, text(seal)):
-            self._finish(job_id, epoch, FAILED, None, f"refused by node {self.node}: the job record is not what "
+            self.finish(job_id, epoch, FAILED, None, f"refused by node {self.node}: the job record is not what "
                                                       f"user {spec.user} signed")
             return "failed"
         gpu_list = text(gpus)
@@ -133,10 +112,10 @@ class Supervisor:
             elif self.verifier is not None and os.geteuid() != 0 and (why := unix_user.refuse_other_user(spec.user)):
                 raise LookupError(why)
         except LookupError as e:
-            self._finish(job_id, epoch, FAILED, None, f"refused by node {self.node}: {e}")
+            self.finish(job_id, epoch, FAILED, None, f"refused by node {self.node}: {e}")
             return "failed"
         if cwd and not os.path.isdir(cwd):
-            self._finish(job_id, epoch, FAILED, None, f"working directory {cwd} does not exist on node {self.node}")
+            self.finish(job_id, epoch, FAILED, None, f"working directory {cwd} does not exist on node {self.node}")
             return "failed"
         log_path = self.work_dir / "logs" / f"{job_id}.log"
         owner = jobenv.owner_of(identity)
@@ -157,7 +136,7 @@ class Supervisor:
             proctrack.remove_cgroup(cgroup)
             msg = f"cannot start {spec.command[0]!r}: {e.strerror or e}"
             append_log(self.client, self.ns, job_id, (msg + "\n").encode())
-            self._finish(job_id, epoch, FAILED, 127, msg)
+            self.finish(job_id, epoch, FAILED, 127, msg)
             return "failed"
         self._record_pid(job_id, epoch, proc.pid)
         ckpt_file = ckpt / CHECKPOINT_FILE
@@ -174,7 +153,7 @@ class Supervisor:
             self.outbox.add("running", job_id, epoch, now_ms(), proc.pid)
             started = 1
         if started != 1:
-            run.stopping = "stale" if started == 0 else "cancel"
+            run.stop_as(Stopping.STALE if started == 0 else Stopping.CANCEL)
             self.stop_run(run, grace_s=0)
         run.thread = threading.Thread(target=self._watch, args=(run, log_path), name=f"job-{job_id}", daemon=True)
         run.thread.start()
@@ -195,7 +174,7 @@ class Supervisor:
         try:  # it stays in `running` until its outcome is written (or queued): reconcile must not take it
             if run.unsent:
                 self.outbox.add("log", run.job_id, run.epoch, bytes(run.unsent))
-            self._ended(run, code)
+            outcomes.record_end(self, run, code)
             for entry_id in run.acks:
                 control.ack(self.client, self.ns, self.node, entry_id)
         except Exception as e:  # Redis away: the outcome waits in the outbox; commands stay unacked
@@ -224,47 +203,7 @@ class Supervisor:
                 except Exception as e:  # kept for the next chunk, or for the outbox at the end
                     log.warning("job %s: log write failed: %s", run.job_id, e)
 
-    def _ended(self, run: Running, code: int) -> None:
-        cmd = run.command
-        if not run.stopping and code == -signal.SIGKILL and fenced_epoch(self.work_dir, run.job_id) == run.epoch:
-            run.stopping = "fenced"  # killed by the node's keeper (workers/keeper.py)
-        if run.stopping == "stale":
-            log.warning("job %s: stale copy (epoch %d) stopped; outcome not reported", run.job_id, run.epoch)
-        elif run.stopping == "cancel":
-            self._finish(run.job_id, run.epoch, CANCELLED, code, cmd.get("reason") or "cancelled by user")
-        elif run.stopping == "fenced":
-            self._finish(run.job_id, run.epoch, PENDING, None,
-                         f"node {self.node} could not heartbeat in time (cut off from Redis, or its agent "
-                         f"stopped); its copy was killed and the attempt lost",
-                         **lost_attempt(run.spec))
-        elif run.stopping == "requeue":
-            self._finish(run.job_id, run.epoch, PENDING, None, f"node {self.node} agent stopped; requeued",
-                         checkpointable=run.spec.checkpointable)
-        elif run.stopping == "preempt":
-            self._finish(run.job_id, run.epoch, PENDING, None,
-                         f"preempted ({cmd.get('mode')}) by {cmd.get('by')}: {cmd.get('reason', '')}",
-                         preempted=True, keep_wait=bool(cmd.get("keep_wait", True)),
-                         checkpointable=run.spec.checkpointable)
-        elif run.stopping == "shrink":
-            keep = [int(g) for g in cmd.get("keep", [])]
-            epoch = self.scripts.shrink(run.job_id, self.node, run.epoch, keep, now_ms())
-            self.client.publish(keys.events(self.ns), b"finish")
-            if epoch:
-                log.info("job %s shrunk to GPUs %s; restarting", run.job_id, keep)
-                # the shrink's new attempt is this node's own (shrink.lua moved the epoch, fenced): sealed here
-                self.launch(run.job_id, int(epoch), "" if self.verifier is None else
-                            seal_attempt(self.verifier.secret, run.job_id, int(epoch), self.node))
-        elif code == 0:
-            self._finish(run.job_id, run.epoch, SUCCEEDED, 0, "", spec=run.spec)  # into its run history
-        elif code == -signal.SIGKILL:  # the OOM killer, an operator's kill -9: not the job's own failure
-            self._finish(run.job_id, run.epoch, PENDING, code, "killed by SIGKILL from outside dispatch; attempt lost",
-                         **lost_attempt(run.spec))
-        elif code < 0:
-            self._finish(run.job_id, run.epoch, FAILED, code, f"killed by signal {signal.Signals(-code).name}")
-        else:
-            self._finish(run.job_id, run.epoch, FAILED, code, f"exit code {code}")
-
-    def _finish(self, job_id, epoch, state, exit_code, reason, **kw) -> None:
+    def finish(self, job_id, epoch, state, exit_code, reason, **kw) -> None:
         """Record an outcome (finish.lua, fenced by the epoch). If Redis cannot take it now, it waits
         in the outbox on disk, with the time it happened, and flush_outbox() writes it later."""
         kw.setdefault("at_ms", now_ms())
@@ -330,9 +269,9 @@ class Supervisor:
         """This node was cut off from Redis for too long: its jobs are about to be (or were) rerun
         elsewhere, so kill every copy now. Returns how many were stopped."""
         with self.lock:
-            runs = [r for r in self.running.values() if r.stopping not in ("stale", "fenced")]
+            runs = [r for r in self.running.values() if r.stopping not in (Stopping.STALE, Stopping.FENCED)]
         for r in runs:
-            r.stopping = "fenced"
+            r.stop_as(Stopping.FENCED)
             self.stop_run(r, 0, signal.SIGKILL)
             log.warning("job %s: killed, %s", r.job_id, why)
         return len(runs)
@@ -357,7 +296,7 @@ class Supervisor:
         """Once a heartbeat: stop copies whose epoch moved (fenced), and record checkpoints reported
         by touching DISPATCH_CHECKPOINT_DIR/CHECKPOINTED."""
         with self.lock:
-            runs = [r for r in self.running.values() if r.stopping != "stale"]
+            runs = [r for r in self.running.values() if r.stopping is not Stopping.STALE]
         if not runs:
             return
         pipe = self.client.pipeline(transaction=False)
@@ -365,7 +304,7 @@ class Supervisor:
             pipe.hget(keys.job(self.ns, r.job_id), "epoch")
         for r, epoch in zip(runs, pipe.execute()):
             if text(epoch) != str(r.epoch):
-                r.stopping = "stale"
+                r.stop_as(Stopping.STALE)
                 self.stop_run(r, 0, signal.SIGKILL)
                 continue
             try:
@@ -381,8 +320,7 @@ class Supervisor:
         with self.lock:
             runs = list(self.running.values())
         for r in runs:
-            if not r.stopping:
-                r.stopping = "requeue"
+            r.stop_as(Stopping.REQUEUE)  # unless it is already stopping for another reason
             self.stop_run(r, min(r.spec.grace_s, timeout_s))
         for r in runs:
             if r.thread is not None:

@@ -14,6 +14,8 @@ import os
 
 from dispatcher.store import keys
 
+from .running import Stopping
+
 log = logging.getLogger("dispatch.agent")
 
 
@@ -35,7 +37,7 @@ class PeakMemory:
             return {}
         with self.supervisor.lock:
             jobs = {r.proc.pid: (r.job_id, r.epoch) for r in self.supervisor.running.values()
-                    if r.stopping != "stale"}
+                    if r.stopping is not Stopping.STALE}
         now: dict[tuple[str, int], float] = {}
         for pids in by_gpu.values():
             on_gpu: dict[tuple[str, int], float] = {}

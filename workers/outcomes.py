@@ -1,0 +1,91 @@
+"""What an attempt's end is recorded as: by why it was stopped (Running.stopping, one function per
+reason in ENDINGS), else by how its process ended. Outcomes go through Supervisor.finish
+(finish.lua, fenced by the epoch); a shrink goes through shrink.lua and starts its next attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+from dispatcher.auth.identity import seal_attempt
+from dispatcher.clock import now_ms
+from dispatcher.core.model import CANCELLED, FAILED, PENDING, SUCCEEDED
+from dispatcher.store import keys
+from dispatcher.store.scripts import lost_attempt
+
+from .keeper import fenced_epoch
+from .running import Running, Stopping
+
+log = logging.getLogger("dispatch.agent")
+
+
+def record_end(sup, run: Running, code: int) -> None:
+    """Record the end of `run`, whose main process exited with `code`, on `sup` (the Supervisor)."""
+    if not run.stopping and code == -signal.SIGKILL and fenced_epoch(sup.work_dir, run.job_id) == run.epoch:
+        run.stop_as(Stopping.FENCED)  # killed by the node's keeper (workers/keeper.py)
+    ENDINGS[run.stopping](sup, run, code)
+
+
+def _stale(sup, run: Running, code: int) -> None:
+    log.warning("job %s: stale copy (epoch %d) stopped; outcome not reported", run.job_id, run.epoch)
+
+
+def _cancelled(sup, run: Running, code: int) -> None:
+    sup.finish(run.job_id, run.epoch, CANCELLED, code, run.command.get("reason") or "cancelled by user")
+
+
+def _fenced(sup, run: Running, code: int) -> None:
+    sup.finish(run.job_id, run.epoch, PENDING, None,
+               f"node {sup.node} could not heartbeat in time (cut off from Redis, or its agent "
+               f"stopped); its copy was killed and the attempt lost",
+               **lost_attempt(run.spec))
+
+
+def _requeued(sup, run: Running, code: int) -> None:
+    sup.finish(run.job_id, run.epoch, PENDING, None, f"node {sup.node} agent stopped; requeued",
+               checkpointable=run.spec.checkpointable)
+
+
+def _preempted(sup, run: Running, code: int) -> None:
+    cmd = run.command
+    sup.finish(run.job_id, run.epoch, PENDING, None,
+               f"preempted ({cmd.get('mode')}) by {cmd.get('by')}: {cmd.get('reason', '')}",
+               preempted=True, keep_wait=bool(cmd.get("keep_wait", True)),
+               checkpointable=run.spec.checkpointable)
+
+
+def _shrunk(sup, run: Running, code: int) -> None:
+    keep = [int(g) for g in run.command.get("keep", [])]
+    epoch = sup.scripts.shrink(run.job_id, sup.node, run.epoch, keep, now_ms())
+    sup.client.publish(keys.events(sup.ns), b"finish")
+    if epoch:
+        log.info("job %s shrunk to GPUs %s; restarting", run.job_id, keep)
+        # the shrink's new attempt is this node's own (shrink.lua moved the epoch, fenced): sealed here
+        sup.launch(run.job_id, int(epoch), "" if sup.verifier is None else
+                   seal_attempt(sup.verifier.secret, run.job_id, int(epoch), sup.node))
+
+
+def _exited(sup, run: Running, code: int) -> None:
+    """Nobody stopped it: its exit code says."""
+    if code == 0:
+        sup.finish(run.job_id, run.epoch, SUCCEEDED, 0, "", spec=run.spec)  # into its run history
+    elif code == -signal.SIGKILL:  # the OOM killer, an operator's kill -9: not the job's own failure
+        sup.finish(run.job_id, run.epoch, PENDING, code, "killed by SIGKILL from outside dispatch; attempt lost",
+                   **lost_attempt(run.spec))
+    elif code < 0:
+        sup.finish(run.job_id, run.epoch, FAILED, code, f"killed by signal {signal.Signals(-code).name}")
+    else:
+        sup.finish(run.job_id, run.epoch, FAILED, code, f"exit code {code}")
+
+
+#: What an end is recorded as, by why the attempt was stopped.
+ENDINGS = {
+    Stopping.NO: _exited,
+    Stopping.STALE: _stale,
+    Stopping.CANCEL: _cancelled,
+    Stopping.FENCED: _fenced,
+    Stopping.REQUEUE: _requeued,
+    Stopping.PREEMPT: _preempted,
+    Stopping.SHRINK: _shrunk,
+}

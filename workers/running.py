@@ -1,0 +1,86 @@
+"""One attempt this node runs (Running), and why it is being stopped (Stopping).
+
+`Running.stopping` says why an attempt is on its way down, and so what its end is recorded as
+(workers/outcomes.py). It changes only through Running.stop_as, by the one table NEXT: a running
+attempt may be stopped for any reason; a cancel (the user's word) wins over any reason but stale;
+a copy cut off from Redis is fenced unless it is already stale; a copy whose epoch moved is stale,
+whatever it was stopping for, and nothing leaves stale (its outcome is never reported). Writers:
+workers/jobs.py, launching.py, outcomes.py, commands.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from dispatcher.core.model import JobSpec
+
+from . import proctrack
+
+#: A job touches this file in its DISPATCH_CHECKPOINT_DIR to report a checkpoint
+#: (the same as running `dispatch checkpointed`).
+CHECKPOINT_FILE = "CHECKPOINTED"
+
+
+class Stopping(str, Enum):
+    """Why an attempt is being stopped; NO, the only falsy one, while nobody stops it."""
+
+    NO = ""
+    CANCEL = "cancel"  # cancelled by a user (commands.py), or as it started (launching.py)
+    STALE = "stale"  # its epoch moved on: a stale copy, killed, its outcome not reported
+    REQUEUE = "requeue"  # the agent is stopping: back to the queue
+    PREEMPT = "preempt"  # preempted by the scheduler (commands.py)
+    SHRINK = "shrink"  # an elastic job giving GPUs back: restarted on those it keeps
+    FENCED = "fenced"  # the node was cut off from Redis too long: killed, the attempt lost
+
+    def __bool__(self) -> bool:
+        return self is not Stopping.NO
+
+
+_BUT_STALE = frozenset({Stopping.CANCEL, Stopping.FENCED, Stopping.STALE})
+
+#: From each reason, the reasons it may become.
+NEXT: dict[Stopping, frozenset[Stopping]] = {
+    Stopping.NO: frozenset(Stopping) - {Stopping.NO},
+    Stopping.CANCEL: _BUT_STALE,  # a later cancel brings its own command (its reason)
+    Stopping.REQUEUE: _BUT_STALE,
+    Stopping.PREEMPT: _BUT_STALE,
+    Stopping.SHRINK: _BUT_STALE,
+    Stopping.FENCED: frozenset({Stopping.CANCEL, Stopping.STALE}),
+    Stopping.STALE: frozenset(),
+}
+
+
+@dataclass
+class Running:
+    job_id: str
+    epoch: int
+    proc: subprocess.Popen
+    spec: JobSpec
+    ckpt_dir: Path
+    command: dict = field(default_factory=dict)  # the control command being carried out
+    acks: list = field(default_factory=list)  # control stream ids to ack once the job is down
+    ckpt_seen: float = 0.0
+    thread: threading.Thread | None = field(default=None, repr=False)
+    gpus: tuple[int, ...] = ()  # the GPUs it was given (CUDA_VISIBLE_DEVICES)
+    attempt: proctrack.Attempt | None = None  # what finds all of its processes
+    unsent: bytearray = field(default_factory=bytearray, repr=False)  # output Redis did not take yet
+    _stopping: Stopping = field(default=Stopping.NO, init=False)
+
+    @property
+    def stopping(self) -> Stopping:
+        """Why it is being stopped (falsy while it is not)."""
+        return self._stopping
+
+    def stop_as(self, why: Stopping, command: dict | None = None) -> bool:
+        """Stop it for `why` (and carry out `command`) if NEXT allows that change; False, and nothing
+        changed, if it does not."""
+        if why not in NEXT[self._stopping]:
+            return False
+        self._stopping = why
+        if command is not None:
+            self.command = command
+        return True
