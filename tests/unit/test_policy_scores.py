@@ -1,5 +1,5 @@
 """Table-driven tests of the score terms (policy/score.py), the fit helpers (policy/fit.py) and
-how the terms combine (policy/schedule.py `weighted`: the weighted mean over all weights).
+how the terms combine (policy/score.py `weighted`: the weighted mean over all weights).
 
 Pure: no Redis, no clock. Every expected number has its arithmetic next to it.
 """
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dispatcher.core.plan import NodeView
 from dispatcher.core.model import GpuInfo
 from dispatcher.policy.config import WEIGHT_TERMS, PolicyConfig
-from dispatcher.policy.fit import choose_gpus, fit_score, fits_ever, gpu_family_matches, gpu_usable
+from dispatcher.policy.fit import GpuMemo, choose_gpus, fit_score, fits_ever, gpu_family_matches, gpu_usable
 from dispatcher.policy.score import weighted
 from dispatcher.policy.score import dominant_share, fairness_term, priority_term, remaining_term, wait_term
 from tests.builders import make_job, make_node
@@ -177,6 +177,23 @@ def test_gpu_usable_applies_type_and_memory_as_hard_constraints(job, want):
 def test_fits_ever_compares_the_job_with_an_empty_node(job, want):
     got = fits_ever(job.obj(), MIXED)
     assert got is want, f"fits_ever({job.obj()}) = {got}, want {want}"
+
+
+def test_one_cycle_memo_answers_as_the_plain_helpers_and_shares_a_kind_between_alike_nodes():
+    twin = make_node("n2").gpus(2, "A100", 40).gpus(2, "V100", 16).cpus(8).mem(64).obj()  # MIXED's GPUs
+    other = make_node("n3").gpus(4, "A100", 80).obj()
+    memo = GpuMemo()
+    for job in (make_job("j").gpus(1, "V100"), make_job("j").gpus(2, mem_gb=30), make_job("j").gpus(1)):
+        spec = job.obj()
+        for node in (MIXED, twin, other):
+            want = [g.index for g in node.gpus if gpu_usable(spec, node, g.index)]
+            got = memo.usable(spec, node, [g.index for g in node.gpus])
+            assert got == want, f"memo.usable({spec.gpu_types}, {node.name}) = {got}, want {want}"
+            assert memo.fits_ever(spec, node) is fits_ever(spec, node), f"fits_ever differs on {node.name}"
+    kinds = [memo.facts(n).kind for n in (MIXED, twin, other)]
+    assert kinds[0] == kinds[1] != kinds[2], f"kinds {kinds}: alike GPU lists share one, others not"
+    assert not memo.facts(MIXED).alike and memo.facts(other).alike, "MIXED mixes two models, n3 does not"
+    assert memo.facts(MIXED).min_mem_gb == 16, f"smallest GPU of MIXED: {memo.facts(MIXED).min_mem_gb}"
 
 
 @pytest.mark.parametrize("job, candidates, want", [
