@@ -7,17 +7,14 @@ Redis and a file, and writes the outcome with the epoch it was given: finish.lua
 one, and the copy is killed. Each attempt gets its own cgroup where the host allows it and dies
 with the agent (PR_SET_PDEATHSIG); its pid is recorded in the work dir for the keeper and the
 next agent (workers/proctrack.py, keeper.py, recovery.py); what Redis cannot take waits in the
-durable outbox (outbox.py). An attempt and why it is being stopped: running.py; what its end is
-recorded as: outcomes.py; control commands: commands.py.
+durable outbox (outbox.py). The steps of a launch: launching.py; an attempt and why it is being
+stopped: running.py; what its end is recorded as: outcomes.py; control commands: commands.py.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
-import os
 import signal
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,16 +22,14 @@ from pathlib import Path
 
 from dispatcher.clock import now_ms
 from dispatcher.store import control
-from dispatcher.auth.identity import seal_attempt
-from dispatcher.core.model import CANCELLED, FAILED
 from dispatcher.store import keys
 from dispatcher.store.codec import decode_spec, encode_spec
 from dispatcher.store.connect import text
 from dispatcher.store.jobs import append_log
 
-from . import jobenv, outcomes, proctrack, unix_user
+from . import jobenv, launching, outcomes, proctrack
 from .jobchannel import JobChannel
-from .keeper import FENCED_DIR, PID_DIR
+from .keeper import PID_DIR
 from .outbox import Outbox
 from .running import CHECKPOINT_FILE, Running, Stopping
 
@@ -68,100 +63,17 @@ class Supervisor:
         self.cgroups = proctrack.node_cgroup(work_dir)  # None: jobs are tracked by session and marks
         # every job process is forked by this one long-lived thread: PDEATHSIG fires when the
         # forking *thread* ends, so it must not be a job's watcher thread
-        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="spawn")
+        self.spawner = ThreadPoolExecutor(1, thread_name_prefix="spawn")
         self.pid_dir = work_dir / PID_DIR
 
     # -- starting ---------------------------------------------------------------------------
     def launch(self, job_id: str, epoch: int, seal: str = "") -> str:
-        if self.verifier is not None and not hmac.compare_digest(
-                seal_attempt(self.verifier.secret, job_id, epoch, self.node), seal):
-            log.warning("job %s epoch %s: a launch without the leader's seal for node %s; not started (the record "
-                        "is left as it is)", job_id, epoch, self.node)
-            return "refused"
-        raw = self.client.hmget(keys.job(self.ns, job_id), "spec", "epoch", "node", "gpus", "attempt",
-                                "cancel_ms", "state", "seal")
-        spec_raw, cur_epoch, node, gpus, attempt, cancel_ms, state, seal = raw
-        if text(cur_epoch) != str(epoch) or text(node) != self.node or text(state) != "assigned":
-            log.info("job %s epoch %s is stale here (now epoch %s, node %s, %s); not started",
-                     job_id, epoch, text(cur_epoch), text(node), text(state))
-            return "stale"
-        if cancel_ms:
-            self.finish(job_id, epoch, CANCELLED, None, "cancelled before it started")
-            return "cancelled"
-        try:
-            spec = decode_spec(spec_raw, key=keys.job(self.ns, job_id))
-        except Exception as e:
-            self.finish(job_id, epoch, FAILED, None, f"unusable job record: {e}")
-            return "failed"
-        if self.verifier is not None and not self.verifier.seal_ok(spec.user, job_id, spec_raw, text(seal)):
-            self.finish(job_id, epoch, FAILED, None, f"refused by node {self.node}: the job record is not what "
-                                                      f"user {spec.user} signed")
-            return "failed"
-        gpu_list = text(gpus)
-        ckpt = self.work_dir / "checkpoints" / job_id
-        n_attempt = int(text(attempt) or 0)
-        env = jobenv.attempt_env(self.base_env, spec, job_id=job_id, epoch=epoch, node=self.node, ns=self.ns,
-                                 gpu_list=gpu_list, attempt=n_attempt, ckpt=ckpt, socket_path=str(self.channel.path),
-                                 cap=self.channel.capability(job_id, epoch, spec.user))
-        identity, cwd = {}, spec.cwd or None
-        try:
-            if self.run_as_user:
-                identity = unix_user.popen_identity(spec.user, env, self.allow_root_jobs)
-                if cwd and (why := unix_user.cannot_enter(cwd, spec.user, identity)):
-                    raise LookupError(why)
-            elif self.verifier is not None and os.geteuid() != 0 and (why := unix_user.refuse_other_user(spec.user)):
-                raise LookupError(why)
-        except LookupError as e:
-            self.finish(job_id, epoch, FAILED, None, f"refused by node {self.node}: {e}")
-            return "failed"
-        if cwd and not os.path.isdir(cwd):
-            self.finish(job_id, epoch, FAILED, None, f"working directory {cwd} does not exist on node {self.node}")
-            return "failed"
-        log_path = self.work_dir / "logs" / f"{job_id}.log"
-        owner = jobenv.owner_of(identity)
-        jobenv.private_dir(ckpt, owner)
-        jobenv.private_log(log_path, owner)
-        (self.work_dir / FENCED_DIR / job_id).unlink(missing_ok=True)
-        cgroup = proctrack.make_cgroup(proctrack.attempt_cgroup(self.cgroups, job_id, epoch))
-        try:
-            argv, dying = proctrack.spawn_args(list(spec.command), cwd, env)
-            if identity:  # its working directory is entered as its user, after the drop, never as root
-                argv, cwd = (proctrack.enter_cwd(argv, cwd) if cwd else argv), "/"
-            argv, identity, cgroup = proctrack.into_cgroup(argv, cgroup, identity)
-            proc = self._spawner.submit(
-                subprocess.Popen, argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                **dying, **identity).result()
-        except OSError as e:
-            proctrack.remove_cgroup(cgroup)
-            msg = f"cannot start {spec.command[0]!r}: {e.strerror or e}"
-            append_log(self.client, self.ns, job_id, (msg + "\n").encode())
-            self.finish(job_id, epoch, FAILED, 127, msg)
-            return "failed"
-        self._record_pid(job_id, epoch, proc.pid)
-        ckpt_file = ckpt / CHECKPOINT_FILE
-        run = Running(job_id, epoch, proc, spec, ckpt,
-                      ckpt_seen=ckpt_file.stat().st_mtime if ckpt_file.exists() else 0.0,
-                      gpus=tuple(int(g) for g in gpu_list.split(",") if g.strip().isdigit()),
-                      attempt=proctrack.Attempt(job_id, epoch, proc.pid, cgroup))
-        with self.lock:  # before Redis hears of it: its GPU processes are never taken for zombies
-            self.running[job_id] = run
-        try:
-            started = self.scripts.mark_running(job_id, epoch, now_ms(), proc.pid)
-        except Exception as e:  # Redis away: the job runs; its start is written when Redis is back
-            log.warning("job %s: could not record its start yet (%s)", job_id, e)
-            self.outbox.add("running", job_id, epoch, now_ms(), proc.pid)
-            started = 1
-        if started != 1:
-            run.stop_as(Stopping.STALE if started == 0 else Stopping.CANCEL)
-            self.stop_run(run, grace_s=0)
-        run.thread = threading.Thread(target=self._watch, args=(run, log_path), name=f"job-{job_id}", daemon=True)
-        run.thread.start()
-        log.info("job %s started on GPUs [%s], pid %d", job_id, gpu_list, proc.pid)
-        return "started"
+        """Start attempt `epoch` of `job_id` (workers/launching.py has the steps): "started", or why
+        not ("refused", "stale", "cancelled", "failed")."""
+        return launching.launch(self, job_id, epoch, seal)
 
     # -- watching ----------------------------------------------------------------------------
-    def _watch(self, run: Running, log_path: Path) -> None:
+    def watch(self, run: Running, log_path: Path) -> None:
         """The job ends when its main process ends: what it left running is stopped (after its grace
         period), then its outcome is written."""
         reader = threading.Thread(target=self._copy_output, args=(run, log_path), name=f"log-{run.job_id}",
@@ -253,7 +165,7 @@ class Supervisor:
             raise ValueError(f"unknown kind {kind!r}")
 
     # -- what an earlier agent of this node left --------------------------------------------
-    def _record_pid(self, job_id: str, epoch: int, pid: int) -> None:
+    def record_pid(self, job_id: str, epoch: int, pid: int) -> None:
         self.pid_dir.mkdir(parents=True, exist_ok=True)
         (self.pid_dir / job_id).write_text(f"{pid} {epoch}")
 
@@ -329,4 +241,4 @@ class Supervisor:
             self.flush_outbox()
         except Exception as e:
             log.warning("%d job outcomes could not be recorded before shutdown: %s", len(self.outbox), e)
-        self._spawner.shutdown(wait=False)
+        self.spawner.shutdown(wait=False)

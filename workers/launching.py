@@ -1,0 +1,186 @@
+"""Starting one attempt of a job on this node (Supervisor.launch), step by step.
+
+The steps, in order (_steps): the leader's seal of the attempt; the job record, still this node's
+at this epoch, assigned and not cancelled; its spec and its user's signature; the job's environment;
+the Unix identity it runs as and its working directory; its log file, checkpoint dir and cgroup;
+the process (forked by the supervisor's one spawner thread); its pid file and its entry in
+sup.running; its start in Redis (or the outbox); the thread that watches it. A step that will not
+start the job raises NotStarted, which says what launch returns and what outcome, if any, is
+recorded first.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+from dispatcher.auth.identity import seal_attempt
+from dispatcher.clock import now_ms
+from dispatcher.core.model import CANCELLED, FAILED, JobSpec
+from dispatcher.store import keys
+from dispatcher.store.codec import decode_spec
+from dispatcher.store.connect import text
+from dispatcher.store.jobs import append_log
+
+from . import jobenv, proctrack, unix_user
+from .keeper import FENCED_DIR
+from .running import CHECKPOINT_FILE, Running, Stopping
+
+log = logging.getLogger("dispatch.agent")
+
+
+class NotStarted(Exception):
+    """The launch ends before the job's process starts: `result` is what launch returns; with a
+    `state`, that outcome (`exit_code`, `reason`) is recorded first."""
+
+    def __init__(self, result: str, state: str | None = None, reason: str = "", exit_code: int | None = None):
+        super().__init__(reason or result)
+        self.result, self.state, self.reason, self.exit_code = result, state, reason, exit_code
+
+
+def launch(sup, job_id: str, epoch: int, seal: str) -> str:
+    """Start attempt `epoch` of `job_id` under `sup` (the Supervisor): "started", or why not
+    ("refused", "stale", "cancelled", "failed")."""
+    try:
+        return _steps(sup, job_id, epoch, seal)
+    except NotStarted as e:
+        stopped = e
+    if stopped.state is not None:  # out of the handler: a Redis error here is the only one raised
+        sup.finish(job_id, epoch, stopped.state, stopped.exit_code, stopped.reason)
+    return stopped.result
+
+
+def _steps(sup, job_id: str, epoch: int, seal: str) -> str:
+    _check_seal(sup, job_id, epoch, seal)
+    spec_raw, gpus, attempt, user_seal = _assigned_record(sup, job_id, epoch)
+    spec = _signed_spec(sup, job_id, spec_raw, user_seal)
+    gpu_list, ckpt = text(gpus), sup.work_dir / "checkpoints" / job_id
+    env = jobenv.attempt_env(sup.base_env, spec, job_id=job_id, epoch=epoch, node=sup.node, ns=sup.ns,
+                             gpu_list=gpu_list, attempt=int(text(attempt) or 0), ckpt=ckpt,
+                             socket_path=str(sup.channel.path),
+                             cap=sup.channel.capability(job_id, epoch, spec.user))
+    identity, cwd = _identity(sup, spec, env)
+    log_path = _private_files(sup, job_id, ckpt, identity)
+    cgroup = proctrack.make_cgroup(proctrack.attempt_cgroup(sup.cgroups, job_id, epoch))
+    proc, cgroup = _spawn(sup, job_id, spec, cwd, env, identity, cgroup)
+    run = _register(sup, job_id, epoch, proc, spec, ckpt, gpu_list, cgroup)
+    _mark_running(sup, run)
+    run.thread = threading.Thread(target=sup.watch, args=(run, log_path), name=f"job-{job_id}", daemon=True)
+    run.thread.start()
+    log.info("job %s started on GPUs [%s], pid %d", job_id, gpu_list, proc.pid)
+    return "started"
+
+
+def _check_seal(sup, job_id: str, epoch: int, seal: str) -> None:
+    """Under identity, only the leader may start an attempt here: it sealed this one for this node."""
+    if sup.verifier is not None and not hmac.compare_digest(
+            seal_attempt(sup.verifier.secret, job_id, epoch, sup.node), seal):
+        log.warning("job %s epoch %s: a launch without the leader's seal for node %s; not started (the record "
+                    "is left as it is)", job_id, epoch, sup.node)
+        raise NotStarted("refused")
+
+
+def _assigned_record(sup, job_id: str, epoch: int) -> tuple:
+    """The record's spec, gpus, attempt and seal, if it is still assigned to this node at `epoch`
+    and not cancelled."""
+    raw = sup.client.hmget(keys.job(sup.ns, job_id), "spec", "epoch", "node", "gpus", "attempt",
+                           "cancel_ms", "state", "seal")
+    spec_raw, cur_epoch, node, gpus, attempt, cancel_ms, state, seal = raw
+    if text(cur_epoch) != str(epoch) or text(node) != sup.node or text(state) != "assigned":
+        log.info("job %s epoch %s is stale here (now epoch %s, node %s, %s); not started",
+                 job_id, epoch, text(cur_epoch), text(node), text(state))
+        raise NotStarted("stale")
+    if cancel_ms:
+        raise NotStarted("cancelled", CANCELLED, "cancelled before it started")
+    return spec_raw, gpus, attempt, seal
+
+
+def _signed_spec(sup, job_id: str, spec_raw, seal) -> JobSpec:
+    """The job's spec; under identity, only if the record is what its user signed."""
+    try:
+        spec = decode_spec(spec_raw, key=keys.job(sup.ns, job_id))
+    except Exception as e:
+        raise NotStarted("failed", FAILED, f"unusable job record: {e}") from e
+    if sup.verifier is not None and not sup.verifier.seal_ok(spec.user, job_id, spec_raw, text(seal)):
+        raise NotStarted("failed", FAILED, f"refused by node {sup.node}: the job record is not what "
+                                           f"user {spec.user} signed")
+    return spec
+
+
+def _identity(sup, spec: JobSpec, env: dict) -> tuple[dict, str | None]:
+    """The Popen arguments that make the job its user's ({} to run as the agent's), and its working
+    directory (None: the agent's), which must exist here and be one its user may enter."""
+    identity, cwd = {}, spec.cwd or None
+    try:
+        if sup.run_as_user:
+            identity = unix_user.popen_identity(spec.user, env, sup.allow_root_jobs)
+            if cwd and (why := unix_user.cannot_enter(cwd, spec.user, identity)):
+                raise LookupError(why)
+        elif sup.verifier is not None and os.geteuid() != 0 and (why := unix_user.refuse_other_user(spec.user)):
+            raise LookupError(why)
+    except LookupError as e:
+        raise NotStarted("failed", FAILED, f"refused by node {sup.node}: {e}") from e
+    if cwd and not os.path.isdir(cwd):
+        raise NotStarted("failed", FAILED, f"working directory {cwd} does not exist on node {sup.node}")
+    return identity, cwd
+
+
+def _private_files(sup, job_id: str, ckpt: Path, identity: dict) -> Path:
+    """The job's checkpoint dir and log file, its user's only; a fence mark of an earlier attempt
+    goes. Returns the log file."""
+    log_path = sup.work_dir / "logs" / f"{job_id}.log"
+    owner = jobenv.owner_of(identity)
+    jobenv.private_dir(ckpt, owner)
+    jobenv.private_log(log_path, owner)
+    (sup.work_dir / FENCED_DIR / job_id).unlink(missing_ok=True)
+    return log_path
+
+
+def _spawn(sup, job_id: str, spec: JobSpec, cwd, env: dict, identity: dict, cgroup):
+    """The job's process, in its own session and cgroup, dying with the agent; and its cgroup."""
+    try:
+        argv, dying = proctrack.spawn_args(list(spec.command), cwd, env)
+        if identity:  # its working directory is entered as its user, after the drop, never as root
+            argv, cwd = (proctrack.enter_cwd(argv, cwd) if cwd else argv), "/"
+        argv, identity, cgroup = proctrack.into_cgroup(argv, cgroup, identity)
+        proc = sup.spawner.submit(
+            subprocess.Popen, argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            **dying, **identity).result()
+    except OSError as e:
+        proctrack.remove_cgroup(cgroup)
+        msg = f"cannot start {spec.command[0]!r}: {e.strerror or e}"
+        append_log(sup.client, sup.ns, job_id, (msg + "\n").encode())
+        raise NotStarted("failed", FAILED, msg, 127) from e
+    return proc, cgroup
+
+
+def _register(sup, job_id: str, epoch: int, proc, spec: JobSpec, ckpt: Path, gpu_list: str, cgroup) -> Running:
+    """Its pid file (for the keeper and the next agent) and its entry in sup.running."""
+    sup.record_pid(job_id, epoch, proc.pid)
+    ckpt_file = ckpt / CHECKPOINT_FILE
+    run = Running(job_id, epoch, proc, spec, ckpt,
+                  ckpt_seen=ckpt_file.stat().st_mtime if ckpt_file.exists() else 0.0,
+                  gpus=tuple(int(g) for g in gpu_list.split(",") if g.strip().isdigit()),
+                  attempt=proctrack.Attempt(job_id, epoch, proc.pid, cgroup))
+    with sup.lock:  # before Redis hears of it: its GPU processes are never taken for zombies
+        sup.running[job_id] = run
+    return run
+
+
+def _mark_running(sup, run: Running) -> None:
+    """Its start, in Redis (mark_running.lua); a copy that went stale, or was cancelled, meanwhile
+    is stopped at once."""
+    try:
+        started = sup.scripts.mark_running(run.job_id, run.epoch, now_ms(), run.proc.pid)
+    except Exception as e:  # Redis away: the job runs; its start is written when Redis is back
+        log.warning("job %s: could not record its start yet (%s)", run.job_id, e)
+        sup.outbox.add("running", run.job_id, run.epoch, now_ms(), run.proc.pid)
+        started = 1
+    if started != 1:
+        run.stop_as(Stopping.STALE if started == 0 else Stopping.CANCEL)
+        sup.stop_run(run, grace_s=0)
