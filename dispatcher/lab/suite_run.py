@@ -14,7 +14,7 @@ from pathlib import Path
 from ..sim.suite import BASELINES, TRACES, Workload, from_trace, generated
 
 #: Where the suite looks for the shared traces when not told: the project's examples/traces.
-DEFAULT_TRACES = Path(__file__).resolve().parent.parent / "examples" / "traces"
+DEFAULT_TRACES = Path(__file__).resolve().parents[2] / "examples" / "traces"
 
 
 def load_workloads(traces_dir: str | os.PathLike | None, seed: int, names: list[str] | None = None) -> list[Workload]:

@@ -96,3 +96,10 @@ def test_the_suite_exports_its_weeks_as_traces_the_simulator_replays(tmp_path):
     replay = subprocess.run([sys.executable, "-m", "dispatcher", "simulate", path, "--nodes", nodes, "--json"],
                             capture_output=True, text=True, timeout=300)
     assert replay.returncode == 0 and json.loads(replay.stdout)["policies"]["dispatch"]["finished"] == len(jobs)
+
+
+def test_the_suite_finds_the_shared_traces_where_the_project_keeps_them():
+    from dispatcher.lab.suite_run import DEFAULT_TRACES
+    from dispatcher.sim.suite import TRACES
+
+    assert [file for _, file, _, _ in TRACES if not (DEFAULT_TRACES / file).is_file()] == []
