@@ -53,74 +53,89 @@ class ClusterCollector:
         v = self.board.overview()
         self._observe_new_starts()
         yield from self._delay.collect()
+        yield from _classes(v)
+        yield from _nodes(v)
+        yield from _cluster(v)
+        yield from _scheduler(v)
+        yield from _outcomes_and_alerts(v)
 
-        pending = _gauge("dispatch_jobs_pending", "Pending jobs, by class", ["class"])
-        running = _gauge("dispatch_jobs_running", "Jobs holding resources (assigned, running, preempting), by class",
-                         ["class"])
-        oldest = _gauge("dispatch_oldest_pending_wait_seconds", "Longest wait among pending jobs, by class",
-                        ["class"])
-        for c in v["classes"]:
-            pending.add_metric([c["class"]], c["pending"])
-            running.add_metric([c["class"]], c["running"])
-            oldest.add_metric([c["class"]], c["oldest_wait_s"])
-        yield from (pending, running, oldest)
 
-        gpus = _gauge("dispatch_node_gpus", "GPUs of each node by state (free, held, blocked by a zombie, dead)",
-                      ["node", "state"])
-        util = _gauge("dispatch_gpu_utilization_percent", "GPU utilization as the node's agent last read it",
-                      ["node", "gpu"])
-        alloc = _gauge("dispatch_gpu_allocated", "1 while a job holds the GPU", ["node", "gpu"])
-        mem_used = _gauge("dispatch_gpu_memory_used_bytes", "GPU memory in use", ["node", "gpu"])
-        mem_total = _gauge("dispatch_gpu_memory_total_bytes", "GPU memory", ["node", "gpu"])
-        age = _gauge("dispatch_node_heartbeat_age_seconds", "Time since the node's last heartbeat", ["node"])
-        up = _gauge("dispatch_node_up", "1 while the node heartbeats within the node timeout", ["node"])
-        for n in v["nodes"]:
-            age.add_metric([n["name"]], n["seen_s_ago"])
-            up.add_metric([n["name"]], 1 if n["alive"] else 0)
-            for state in ("free", "held", "blocked", "dead"):
-                gpus.add_metric([n["name"], state], sum(1 for g in n["gpus"] if g["state"] == state))
-            for g in n["gpus"]:
-                labels = [n["name"], str(g["index"])]
-                util.add_metric(labels, g["util_pct"])
-                alloc.add_metric(labels, 1 if g["job"] else 0)
-                mem_used.add_metric(labels, g["mem_used_gb"] * 1e9)
-                mem_total.add_metric(labels, g["mem_total_gb"] * 1e9)
-        yield from (gpus, util, alloc, mem_used, mem_total, age, up)
+def _classes(v: dict):
+    pending = _gauge("dispatch_jobs_pending", "Pending jobs, by class", ["class"])
+    running = _gauge("dispatch_jobs_running", "Jobs holding resources (assigned, running, preempting), by class",
+                     ["class"])
+    oldest = _gauge("dispatch_oldest_pending_wait_seconds", "Longest wait among pending jobs, by class",
+                    ["class"])
+    for c in v["classes"]:
+        pending.add_metric([c["class"]], c["pending"])
+        running.add_metric([c["class"]], c["running"])
+        oldest.add_metric([c["class"]], c["oldest_wait_s"])
+    yield from (pending, running, oldest)
 
-        t = v["totals"]
-        yield GaugeMetricFamily("dispatch_cluster_gpus", "Usable GPUs on live nodes", value=t["gpus"])
-        yield GaugeMetricFamily("dispatch_cluster_gpu_allocation_ratio", "GPUs held / usable GPUs, live nodes",
-                                value=t["held"] / t["gpus"] if t["gpus"] else 0.0)
-        yield GaugeMetricFamily("dispatch_cluster_gpu_utilization_percent", "Mean GPU utilization, live nodes",
-                                value=t["util_pct"])
-        yield GaugeMetricFamily("dispatch_cluster_fragmentation_ratio",
-                                "Share of free GPUs on nodes with fewer free than the smallest pending request", value=t["frag"])
 
-        s = v["scheduler"]
-        for name, key, doc in (("dispatch_scheduler_cycles", "cycles", "Scheduling cycles run by the leader"),
-                               ("dispatch_placements", "placed", "Jobs started by the leader"),
-                               ("dispatch_preemptions", "preempted", "Preemptions started by the leader"),
-                               ("dispatch_lost_requeues", "requeued_lost", "Jobs requeued from dead nodes")):
-            yield CounterMetricFamily(name, doc + " (resets when another scheduler takes the lead)", value=s[key])
-        yield GaugeMetricFamily("dispatch_scheduler_cycle_seconds", "Duration of the leader's last cycle",
-                                value=s["cycle_ms"] / 1000.0)
-        yield GaugeMetricFamily("dispatch_scheduler_stats_age_seconds",
-                                "Time since the leader last published (a stalled or absent scheduler)",
-                                value=s["age_s"] if s["age_s"] is not None else float("nan"))
+def _nodes(v: dict):
+    gpus = _gauge("dispatch_node_gpus", "GPUs of each node by state (free, held, blocked by a zombie, dead)",
+                  ["node", "state"])
+    util = _gauge("dispatch_gpu_utilization_percent", "GPU utilization as the node's agent last read it",
+                  ["node", "gpu"])
+    alloc = _gauge("dispatch_gpu_allocated", "1 while a job holds the GPU", ["node", "gpu"])
+    mem_used = _gauge("dispatch_gpu_memory_used_bytes", "GPU memory in use", ["node", "gpu"])
+    mem_total = _gauge("dispatch_gpu_memory_total_bytes", "GPU memory", ["node", "gpu"])
+    age = _gauge("dispatch_node_heartbeat_age_seconds", "Time since the node's last heartbeat", ["node"])
+    up = _gauge("dispatch_node_up", "1 while the node heartbeats within the node timeout", ["node"])
+    for n in v["nodes"]:
+        age.add_metric([n["name"]], n["seen_s_ago"])
+        up.add_metric([n["name"]], 1 if n["alive"] else 0)
+        for state in ("free", "held", "blocked", "dead"):
+            gpus.add_metric([n["name"], state], sum(1 for g in n["gpus"] if g["state"] == state))
+        for g in n["gpus"]:
+            labels = [n["name"], str(g["index"])]
+            util.add_metric(labels, g["util_pct"])
+            alloc.add_metric(labels, 1 if g["job"] else 0)
+            mem_used.add_metric(labels, g["mem_used_gb"] * 1e9)
+            mem_total.add_metric(labels, g["mem_total_gb"] * 1e9)
+    yield from (gpus, util, alloc, mem_used, mem_total, age, up)
 
-        finished = _gauge("dispatch_recent_jobs_finished", "The newest finished jobs (up to 1000), by final state",
-                          ["state"])
-        for state, n in v["outcomes"]["counts"].items():
-            finished.add_metric([state], n)
-        yield finished
 
-        active = _gauge("dispatch_alerts_active", "Alerts in force, by kind", ["kind"])
-        each = _gauge("dispatch_alert", "1 for each alert in force", ["kind", "severity", "subject"])
-        for kind in ALERT_KINDS:
-            active.add_metric([kind], sum(1 for a in v["alerts"] if a["kind"] == kind))
-        for a in v["alerts"]:
-            each.add_metric([a["kind"], a["severity"], a["subject"]], 1)
-        yield from (active, each)
+def _cluster(v: dict):
+    t = v["totals"]
+    yield GaugeMetricFamily("dispatch_cluster_gpus", "Usable GPUs on live nodes", value=t["gpus"])
+    yield GaugeMetricFamily("dispatch_cluster_gpu_allocation_ratio", "GPUs held / usable GPUs, live nodes",
+                            value=t["held"] / t["gpus"] if t["gpus"] else 0.0)
+    yield GaugeMetricFamily("dispatch_cluster_gpu_utilization_percent", "Mean GPU utilization, live nodes",
+                            value=t["util_pct"])
+    yield GaugeMetricFamily("dispatch_cluster_fragmentation_ratio",
+                            "Share of free GPUs on nodes with fewer free than the smallest pending request", value=t["frag"])
+
+
+def _scheduler(v: dict):
+    s = v["scheduler"]
+    for name, key, doc in (("dispatch_scheduler_cycles", "cycles", "Scheduling cycles run by the leader"),
+                           ("dispatch_placements", "placed", "Jobs started by the leader"),
+                           ("dispatch_preemptions", "preempted", "Preemptions started by the leader"),
+                           ("dispatch_lost_requeues", "requeued_lost", "Jobs requeued from dead nodes")):
+        yield CounterMetricFamily(name, doc + " (resets when another scheduler takes the lead)", value=s[key])
+    yield GaugeMetricFamily("dispatch_scheduler_cycle_seconds", "Duration of the leader's last cycle",
+                            value=s["cycle_ms"] / 1000.0)
+    yield GaugeMetricFamily("dispatch_scheduler_stats_age_seconds",
+                            "Time since the leader last published (a stalled or absent scheduler)",
+                            value=s["age_s"] if s["age_s"] is not None else float("nan"))
+
+
+def _outcomes_and_alerts(v: dict):
+    finished = _gauge("dispatch_recent_jobs_finished", "The newest finished jobs (up to 1000), by final state",
+                      ["state"])
+    for state, n in v["outcomes"]["counts"].items():
+        finished.add_metric([state], n)
+    yield finished
+
+    active = _gauge("dispatch_alerts_active", "Alerts in force, by kind", ["kind"])
+    each = _gauge("dispatch_alert", "1 for each alert in force", ["kind", "severity", "subject"])
+    for kind in ALERT_KINDS:
+        active.add_metric([kind], sum(1 for a in v["alerts"] if a["kind"] == kind))
+    for a in v["alerts"]:
+        each.add_metric([a["kind"], a["severity"], a["subject"]], 1)
+    yield from (active, each)
 
 
 def exposition(collector: ClusterCollector) -> bytes:
