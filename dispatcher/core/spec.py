@@ -214,10 +214,7 @@ def check_options(
     scaling=None,
 ) -> dict:
     """Every field of a request but its command and name, checked: the JobSpec fields they give."""
-    est_s = None
-    if est is not None and est != "":
-        est_s = est if isinstance(est, (int, float)) and not isinstance(est, bool) else parse_duration(est)
-        est_s = _number(est_s, "--est", lo=0.001, hi=1e9, integer=False)
+    est_s = _estimate(est)
     grace_s = parse_duration(grace, flag="--grace") if isinstance(grace, str) else grace
     gpus, low = _gpu_range(gpus)
     if low is not None:
@@ -247,19 +244,32 @@ def check_options(
         after_any=parse_job_ids(after_any, "--after-any"),
         scaling=_scaling_text(scaling, low is not None),
     )
+    _check_together(f, elastic=low is not None)
+    return f
+
+
+def _estimate(est) -> float | None:
+    """--est as seconds (a number, or a duration such as 2h30m); None when not given."""
+    if est is None or est == "":
+        return None
+    est_s = est if isinstance(est, (int, float)) and not isinstance(est, bool) else parse_duration(est)
+    return _number(est_s, "--est", lo=0.001, hi=1e9, integer=False)
+
+
+def _check_together(f: dict, *, elastic: bool) -> None:
+    """The checks of fields against each other (and an elastic job's estimate from its scaling table)."""
     if f["scaling"] and f["est_s"] is None:  # a table's time on the most GPUs is the estimate
         from .elastic import run_time
 
         f["est_s"] = run_time(JobSpec(id="", command=(), **f), f["gpus"])
     if f["min_gpus"] is not None and f["min_gpus"] > f["gpus"]:
         raise InvalidRequestError(f"--min-gpus: {f['min_gpus']} is more than --gpus {f['gpus']}", field="--min-gpus")
-    if f["min_gpus"] is not None and not f["checkpointable"] and low is None:
+    if f["min_gpus"] is not None and not f["checkpointable"] and not elastic:
         raise InvalidRequestError("--min-gpus: an elastic job is shrunk by checkpoint and restart; "
                                   "add --checkpointable", field="--min-gpus")
     if f["share"] and not (f["gpus"] >= 1 and f["gpu_mem_gb"] > 0):
         raise InvalidRequestError("--share needs --gpus 1 or more and --gpu-mem GB (the memory it may use "
                                   "on each GPU)", field="--share")
-    return f
 
 
 def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", name="", **options) -> JobSpec:
