@@ -97,7 +97,7 @@ class RedisPlanner:
                 if code == Outcome.GPU_HELD:  # a GPU the job records call free is held: the scheduler checks who
                     self.held_gpus.append(p)
                 log.info("placement of job %s on %s refused (%s); will replan", p.job_id, p.node,
-                         Outcome(code).name if isinstance(code, int) else code)
+                         Outcome.name_of(code))
         return done
 
     def _write_reasons(self, pipe, plan: Plan, held: dict[str, str], waiting) -> None:

@@ -6,6 +6,7 @@ so a hostile or corrupt record never reaches the policy.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import msgpack
@@ -58,6 +59,8 @@ def _check(cond: bool, what: str) -> None:
         raise _Bad(what)
 
 
+#: Numbers of a spec are finite: an infinite estimate or size is a malformed record.
+INF = math.inf
 #: Absent from the record (distinct from a stored nil).
 _MISSING = object()
 #: Record keys of the fields a sweep's jobs share, checked once per distinct set (_checked_shared);
@@ -118,12 +121,13 @@ def _checked_shared(values: tuple) -> JobSpec:
     _check(type(types) is tuple and all(type(t) is str for t in types), "bad gpu_types")
     bad = next((f for f in ("user", "team", "cwd", "prio") if type(d[f]) is not str), None) \
         or next((f for f in ("gpus", "cpus") if not (type(d[f]) is int and d[f] >= 0)), None) \
-        or next((f for f in ("gpu_mem_gb", "mem_gb", "grace_s") if not (isinstance(d[f], num) and d[f] >= 0)), None)
+        or next((f for f in ("gpu_mem_gb", "mem_gb", "grace_s") if not (isinstance(d[f], num) and 0 <= d[f] < INF)),
+                None)
     if bad is not None:
         raise _Bad(f"bad {bad}")
     _check(d["prio"] in PRIORITIES, f"unknown priority {d['prio']!r}")
     est = d["est_s"]
-    _check(est is None or (isinstance(est, num) and est > 0), "bad est_s")
+    _check(est is None or (isinstance(est, num) and 0 < est < INF), "bad est_s")  # (inf: no end to plan for)
     return JobSpec(
         id="", command=(), user=d["user"], team=d["team"], cwd=d["cwd"], env=env, gpus=d["gpus"],
         gpu_types=types, gpu_mem_gb=float(d["gpu_mem_gb"]), cpus=d["cpus"], mem_gb=float(d["mem_gb"]),

@@ -21,8 +21,7 @@ import logging
 import msgpack
 
 from ..core.model import ACTIVE_STATES
-from . import keys
-from .connect import text
+from . import job_record, keys
 from .scripts import Outcome
 
 log = logging.getLogger("dispatch.control")
@@ -81,11 +80,11 @@ def cancel(scripts, client, ns: str, job_id: str, now_ms: int, reason: str) -> O
     job = keys.job(ns, job_id)
 
     def attempt(pipe):
-        state, node, epoch = pipe.hmget(job, "state", "node", "epoch")
+        now = job_record.values(("state", "node", "epoch"), pipe.hmget(job, "state", "node", "epoch"))
         pipe.multi()
         scripts.cancel(job_id, now_ms, reason, client=pipe)
-        if text(state) in ACTIVE_STATES:
-            send(pipe, ns, text(node), {"type": "cancel", "job": job_id, "epoch": int(epoch or 0), "reason": reason})
+        if now["state"] in ACTIVE_STATES:
+            send(pipe, ns, now["node"], {"type": "cancel", "job": job_id, "epoch": now["epoch"], "reason": reason})
 
     return Outcome(client.transaction(attempt, job)[0])
 

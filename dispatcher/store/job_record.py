@@ -88,9 +88,9 @@ def parse(name: str, raw):
     value = text(raw)
     if kind is str:
         return value or ""
-    if kind is tuple:
-        return tuple(int(g) for g in value.split(",") if g.isascii() and g.isdigit())
     try:
+        if kind is tuple:
+            return tuple(int(g) for g in value.split(",") if g.isascii() and g.isdigit())
         return kind(value) if value not in ("", None) else _absent(name)
     except (ValueError, OverflowError):
         return _absent(name)

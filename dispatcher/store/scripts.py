@@ -30,13 +30,25 @@ class Outcome(enum.IntEnum):
     NO_JOB = -5  # cancel: no such job
     ENDED = -6  # cancel: the job had already ended
 
+    @classmethod
+    def name_of(cls, reply) -> str:
+        """A reply's name for a log: its outcome's, else the reply itself (an error, or a count made from a
+        record's garbage, such as an epoch of -8 moved on to -7)."""
+        try:
+            return cls(reply).name
+        except ValueError:
+            return str(reply)
+
 
 def _typed(reply, *, counts: bool = False):
     """A script's reply as its Outcome; with `counts`, a reply > 0 is a count (an epoch) and stays a
     number. A call queued on a pipeline (the reply is the pipeline) is returned as it is."""
     if not isinstance(reply, int) or (counts and reply > 0):
         return reply
-    return Outcome(reply)
+    try:
+        return Outcome(reply)
+    except ValueError:  # a count from a record's garbage (an epoch of -8 moves to -7): no outcome of ours
+        return reply
 
 _NAMES = ("commit_placement", "mark_running", "finish", "cancel", "preempt", "shrink", "checkpointed", "lease",
           "idle_warning")
