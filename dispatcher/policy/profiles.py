@@ -117,17 +117,7 @@ def _profile(raw: dict, key: str, base: PolicyConfig) -> PolicyConfig:
         raise _err(f"{key}.{sorted(unknown)[0]}", f"unknown setting; known: {', '.join(sorted(_PROFILE_KEYS))}")
     changes: dict = {}
     if "weights" in raw:
-        w = raw["weights"]
-        if not isinstance(w, dict):
-            raise _err(f"{key}.weights", "must be a table of term = weight")
-        for term, value in w.items():
-            if term not in WEIGHT_TERMS:
-                raise _err(f"{key}.weights.{term}", f"unknown term; known: {', '.join(WEIGHT_TERMS)}")
-            _number(value, f"{key}.weights.{term}")
-        weights = {**base.weights, **{k: float(v) for k, v in w.items()}}
-        if sum(weights.values()) <= 0:
-            raise _err(f"{key}.weights", "at least one weight must be above 0")
-        changes["weights"] = weights
+        changes["weights"] = _weights(raw["weights"], key, base)
     for name, attr in _DURATION_KEYS.items():
         if name in raw:
             changes[attr] = _duration(raw[name], f"{key}.{name}")
@@ -148,14 +138,8 @@ def _profile(raw: dict, key: str, base: PolicyConfig) -> PolicyConfig:
         if raw["preempt_by"] not in PREEMPT_BY:
             raise _err(f"{key}.preempt_by", f"{raw['preempt_by']!r} is not one of {', '.join(PREEMPT_BY)}")
         changes["preempt_by"] = raw["preempt_by"]
-    if "las_tiers" in raw:  # GPU time received, e.g. ["1h", "10h"] = 1 and 10 GPU-hours
-        tiers = raw["las_tiers"]
-        if not isinstance(tiers, list) or not tiers:
-            raise _err(f"{key}.las_tiers", 'must be a list of GPU-time durations, e.g. ["1h", "10h"]')
-        values = [_duration(t, f"{key}.las_tiers") for t in tiers]
-        if values != sorted(values) or len(set(values)) != len(values):
-            raise _err(f"{key}.las_tiers", "must be increasing")
-        changes["las_thresholds_gpu_s"] = tuple(values)
+    if "las_tiers" in raw:
+        changes["las_thresholds_gpu_s"] = _las_tiers(raw["las_tiers"], key)
     if "reserve_longest_wait" in raw:  # a share of the class's target, or false / "never"
         v = raw["reserve_longest_wait"]
         off = v is False or str(v).strip().lower() == "never"
@@ -175,6 +159,29 @@ def _profile(raw: dict, key: str, base: PolicyConfig) -> PolicyConfig:
         raise _err(f"{key}.idle_requeue", f"{config.idle_requeue_s:g}s is shorter than idle_warn "
                                           f"({config.idle_warn_s:g}s): a job is warned before it is requeued")
     return config
+
+
+def _weights(w, key: str, base: PolicyConfig) -> dict[str, float]:
+    if not isinstance(w, dict):
+        raise _err(f"{key}.weights", "must be a table of term = weight")
+    for term, value in w.items():
+        if term not in WEIGHT_TERMS:
+            raise _err(f"{key}.weights.{term}", f"unknown term; known: {', '.join(WEIGHT_TERMS)}")
+        _number(value, f"{key}.weights.{term}")
+    weights = {**base.weights, **{k: float(v) for k, v in w.items()}}
+    if sum(weights.values()) <= 0:
+        raise _err(f"{key}.weights", "at least one weight must be above 0")
+    return weights
+
+
+def _las_tiers(tiers, key: str) -> tuple[float, ...]:
+    """GPU time received, e.g. ["1h", "10h"] = 1 and 10 GPU-hours."""
+    if not isinstance(tiers, list) or not tiers:
+        raise _err(f"{key}.las_tiers", 'must be a list of GPU-time durations, e.g. ["1h", "10h"]')
+    values = [_duration(t, f"{key}.las_tiers") for t in tiers]
+    if values != sorted(values) or len(set(values)) != len(values):
+        raise _err(f"{key}.las_tiers", "must be increasing")
+    return tuple(values)
 
 
 def _per_class(s, key: str) -> dict[str, float]:
