@@ -36,6 +36,9 @@ def _cancelled(sup, run: Running, code: int) -> None:
 
 
 def _fenced(sup, run: Running, code: int) -> None:
+    if code != -signal.SIGKILL:  # it ended on its own before the fence's kill (while its agent was stopped)
+        _exited(sup, run, code)
+        return
     sup.finish(run.job_id, run.epoch, PENDING, None,
                f"node {sup.node} could not heartbeat in time (cut off from Redis, or its agent "
                f"stopped); its copy was killed and the attempt lost",

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.api import Client
+from dispatcher.config import Timing
 from dispatcher.store import keys
 from dispatcher.store.connect import connect
 from dispatcher.store.jobs import read_job
@@ -279,6 +280,30 @@ def test_a_job_that_ended_while_its_agent_was_stopped_is_recorded_by_the_next_ag
     agent.wait(10)
     cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), log_name="worker-again",
               **env)
+    assert cli.run("wait", job, "--timeout", "60").returncode == 0, cli.show(job)
+    assert [r["ended"] for r in attempts(out, job)] == [True], attempts(out, job)
+    assert cli.show(job)["attempt"] == 0
+
+
+def test_a_job_that_ended_before_its_resumed_agent_fences_is_recorded_as_it_ended_not_rerun(cli, client, tmp_path):
+    """The agent is stopped past its fence (fence_s) but not past the node timeout, and its job ends
+    meanwhile. Back, the agent fences its copies at once and reaps the ended one, in either order; the
+    copy that had already ended on its own is recorded as it ended (succeeded), not as an attempt lost to
+    the fence, and runs once. (The chaos suite met the fence-first order, with the server down too; here
+    the reap usually comes first: outcomes._fenced records by the exit code either way.)"""
+    env = {"DISPATCH_HEARTBEAT_S": "0.5", "DISPATCH_NODE_TIMEOUT_S": "20"}  # fence at 18 s, the node given up at 20
+    out = tmp_path / "runs"
+    out.mkdir()
+    agent = cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(tmp_path / "a"),
+                      **env)
+    cli.start("scheduler", **env)
+    job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=5))
+    wait_running(cli, client, job)
+    os.kill(agent.pid, signal.SIGSTOP)  # the job ends a second later, unreaped
+    try:
+        time.sleep(Timing(heartbeat_s=0.5, node_timeout_s=20.0).fence_s + 1.0)
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
     assert cli.run("wait", job, "--timeout", "60").returncode == 0, cli.show(job)
     assert [r["ended"] for r in attempts(out, job)] == [True], attempts(out, job)
     assert cli.show(job)["attempt"] == 0
