@@ -8,9 +8,7 @@ from __future__ import annotations
 import logging
 import signal
 
-from dispatcher.store import control
-from dispatcher.store import keys
-from dispatcher.store.connect import text
+from dispatcher.store import control, job_record
 
 from .running import Stopping
 
@@ -55,5 +53,5 @@ def handle(sup, entry_id, cmd: dict) -> None:
 def _marked_preempting(sup, run) -> bool:
     """A preempt command counts only if its mark took (preempt.lua): a scheduler that lost
     its lease, or a plan that went stale, sends the command but its mark is refused."""
-    state, epoch = sup.client.hmget(keys.job(sup.ns, run.job_id), "state", "epoch")
-    return text(state) == "preempting" and text(epoch) == str(run.epoch)
+    r = job_record.read_fields(sup.client, sup.ns, run.job_id, job_record.FENCE)
+    return r["state"] == "preempting" and r["epoch"] == run.epoch

@@ -21,10 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dispatcher.clock import now_ms
-from dispatcher.store import control
-from dispatcher.store import keys
+from dispatcher.store import control, job_record, keys
 from dispatcher.store.codec import decode_spec, encode_spec
-from dispatcher.store.connect import text
 from dispatcher.store.jobs import append_log
 
 from . import jobenv, launching, outcomes, proctrack
@@ -213,9 +211,9 @@ class Supervisor:
             return
         pipe = self.client.pipeline(transaction=False)
         for r in runs:
-            pipe.hget(keys.job(self.ns, r.job_id), "epoch")
-        for r, epoch in zip(runs, pipe.execute()):
-            if text(epoch) != str(r.epoch):
+            job_record.queue_fields(pipe, self.ns, r.job_id, job_record.FENCE)
+        for r, reply in zip(runs, pipe.execute()):
+            if job_record.values(job_record.FENCE, reply)["epoch"] != r.epoch:
                 r.stop_as(Stopping.STALE)
                 self.stop_run(r, 0, signal.SIGKILL)
                 continue

@@ -21,9 +21,8 @@ from pathlib import Path
 from dispatcher.auth.identity import seal_attempt
 from dispatcher.clock import now_ms
 from dispatcher.core.model import CANCELLED, FAILED, JobSpec
-from dispatcher.store import keys
+from dispatcher.store import job_record, keys
 from dispatcher.store.codec import decode_spec
-from dispatcher.store.connect import text
 from dispatcher.store.jobs import append_log
 
 from . import jobenv, proctrack, unix_user
@@ -58,9 +57,9 @@ def _steps(sup, job_id: str, epoch: int, seal: str) -> str:
     _check_seal(sup, job_id, epoch, seal)
     spec_raw, gpus, attempt, user_seal = _assigned_record(sup, job_id, epoch)
     spec = _signed_spec(sup, job_id, spec_raw, user_seal)
-    gpu_list, ckpt = text(gpus), sup.work_dir / "checkpoints" / job_id
+    gpu_list, ckpt = ",".join(map(str, gpus)), sup.work_dir / "checkpoints" / job_id
     env = jobenv.attempt_env(sup.base_env, spec, job_id=job_id, epoch=epoch, node=sup.node, ns=sup.ns,
-                             gpu_list=gpu_list, attempt=int(text(attempt) or 0), ckpt=ckpt,
+                             gpu_list=gpu_list, attempt=attempt, ckpt=ckpt,
                              socket_path=str(sup.channel.path),
                              cap=sup.channel.capability(job_id, epoch, spec.user))
     identity, cwd = _identity(sup, spec, env)
@@ -87,16 +86,14 @@ def _check_seal(sup, job_id: str, epoch: int, seal: str) -> None:
 def _assigned_record(sup, job_id: str, epoch: int) -> tuple:
     """The record's spec, gpus, attempt and seal, if it is still assigned to this node at `epoch`
     and not cancelled."""
-    raw = sup.client.hmget(keys.job(sup.ns, job_id), "spec", "epoch", "node", "gpus", "attempt",
-                           "cancel_ms", "state", "seal")
-    spec_raw, cur_epoch, node, gpus, attempt, cancel_ms, state, seal = raw
-    if text(cur_epoch) != str(epoch) or text(node) != sup.node or text(state) != "assigned":
+    r = job_record.read_fields(sup.client, sup.ns, job_id, job_record.LAUNCH)
+    if r["epoch"] != epoch or r["node"] != sup.node or r["state"] != "assigned":
         log.info("job %s epoch %s is stale here (now epoch %s, node %s, %s); not started",
-                 job_id, epoch, text(cur_epoch), text(node), text(state))
+                 job_id, epoch, r["epoch"], r["node"], r["state"])
         raise NotStarted("stale")
-    if cancel_ms:
+    if r["cancel_ms"]:
         raise NotStarted("cancelled", CANCELLED, "cancelled before it started")
-    return spec_raw, gpus, attempt, seal
+    return r["spec"], r["gpus"], r["attempt"], r["seal"]
 
 
 def _signed_spec(sup, job_id: str, spec_raw, seal) -> JobSpec:
@@ -105,7 +102,7 @@ def _signed_spec(sup, job_id: str, spec_raw, seal) -> JobSpec:
         spec = decode_spec(spec_raw, key=keys.job(sup.ns, job_id))
     except Exception as e:
         raise NotStarted("failed", FAILED, f"unusable job record: {e}") from e
-    if sup.verifier is not None and not sup.verifier.seal_ok(spec.user, job_id, spec_raw, text(seal)):
+    if sup.verifier is not None and not sup.verifier.seal_ok(spec.user, job_id, spec_raw, seal):
         raise NotStarted("failed", FAILED, f"refused by node {sup.node}: the job record is not what "
                                            f"user {spec.user} signed")
     return spec

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dispatcher.clock import now_ms
 from dispatcher.core.model import PENDING
-from dispatcher.store import keys
+from dispatcher.store import job_record, keys
 from dispatcher.store.codec import decode_spec
 from dispatcher.store.connect import text
 from dispatcher.store.exits import read_exits, reported_outcome
@@ -54,7 +54,7 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
     ids = [text(i) for i in sup.client.zrange(keys.jobs_active(sup.ns), 0, -1)]
     pipe = sup.client.pipeline(transaction=False)
     for job_id in ids:
-        pipe.hmget(keys.job(sup.ns, job_id), "node", "epoch", "state", "started_ms", "spec", "assigned_ms")
+        job_record.queue_fields(pipe, sup.ns, job_id, job_record.RECOVERY)
     pipe.llen(Queue.redis_queue_namespace_prefix + keys.rq_queue_name(sup.ns, sup.node))
     *replies, waiting_launches = pipe.execute(raise_on_error=False)
     now = now_ms()
@@ -66,23 +66,23 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
     for job_id, reply in zip(ids, replies):
         if isinstance(reply, Exception) or not text(reply[1]).isdigit():
             continue  # no job record, or one of the wrong type: the leader's to quarantine
-        node, epoch, state, started, raw, assigned = reply
-        epoch = int(text(epoch))
-        if text(node) != sup.node or (job_id, epoch) in mine:
+        r = job_record.values(job_record.RECOVERY, reply)
+        epoch, state = r["epoch"], r["state"]
+        if r["node"] != sup.node or (job_id, epoch) in mine:
             continue
-        if not everything and not (_settled(started, now, settle_ms) if text(state) in ("running", "preempting")
-                                   else text(state) == "assigned" and launch_lost
-                                   and _settled(assigned, now, ASSIGNED_SETTLE_MS)):
+        if not everything and not (_settled(r["started_ms"], now, settle_ms) if state in ("running", "preempting")
+                                   else state == "assigned" and launch_lost
+                                   and _settled(r["assigned_ms"], now, ASSIGNED_SETTLE_MS)):
             continue
         ended = reported_outcome(read_exits(sup.client, sup.ns, [job_id]).get(job_id), epoch) \
-            if text(state) == "running" else None
+            if state == "running" else None
         if ended is not None:  # it ended while the agent before this one was stopped; its keeper saw it
             if sup.scripts.finish(job_id, sup.node, epoch, ended[0], ended[1], ended[2], ended[3]) == 1:
                 log.warning("job %s ended (exit %d) while this node's agent could not report it; recorded",
                             job_id, ended[1])
             continue
         try:
-            spec = decode_spec(raw, key=keys.job(sup.ns, job_id))
+            spec = decode_spec(r["spec"], key=keys.job(sup.ns, job_id))
         except Exception:
             spec = None
         if sup.scripts.finish(job_id, sup.node, epoch, PENDING, None, now, reason, **lost_attempt(spec)) == 1:
@@ -94,5 +94,5 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
     return requeued
 
 
-def _settled(since_ms, now: int, settle_ms: int) -> bool:
-    return text(since_ms).isdigit() and now - int(text(since_ms)) >= settle_ms
+def _settled(since_ms: int, now: int, settle_ms: int) -> bool:
+    return since_ms > 0 and now - since_ms >= settle_ms
