@@ -80,7 +80,7 @@ def cancel(scripts, client, ns: str, job_id: str, now_ms: int, reason: str) -> O
     job = keys.job(ns, job_id)
 
     def attempt(pipe):
-        now = job_record.values(("state", "node", "epoch"), pipe.hmget(job, "state", "node", "epoch"))
+        now = job_record.values(job_record.WHERE, pipe.hmget(job, *job_record.WHERE))
         pipe.multi()
         scripts.cancel(job_id, now_ms, reason, client=pipe)
         if now["state"] in ACTIVE_STATES:

@@ -76,6 +76,7 @@ LAUNCH = ("spec", "epoch", "node", "gpus", "attempt", "cancel_ms", "state", "sea
 RECOVERY = ("node", "epoch", "state", "started_ms", "spec", "assigned_ms")  # a restarted agent's
 PLACED = ("state", "node", "gpus")  # the index repair's
 IDLE = ("warning", "idle_since_ms")  # the board's, of a running job
+WHERE = ("state", "node", "epoch")  # a cancel's: is it held, and where
 FENCE = ("state", "epoch")  # the agent's check that a copy is still the job's current attempt
 
 
