@@ -22,7 +22,7 @@ class RedisPlanner:
     Each placement runs commit_placement.lua, which refuses it if the job is no
     longer pending at the epoch the plan saw or a GPU is held. The RQ job is
     enqueued in the same transaction either way; a refused placement's RQ job
-    finds a moved epoch when it runs and does nothing (workers/jobs.py).
+    finds a moved epoch when it runs and does nothing (workers/launching.py).
     """
 
     def __init__(self, client, ns: str, scripts, seal=None):
