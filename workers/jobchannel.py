@@ -32,9 +32,11 @@ from pathlib import Path
 
 import msgpack
 
+from dispatcher.clock import now_ms
 from dispatcher.core.errors import ConfigError, DispatcherError
 from dispatcher.auth.identity import job_capability
 from dispatcher.auth.peer import peer_credentials
+from dispatcher.store.scripts import Outcome
 
 from .running import Stopping
 
@@ -223,7 +225,7 @@ class JobChannel:
             return -1
 
     def _checkpointed(self, job_id: str, epoch: int) -> dict:
-        if self.sup.scripts.checkpointed(job_id, epoch, int(time.time() * 1000)) != 1:
+        if self.sup.scripts.checkpointed(job_id, epoch, now_ms()) != Outcome.DONE:
             return _err(f"job {job_id} is not running at epoch {epoch}; checkpoint not recorded")
         return {"ok": True}
 

@@ -24,6 +24,7 @@ from dispatcher.clock import now_ms
 from dispatcher.store import control, job_record, keys
 from dispatcher.store.codec import decode_spec, encode_spec
 from dispatcher.store.jobs import append_log
+from dispatcher.store.scripts import Outcome
 
 from . import jobenv, launching, outcomes, proctrack
 from .jobchannel import JobChannel
@@ -128,7 +129,7 @@ class Supervisor:
     def _write_outcome(self, job_id, epoch, state, exit_code, reason, *, at_ms, **kw) -> None:
         ok = self.scripts.finish(job_id, self.node, epoch, state, exit_code, at_ms, reason, **kw)
         self.client.publish(keys.events(self.ns), b"finish")
-        if ok != 1:
+        if ok != Outcome.DONE:
             log.warning("job %s: outcome %s refused (epoch %d is stale)", job_id, state, epoch)
 
     def flush_outbox(self) -> None:

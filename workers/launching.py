@@ -24,6 +24,7 @@ from dispatcher.core.model import CANCELLED, FAILED, JobSpec
 from dispatcher.store import job_record, keys
 from dispatcher.store.codec import decode_spec
 from dispatcher.store.jobs import append_log
+from dispatcher.store.scripts import Outcome
 
 from . import jobenv, proctrack, unix_user
 from .keeper import FENCED_DIR
@@ -177,7 +178,7 @@ def _mark_running(sup, run: Running) -> None:
     except Exception as e:  # Redis away: the job runs; its start is written when Redis is back
         log.warning("job %s: could not record its start yet (%s)", run.job_id, e)
         sup.outbox.add("running", run.job_id, run.epoch, now_ms(), run.proc.pid)
-        started = 1
-    if started != 1:
-        run.stop_as(Stopping.STALE if started == 0 else Stopping.CANCEL)
+        started = Outcome.DONE
+    if started != Outcome.DONE:  # STALE, or CANCEL_REQUESTED
+        run.stop_as(Stopping.STALE if started == Outcome.STALE else Stopping.CANCEL)
         sup.stop_run(run, grace_s=0)

@@ -12,7 +12,7 @@ from dispatcher.store import job_record, keys
 from dispatcher.store.codec import decode_spec
 from dispatcher.store.connect import text
 from dispatcher.store.exits import read_exits, reported_outcome
-from dispatcher.store.scripts import lost_attempt
+from dispatcher.store.scripts import Outcome, lost_attempt
 
 from . import proctrack
 from .keeper import PID_DIR, read_attempts
@@ -77,7 +77,7 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
         ended = reported_outcome(read_exits(sup.client, sup.ns, [job_id]).get(job_id), epoch) \
             if state == "running" else None
         if ended is not None:  # it ended while the agent before this one was stopped; its keeper saw it
-            if sup.scripts.finish(job_id, sup.node, epoch, ended[0], ended[1], ended[2], ended[3]) == 1:
+            if sup.scripts.finish(job_id, sup.node, epoch, ended[0], ended[1], ended[2], ended[3]) == Outcome.DONE:
                 log.warning("job %s ended (exit %d) while this node's agent could not report it; recorded",
                             job_id, ended[1])
             continue
@@ -85,7 +85,7 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
             spec = decode_spec(r["spec"], key=keys.job(sup.ns, job_id))
         except Exception:
             spec = None
-        if sup.scripts.finish(job_id, sup.node, epoch, PENDING, None, now, reason, **lost_attempt(spec)) == 1:
+        if sup.scripts.finish(job_id, sup.node, epoch, PENDING, None, now, reason, **lost_attempt(spec)) == Outcome.DONE:
             requeued.append(job_id)
     if requeued:
         log.warning("requeued %d jobs Redis showed on node %s that this agent does not run: %s",
