@@ -136,12 +136,9 @@ class NodeAgent:
                 pending = True
                 self._stop.wait(1.0)
 
-    def run(self, before_shutdown=None) -> None:
-        """Blocks until SIGINT/SIGTERM (RQ's warm shutdown), then cleans up.
-
-        `before_shutdown` runs first (`dispatch up` stops its scheduler there, so that
-        nothing is placed on this node while its jobs are being requeued).
-        """
+    def run(self) -> None:
+        """Blocks until SIGINT/SIGTERM (RQ's warm shutdown), then cleans up. (Under `dispatch up` the
+        agent is a process of its own, which `up` stops after the scheduler: up/supervisor.py.)"""
         from rq import Queue, SimpleWorker
         from rq.serializers import JSONSerializer
 
@@ -184,8 +181,6 @@ class NodeAgent:
                         break
                     wait = min(wait * 2, 10.0)
         finally:
-            if before_shutdown is not None:
-                before_shutdown()
             self.shutdown()
 
     def shutdown(self) -> None:
