@@ -12,8 +12,9 @@ fence_s + margin_s (dispatcher/config.py Timing), so a copy is dead before its j
 
 It reads the attempt records the agent keeps in its work dir. It talks to Redis only when the
 agent is late: an attempt that ended meanwhile, unreaped, has its exit status read from /proc and
-recorded (dispatcher/store/exits.py), so the scheduler records that outcome instead of rerunning a
-job that finished while its agent was stopped. When the agent dies (its stdin closes) the keeper kills the node's jobs and exits.
+recorded (dispatcher/store/exits.py), and so has one whose outcome waits in the agent's outbox (it
+ended while Redis was away, then the agent stopped), so the scheduler records that outcome instead of
+rerunning a job that finished while its agent was stopped. When the agent dies (its stdin closes) the keeper kills the node's jobs and exits.
 Each job it kills is marked in <work dir>/fenced/<job id> (its epoch), so the agent reports it as
 fenced rather than as killed from outside.
 
@@ -31,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import proctrack
+from . import outbox, proctrack
 
 log = logging.getLogger("dispatch.keeper")
 
@@ -95,8 +96,9 @@ def exit_status(pid: int) -> int | None:
 
 
 class ExitReports:
-    """Exits of attempts the agent has not reaped, written to Redis (store/exits.py) so that the
-    scheduler records them rather than rerun a job that ended while its agent was stopped."""
+    """Ends of attempts the agent could not report (not reaped, or waiting in its outbox), written to
+    Redis (store/exits.py) so that the scheduler records them rather than rerun a job that ended while
+    its agent was stopped."""
 
     def __init__(self, url: str, ns: str):
         self.url, self.ns, self.client, self.sent = url, ns, None, set()
@@ -104,9 +106,8 @@ class ExitReports:
     def report(self, work_dir: Path) -> None:
         if not self.url:
             return
-        for a in read_attempts(work_dir):
-            code = exit_status(a.pgid) if a.pgid else None
-            if code is None or (a.job_id, a.epoch) in self.sent:
+        for job_id, epoch, code, at_ms in self.ended(work_dir):
+            if (job_id, epoch) in self.sent:
                 continue
             try:
                 if self.client is None:
@@ -115,14 +116,24 @@ class ExitReports:
                     self.client = connect(self.url, check=False, socket_timeout=1.0, socket_connect_timeout=1.0)
                 from dispatcher.store.exits import write_exit
 
-                write_exit(self.client, self.ns, a.job_id, a.epoch, code, int(time.time() * 1000))
-                self.sent.add((a.job_id, a.epoch))
+                write_exit(self.client, self.ns, job_id, epoch, code, at_ms)
+                self.sent.add((job_id, epoch))
                 log.warning("keeper: job %s (epoch %d) ended with %d while its agent could not report it; recorded",
-                            a.job_id, a.epoch, code)
+                            job_id, epoch, code)
             except Exception as e:  # cut off too: the scheduler will rerun it, as it would have
-                log.warning("keeper: cannot record the end of job %s: %s", a.job_id, str(e).split(" : <")[0])
+                log.warning("keeper: cannot record the end of job %s: %s", job_id, str(e).split(" : <")[0])
                 self.client = None
                 return
+
+    @staticmethod
+    def ended(work_dir: Path) -> list[tuple[str, int, int, int]]:
+        """(job id, epoch, exit code, ms) of the attempts that ended without their end in Redis: those
+        not reaped yet (the agent stopped before it saw them end), and those whose outcome waits in the
+        agent's outbox (it saw them end while Redis was away, then stopped)."""
+        now = int(time.time() * 1000)
+        unreaped = [(a.job_id, a.epoch, code, now) for a in read_attempts(work_dir)
+                    if a.pgid and (code := exit_status(a.pgid)) is not None]
+        return unreaped + outbox.own_ends(work_dir)
 
 
 def main(work_dir: Path, fence_s: float, last_sent: float, ns: str = "") -> int:

@@ -9,7 +9,9 @@ msgpack, oldest first by a sequence number in the name:
 - ("finish", job id, epoch, state, exit code, reason, keywords): an attempt's outcome.
 
 The next agent of the node replays them before it looks for lost attempts (workers/agent.py
-recover), so a job that finished while Redis was down is recorded as finished, never rerun. Every
+recover), so a job that finished while Redis was down is recorded as finished, never rerun; while the
+agent holding them is stopped, its keeper reports the outcomes of attempts that ended on their own
+(own_ends), as it reports unreaped exits. Every
 write is fenced by the attempt's epoch in its Lua script: a replay of a copy that was meanwhile
 rerun elsewhere is refused.
 """
@@ -23,6 +25,24 @@ import time
 from pathlib import Path
 
 import msgpack
+
+
+def own_ends(work_dir: Path) -> list[tuple[str, int, int, int]]:
+    """(job id, epoch, exit code, ms) of the outcomes waiting in `work_dir`'s outbox of attempts that
+    ended on their own (succeeded, or failed with an exit code), read without taking them: the node's
+    keeper reports these while the agent that holds them is stopped (workers/keeper.py)."""
+    out = []
+    folder = Path(work_dir) / "outbox"
+    for path in sorted(folder.glob("*.entry")) if folder.is_dir() else []:
+        try:
+            entry = msgpack.unpackb(path.read_bytes(), raw=False)
+            kind, job_id, epoch, state, code, _reason, kw = entry
+        except (OSError, ValueError, TypeError, msgpack.UnpackException):
+            continue  # not an outcome, or being replaced: the agent's own replay deals with it
+        if kind == "finish" and state in ("succeeded", "failed") and isinstance(code, int) and code >= 0 \
+                and isinstance(epoch, int) and isinstance(kw, dict) and isinstance(kw.get("at_ms"), int):
+            out.append((str(job_id), epoch, code, kw["at_ms"]))
+    return out
 
 
 class Outbox:

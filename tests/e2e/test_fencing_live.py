@@ -307,3 +307,38 @@ def test_a_job_that_ended_before_its_resumed_agent_fences_is_recorded_as_it_ende
     assert cli.run("wait", job, "--timeout", "60").returncode == 0, cli.show(job)
     assert [r["ended"] for r in attempts(out, job)] == [True], attempts(out, job)
     assert cli.show(job)["attempt"] == 0
+
+
+def test_a_job_whose_outcome_waits_in_a_stopped_agents_outbox_is_recorded_not_rerun(cli, tmp_path, own_server):
+    """The job ends while Redis is down, so its outcome goes to the agent's outbox; then the agent is
+    stopped past the node timeout. Its keeper reports the outcome from the outbox, and the scheduler,
+    giving the node up, records it: the job ran once though another node had room to rerun it."""
+    env = dict(FAST, DISPATCH_REDIS_URL=own_server.url)
+    out = tmp_path / "runs"
+    out.mkdir()
+    agents = two_nodes(cli, tmp_path, env)
+    cli.start("scheduler", **env)
+    client = connect(own_server.url)
+    job = cli.run("submit", "--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=10),
+                  **env).stdout.strip()
+    node = wait_running(cli, client, job)["node"]
+    client.close()
+    own_server.proc.send_signal(signal.SIGKILL)  # Redis away: the outcome cannot be written ...
+    own_server.proc.wait()
+    cli.wait_for(lambda: any(r["ended"] for r in attempts(out, job)), timeout=30, what="the job to end")
+    cli.wait_for(lambda: list((tmp_path / node / "outbox").glob("*.entry")), timeout=10,
+                 what="the outcome to wait in the outbox")
+    os.kill(agents[node].pid, signal.SIGSTOP)  # ... and the agent holding it stops
+    try:
+        own_server.start()
+        client = connect(own_server.url)
+        cli.wait_for(lambda: read_job(client, cli.ns, job)["state"] != "running", timeout=60,
+                     what="the scheduler to give the node up")
+        shown = read_job(client, cli.ns, job)
+    finally:
+        os.kill(agents[node].pid, signal.SIGCONT)
+    time.sleep(2)
+    runs = attempts(out, job)
+    assert len(runs) == 1 and runs[0]["ended"], f"the finished job ran again: {runs}"
+    assert shown["state"] == "succeeded" and shown["attempt"] == 0, shown
+    client.close()
