@@ -29,6 +29,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -125,6 +126,19 @@ class ExitReports:
                 self.client = None
                 return
 
+    def reporter(self, work_dir: Path) -> threading.Event:
+        """Start reporting, from a thread, while the returned event is set (the agent is late)."""
+        late = threading.Event()
+
+        def loop():
+            while True:
+                late.wait()
+                self.report(work_dir)
+                time.sleep(0.2)
+
+        threading.Thread(target=loop, name="exit-reports", daemon=True).start()
+        return late
+
     @staticmethod
     def ended(work_dir: Path) -> list[tuple[str, int, int, int]]:
         """(job id, epoch, exit code, ms) of the attempts that ended without their end in Redis: those
@@ -137,18 +151,24 @@ class ExitReports:
 
 
 def main(work_dir: Path, fence_s: float, last_sent: float, ns: str = "") -> int:
-    """`last_sent`: when the agent sent the last heartbeat Redis took before it started this keeper."""
+    """`last_sent`: when the agent sent the last heartbeat Redis took before it started this keeper.
+
+    Reports go to Redis from a thread of their own: a report can block for its socket timeouts (the
+    node cut off by dropped packets), and nothing may hold back the kill at the deadline."""
     fd = sys.stdin.fileno()
     deadline = last_sent + fence_s
     exits = ExitReports(os.environ.get("DISPATCH_KEEPER_URL", ""), ns)
+    late = exits.reporter(work_dir)
     buf = b""
     while True:
         wait = max(0.0, deadline - time.monotonic())
         ready, _, _ = select.select([fd], [], [], min(wait, 0.5) if wait > 0 else 0.2)
         if ready:
             chunk = os.read(fd, 4096)
-            if not chunk:
-                exits.report(work_dir)  # what ended just before the agent died, if still unreaped
+            if not chunk:  # what ended just before the agent died, if still unreaped, then the kill
+                last = threading.Thread(target=exits.report, args=(work_dir,), daemon=True)
+                last.start()
+                last.join(max(0.0, deadline - time.monotonic() - 0.1))
                 fence(work_dir, "the node agent is gone")
                 return 0
             buf += chunk
@@ -160,7 +180,9 @@ def main(work_dir: Path, fence_s: float, last_sent: float, ns: str = "") -> int:
                     continue
         now = time.monotonic()
         if now >= deadline - fence_s / 2:  # the agent is late: what ended meanwhile is reported
-            exits.report(work_dir)
+            late.set()
+        else:
+            late.clear()
         if now >= deadline:
             fence(work_dir, f"the node agent sent no heartbeat Redis took for {now - deadline + fence_s:.1f}s "
                             f"(stopped, hung or cut off)")
