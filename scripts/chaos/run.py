@@ -3,7 +3,7 @@ schedulers are killed -9 or stopped, the far node is cut off and the disk under 
 fills; the verdict is read from the files the jobs' attempts write, never from dispatch's state.
 
     python scripts/chaos/run.py [--jobs 300] [--nodes 3] [--gpus-per-node 4] [--fault-every 2.0]
-                                [--faults kind,kind,...] [--up] [--netns] [--seed 1] [--json FILE]
+                                [--faults kind,kind,...] [--up | --netns] [--seed 1] [--json FILE]
 
 Fault kinds (default: every one this run can make; see faults.py): server, agent, agent-redis-down,
 job, scheduler, agent-stop, leader-stop, partition-down and partition-drop (--netns: root, iproute2,
@@ -134,6 +134,10 @@ def main(argv=None) -> int:
     long_lo, long_hi = (float(x) for x in args.long_s.split(","))
     mean_s = (1 - args.long_jobs) * (lo + hi) / 2 + args.long_jobs * (long_lo + long_hi) / 2
     kinds = choose_kinds(args)
+    if args.netns and args.up:
+        print("--up --netns: a locked `dispatch up` serves on 127.0.0.1 alone, which the far host cannot reach; "
+              "run the partitions (--netns) and the second `up` (--up) as two runs", file=sys.stderr)
+        return 2
     if args.netns and NetNode.missing():
         print(f"--netns: {NetNode.missing()}", file=sys.stderr)
         return 2
