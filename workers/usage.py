@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
-from dispatcher.store import keys
+from dispatcher.store import job_record
 
 from .running import Stopping
 
@@ -54,7 +54,7 @@ class PeakMemory:
         if grew:
             pipe = self.client.pipeline(transaction=False)
             for (job_id, _), gb in grew.items():
-                pipe.hset(keys.job(self.ns, job_id), "peak_gpu_mem_gb", gb)
+                job_record.set_peak_memory(pipe, self.ns, job_id, gb)
             pipe.execute()
             self.peaks.update(grew)
         self.peaks = {job: gb for job, gb in self.peaks.items() if job in set(jobs.values())}
