@@ -69,6 +69,14 @@ class JobSpec:
     after: tuple[str, ...] = ()  # starts once all of these jobs succeeded (fails if one fails or is cancelled)
     after_any: tuple[str, ...] = ()  # starts once all of these jobs ended, however they ended
     scaling: str = ""  # elastic (--gpus MIN-MAX): how the run time scales with GPUs (core/elastic.py)
+    #: A gang (--nodes N --gpus-per-node G): exactly `nodes` nodes with `gpus_per_node` GPUs each, `gpus`
+    #: = nodes * gpus_per_node in all, `cpus` and `mem_gb` on each node. 0: one node (or, for a job larger
+    #: than any node, as many whole nodes as its GPUs fill: the simulator's trace gangs).
+    nodes: int = 0
+    gpus_per_node: int = 0
+    same_type: bool = True  # every node of a gang on one GPU family
+    #: A job (every rank of a gang) that reports no progress for this long is restarted as a lost attempt.
+    hang_timeout_s: float | None = None
 
     @property
     def rank(self) -> int:

@@ -25,7 +25,8 @@ _SHARED = (("user", "user"), ("team", "team"), ("cwd", "cwd"), ("env", "env"), (
            ("priority", "prio"), ("est_s", "est_s"), ("checkpointable", "ckpt"), ("grace_s", "grace_s"),
            ("share", "share"), ("min_gpus", "min_gpus"), ("preemptible", "preemptible"),
            ("checkpoint_signal", "ckpt_sig"), ("retries", "retries"), ("after", "after"),
-           ("after_any", "after_any"), ("scaling", "scaling"))
+           ("after_any", "after_any"), ("scaling", "scaling"), ("nodes", "nodes"), ("gpus_per_node", "gpn"),
+           ("same_type", "same_type"), ("hang_timeout_s", "hang_s"))
 _shared_values = operator.attrgetter(*(attr for attr, _ in _SHARED))
 #: One map of the version and every field (a map of 16 or more entries has a 3-byte header).
 _HEADER = b"\xde" + (1 + len(_SHARED) + len(_OWN)).to_bytes(2, "big")
@@ -67,7 +68,7 @@ _MISSING = object()
 #: dependencies, though packed with them, are a job's own when read.
 _SHARED_KEYS = tuple(k for _, k in _SHARED if k not in ("after", "after_any"))
 #: Counts that must be ints, not bools: the cache key carries their types (True == 1 in a key).
-_STRICT_INTS = ("gpus", "cpus", "retries", "min_gpus")
+_STRICT_INTS = ("gpus", "cpus", "retries", "min_gpus", "nodes", "gpn")
 _shared_of, _strict_of = operator.itemgetter(*_SHARED_KEYS), operator.itemgetter(*_STRICT_INTS)
 _own_of = operator.itemgetter("cmd", "id", "name", "submit_ms")
 
@@ -135,6 +136,8 @@ def _checked_shared(values: tuple) -> JobSpec:
         grace_s=float(d["grace_s"]), share=bool(_given(d["share"], False)), min_gpus=_opt_int(_given(d["min_gpus"])),
         preemptible=bool(_given(d["preemptible"], False)), checkpoint_signal=_signal(_given(d["ckpt_sig"])),
         retries=_retries(_given(d["retries"])), scaling=_scaling(_given(d["scaling"])),
+        nodes=_count(_given(d["nodes"], 0), "nodes"), gpus_per_node=_count(_given(d["gpn"], 0), "gpn"),
+        same_type=bool(_given(d["same_type"], True)), hang_timeout_s=_hang(_given(d["hang_s"])),
     )
 
 
@@ -146,6 +149,16 @@ def _given(value, default=None):
 def _opt_int(value):
     _check(value is None or (type(value) is int and value >= 0), "bad min_gpus")
     return value
+
+
+def _count(value, field: str) -> int:
+    _check(type(value) is int and 0 <= value <= 4096, f"bad {field}")
+    return value
+
+
+def _hang(value):
+    _check(value is None or (isinstance(value, (int, float)) and 0 < value < INF), "bad hang_s")
+    return None if value is None else float(value)
 
 
 def _retries(value) -> int:
