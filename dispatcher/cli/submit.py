@@ -1,5 +1,6 @@
 """`dispatch submit`, alone in its module so that the command run most defines nothing else
-(registered lazily in cli.py)."""
+(registered lazily in cli.py). Its flags are the request's fields (core/spec.py REQUEST_FIELDS),
+checked there: a gang's --nodes, --gpus-per-node and --gpus against each other too."""
 
 from __future__ import annotations
 
@@ -19,14 +20,22 @@ from ..auth.identity import current_user
 @click.option("--user", default=None, help="Owner (default: $USER).")
 @click.option("--team", default="", help="Team, for quotas.")
 @click.option("--gpus", default="0", metavar="N|MIN-MAX",
-              help="Number of GPUs, all on one node (0: CPU only); a range (1-8) lets the scheduler choose.")
+              help="Number of GPUs, all on one node (0: CPU only); a range (1-8) lets the scheduler choose. With "
+                   "--nodes: the total. More than any node has: as many whole nodes as they fill.")
+@click.option("--nodes", default=None, metavar="N",
+              help="A gang: exactly N nodes at once, the command run once on each (torchrun's NNODES, NODE_RANK).")
+@click.option("--gpus-per-node", default=None, metavar="G", help="With --nodes: GPUs on each node (--gpus is N x G).")
+@click.option("--same-type/--mixed-types", default=True,
+              help="Every node of a gang on one GPU family (the default), or any mix.")
+@click.option("--hang-timeout", default=None, metavar="DURATION",
+              help="Restart the job (every rank) as a lost attempt if no progress is reported for this long: 30m.")
 @click.option("--scaling", default=None, metavar="MODEL",
               help="With --gpus MIN-MAX: linear, amdahl:P or a table like 1:10h,2:5.5h,4:3h,8:1.5h (--est is "
                    "the run time on MAX GPUs).")
 @click.option("--gpu-type", default=None, metavar="T", help="Acceptable GPU families, e.g. A100 or 'A100|H100'.")
 @click.option("--gpu-mem", default="0", metavar="GB", help="Minimum memory of each GPU, in GB.")
-@click.option("--cpus", default="1", metavar="N", help="CPU cores.")
-@click.option("--mem", default="0", metavar="GB", help="Host memory, in GB.")
+@click.option("--cpus", default="1", metavar="N", help="CPU cores (a gang: on each node).")
+@click.option("--mem", default="0", metavar="GB", help="Host memory, in GB (a gang: on each node).")
 @click.option("--priority", default="normal", metavar="P", help="critical, high, normal or low.")
 @click.option("--est", default=None, metavar="DURATION", help="Estimated run time: 90s, 15m, 2h.")
 @click.option("--checkpointable", is_flag=True, help="The job can save a checkpoint and resume.")

@@ -1,7 +1,8 @@
 """Validating a user's request into a JobSpec, at the edge.
 
-Every bad value raises InvalidRequestError naming the flag and what is
-allowed. Pure: the caller passes the user name and the submit time.
+Every bad value (or bad combination: a gang's --nodes, --gpus-per-node and --gpus) raises
+InvalidRequestError naming the flag and what is allowed. Pure: the caller passes the user name and
+the submit time.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ MAX_GPUS = 1024
 MAX_CPUS = 4096
 MAX_COMMAND_BYTES = 64 * 1024
 MAX_ENV = 256
+#: A gang's bounds: nodes (--nodes) and GPUs on each (--gpus-per-node, at most 64); its total within MAX_GPUS.
+MAX_NODES = 1024
 
 
 def parse_priority(text: str) -> str:
@@ -212,6 +215,10 @@ def check_options(
     after=(),
     after_any=(),
     scaling=None,
+    nodes=None,
+    gpus_per_node=None,
+    same_type: bool = True,
+    hang_timeout=None,
 ) -> dict:
     """Every field of a request but its command and name, checked: the JobSpec fields they give."""
     est_s = _estimate(est)
@@ -243,9 +250,57 @@ def check_options(
         after=parse_job_ids(after, "--after"),
         after_any=parse_job_ids(after_any, "--after-any"),
         scaling=_scaling_text(scaling, low is not None),
+        same_type=bool(same_type),
+        hang_timeout_s=_hang_timeout(hang_timeout),
     )
+    _gang(f, nodes, gpus_per_node, elastic=low is not None)
     _check_together(f, elastic=low is not None)
     return f
+
+
+def _gang(f: dict, nodes, per_node, *, elastic: bool) -> None:
+    """--nodes N with --gpus-per-node G (or --gpus, the total, N x G): f's nodes, gpus_per_node and
+    gpus. No --nodes: one node (0; a job larger than any node is an auto gang of whole nodes)."""
+    n = 0 if nodes in (None, "") else _number(nodes, "--nodes", lo=1, hi=MAX_NODES, integer=True)
+    g = None if per_node in (None, "") else _number(per_node, "--gpus-per-node", lo=1, hi=64, integer=True)
+    f["nodes"], f["gpus_per_node"] = n, 0
+    if not n:
+        if g is not None:
+            raise InvalidRequestError("--gpus-per-node needs --nodes N (how many nodes), e.g. --nodes 2 "
+                                      "--gpus-per-node 8", field="--gpus-per-node")
+        return
+    total = f["gpus"]
+    if n >= 2:
+        for flag, bad, what in (("--gpus", elastic, "be elastic: give --gpus as one number, not MIN-MAX"),
+                                ("--min-gpus", f["min_gpus"] is not None, "be shrunk (--min-gpus)"),
+                                ("--share", f["share"], "share its GPUs (--share)")):
+            if bad:
+                raise InvalidRequestError(f"{flag}: a gang (--nodes {n}) cannot {what}", field=flag)
+    if g is None:  # --gpus T over --nodes N
+        if total % n:
+            raise InvalidRequestError(f"--gpus: {total} GPUs do not divide evenly over --nodes {n}; give a "
+                                      f"multiple of {n}, or --gpus-per-node", field="--gpus")
+        g = total // n
+        if g > 64:
+            raise InvalidRequestError(f"--gpus: {total} over --nodes {n} is {g} GPUs per node; at most 64",
+                                      field="--gpus")
+    elif total and total != n * g:
+        raise InvalidRequestError(f"--gpus: {total} is not --nodes {n} x --gpus-per-node {g} = {n * g}; "
+                                  f"give one or the other", field="--gpus")
+    if n >= 2 and not g:
+        raise InvalidRequestError(f"--nodes: a gang of {n} nodes needs GPUs; give --gpus-per-node G (or --gpus, "
+                                  f"the total)", field="--nodes")
+    if n * g > MAX_GPUS:
+        raise InvalidRequestError(f"--nodes: {n} x {g} GPUs is {n * g}; at most {MAX_GPUS} in all", field="--nodes")
+    f["nodes"], f["gpus_per_node"], f["gpus"] = n, g, n * g
+
+
+def _hang_timeout(value) -> float | None:
+    """--hang-timeout as seconds (a number, or a duration such as 30m); None when not given."""
+    if value is None or value == "":
+        return None
+    s = parse_duration(value, flag="--hang-timeout") if isinstance(value, str) else value
+    return _number(s, "--hang-timeout", lo=1, hi=1e9, integer=False)
 
 
 def _estimate(est) -> float | None:
@@ -310,7 +365,8 @@ REQUEST_FIELDS = {"command": "command", "name": "name", "user": "user", "team": 
                   "priority": "priority", "est": "est", "checkpointable": "checkpointable", "grace": "grace",
                   "share": "share", "min_gpus": "min_gpus", "preemptible": "preemptible",
                   "checkpoint_signal": "checkpoint_signal", "retries": "retries", "after": "after",
-                  "after_any": "after_any", "scaling": "scaling"}
+                  "after_any": "after_any", "scaling": "scaling", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
+                  "same_type": "same_type", "hang_timeout": "hang_timeout"}
 
 
 def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> JobSpec:
