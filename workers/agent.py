@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import signal
 import threading
 import time
@@ -45,10 +46,27 @@ def default_mem_gb() -> float:
         return 0.0
 
 
+def route_address(client) -> str:
+    """This host's address on its route to the Redis server (a UDP connect sends nothing); 127.0.0.1
+    for a server on a Unix socket or when there is no route."""
+    kw = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None) or {}
+    host, port = kw.get("host"), kw.get("port") or 6379
+    if not host or kw.get("path"):
+        return "127.0.0.1"
+    try:
+        family = socket.AF_INET6 if ":" in str(host) else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((host, int(port)))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
 class NodeAgent:
     def __init__(self, client, ns: str, name: str, probe, *, cpus: int | None = None,
                  mem_gb: float | None = None, work_dir: Path, timing: Timing | None = None, url: str = "",
-                 run_as_user: bool = False, verifier=None, kill_zombies: bool = False, allow_root_jobs: bool = False):
+                 run_as_user: bool = False, verifier=None, kill_zombies: bool = False, allow_root_jobs: bool = False,
+                 address: str | None = None):
         self.timing = (timing or Timing()).check()
         # every call fails within socket_s, so a silent partition shows well inside fence_s
         client = clone(client, socket_timeout=self.timing.socket_s, socket_connect_timeout=self.timing.socket_s)
@@ -56,8 +74,9 @@ class NodeAgent:
         self.cpus = cpus if cpus is not None else (os.cpu_count() or 1)
         self.mem_gb = mem_gb if mem_gb is not None else default_mem_gb()
         self.scripts = Scripts(client, ns)
+        self.address = address or route_address(client)  # advertised: a gang's ranks meet rank 0 there
         self.supervisor = jobs.Supervisor(client, ns, name, self.scripts, Path(work_dir), url, run_as_user,
-                                          verifier, allow_root_jobs)
+                                          verifier, allow_root_jobs, self.address)
         self.peak_memory = usage.PeakMemory(client, ns, probe, self.supervisor)
         self.idle = idle.IdleWatch(client, ns, name, self.supervisor, self.scripts,
                                    heartbeat_s=self.timing.heartbeat_s)
@@ -74,7 +93,7 @@ class NodeAgent:
         changed = facts != self._last_facts  # the scheduler rereads the node, and wakes for it
         sent = time.monotonic()  # the keeper counts from before the write, never from its reply
         write_heartbeat(self.client, self.ns, self.name, gpus, self.cpus, self.mem_gb, int(time.time() * 1000),
-                        announce=changed, changed=changed)
+                        announce=changed, changed=changed, address=self.address)
         self._last_facts = facts
         self._last_beat = sent
         if self.keeper.proc is not None:

@@ -47,8 +47,9 @@ def launch(job_id: str, epoch: int, seal: str = "") -> str:
 
 class Supervisor:
     def __init__(self, client, ns: str, node: str, scripts, work_dir: Path, url: str = "",
-                 run_as_user: bool = False, verifier=None, allow_root_jobs: bool = False):
+                 run_as_user: bool = False, verifier=None, allow_root_jobs: bool = False, address: str = "127.0.0.1"):
         self.client, self.ns, self.node, self.scripts = client, ns, node, scripts
+        self.address = address  # where this node's jobs are reached (a gang's rank 0 is met there)
         self.work_dir, self.url = work_dir, url
         self.run_as_user = run_as_user  # start each job as its submitting Unix user (the agent is root)
         self.allow_root_jobs = allow_root_jobs  # with run_as_user: a job of user root may run as root
@@ -57,6 +58,7 @@ class Supervisor:
         self.base_env = jobenv.agent_env(jobenv.secrets_of(url, client, verifier))
         self.channel = JobChannel(self)  # what a job may ask of the agent (workers/jobchannel.py)
         self.running: dict[str, Running] = {}
+        self.meeting: set[tuple[str, int]] = set()  # a gang's rank > 0 waiting for rank 0 (workers/gang.py)
         self.lock = threading.Lock()
         self.outbox = Outbox(work_dir)  # what Redis did not take yet, on disk, oldest first
         self.cgroups = proctrack.node_cgroup(work_dir)  # None: jobs are tracked by session and marks
@@ -109,7 +111,7 @@ class Supervisor:
                 run.unsent += chunk
                 del run.unsent[:-(1 << 20)]
                 try:
-                    append_log(self.client, self.ns, run.job_id, bytes(run.unsent))
+                    append_log(self.client, self.ns, run.job_id, bytes(run.unsent), rank=run.rank or 0)
                     run.unsent.clear()
                 except Exception as e:  # kept for the next chunk, or for the outbox at the end
                     log.warning("job %s: log write failed: %s", run.job_id, e)
@@ -204,8 +206,9 @@ class Supervisor:
         threading.Thread(target=go, name=f"kill-{run.job_id}", daemon=True).start()
 
     def check(self) -> None:
-        """Once a heartbeat: stop copies whose epoch moved (fenced), and record checkpoints reported
-        by touching DISPATCH_CHECKPOINT_DIR/CHECKPOINTED."""
+        """Once a heartbeat: stop copies whose epoch moved (fenced), a gang's ranks once their gang stops
+        or is cancelled, and jobs past their --hang-timeout; record checkpoints (reported by touching
+        DISPATCH_CHECKPOINT_DIR/CHECKPOINTED) and progress (lines added to DISPATCH_PROGRESS_FILE)."""
         with self.lock:
             runs = [r for r in self.running.values() if r.stopping is not Stopping.STALE]
         if not runs:
@@ -214,10 +217,14 @@ class Supervisor:
         for r in runs:
             job_record.queue_fields(pipe, self.ns, r.job_id, job_record.FENCE)
         for r, reply in zip(runs, pipe.execute()):
-            if job_record.values(job_record.FENCE, reply)["epoch"] != r.epoch:
+            rec = job_record.values(job_record.FENCE, reply)
+            if rec["epoch"] != r.epoch:
                 r.stop_as(Stopping.STALE)
                 self.stop_run(r, 0, signal.SIGKILL)
                 continue
+            if r.rank is not None:
+                self._follow_gang(r, rec)
+            self._progress(r, rec["progress_ms"])
             try:
                 mtime = (r.ckpt_dir / CHECKPOINT_FILE).stat().st_mtime
             except OSError:
@@ -225,6 +232,35 @@ class Supervisor:
             if mtime > r.ckpt_seen:
                 r.ckpt_seen = mtime
                 self.scripts.checkpointed(r.job_id, r.epoch, int(mtime * 1000))
+
+    def _follow_gang(self, run: Running, rec: dict) -> None:
+        """A gang's rank stops with its gang: once the job is stopping (another rank ended, its node
+        died, or the gang is preempted), with the checkpoint signal and grace as a preemption; once
+        it is cancelled, as a cancel (the command reaches rank 0's node only)."""
+        if rec["cancel_ms"] and run.stop_as(Stopping.CANCEL):
+            self.stop_run(run, run.spec.grace_s)
+        elif rec["state"] == "preempting" and run.stop_as(Stopping.GANG):
+            self.stop_run(run, run.spec.grace_s, getattr(signal, f"SIG{run.spec.checkpoint_signal}", signal.SIGTERM))
+
+    def _progress(self, run: Running, reported_ms: int) -> None:
+        """Progress: the rank's file grew (recorded for every rank to see), or another rank's agent
+        recorded some. With --hang-timeout, none for that long stops the attempt as lost (HUNG)."""
+        now = time.time()
+        if not run.progress_at:
+            run.progress_at = now  # counted from the start
+        try:
+            mtime = run.progress_file.stat().st_mtime if run.progress_file and run.progress_file.stat().st_size else 0
+        except OSError:
+            mtime = 0
+        if mtime > run.progress_at:
+            run.progress_at = mtime
+            self.scripts.progress(run.job_id, run.epoch, int(mtime * 1000))
+        run.progress_at = max(run.progress_at, reported_ms / 1000)
+        hang = run.spec.hang_timeout_s
+        if hang and not run.stopping and now - run.progress_at > hang and run.stop_as(Stopping.HUNG):
+            log.warning("job %s: no progress for %.0fs (--hang-timeout %.0fs); stopping it", run.job_id,
+                        now - run.progress_at, hang)
+            self.stop_run(run, run.spec.grace_s)
 
     def stop_all(self, timeout_s: float = 10.0) -> None:
         """Agent shutdown: stop every job and put it back in the queue."""

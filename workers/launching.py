@@ -1,7 +1,8 @@
 """Starting one attempt of a job on this node (Supervisor.launch), step by step.
 
-The steps, in order (_steps): the leader's seal of the attempt; the job record, still this node's
-at this epoch, assigned and not cancelled; its spec and its user's signature; the job's environment;
+The steps, in order (launch, then _start): the leader's seal of the attempt; the job record, still this
+node's at this epoch, assigned and not cancelled; its spec and its user's signature; the job's environment
+(a gang's rank meets rank 0 first: workers/gang.py, in a thread for a rank > 0);
 the Unix identity it runs as and its working directory; its log file, checkpoint dir and cgroup;
 the process (forked by the supervisor's one spawner thread); its pid file and its entry in
 sup.running; its start in Redis (or the outbox); the thread that watches it. A step that will not
@@ -20,13 +21,13 @@ from pathlib import Path
 
 from dispatcher.auth.identity import seal_attempt
 from dispatcher.clock import now_ms
-from dispatcher.core.model import CANCELLED, FAILED, JobSpec
+from dispatcher.core.model import CANCELLED, FAILED, PENDING, JobSpec
 from dispatcher.store import job_record, keys
 from dispatcher.store.codec import decode_spec
 from dispatcher.store.jobs import append_log
 from dispatcher.store.scripts import Outcome
 
-from . import jobenv, proctrack, unix_user
+from . import gang, jobenv, proctrack, unix_user
 from .keeper import FENCED_DIR
 from .running import CHECKPOINT_FILE, Running, Stopping
 
@@ -35,43 +36,73 @@ log = logging.getLogger("dispatch.agent")
 
 class NotStarted(Exception):
     """The launch ends before the job's process starts: `result` is what launch returns; with a
-    `state`, that outcome (`exit_code`, `reason`) is recorded first."""
+    `state`, that outcome (`exit_code`, `reason`, and finish()'s keywords `kw`) is recorded first."""
 
-    def __init__(self, result: str, state: str | None = None, reason: str = "", exit_code: int | None = None):
+    def __init__(self, result: str, state: str | None = None, reason: str = "", exit_code: int | None = None, **kw):
         super().__init__(reason or result)
-        self.result, self.state, self.reason, self.exit_code = result, state, reason, exit_code
+        self.result, self.state, self.reason, self.exit_code, self.kw = result, state, reason, exit_code, kw
 
 
 def launch(sup, job_id: str, epoch: int, seal: str) -> str:
     """Start attempt `epoch` of `job_id` under `sup` (the Supervisor): "started", or why not
-    ("refused", "stale", "cancelled", "failed")."""
+    ("refused", "stale", "cancelled", "failed"); a gang's rank > 0 "waiting" (for rank 0, in a thread)."""
+    rank: list = [None]  # a gang's rank here, once the record says
     try:
-        return _steps(sup, job_id, epoch, seal)
+        _check_seal(sup, job_id, epoch, seal)
+        record = _assigned_record(sup, job_id, epoch, rank)
+        spec = _signed_spec(sup, job_id, record["spec"], record["seal"])
+        if rank[0]:  # it meets rank 0 there: waited for off the RQ worker's thread
+            threading.Thread(target=_guarded, args=(sup, job_id, epoch, spec, record, rank[0]),
+                             name=f"meet-{job_id}", daemon=True).start()
+            return "waiting"
+        return _start(sup, job_id, epoch, spec, record, rank[0])
     except NotStarted as e:
         stopped = e
-    if stopped.state is not None:  # out of the handler: a Redis error here is the only one raised
-        sup.finish(job_id, epoch, stopped.state, stopped.exit_code, stopped.reason)
+    _record(sup, job_id, epoch, rank[0], stopped)
     return stopped.result
 
 
-def _steps(sup, job_id: str, epoch: int, seal: str) -> str:
-    _check_seal(sup, job_id, epoch, seal)
-    spec_raw, gpus, attempt, user_seal = _assigned_record(sup, job_id, epoch)
-    spec = _signed_spec(sup, job_id, spec_raw, user_seal)
-    gpu_list, ckpt = ",".join(map(str, gpus)), sup.work_dir / "checkpoints" / job_id
+def _guarded(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int) -> None:
+    """_start for a gang's rank > 0, in its own thread (in sup.meeting meanwhile: not a lost attempt)."""
+    sup.meeting.add((job_id, epoch))
+    try:
+        _start(sup, job_id, epoch, spec, record, rank)
+    except NotStarted as e:
+        _record(sup, job_id, epoch, rank, e)
+    except Exception:
+        log.exception("job %s: rank %s could not be started", job_id, rank)
+    finally:
+        sup.meeting.discard((job_id, epoch))
+
+
+def _record(sup, job_id: str, epoch: int, rank, stopped: NotStarted) -> None:
+    if stopped.state is not None:  # out of the handler: a Redis error here is the only one raised
+        sup.finish(job_id, epoch, stopped.state, stopped.exit_code, stopped.reason, rank=rank, **stopped.kw)
+
+
+def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int | None) -> str:
+    """The steps from the job's environment on (a gang's rank meets rank 0 first)."""
+    gpu_list, ckpt = ",".join(map(str, record["gpus"])), sup.work_dir / "checkpoints" / job_id
     env = jobenv.attempt_env(sup.base_env, spec, job_id=job_id, epoch=epoch, node=sup.node, ns=sup.ns,
-                             gpu_list=gpu_list, attempt=attempt, ckpt=ckpt,
+                             gpu_list=gpu_list, attempt=record["attempt"], ckpt=ckpt,
                              socket_path=str(sup.channel.path),
                              cap=sup.channel.capability(job_id, epoch, spec.user))
+    if rank is not None:
+        where = gang.announce(sup, job_id, epoch) if rank == 0 else \
+            gang.wait_for_rank0(sup, job_id, epoch, spec, NotStarted)
+        env.update(gang.env(sup, rank, record["ranks"], where))
     identity, cwd = _identity(sup, spec, env)
-    log_path = _private_files(sup, job_id, ckpt, identity)
+    log_path, progress = _private_files(sup, job_id, ckpt, identity)
+    env["DISPATCH_PROGRESS_FILE"] = str(progress)
     cgroup = proctrack.make_cgroup(proctrack.attempt_cgroup(sup.cgroups, job_id, epoch))
     proc, cgroup = _spawn(sup, job_id, spec, cwd, env, identity, cgroup)
     run = _register(sup, job_id, epoch, proc, spec, ckpt, gpu_list, cgroup)
+    run.rank, run.progress_file = rank, progress
     _mark_running(sup, run)
     run.thread = threading.Thread(target=sup.watch, args=(run, log_path), name=f"job-{job_id}", daemon=True)
     run.thread.start()
-    log.info("job %s started on GPUs [%s], pid %d", job_id, gpu_list, proc.pid)
+    log.info("job %s%s started on GPUs [%s], pid %d", job_id, "" if rank is None else f" rank {rank}", gpu_list,
+             proc.pid)
     return "started"
 
 
@@ -84,17 +115,24 @@ def _check_seal(sup, job_id: str, epoch: int, seal: str) -> None:
         raise NotStarted("refused")
 
 
-def _assigned_record(sup, job_id: str, epoch: int) -> tuple:
-    """The record's spec, gpus, attempt and seal, if it is still assigned to this node at `epoch`
-    and not cancelled."""
+def _assigned_record(sup, job_id: str, epoch: int, rank: list) -> dict:
+    """The record's spec, seal, attempt, and this node's GPUs (a gang's: its rank's, with `ranks`, and
+    the rank in rank[0]), if it is still this node's at `epoch`, not cancelled, and not started here."""
     r = job_record.read_fields(sup.client, sup.ns, job_id, job_record.LAUNCH)
-    if r["epoch"] != epoch or r["node"] != sup.node or r["state"] != "assigned":
+    ranks = job_record.gang_ranks(r["gang"])
+    here = gang.rank_of(sup.node, ranks) if ranks else (0 if r["node"] == sup.node else None)
+    if r["epoch"] == epoch and ranks and here is not None and job_id not in sup.running:
+        rank[0] = here
+        if r["state"] == "preempting":  # its gang stops before this rank started: its end is the gang's
+            raise NotStarted("stale", PENDING, "its gang stopped before this rank started", for_gang=True)
+    if r["epoch"] != epoch or rank[0] is None and (here is None or ranks or r["state"] != "assigned") \
+            or ranks and r["state"] not in ("assigned", "running"):
         log.info("job %s epoch %s is stale here (now epoch %s, node %s, %s); not started",
                  job_id, epoch, r["epoch"], r["node"], r["state"])
         raise NotStarted("stale")
     if r["cancel_ms"]:
         raise NotStarted("cancelled", CANCELLED, "cancelled before it started")
-    return r["spec"], r["gpus"], r["attempt"], r["seal"]
+    return {**r, "ranks": ranks, "gpus": ranks[here][1] if ranks else r["gpus"]}
 
 
 def _signed_spec(sup, job_id: str, spec_raw, seal) -> JobSpec:
@@ -127,15 +165,17 @@ def _identity(sup, spec: JobSpec, env: dict) -> tuple[dict, str | None]:
     return identity, cwd
 
 
-def _private_files(sup, job_id: str, ckpt: Path, identity: dict) -> Path:
-    """The job's checkpoint dir and log file, its user's only; a fence mark of an earlier attempt
-    goes. Returns the log file."""
-    log_path = sup.work_dir / "logs" / f"{job_id}.log"
+def _private_files(sup, job_id: str, ckpt: Path, identity: dict) -> tuple[Path, Path]:
+    """The job's checkpoint dir, log file and progress file, its user's only; a fence mark of an earlier
+    attempt goes. Returns the log file and the progress file (emptied: this attempt's steps)."""
+    log_path, progress = sup.work_dir / "logs" / f"{job_id}.log", sup.work_dir / "logs" / f"{job_id}.progress"
     owner = jobenv.owner_of(identity)
     jobenv.private_dir(ckpt, owner)
     jobenv.private_log(log_path, owner)
+    progress.unlink(missing_ok=True)
+    jobenv.private_log(progress, owner)
     (sup.work_dir / FENCED_DIR / job_id).unlink(missing_ok=True)
-    return log_path
+    return log_path, progress
 
 
 def _spawn(sup, job_id: str, spec: JobSpec, cwd, env: dict, identity: dict, cgroup):

@@ -24,7 +24,20 @@ def record_end(sup, run: Running, code: int) -> None:
     """Record the end of `run`, whose main process exited with `code`, on `sup` (the Supervisor)."""
     if not run.stopping and code == -signal.SIGKILL and fenced_epoch(sup.work_dir, run.job_id) == run.epoch:
         run.stop_as(Stopping.FENCED)  # killed by the node's keeper (workers/keeper.py)
-    ENDINGS[run.stopping](sup, run, code)
+    ENDINGS[run.stopping](_Rank(sup, run), run, code)
+
+
+class _Rank:
+    """The Supervisor as the endings use it: a gang's rank tells finish() its rank (lua/finish.lua)."""
+
+    def __init__(self, sup, run: Running):
+        self.sup, self.node, self.work_dir, self.rank = sup, sup.node, sup.work_dir, run.rank
+
+    def finish(self, *args, **kw) -> None:
+        self.sup.finish(*args, rank=self.rank, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.sup, name)
 
 
 def _stale(sup, run: Running, code: int) -> None:
@@ -69,10 +82,25 @@ def _shrunk(sup, run: Running, code: int) -> None:
                    seal_attempt(sup.verifier.secret, run.job_id, int(epoch), sup.node))
 
 
+def _with_gang(sup, run: Running, code: int) -> None:
+    sup.finish(run.job_id, run.epoch, PENDING, code, f"rank {run.rank} stopped with its gang", for_gang=True)
+
+
+def _hung(sup, run: Running, code: int) -> None:
+    sup.finish(run.job_id, run.epoch, PENDING, code,
+               f"no progress reported for {run.spec.hang_timeout_s:.0f}s (--hang-timeout); attempt lost",
+               **lost_attempt(run.spec))
+
+
 def _exited(sup, run: Running, code: int) -> None:
-    """Nobody stopped it: its exit code says."""
+    """Nobody stopped it: its exit code says (a gang's rank that failed loses the gang's attempt: the
+    gang starts again from its checkpoint, within its retries)."""
     if code == 0:
         sup.finish(run.job_id, run.epoch, SUCCEEDED, 0, "", spec=run.spec)  # into its run history
+    elif run.rank is not None:
+        how = f"exit code {code}" if code > 0 else f"signal {signal.Signals(-code).name}"
+        sup.finish(run.job_id, run.epoch, PENDING, code, f"rank {run.rank} on {sup.node} ended ({how}); attempt lost",
+                   **lost_attempt(run.spec))
     elif code == -signal.SIGKILL:  # the OOM killer, an operator's kill -9: not the job's own failure
         sup.finish(run.job_id, run.epoch, PENDING, code, "killed by SIGKILL from outside dispatch; attempt lost",
                    **lost_attempt(run.spec))
@@ -91,4 +119,6 @@ ENDINGS = {
     Stopping.REQUEUE: _requeued,
     Stopping.PREEMPT: _preempted,
     Stopping.SHRINK: _shrunk,
+    Stopping.GANG: _with_gang,
+    Stopping.HUNG: _hung,
 }

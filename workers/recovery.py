@@ -15,6 +15,7 @@ from dispatcher.store.exits import read_exits, reported_outcome
 from dispatcher.store.scripts import Outcome, lost_attempt
 
 from . import proctrack
+from .gang import rank_of
 from .keeper import PID_DIR, read_attempts
 
 log = logging.getLogger("dispatch.agent")
@@ -60,7 +61,7 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
     now = now_ms()
     with sup.lock:  # jobs it runs, and jobs whose outcome waits in the outbox
         mine = {(r.job_id, r.epoch) for r in sup.running.values()}
-        mine |= sup.outbox.attempts()
+        mine |= sup.outbox.attempts() | sup.meeting
     requeued = []
     launch_lost = waiting_launches == 0  # (an unreadable queue counts as holding launches)
     for job_id, reply in zip(ids, replies):
@@ -68,7 +69,9 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
             continue  # no job record, or one of the wrong type: the leader's to quarantine
         r = job_record.values(job_record.RECOVERY, reply)
         epoch, state = r["epoch"], r["state"]
-        if r["node"] != sup.node or (job_id, epoch) in mine:
+        ranks = job_record.gang_ranks(r["gang"])
+        rank = rank_of(sup.node, ranks) if ranks else None  # a gang's rank here ends as that rank
+        if rank is None and (ranks or r["node"] != sup.node) or (job_id, epoch) in mine:
             continue
         if not everything and not (_settled(r["started_ms"], now, settle_ms) if state in ("running", "preempting")
                                    else state == "assigned" and launch_lost
@@ -77,7 +80,8 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
         ended = reported_outcome(read_exits(sup.client, sup.ns, [job_id]).get(job_id), epoch) \
             if state == "running" else None
         if ended is not None:  # it ended while the agent before this one was stopped; its keeper saw it
-            if sup.scripts.finish(job_id, sup.node, epoch, ended[0], ended[1], ended[2], ended[3]) == Outcome.DONE:
+            if sup.scripts.finish(job_id, sup.node, epoch, ended[0], ended[1], ended[2], ended[3],
+                                  rank=rank) == Outcome.DONE:
                 log.warning("job %s ended (exit %d) while this node's agent could not report it; recorded",
                             job_id, ended[1])
             continue
@@ -85,7 +89,8 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
             spec = decode_spec(r["spec"], key=keys.job(sup.ns, job_id))
         except Exception:
             spec = None
-        if sup.scripts.finish(job_id, sup.node, epoch, PENDING, None, now, reason, **lost_attempt(spec)) == Outcome.DONE:
+        if sup.scripts.finish(job_id, sup.node, epoch, PENDING, None, now, reason, rank=rank,
+                              **lost_attempt(spec)) == Outcome.DONE:
             requeued.append(job_id)
     if requeued:
         log.warning("requeued %d jobs Redis showed on node %s that this agent does not run: %s",

@@ -35,6 +35,8 @@ class Stopping(str, Enum):
     PREEMPT = "preempt"  # preempted by the scheduler (commands.py)
     SHRINK = "shrink"  # an elastic job giving GPUs back: restarted on those it keeps
     FENCED = "fenced"  # the node was cut off from Redis too long: killed, the attempt lost
+    GANG = "gang"  # another rank of its gang ended or was stopped: this rank stops with it
+    HUNG = "hung"  # no progress reported within its --hang-timeout: the attempt is lost
 
     def __bool__(self) -> bool:
         return self is not Stopping.NO
@@ -49,6 +51,8 @@ NEXT: dict[Stopping, frozenset[Stopping]] = {
     Stopping.REQUEUE: _BUT_STALE,
     Stopping.PREEMPT: _BUT_STALE,
     Stopping.SHRINK: _BUT_STALE,
+    Stopping.GANG: _BUT_STALE,
+    Stopping.HUNG: _BUT_STALE,
     Stopping.FENCED: frozenset({Stopping.CANCEL, Stopping.STALE}),
     Stopping.STALE: frozenset(),
 }
@@ -68,6 +72,9 @@ class Running:
     gpus: tuple[int, ...] = ()  # the GPUs it was given (CUDA_VISIBLE_DEVICES)
     attempt: proctrack.Attempt | None = None  # what finds all of its processes
     unsent: bytearray = field(default_factory=bytearray, repr=False)  # output Redis did not take yet
+    rank: int | None = None  # a gang's rank on this node (None: a one-node job)
+    progress_file: Path | None = None  # $DISPATCH_PROGRESS_FILE: a line per step the job reports
+    progress_at: float = 0.0  # when progress was last seen (a rank's file, or any rank's via Redis), time.time()
     _stopping: Stopping = field(default=Stopping.NO, init=False)
 
     @property

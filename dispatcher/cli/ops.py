@@ -150,6 +150,9 @@ def _node_options(fn):
     fn = click.option("--run-as-user", is_flag=True,
                       help="Run each job as its submitting Unix user (the agent must run as root; needs "
                            "--secret-file).")(fn)
+    fn = click.option("--address", default=None, metavar="IP",
+                      help="Where this node's jobs are reached by other nodes (a multi-node job's ranks meet "
+                           "rank 0 there; default: this host's address on its route to Redis).")(fn)
     fn = click.option("--allow-root-jobs", is_flag=True, envvar="DISPATCH_ALLOW_ROOT_JOBS",
                       help="Let an agent that runs as root run jobs as root: every job without --run-as-user, "
                            "root's jobs with it (env DISPATCH_ALLOW_ROOT_JOBS=1).")(fn)
@@ -203,7 +206,7 @@ def _run_agent(ctx, node, opts: dict, verifier=None):
         ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"],
         work_dir=opts["work_dir"] or state_dir() / "node" / node, timing=timing, url=ctx.url,
         run_as_user=opts["run_as_user"], verifier=verifier, kill_zombies=opts["kill_zombies"],
-        allow_root_jobs=opts["allow_root_jobs"]))
+        allow_root_jobs=opts["allow_root_jobs"], address=opts["address"]))
     agent.run()
 
 
@@ -344,7 +347,7 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
 def _node_flags(opts: dict) -> list[str]:
     """The values of _node_options as `dispatch worker` flags again."""
     out = []
-    for flag, key in (("--fake-gpus", "fake_gpus"), ("--cpus", "cpus"), ("--mem", "mem_gb")):
+    for flag, key in (("--fake-gpus", "fake_gpus"), ("--cpus", "cpus"), ("--mem", "mem_gb"), ("--address", "address")):
         if opts[key] is not None:
             out += [flag, str(opts[key])]
     if opts["work_dir"]:

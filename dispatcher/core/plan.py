@@ -5,7 +5,7 @@ the policy, the store, the scheduler and the simulator. No I/O here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from .model import GpuInfo, JobSpec
@@ -50,6 +50,10 @@ class RunningJob:
     preempted_ms: int = 0  # when it was last preempted (0: never), for the cooldown
     stopping: bool = False  # a preemption or cancel is under way; its GPUs come back soon
     attained_gpu_s: float = 0.0  # GPU-seconds received in earlier attempts
+    #: A gang: the rank this piece is (`node`, `gpus` are that rank's), and, on the job's own entry
+    #: (rank 0, as the scheduler's mirror keeps it), the other ranks' (node, gpus). See pieces().
+    rank: int = 0
+    extra: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def attained_at(self, now_ms: int) -> float:
         """GPU-seconds received so far, this run included."""
@@ -61,6 +65,24 @@ class RunningJob:
             return None
         left = self.spec.est_s - max(0, now_ms - self.started_ms) / 1000.0
         return left if left > 0 else None
+
+
+def pieces(running) -> tuple[RunningJob, ...]:
+    """What the policy is shown of running jobs: one RunningJob per node a job holds (a gang's ranks each
+    on its own node, as the simulator shows them), from entries whose `extra` lists a gang's other ranks
+    (rank 0 keeps it: a piece is a gang's if its rank or its extra says so, is_gang_piece)."""
+    out = []
+    for r in running:
+        if not r.extra:
+            out.append(r)
+            continue
+        out.append(r)
+        out += [replace(r, node=node, gpus=gpus, rank=i, extra=()) for i, (node, gpus) in enumerate(r.extra, 1)]
+    return tuple(out)
+
+
+def is_gang_piece(r: RunningJob) -> bool:
+    return bool(r.rank or r.extra)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ starts when the scheduler starts leading, so a scheduler (or Redis) restart give
 every node a full timeout to beat again, and no clock skew between hosts can make
 a live node look dead. The jobs a dead node held are requeued through finish.lua
 as lost attempts (epoch + 1, which fences any copy still running there; the retry
-budget of each job bounds the reruns). On the node, the agent's keeper
+budget of each job bounds the reruns); a gang's rank on a dead node ends as that rank, and the gang's
+other ranks are stopped by their agents (lua/finish.lua). On the node, the agent's keeper
 (workers/keeper.py) kills its jobs once `Timing.fence_s` has passed since the last
 heartbeat Redis took was sent, `Timing.margin_s` before this timeout can run out:
 a node cut off by a partition, or whose agent is stopped, has stopped its copies
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..core.plan import RunningJob
+from ..core.plan import RunningJob, is_gang_piece
 from ..store.exits import reported_outcome
 from ..store.scripts import Outcome, lost_attempt
 
@@ -74,16 +75,23 @@ def requeue_lost(scripts, lost: list[tuple[RunningJob, float]], epochs: dict[str
         ended = None if r.stopping else reported_outcome((exits or {}).get(r.spec.id), epoch)  # not a preemption's
         if ended is not None:
             state, code, at, reason = ended
-            ok = scripts.finish(r.spec.id, r.node, epoch, state, code, at, reason, fence=fence)
+            ok = scripts.finish(r.spec.id, r.node, epoch, state, code, at, reason, fence=fence, rank=_rank(r))
             if ok == Outcome.DONE:
                 done += 1
                 log.warning("job %s: node %s lost, but its keeper saw it end (exit %d); recorded, not rerun",
                             r.spec.id, r.node, code)
             continue
         reason = f"node {r.node} lost: no heartbeat for {silent:.0f}s"
+        if is_gang_piece(r):
+            reason = f"rank {r.rank}'s {reason}"
         ok = scripts.finish(r.spec.id, r.node, epoch, "pending", None, now_ms, reason,
-                            fence=fence, **lost_attempt(r.spec))
+                            fence=fence, rank=_rank(r), **lost_attempt(r.spec))
         if ok == Outcome.DONE:
             done += 1
             log.warning("job %s: %s; requeued (retry budget %d)", r.spec.id, reason, r.spec.retries)
     return done
+
+
+def _rank(r: RunningJob) -> int | None:
+    """The rank finish.lua is told of: a gang's piece ends as its rank (the others are stopped)."""
+    return r.rank if is_gang_piece(r) else None

@@ -240,7 +240,8 @@ class Scheduler:
             self.mirror.expect(p.job_id, p.node, p.gpus, False, ok[p.job_id])
             log.info("start job %s on %s GPUs %s, score %.1f: %s", p.job_id, p.node, list(p.gpus), p.score, p.reason)
         for pr in preempted:
-            self.mirror.expect(pr.job_id, pr.node, self.mirror.running[pr.job_id].gpus, True, epochs[pr.job_id])
+            was = self.mirror.running[pr.job_id]
+            self.mirror.expect(pr.job_id, was.node, was.gpus, True, epochs[pr.job_id])
             log.info("preempt job %s on %s (%s) for job %s: %s", pr.job_id, pr.node, pr.mode, pr.for_job, pr.reason)
         if len(started) == len(plan.placements) and len(preempted) == len(plan.preemptions) \
                 and not any(p.extra for p in plan.placements):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 import logging
 
-from ..core.plan import PendingJob, Snapshot
+from ..core.plan import PendingJob, Snapshot, pieces
 from ..core.errors import MalformedRecord
 from ..policy.backlog import Backlog
 from ..store import keys
@@ -67,7 +67,7 @@ class Mirror:
         self.refresh()
         nodes = self._read_nodes(all_nodes)
         live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
-        running = tuple(self.running.values())
+        running = pieces(self.running.values())  # a gang as one entry per node
         snap = Snapshot(self.backlog, running, node_views(live, running))
         bad, self.bad = self.bad, {}
         stray, self.stray = tuple(self.stray), []

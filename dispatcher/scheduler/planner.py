@@ -19,8 +19,8 @@ log = logging.getLogger("dispatch.scheduler")
 class RedisPlanner:
     """Commits a Plan: every placement and its RQ enqueue in one MULTI/EXEC.
 
-    Each placement runs commit_placement.lua, which refuses it if the job is no
-    longer pending at the epoch the plan saw or a GPU is held. The RQ job is
+    Each placement runs commit_placement.lua (a gang: commit_gang.lua, every rank's GPUs or none),
+    which refuses it if the job is no longer pending at the epoch the plan saw or a GPU is held. The RQ job is
     enqueued in the same transaction either way; a refused placement's RQ job
     finds a moved epoch when it runs and does nothing (workers/launching.py).
     """
@@ -65,14 +65,14 @@ class RedisPlanner:
         by_node: dict[str, list] = {}
         for p in plan.placements:
             epoch = epochs[p.job_id]
-            self.scripts.commit_placement(p.job_id, p.node, p.gpus, epoch, now_ms, share=p.share, fence=fence,
-                                          client=pipe)
-            # result_ttl=0: a launch's result is only "started" (the job's outcome is dispatch's record),
-            # so RQ keeps nothing once it ran; a failed launch stays a day for an operator to read
-            by_node.setdefault(p.node, []).append(self._queue_cls.prepare_data(
-                "workers.jobs.launch", args=[p.job_id, epoch + 1] + (
-                    [self.seal(p.job_id, epoch + 1, p.node)] if self.seal else []), timeout=-1, result_ttl=0,
-                failure_ttl=86400, description=f"dispatch job {p.job_id} attempt epoch {epoch + 1}"))
+            if p.extra:  # a gang: every rank's GPUs in one step, and a launch on each rank's node
+                self.scripts.commit_gang(p.job_id, ((p.node, p.gpus), *p.extra), epoch, now_ms, fence=fence,
+                                         client=pipe)
+            else:
+                self.scripts.commit_placement(p.job_id, p.node, p.gpus, epoch, now_ms, share=p.share, fence=fence,
+                                              client=pipe)
+            for node in (p.node, *(node for node, _ in p.extra)):
+                by_node.setdefault(node, []).append(self._launch(p.job_id, epoch + 1, node))
         self._write_reasons(pipe, plan, held or {}, waiting)
         for node, datas in by_node.items():
             self._queue(node).enqueue_many(datas, pipeline=pipe)
@@ -84,6 +84,15 @@ class RedisPlanner:
         self.failed = next((r for r in replies if isinstance(r, Exception)), None)
         # what took, took; the caller meets the error (and sets wrong types aside)
         return self._placed(plan, replies[n:]), preempted
+
+    def _launch(self, job_id: str, epoch: int, node: str):
+        """The RQ launch of attempt `epoch` of a job on `node` (a gang's ranks each get one on their own
+        node; the agent finds its rank in the job's `gang`). result_ttl=0: a launch's result is only
+        "started" (the job's outcome is dispatch's record), so RQ keeps nothing once it ran; a failed
+        launch stays a day for an operator to read."""
+        return self._queue_cls.prepare_data(
+            "workers.jobs.launch", args=[job_id, epoch] + ([self.seal(job_id, epoch, node)] if self.seal else []),
+            timeout=-1, result_ttl=0, failure_ttl=86400, description=f"dispatch job {job_id} attempt epoch {epoch}")
 
     def _placed(self, plan: Plan, replies) -> list[tuple[str, int]]:
         """(job id, new epoch) of the placements that took, from their commit_placement replies; those

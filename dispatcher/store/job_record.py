@@ -63,6 +63,12 @@ FIELDS: tuple[Field, ...] = (
     Field("peak_gpu_mem_gb", float, "agent (workers/usage.py)", "the most GPU memory an attempt used", optional=True),
     Field("warning", str, "idle_warning", "the idle warning, while all its GPUs idle"),
     Field("idle_since_ms", int, "idle_warning", "since when its GPUs idle"),
+    Field("gang", str, "commit_gang", "a gang's ranks while held (and of its last run), \"node:0,1;node:0,1\", rank 0 first"),
+    Field("ranks_left", int, "commit_gang, finish", "a gang's ranks whose end is not recorded yet"),
+    Field("ranks_ended", str, "finish", "a gang's ranks whose end is recorded, \"0,2,\""),
+    Field("gang_end", bytes, "finish", "a gang's first end that was no success (msgpack): what the gang ends as"),
+    Field("rendezvous", str, "rendezvous", "a gang's MASTER_ADDR:MASTER_PORT, chosen by rank 0's agent"),
+    Field("progress_ms", int, "progress", "when a rank of the current attempt last reported progress"),
 )
 NAMES = tuple(f.name for f in FIELDS)
 _KIND = {f.name: f.kind for f in FIELDS}
@@ -70,14 +76,15 @@ _OPTIONAL = {f.name for f in FIELDS if f.optional}
 
 #: The named selections readers take (each a subset of FIELDS; tests check it).
 SCHEDULER = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_ms", "checkpoint_ms",
-             "last_preempted_ms", "plan_est_s")  # the mirror's (scripts.read_jobs; the spec too until cached)
+             "last_preempted_ms", "plan_est_s", "gang")  # the mirror's (scripts.read_jobs; the spec too until cached)
 OUTCOME = ("state", "reason", "exit_code")  # a dependency's, a recent end's
-LAUNCH = ("spec", "epoch", "node", "gpus", "attempt", "cancel_ms", "state", "seal")  # the agent's, at launch
-RECOVERY = ("node", "epoch", "state", "started_ms", "spec", "assigned_ms")  # a restarted agent's
+LAUNCH = ("spec", "epoch", "node", "gpus", "attempt", "cancel_ms", "state", "seal", "gang")  # the agent's, at launch
+RECOVERY = ("node", "epoch", "state", "started_ms", "spec", "assigned_ms", "gang")  # a restarted agent's
 PLACED = ("state", "node", "gpus")  # the index repair's
 IDLE = ("warning", "idle_since_ms")  # the board's, of a running job
 WHERE = ("state", "node", "epoch")  # a cancel's: is it held, and where
-FENCE = ("state", "epoch")  # the agent's check that a copy is still the job's current attempt
+FENCE = ("state", "epoch", "cancel_ms", "progress_ms")  # the agent's check that a copy is still current
+RENDEZVOUS = ("state", "epoch", "rendezvous")  # a gang's rank > 0 waiting for rank 0's address
 
 
 def parse(name: str, raw):
@@ -157,3 +164,19 @@ def set_failed(pipe, ns: str, job_id: str, reason: str, now_ms: int) -> None:
 
 def set_peak_memory(pipe, ns: str, job_id: str, gb: float) -> None:
     pipe.hset(keys.job(ns, job_id), "peak_gpu_mem_gb", gb)
+
+
+def gang_text(pieces) -> str:
+    """A gang's ranks as the `gang` field holds them: (node, gpus) in rank order -> "n1:0,1;n2:0,1"."""
+    return ";".join(f"{node}:{','.join(map(str, gpus))}" for node, gpus in pieces)
+
+
+def gang_ranks(value: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The `gang` field as (node, gpus) in rank order; () for a one-node job (or an unreadable field)."""
+    out = []
+    for piece in (value or "").split(";"):
+        node, sep, gpus = piece.partition(":")
+        if not sep or not node:
+            return () if piece else tuple(out)
+        out.append((node, tuple(int(g) for g in gpus.split(",") if g.isascii() and g.isdigit())))
+    return tuple(out)

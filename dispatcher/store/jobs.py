@@ -263,13 +263,14 @@ def cancel_job(scripts, client, ns: str, job_id: str, now_ms: int, reason: str =
     return read_fields(client, ns, job_id, ("state",))["state"]
 
 
-def append_log(client, ns: str, job_id: str, chunk: bytes, *, pipe=None) -> None:
-    (pipe or client).xadd(keys.job_log(ns, job_id), {b"d": chunk}, maxlen=LOG_MAXLEN, approximate=True)
+def append_log(client, ns: str, job_id: str, chunk: bytes, *, pipe=None, rank: int = 0) -> None:
+    (pipe or client).xadd(keys.job_log(ns, job_id, rank), {b"d": chunk}, maxlen=LOG_MAXLEN, approximate=True)
 
 
-def read_log(client, ns: str, job_id: str, after: str = "-", *, block_ms: int | None = None):
-    """Log chunks after stream id `after`: list of (id, bytes). With block_ms, waits for new ones."""
-    key = keys.job_log(ns, job_id)
+def read_log(client, ns: str, job_id: str, after: str = "-", *, block_ms: int | None = None, rank: int = 0):
+    """Log chunks after stream id `after`: list of (id, bytes). With block_ms, waits for new ones. `rank`:
+    a gang's rank (each has its own stream)."""
+    key = keys.job_log(ns, job_id, rank)
     if block_ms is None:
         start = "-" if after == "-" else f"({after}"
         return [(text(i), f[b"d"]) for i, f in client.xrange(key, min=start)]

@@ -12,8 +12,9 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |   finished_ms, exit_code, reason, pid, cancel_ms, preempting_ms, preempted_by,             |
 |   preempt_mode, preempt_reason, preemptions, last_preempted_ms, gpu_s_lost, checkpoint_ms, |
 |   lost, pred_s, pred_conf, pred_runs, pred_src, pred_mem_gb, plan_est_s, peak_gpu_mem_gb,  |
-|   warning, idle_since_ms                                                                   |
+|   warning, idle_since_ms, gang, ranks_left, ranks_ended, gang_end, rendezvous, progress_ms |
 | <ns>:job:<id>:log          | stream | agent (XADD, MAXLEN ~)      | until purged                     |
+| <ns>:job:<id>:r<n>:log     | stream | agent of a gang's rank n>0  | until purged                     |
 | <ns>:job:<id>:attempts     | list   | finish.lua (RPUSH)          | one msgpack map per ended attempt|
 | <ns>:job:<id>:exit         | string | node keeper (store/exits.py)| a day: an attempt's exit seen while its agent could not report it |
 | <ns>:history:<fp>          | list   | finish.lua (LPUSH, LTRIM)   | runs of one fingerprint that     |
@@ -27,7 +28,7 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:jobs:active           | zset   | scheduler, agent            | id -> assigned_ms while held     |
 | <ns>:jobs:changed          | set    | submit and every job script | ids whose record changed since   |
 |                            |        |                             | the leader last read them        |
-| <ns>:node:<name>           | hash   | agent heartbeat             | info (msgpack), seen_ms          |
+| <ns>:node:<name>           | hash   | agent heartbeat             | info (msgpack), seen_ms, address |
 | <ns>:node:<name>:control   | stream | scheduler, CLI (XADD)       | commands to the agent; group     |
 |                            |        |                             | "agents", acked when carried out |
 | <ns>:node:<name>:alloc     | hash   | scheduler commit, release   | gpu index -> job id while held,  |
@@ -76,8 +77,9 @@ def job(ns: str, job_id: str) -> str:
     return f"{ns}:job:{job_id}"
 
 
-def job_log(ns: str, job_id: str) -> str:
-    return f"{ns}:job:{job_id}:log"
+def job_log(ns: str, job_id: str, rank: int = 0) -> str:
+    """The job's output stream; a gang's rank r > 0 has its own (`<ns>:job:<id>:r<r>:log`)."""
+    return f"{ns}:job:{job_id}:log" if not rank else f"{ns}:job:{job_id}:r{int(rank)}:log"
 
 
 def job_attempts(ns: str, job_id: str) -> str:

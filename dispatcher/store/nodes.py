@@ -26,18 +26,30 @@ class NodeRecord:
 
 
 def write_heartbeat(client, ns: str, name: str, gpus: list[GpuInfo], cpus: int, mem_gb: float,
-                    now_ms: int, *, announce: bool = False, changed: bool = True) -> None:
+                    now_ms: int, *, announce: bool = False, changed: bool = True, address: str = "") -> None:
     """One pipeline: the node hash and its heartbeat score. `changed`: what the scheduler reads of it
     (GPU list, CPUs, memory, blocked GPUs: schedule_facts) differs from the last heartbeat, so the
-    leader reads it again (keys.nodes_changed). `announce` wakes the scheduler."""
+    leader reads it again (keys.nodes_changed). `announce` wakes the scheduler. `address`: where the
+    node's jobs are reached (a gang's ranks meet there: workers/gang.py)."""
     pipe = client.pipeline(transaction=True)
-    pipe.hset(keys.node(ns, name), mapping={"info": encode_node_info(gpus, cpus, mem_gb), "seen_ms": now_ms})
+    fields = {"info": encode_node_info(gpus, cpus, mem_gb), "seen_ms": now_ms}
+    if address:
+        fields["address"] = address
+    pipe.hset(keys.node(ns, name), mapping=fields)
     pipe.zadd(keys.nodes_heartbeat(ns), {name: now_ms})
     if changed:
         pipe.sadd(keys.nodes_changed(ns), name)
     if announce:
         pipe.publish(keys.events(ns), b"node")
     pipe.execute()
+
+
+def read_addresses(client, ns: str, names: list[str]) -> dict[str, str]:
+    """Each node's advertised address ("" where it gave none)."""
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hget(keys.node(ns, name), "address")
+    return {name: text(a) if isinstance(a, bytes) else "" for name, a in zip(names, pipe.execute(raise_on_error=False))}
 
 
 def remove_node(client, ns: str, name: str) -> None:

@@ -50,8 +50,8 @@ def _typed(reply, *, counts: bool = False):
     except ValueError:  # a count from a record's garbage (an epoch of -8 moves to -7): no outcome of ours
         return reply
 
-_NAMES = ("commit_placement", "mark_running", "finish", "cancel", "preempt", "shrink", "checkpointed", "lease",
-          "idle_warning")
+_NAMES = ("commit_placement", "commit_gang", "mark_running", "finish", "cancel", "preempt", "shrink", "checkpointed",
+          "lease", "idle_warning", "rendezvous", "progress")
 
 
 @functools.cache
@@ -147,6 +147,8 @@ class FinishArgs:
     kept_per_fingerprint: int | None  # for a success to record: runs the fingerprint's history keeps
     kept_per_user: int  # runs the user's history keeps
     est_s: float | None  # the user's estimate, recorded with the run
+    rank: int | None = None  # a gang's rank whose end this is (None: a one-node job)
+    for_gang: bool = False  # this rank only stopped because its gang stops
 
     def argv(self) -> list:
         return [_arg(getattr(self, f.name)) for f in fields(self)]
@@ -178,18 +180,39 @@ class Scripts:
                           [job_id, node, ",".join(map(str, gpus)), epoch, now_ms, _flag(share), fence], client,
                           counts=True)
 
+    def commit_gang(self, job_id, pieces, epoch, now_ms, *, fence="", client=None):
+        """Hold every rank's GPUs at once (`pieces`: (node, gpus) in rank order): the new epoch (> 0), or
+        NOT_PENDING, EPOCH_MOVED, GPU_HELD, NOT_LEADER."""
+        from .job_record import gang_text
+
+        ns = self.ns
+        return self._call("commit_gang",
+                          [keys.job(ns, job_id), keys.jobs_pending(ns), keys.jobs_active(ns), keys.scheduler_leader(ns),
+                           *[keys.node_alloc(ns, node) for node, _ in pieces], keys.jobs_changed(ns)],
+                          [job_id, epoch, now_ms, fence, gang_text(pieces)], client, counts=True)
+
+    def rendezvous(self, job_id, epoch, where: str, *, client=None):
+        """Rank 0's agent writes "address:port" for attempt `epoch` of a gang: DONE or STALE."""
+        return self._call("rendezvous", [keys.job(self.ns, job_id)], [epoch, where], client)
+
+    def progress(self, job_id, epoch, at_ms, *, client=None):
+        """A rank of attempt `epoch` reported progress at `at_ms`: DONE or STALE."""
+        return self._call("progress", [keys.job(self.ns, job_id)], [epoch, int(at_ms)], client)
+
     def mark_running(self, job_id, epoch, now_ms, pid, *, client=None):
         """DONE, STALE, or CANCEL_REQUESTED (a cancel came first: the agent stops the process)."""
         return self._call("mark_running", [keys.job(self.ns, job_id), keys.jobs_changed(self.ns)],
                           [epoch, now_ms, pid, job_id], client)
 
     def finish(self, job_id, node, epoch, state, exit_code, now_ms, reason="", *, preempted=False,
-               keep_wait=True, checkpointable=False, lost_retries=None, fence="", spec=None, client=None):
+               keep_wait=True, checkpointable=False, lost_retries=None, fence="", spec=None, rank=None,
+               for_gang=False, client=None):
         """End the job (state succeeded/failed/cancelled) or requeue it (state 'pending'): DONE, STALE or
         NOT_LEADER. `lost_retries`: the attempt was lost with its node; the job's retry budget. `fence`:
         the leading scheduler's lease value, for its requeues of dead nodes' jobs. `spec`: the job's
         JobSpec, given by its agent; a success is then recorded in the run history of its fingerprint
-        and of its user (dispatcher/core/predict.py)."""
+        and of its user (dispatcher/core/predict.py). `rank`: a gang's rank whose end this is (`node` is
+        its node); `for_gang`: it only stopped because its gang stops (lua/finish.lua says the rest)."""
         from ..core.predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, fingerprint
 
         ns = self.ns
@@ -201,7 +224,8 @@ class Scripts:
             preempted=preempted, keep_wait=keep_wait, checkpointable=checkpointable,
             lost_retries=None if lost_retries is None else int(lost_retries), fence=fence,
             kept_per_fingerprint=KEPT_PER_FINGERPRINT if record else None, kept_per_user=KEPT_PER_USER,
-            est_s=None if not record or spec.est_s is None else float(spec.est_s))
+            est_s=None if not record or spec.est_s is None else float(spec.est_s),
+            rank=None if rank is None else int(rank), for_gang=for_gang)
         return self._call(
             "finish", [keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
                        keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns), *history],

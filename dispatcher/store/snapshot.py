@@ -11,11 +11,12 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from ..core.errors import MalformedRecord
-from ..core.plan import NodeView, PendingJob, RunningJob, Snapshot
+from ..core.plan import NodeView, PendingJob, RunningJob, Snapshot, pieces
 from ..core.model import ACTIVE_STATES
 from . import job_record, keys, scripts
 from .codec import decode_spec
 from .connect import text
+from .job_record import gang_ranks
 from ..core.elastic import is_elastic, run_time
 from .dependencies import READY, judge_all
 from .history import plan_estimate
@@ -107,7 +108,7 @@ def read_jobs(client, ns: str, ids, cache: SpecCache, scores: str | None = None)
 
 
 def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str | None):
-    state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, plan_est, raw = reply
+    state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, plan_est, gang, raw = reply
     state = text(state)
     if state == "pending":
         if since is None:
@@ -128,9 +129,10 @@ def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str |
         held = tuple(int(g) for g in text(gpus).split(",") if g)
         if is_elastic(spec) and len(held) != spec.gpus:  # its estimate is for the most it asked for
             spec = replace(spec, est_s=run_time(spec, len(held)))
+        ranks = gang_ranks(text(gang)) if gang else ()
         return RunningJob(spec, text(node), held,
                           int(started_ms or assigned_ms or 0), int(ckpt_ms or 0), int(preempted_ms or 0),
-                          state == "preempting"), epoch
+                          state == "preempting", extra=ranks[1:]), epoch
     if since is not None and index is not None:  # no record, or one that is not pending, in the pending index
         return Strays((job_entry(ns, index, job_id, "not a pending job", expect="pending"),))
     return None
@@ -203,7 +205,8 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
     cache.keep_only(ids)
     held = held_back(client, ns, pending_jobs)
     pending_jobs = [p for p in pending_jobs if p.spec.id not in held]
-    return ReadResult(Snapshot(tuple(pending_jobs), tuple(running), node_views(live, running)), epochs, nodes,
+    running = pieces(running)  # a gang as one entry per node
+    return ReadResult(Snapshot(tuple(pending_jobs), running, node_views(live, running)), epochs, nodes,
                       pending_only(bad, set(pending)), held, tuple(stray))
 
 

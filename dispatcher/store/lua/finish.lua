@@ -14,6 +14,11 @@
 --   run in KEYS[8] and KEYS[9]: its run time over all attempts, the user's estimate, the peak GPU memory
 --   the agent measured; once, since a job succeeds once)   ARGV[13] how many runs KEYS[9] keeps
 -- ARGV[14] the user's estimate in seconds ("" = none)
+-- ARGV[15] "" for a one-node job; for a gang, the rank whose end this is (KEYS[2] is its node's alloc)
+-- ARGV[16] "1" if this rank only stopped because its gang stops (its end says nothing of the gang's)
+-- A gang's rank frees its own GPUs. Its first end that is no success (and not ARGV[16]) is what the gang
+-- ends as (gang_end): the job is marked preempting, and the agents of the other ranks stop theirs (each
+-- sees the mark at its next check). The last rank's end ends the job as that first end said.
 -- New state 'pending' puts the job back in the queue: attempt + 1, epoch + 1 (fencing any copy
 -- still running); a preemption or a lost attempt also counts gpu_s_lost.
 -- returns (store/scripts.py Outcome) 1 DONE; 0 STALE write refused (epoch moved or job not active);
@@ -22,10 +27,52 @@ if ARGV[11] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[11] then return -4 end
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[2] then return 0 end
 local state = redis.call('HGET', KEYS[1], 'state')
 if state ~= 'assigned' and state ~= 'running' and state ~= 'preempting' then return 0 end
+local A = {}  -- the arguments the end is recorded with: this one's, or for a gang its first end's
+for i = 1, #ARGV do A[i] = ARGV[i] end
 local now = tonumber(ARGV[5])
-local f = redis.call('HMGET', KEYS[1], 'gpus', 'node', 'attempt', 'assigned_ms', 'started_ms', 'checkpoint_ms')
+local f = redis.call('HMGET', KEYS[1], 'gpus', 'node', 'attempt', 'assigned_ms', 'started_ms', 'checkpoint_ms',
+                     'gang', 'ranks_ended', 'gang_end', 'preempted_by', 'preempt_reason')
 local gpus = f[1] or ''
+local gang = f[7] or ''
 local ngpus = 0
+if gang ~= '' and (ARGV[15] or '') ~= '' then
+  local rank, i, mine = tonumber(ARGV[15]), 0, nil
+  if string.find(',' .. (f[8] or ''), ',' .. ARGV[15] .. ',', 1, true) then return 0 end  -- recorded
+  for piece in string.gmatch(gang, '[^;]+') do
+    local g = string.match(piece, ':(.*)$') or ''
+    if i == rank then mine = g end
+    for _ in string.gmatch(g, '[^,]+') do ngpus = ngpus + 1 end
+    i = i + 1
+  end
+  if mine == nil then return 0 end
+  for g in string.gmatch(mine, '[^,]+') do
+    if redis.call('HGET', KEYS[2], g) == ARGV[1] then redis.call('HDEL', KEYS[2], g) end
+  end
+  local ended = (f[8] or '') .. ARGV[15] .. ','
+  redis.call('HSET', KEYS[1], 'ranks_ended', ended)
+  local left = redis.call('HINCRBY', KEYS[1], 'ranks_left', -1)
+  local first = f[9]
+  if not first and ARGV[3] ~= 'succeeded' and ARGV[16] ~= '1' then
+    first = cmsgpack.pack({ARGV[3], ARGV[4], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]})
+    redis.call('HSET', KEYS[1], 'gang_end', first)
+  end
+  if left > 0 then
+    if first and state ~= 'preempting' then  -- the other ranks stop (the agents' check sees the mark)
+      redis.call('HSET', KEYS[1], 'state', 'preempting', 'preempting_ms', ARGV[5],
+                 'preempt_reason', 'its gang stops: ' .. ARGV[6])
+    end
+    redis.call('SADD', KEYS[7], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
+    return 1
+  end
+  if first then
+    local e = cmsgpack.unpack(first)
+    A[3], A[4], A[6], A[7], A[8], A[9], A[10] = e[1], e[2], e[3], e[4], e[5], e[6], e[7]
+  elseif ARGV[16] == '1' then  -- every rank stopped for the gang: a preemption, else the gang's requeue
+    A[3], A[4], A[10] = 'pending', '', ''
+    if f[10] then A[6], A[7] = f[11] or ('preempted by ' .. f[10]), '1' else A[6], A[7] = 'its gang stopped', '0' end
+  end
+  gpus = ''  -- freed rank by rank
+end
 for g in string.gmatch(gpus, '[^,]+') do
   ngpus = ngpus + 1
   local held = redis.call('HGET', KEYS[2], g)
@@ -42,17 +89,17 @@ for g in string.gmatch(gpus, '[^,]+') do
 end
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[1], 'idle_since_ms', 'warning')  -- the idle warning was about this attempt
-local new_state, reason = ARGV[3], ARGV[6]
+local new_state, reason = A[3], A[6]
 local outcome = new_state
-local lost = ARGV[10] ~= '' and state ~= 'assigned'  -- an attempt that never started lost nothing
+local lost = A[10] ~= '' and state ~= 'assigned'  -- an attempt that never started lost nothing
 if new_state == 'pending' then
   outcome = 'requeued'
-  if ARGV[7] == '1' then outcome = 'preempted' end
-  if ARGV[10] ~= '' then outcome = 'lost' end
+  if A[7] == '1' then outcome = 'preempted' end
+  if A[10] ~= '' then outcome = 'lost' end
 end
-if ARGV[7] == '1' or lost then
+if A[7] == '1' or lost then
   local since = tonumber(f[5] or ARGV[5]) or now
-  if ARGV[9] == '1' then
+  if A[9] == '1' then
     local ckpt = tonumber(f[6] or '0') or 0
     if ckpt > since then since = ckpt end
   end
@@ -60,32 +107,33 @@ if ARGV[7] == '1' or lost then
 end
 if lost then
   local n = redis.call('HINCRBY', KEYS[1], 'lost', 1)
-  if n > tonumber(ARGV[10]) then
+  if n > tonumber(A[10]) then
     new_state = 'failed'
-    reason = reason .. '; gave up after ' .. n .. ' lost attempts (retries ' .. ARGV[10] .. ')'
+    reason = reason .. '; gave up after ' .. n .. ' lost attempts (retries ' .. A[10] .. ')'
   end
 end
 redis.call('RPUSH', KEYS[5], cmsgpack.pack({
-  attempt = tonumber(f[3] or '0') or 0, epoch = tonumber(ARGV[2]), node = f[2] or '', gpus = gpus,
+  attempt = tonumber(f[3] or '0') or 0, epoch = tonumber(ARGV[2]), node = f[2] or '', gpus = f[1] or '',
   assigned_ms = tonumber(f[4] or '0') or 0, started_ms = tonumber(f[5] or '0') or 0, ended_ms = now,
-  outcome = outcome, reason = reason, exit_code = ARGV[4]}))
+  outcome = outcome, reason = reason, exit_code = A[4], gang = gang}))
 if new_state == 'pending' then
-  if ARGV[7] == '1' then
+  if A[7] == '1' then
     redis.call('HINCRBY', KEYS[1], 'preemptions', 1)
     redis.call('HSET', KEYS[1], 'last_preempted_ms', ARGV[5])
   end
   redis.call('HINCRBY', KEYS[1], 'attempt', 1)
   redis.call('HINCRBY', KEYS[1], 'epoch', 1)
   redis.call('HSET', KEYS[1], 'state', 'pending', 'node', '', 'gpus', '', 'reason', reason)
-  redis.call('HDEL', KEYS[1], 'started_ms', 'assigned_ms', 'pid', 'preempting_ms', 'cancel_ms')
+  redis.call('HDEL', KEYS[1], 'started_ms', 'assigned_ms', 'pid', 'preempting_ms', 'cancel_ms', 'gang', 'ranks_left',
+             'ranks_ended', 'gang_end', 'rendezvous', 'progress_ms')
   local score = ARGV[5]
-  if ARGV[8] == '1' then score = redis.call('HGET', KEYS[1], 'submit_ms') or ARGV[5] end
+  if A[8] == '1' then score = redis.call('HGET', KEYS[1], 'submit_ms') or ARGV[5] end
   redis.call('ZADD', KEYS[4], score, ARGV[1])
 else
-  if ARGV[10] ~= '' then redis.call('HINCRBY', KEYS[1], 'epoch', 1) end  -- fence a copy cut off with its node
-  redis.call('HSET', KEYS[1], 'state', new_state, 'exit_code', ARGV[4], 'finished_ms', ARGV[5],
+  if A[10] ~= '' then redis.call('HINCRBY', KEYS[1], 'epoch', 1) end  -- fence a copy cut off with its node
+  redis.call('HSET', KEYS[1], 'state', new_state, 'exit_code', A[4], 'finished_ms', ARGV[5],
              'reason', reason)
-  if new_state == 'succeeded' and ARGV[12] ~= '' then
+  if new_state == 'succeeded' and A[12] ~= '' then
     local run_ms = 0
     for _, raw in ipairs(redis.call('LRANGE', KEYS[5], 0, -1)) do  -- every attempt, this one included
       local ok, a = pcall(cmsgpack.unpack, raw)
@@ -95,12 +143,12 @@ else
       end
     end
     if run_ms > 0 then
-      local run = cmsgpack.pack({d = run_ms / 1000, e = tonumber(ARGV[14]),
+      local run = cmsgpack.pack({d = run_ms / 1000, e = tonumber(A[14]),
                                  m = tonumber(redis.call('HGET', KEYS[1], 'peak_gpu_mem_gb') or ''), t = now})
       redis.call('LPUSH', KEYS[8], run)
-      redis.call('LTRIM', KEYS[8], 0, tonumber(ARGV[12]) - 1)
+      redis.call('LTRIM', KEYS[8], 0, tonumber(A[12]) - 1)
       redis.call('LPUSH', KEYS[9], run)
-      redis.call('LTRIM', KEYS[9], 0, tonumber(ARGV[13]) - 1)
+      redis.call('LTRIM', KEYS[9], 0, tonumber(A[13]) - 1)
     end
   end
 end
