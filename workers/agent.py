@@ -66,7 +66,7 @@ class NodeAgent:
     def __init__(self, client, ns: str, name: str, probe, *, cpus: int | None = None,
                  mem_gb: float | None = None, work_dir: Path, timing: Timing | None = None, url: str = "",
                  run_as_user: bool = False, verifier=None, kill_zombies: bool = False, allow_root_jobs: bool = False,
-                 address: str | None = None):
+                 address: str | None = None, checkpoints: Path | None = None):
         self.timing = (timing or Timing()).check()
         # every call fails within socket_s, so a silent partition shows well inside fence_s
         client = clone(client, socket_timeout=self.timing.socket_s, socket_connect_timeout=self.timing.socket_s)
@@ -76,7 +76,7 @@ class NodeAgent:
         self.scripts = Scripts(client, ns)
         self.address = address or route_address(client)  # advertised: a gang's ranks meet rank 0 there
         self.supervisor = jobs.Supervisor(client, ns, name, self.scripts, Path(work_dir), url, run_as_user,
-                                          verifier, allow_root_jobs, self.address)
+                                          verifier, allow_root_jobs, self.address, checkpoints)
         self.peak_memory = usage.PeakMemory(client, ns, probe, self.supervisor)
         self.idle = idle.IdleWatch(client, ns, name, self.supervisor, self.scripts,
                                    heartbeat_s=self.timing.heartbeat_s)

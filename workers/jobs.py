@@ -47,9 +47,12 @@ def launch(job_id: str, epoch: int, seal: str = "") -> str:
 
 class Supervisor:
     def __init__(self, client, ns: str, node: str, scripts, work_dir: Path, url: str = "",
-                 run_as_user: bool = False, verifier=None, allow_root_jobs: bool = False, address: str = "127.0.0.1"):
+                 run_as_user: bool = False, verifier=None, allow_root_jobs: bool = False, address: str = "127.0.0.1",
+                 checkpoints: Path | None = None):
         self.client, self.ns, self.node, self.scripts = client, ns, node, scripts
         self.address = address  # where this node's jobs are reached (a gang's rank 0 is met there)
+        # DISPATCH_CHECKPOINT_DIR is <checkpoints>/<job id>: shared storage, for a gang's ranks on several hosts
+        self.checkpoints = Path(checkpoints) if checkpoints else work_dir / "checkpoints"
         self.work_dir, self.url = work_dir, url
         self.run_as_user = run_as_user  # start each job as its submitting Unix user (the agent is root)
         self.allow_root_jobs = allow_root_jobs  # with run_as_user: a job of user root may run as root

@@ -82,7 +82,7 @@ def _record(sup, job_id: str, epoch: int, rank, stopped: NotStarted) -> None:
 
 def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int | None) -> str:
     """The steps from the job's environment on (a gang's rank meets rank 0 first)."""
-    gpu_list, ckpt = ",".join(map(str, record["gpus"])), sup.work_dir / "checkpoints" / job_id
+    gpu_list, ckpt = ",".join(map(str, record["gpus"])), sup.checkpoints / job_id
     env = jobenv.attempt_env(sup.base_env, spec, job_id=job_id, epoch=epoch, node=sup.node, ns=sup.ns,
                              gpu_list=gpu_list, attempt=record["attempt"], ckpt=ckpt,
                              socket_path=str(sup.channel.path),

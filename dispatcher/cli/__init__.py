@@ -134,6 +134,7 @@ COMMANDS = {
     "submit": "dispatcher.cli.submit:submit",
     "queue": "dispatcher.cli.jobs:queue", "show": "dispatcher.cli.jobs:show", "cancel": "dispatcher.cli.jobs:cancel",
     "preempt": "dispatcher.cli.jobs:preempt", "checkpointed": "dispatcher.cli.jobs:checkpointed",
+    "progress": "dispatcher.cli.jobs:progress",
     "logs": "dispatcher.cli.jobs:logs", "wait": "dispatcher.cli.jobs:wait", "nodes": "dispatcher.cli.jobs:nodes",
     "why": "dispatcher.cli.jobs:why", "eta": "dispatcher.cli.jobs:eta", "decisions": "dispatcher.cli.jobs:decisions",
     "policy": "dispatcher.cli.policy:policy", "top": "dispatcher.cli.ops:top", "scheduler": "dispatcher.cli.ops:scheduler",

@@ -41,7 +41,8 @@ def queue(ctx, show_all, as_json):
         waited = ((j["started_at"] or j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
                   if j["submitted_at"] else None)
         gpus = f"{j['gpus_requested']}" + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")
-        where = f"{j['node']}:{','.join(map(str, j['gpus']))}" if j["node"] else "-"
+        where = "+".join(f"{n}:{','.join(map(str, g))}" for n, g in j["ranks"] or [[j["node"], j["gpus"]]]) \
+            if j["node"] else "-"  # a gang: every rank's node, rank 0 first
         reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else ""
         reason = reason or (rest if j["state"] == "pending" else "")
         rows.append([j["id"], j["name"] or "-", j["user"], j["priority"], j["state"], gpus, where,
@@ -73,6 +74,8 @@ def show(ctx, job_id, as_json):
     for k, v in job.items():
         if k.endswith("_at") and v:
             v = at(v)
+        elif k == "ranks" and v:  # a gang: every rank's node and GPUs
+            v = ", ".join(f"rank {i} on {n} GPUs {g}" for i, (n, g) in enumerate(v))
         click.echo(f"{k:>16}: {v if v not in (None, '', []) else '-'}")
     for a in attempts:
         click.echo(f"{'attempt ' + str(a['attempt']):>16}: {a['outcome']} on {a['node'] or '-'} GPUs {a['gpus']}, "
@@ -135,31 +138,44 @@ def checkpointed(ctx):
 @click.command()
 @click.argument("job_id")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
+@click.option("--rank", default=0, type=click.IntRange(0, 4095), show_default=True,
+              help="A multi-node job's rank whose output to print.")
 @common
-def logs(ctx, job_id, follow):
-    """A job's output, from any host."""
-    from ..store.jobs import read_job, read_log
+def logs(ctx, job_id, follow, rank):
+    """A job's output, from any host (a multi-node job's: rank 0's, or --rank's)."""
+    from ..store.jobs import is_final, read_job, read_log
 
-    read_job(ctx.client, ctx.ns, job_id)  # JobNotFound for a bad id
+    job = read_job(ctx.client, ctx.ns, job_id)  # JobNotFound for a bad id
+    if rank >= max(1, len(job["ranks"]), job["nodes"]):
+        raise InvalidRequestError(f"--rank {rank}: job {job_id} has no rank {rank}", field="--rank")
     out = sys.stdout.buffer
     last = "-"
-    for last, chunk in read_log(ctx.client, ctx.ns, job_id):
+    for last, chunk in read_log(ctx.client, ctx.ns, job_id, rank=rank):
         out.write(chunk)
     out.flush()
-    if not follow:
-        return
-    from ..store.jobs import is_final
-
-    while True:
-        got = read_log(ctx.client, ctx.ns, job_id, last, block_ms=500)
+    while follow:
+        got = read_log(ctx.client, ctx.ns, job_id, last, block_ms=500, rank=rank)
         for last, chunk in got:
             out.write(chunk)
         out.flush()
         if not got and is_final(read_job(ctx.client, ctx.ns, job_id)["state"]):
-            for last, chunk in read_log(ctx.client, ctx.ns, job_id, last):
+            for last, chunk in read_log(ctx.client, ctx.ns, job_id, last, rank=rank):
                 out.write(chunk)
             out.flush()
             return
+
+
+@click.command()
+@click.argument("step")
+def progress(step):
+    """From inside a job: report progress (any text, e.g. the step number); --hang-timeout counts from
+    the last report. The same as appending a line to $DISPATCH_PROGRESS_FILE."""
+    path = os.environ.get("DISPATCH_PROGRESS_FILE")
+    if not path:
+        raise InvalidRequestError("run this inside a dispatch job: DISPATCH_PROGRESS_FILE is not set",
+                                  field="DISPATCH_PROGRESS_FILE")
+    with open(path, "a") as f:
+        f.write(" ".join(step.split())[:200] + "\n")
 
 
 @click.command()

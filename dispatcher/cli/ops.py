@@ -153,6 +153,9 @@ def _node_options(fn):
     fn = click.option("--address", default=None, metavar="IP",
                       help="Where this node's jobs are reached by other nodes (a multi-node job's ranks meet "
                            "rank 0 there; default: this host's address on its route to Redis).")(fn)
+    fn = click.option("--checkpoint-root", default=None, type=click.Path(file_okay=False),
+                      help="Where jobs' DISPATCH_CHECKPOINT_DIRs are made (default: in --work-dir); shared "
+                           "storage on every node, for multi-node jobs that resume.")(fn)
     fn = click.option("--allow-root-jobs", is_flag=True, envvar="DISPATCH_ALLOW_ROOT_JOBS",
                       help="Let an agent that runs as root run jobs as root: every job without --run-as-user, "
                            "root's jobs with it (env DISPATCH_ALLOW_ROOT_JOBS=1).")(fn)
@@ -206,7 +209,7 @@ def _run_agent(ctx, node, opts: dict, verifier=None):
         ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"],
         work_dir=opts["work_dir"] or state_dir() / "node" / node, timing=timing, url=ctx.url,
         run_as_user=opts["run_as_user"], verifier=verifier, kill_zombies=opts["kill_zombies"],
-        allow_root_jobs=opts["allow_root_jobs"], address=opts["address"]))
+        allow_root_jobs=opts["allow_root_jobs"], address=opts["address"], checkpoints=opts["checkpoint_root"]))
     agent.run()
 
 
@@ -350,8 +353,9 @@ def _node_flags(opts: dict) -> list[str]:
     for flag, key in (("--fake-gpus", "fake_gpus"), ("--cpus", "cpus"), ("--mem", "mem_gb"), ("--address", "address")):
         if opts[key] is not None:
             out += [flag, str(opts[key])]
-    if opts["work_dir"]:
-        out += ["--work-dir", os.path.abspath(opts["work_dir"])]
+    for flag, key in (("--work-dir", "work_dir"), ("--checkpoint-root", "checkpoint_root")):
+        if opts[key]:
+            out += [flag, os.path.abspath(opts[key])]
     return out + [flag for flag, key in (("--kill-zombies", "kill_zombies"), ("--run-as-user", "run_as_user"),
                                          ("--allow-root-jobs", "allow_root_jobs")) if opts.get(key)]
 

@@ -15,7 +15,7 @@ from .codec import encode_spec
 from .connect import text
 from .dependencies import check_dependencies
 from .history import Predictor, plan_estimate
-from .job_record import queue_record, read_fields, record_from_hash
+from .job_record import gang_ranks, queue_record, read_fields, record_from_hash
 from .quarantine import tolerant, valid_name, wrong_type
 from .scripts import Outcome
 
@@ -95,6 +95,11 @@ def job_view(job_id: str, raw: dict) -> dict:
         "after_any": list(spec.after_any) if spec else [],
         "node": rec.node or None,
         "gpus": list(rec.gpus),
+        # a gang: every rank's node and GPUs, rank 0 first (its current run's, or its last one's)
+        "ranks": [[node, list(gpus)] for node, gpus in gang_ranks(rec.gang)],
+        "nodes": spec.nodes if spec else 0,
+        "gpus_per_node": spec.gpus_per_node if spec else 0,
+        "hang_timeout_s": spec.hang_timeout_s if spec else None,
         "attempt": rec.attempt,
         "epoch": rec.epoch,
         "submitted_at": secs(rec.submit_ms),
@@ -183,6 +188,7 @@ def attempt_view(raw: bytes) -> dict:
         return v / 1000.0 if isinstance(v, (int, float)) and v else None
 
     return {"attempt": a.get("attempt"), "node": a.get("node") or None,
+            "ranks": [[n, list(g)] for n, g in gang_ranks(str(a.get("gang") or ""))],
             "gpus": [int(g) for g in str(a.get("gpus") or "").split(",") if g.isdigit()],
             "started_at": secs("started_ms") or secs("assigned_ms"), "ended_at": secs("ended_ms"),
             "outcome": a.get("outcome"), "reason": a.get("reason") or "",
