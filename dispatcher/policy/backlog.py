@@ -40,7 +40,8 @@ def shape_of(spec: JobSpec) -> tuple:
     """What decides where a job fits: jobs of one shape fit (or not) on the same nodes. An elastic
     job counts as the least it asks for (it may start with that many)."""
     spec = smallest(spec)
-    return (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb, spec.share)
+    return (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb, spec.share, spec.nodes,
+            spec.gpus_per_node, spec.same_type)
 
 
 def strength(spec: JobSpec, attained_gpu_s: float, config: PolicyConfig) -> float:

@@ -104,9 +104,10 @@ class PolicyConfig:
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     #: Strict order: once a job is blocked, no later job starts (YARN-CS style head-of-line blocking).
     head_of_line: bool = False
-    #: A job larger than any node may run on several whole nodes at once (the simulator's gangs;
-    #: node agents run single-node jobs only, so the live scheduler leaves this off).
-    gang_across_nodes: bool = False
+    #: Gangs across nodes: a job asked with --nodes N runs on N nodes at once, and one larger than any
+    #: node on as many whole nodes as its GPUs fill (policy/gangs.py). Off: the first kind never fits
+    #: (NO_FIT_EVER), the second only where one node could hold it. Not a policy file setting.
+    gang_across_nodes: bool = True
     #: Idle GPUs (policy/idle.py): a GPU under this utilization (percent, as NVML reports it) is idle.
     idle_util_pct: float = IDLE_UTIL_PCT
     #: A job whose GPUs have all been idle this long gets a warning on its record (and the dashboard's alert).

@@ -3,8 +3,9 @@
 schedule.py decides the order in which jobs come up; for each, Cycle.place starts it on its best
 node (team rules first, then the node whose free GPUs fit it most tightly), or gives it a verdict:
 a blocked job may start a preemption (preemption.VictimSearch) and then holds the GPUs it frees,
-or takes a reservation (reservations.py) while the cycle has reservations left. A job larger than
-any node goes to gangs.py, an elastic one first picks its GPU count (elastic_count.py). The nodes
+or takes a reservation (reservations.py) while the cycle has reservations left. A gang (--nodes N,
+or a job larger than any node) goes to gangs.py, an elastic job first picks its GPU count
+(elastic_count.py). The nodes
 live in a NodeIndex (node_index.py), team usage in Teams (teams.py); the reasons of the verdicts
 come from verdicts.py.
 
@@ -113,10 +114,11 @@ class Cycle:
         self.placements.append(Placement(spec.id, node, gpus, round(weighted(terms, self.w), 3),
                                          {k: round(v, 3) for k, v in terms.items()}, self.rank, reason, share, extra))
 
-    def use(self, spec: JobSpec, gpus: int) -> None:
-        """Count a placement of `spec` holding `gpus` GPUs against its user's share and its team."""
+    def use(self, spec: JobSpec, gpus: int, nodes: int = 1) -> None:
+        """Count a placement of `spec` holding `gpus` GPUs (and its CPUs and memory on each of `nodes`)
+        against its user's share and its team."""
         u = self.usage[spec.user]
-        u[0] += gpus; u[1] += spec.cpus; u[2] += spec.mem_gb
+        u[0] += gpus; u[1] += spec.cpus * nodes; u[2] += spec.mem_gb * nodes
         self.teams.take(spec)
 
     def hold_reservation(self, node: NodeState, resv: Reservation, rank: int, cpus: int, mem_gb: float) -> None:
@@ -143,7 +145,7 @@ class Cycle:
             return False
         if v.code != Code.RESERVED:
             return True
-        if is_elastic(spec):
+        if is_elastic(spec) or spec.nodes >= 2:
             return False
         ends = self.now + bucket.shortest_s * 1000
         for node in self.index.held_nodes():  # where a job of this shape fits but for the reservation
@@ -156,8 +158,9 @@ class Cycle:
         """Could a job of this shape (backlog.shape_of) and strength do anything more this cycle: start,
         take a reservation, start a preemption, or place a gang? (Cheap and conservative: False only
         where place() could only give a verdict.)"""
-        gpus, share = shape[0], shape[5]
-        if share or not gpus or gpus <= self.index.max_free or self.config.head_of_line:
+        gpus, share, nodes, per_node = shape[0], shape[5], shape[6], shape[7]
+        if share or not gpus or gpus <= self.index.max_free or self.config.head_of_line \
+                or (nodes >= 2 and per_node <= self.index.max_free):
             return True
         if self.resv_tries < self.config.reservations or (self.config.gang_across_nodes
                                                           and gpus > self.index.largest_node):
@@ -188,7 +191,13 @@ class Cycle:
         return self.min_running_rank < spec.rank
 
     def is_gang(self, spec: JobSpec) -> bool:
-        return self.config.gang_across_nodes and spec.gpus > self.index.largest_node and not spec.share
+        """Does `spec` run on several nodes: asked with --nodes N (N >= 2), or an auto gang (no --nodes,
+        more GPUs than any node has; with gang_across_nodes)? (With gangs off, NeverFit sets the first
+        kind aside.)"""
+        if spec.nodes >= 2:
+            return True
+        return spec.nodes == 0 and self.config.gang_across_nodes and spec.gpus > self.index.largest_node \
+            and not spec.share
 
     def quick_block(self, spec: JobSpec, terms: dict[str, float]) -> bool:
         """The common cases under load, in O(1): more GPUs than any node has free (NO_FIT_NOW), or
@@ -214,8 +223,10 @@ class Cycle:
     # -- one job ----------------------------------------------------------------------------
     def best_node(self, spec: JobSpec):
         """(fit score, node, GPUs) of the node that fits `spec` most tightly now (the first in name
-        order on a tie), or None."""
+        order on a tie), or None (always for a gang asked with --nodes)."""
         best = None
+        if spec.nodes >= 2:  # a gang: gangs.py
+            return None
         for node in self.index.nodes_for(spec, self.now) if spec.gpus and not spec.share else self.index.nodes:
             cands = node.candidates(spec, self.now)
             if len(cands) < spec.gpus or not node.room(spec, self.now):
@@ -246,7 +257,7 @@ class Cycle:
         team = self.teams.check(spec, self.index.free_total)
         if team is None and self.quick_block(spec, terms):
             return False
-        best = None if team else self.best_node(spec)
+        best = None if team or spec.nodes >= 2 else self.best_node(spec)
         if best is None and team is None and self.is_gang(spec):
             return place_gang(self, spec, terms, why)
         if best is None:

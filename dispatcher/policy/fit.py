@@ -1,6 +1,7 @@
 """Resource fit: which GPUs of a node a job may use, and how tightly it packs.
 
-GPU type and minimum memory are hard constraints; packing is a score. A cycle asks which GPUs a
+GPU type and minimum memory are hard constraints; packing is a score. A gang's --same-type keeps
+its nodes on one GPU family (gpu_family, by_family). A cycle asks which GPUs a
 request may use per job x node: its GpuMemo (one per cycle, owned by the caller) answers each
 (GPU list, request) once. The module-level gpu_usable, usable, usable_count and fits_ever ask the
 same of a memo of their own, for callers outside a cycle.
@@ -16,10 +17,32 @@ from ..core.plan import NodeView
 from ..core.model import JobSpec
 
 _TOKEN = re.compile(r"[a-z0-9]+")
+_VENDOR = frozenset({"nvidia", "geforce", "tesla"})
+_MEMORY = re.compile(r"\d+(?:gb|g)")
 
 
 def _tokens(text: str) -> set[str]:
-    return set(_TOKEN.findall(text.lower())) - {"nvidia", "geforce", "tesla"}
+    return set(_TOKEN.findall(text.lower())) - _VENDOR
+
+
+@lru_cache(maxsize=1024)
+def gpu_family(gpu_name: str) -> str:
+    """A GPU's family, for a gang's --same-type: its name's words less the vendor's and its memory size.
+    'NVIDIA A100-SXM4-40GB' and 'A100-SXM4-80GB' are one family ('a100 sxm4'); an A100-PCIE or a
+    V100 is another."""
+    words = [t for t in _TOKEN.findall(gpu_name.lower()) if t not in _VENDOR and not _MEMORY.fullmatch(t)]
+    return " ".join(words) or gpu_name.lower()
+
+
+def by_family(job: JobSpec, node: NodeView, indices) -> dict[str, list[int]]:
+    """`indices` of `node` by GPU family, in their order, for a gang that keeps to one family
+    (job.same_type); all under "" for one that may mix them."""
+    if not job.same_type:
+        return {"": list(indices)}
+    out: dict[str, list[int]] = {}
+    for i in indices:
+        out.setdefault(gpu_family(node.gpu(i).name), []).append(i)
+    return out
 
 
 @lru_cache(maxsize=4096)  # a pure function of two short strings, asked per job x node x GPU
@@ -172,6 +195,18 @@ def fit_score(job: JobSpec, node: NodeView, chosen: tuple[int, ...], free_gpus_a
         packing = 1.0 - free_cpus_after / max(1, node.cpus)
         memory = 1.0 - free_gpus_after / len(node.gpus) if node.gpus else 1.0
     return 100.0 * (0.7 * max(0.0, packing) + 0.3 * min(1.0, max(0.0, memory)))
+
+
+def describe_gang(job: JobSpec) -> str:
+    """'2 nodes with 4 free A100 ≥40 GB GPUs each (one GPU type), 4 CPUs and 64 GB RAM on each'."""
+    kind = "|".join(job.gpu_types) + " " if job.gpu_types else ""
+    mem = f"≥{job.gpu_mem_gb:g} GB " if job.gpu_mem_gb else ""
+    text = f"{job.nodes} nodes with {job.gpus_per_node} free {kind}{mem}GPUs each"
+    text += " (one GPU type)" if job.same_type else ""
+    if job.cpus > 1 or job.mem_gb:
+        text += f", {job.cpus} CPU{'s' if job.cpus != 1 else ''}"
+        text += f" and {job.mem_gb:g} GB RAM on each" if job.mem_gb else " on each"
+    return text
 
 
 def describe_need(job: JobSpec) -> str:

@@ -8,33 +8,68 @@ Pure.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from ..core.model import JobSpec
-from ..core.plan import Code, NodeView
+from ..core.plan import Code, NodeView, Reservation
 from .config import PolicyConfig
-from .fit import GpuMemo, describe_need
+from .fit import GpuMemo, by_family, describe_gang, describe_need
 from .node_index import NodeIndex
-from .nodes import whole_node_usable
+from .nodes import node_family, whole_node_usable
 from .preemption import past_starvation
 
 
 class NeverFit:
-    """No live node could ever hold the job (NO_FIT_EVER): fits_ever over all nodes (and, with gangs,
-    the whole nodes together), remembered per request shape (most jobs share a few shapes)."""
+    """No live node could ever hold the job (NO_FIT_EVER): fits_ever over all nodes; with gangs, the
+    whole nodes of one family together (an auto gang), or fewer than N nodes that could each hold a
+    --nodes N gang's share; remembered per request shape (most jobs share a few shapes)."""
 
     def __init__(self, views: list[NodeView], gangs: bool, fit: GpuMemo):
         self.views, self.gangs, self.fit, self.memo = views, gangs, fit, {}
 
     def check(self, spec: JobSpec) -> bool:
-        key = (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb)
+        key = (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb, spec.nodes, spec.gpus_per_node,
+               spec.same_type)
         got = self.memo.get(key)
         if got is None:
-            got = not any(self.fit.fits_ever(spec, v) for v in self.views)
-            if got and self.gangs and spec.gpus and not spec.share:
-                got = sum(len(v.gpus) for v in self.views if whole_node_usable(spec, v, self.fit)) < spec.gpus
+            if spec.nodes >= 2:
+                got = not self.gangs or self.gang_nodes(spec) < spec.nodes
+            else:
+                got = not any(self.fit.fits_ever(spec, v) for v in self.views)
+            if got and self.gangs and spec.gpus and not spec.share and spec.nodes == 0:
+                got = self.whole_gpus(spec) < spec.gpus
             self.memo[key] = got
         return got
 
+    def gang_nodes(self, spec: JobSpec) -> int:
+        """How many nodes could ever hold one node's share of a --nodes gang (of one family with
+        same_type: the most of any family)."""
+        piece, count = spec.filled(gpus=spec.gpus_per_node), defaultdict(int)
+        for v in self.views:
+            if self.fit.fits_ever(piece, v):
+                usable = self.fit.usable(piece, v, [g.index for g in v.gpus])
+                for family, gpus in by_family(spec, v, usable).items():
+                    count[family] += len(gpus) >= piece.gpus
+        return max(count.values(), default=0)
+
+    def whole_gpus(self, spec: JobSpec) -> int:
+        """The most GPUs an auto gang of `spec` could ever have on whole nodes (of one family with
+        same_type), each with its CPUs and memory."""
+        count = defaultdict(int)
+        for v in self.views:
+            family = node_family(spec, v)
+            if family is not None and whole_node_usable(spec, v, self.fit) and v.cpus >= spec.cpus \
+                    and v.mem_gb + 1e-9 >= spec.mem_gb:
+                count[family] += len(v.gpus)
+        return max(count.values(), default=0)
+
     def reason(self, spec: JobSpec) -> str:
+        if spec.nodes >= 2:
+            need = f"needs {describe_gang(spec)}"
+            if not self.gangs:
+                return f"{need}; this policy runs no gangs across nodes (gang_across_nodes is off)"
+            k = self.gang_nodes(spec)
+            return f"{need}; only {k} live node{'s' if k != 1 else ''} could ever hold that"
         need = describe_need(spec)
         if not self.views:
             return f"needs {need}; no live node is registered"
@@ -60,11 +95,7 @@ def blocked_reason(index: NodeIndex, spec: JobSpec, now_ms: int) -> tuple[Code, 
         if free > best_free or (free == best_free and node.idx < best.idx):
             best, best_free = node, free
     if reserved_by is not None:
-        r = reserved_by.resv
-        est = "it has no estimate" if spec.est_s is None else f"its estimate {spec.est_s:g}s"
-        return Code.RESERVED, (f"needs {need}; {reserved_by.view.name} is reserved for job {r.job_id} from "
-                               f"~{max(0, r.start_ms - now_ms) / 1000:.0f}s from now, and {est} does not "
-                               f"end before then")
+        return Code.RESERVED, f"needs {need}; {reserved_by.view.name} {reserved_for(reserved_by.resv, spec, now_ms)}"
     took = took_its_room(index, spec)
     if took:
         return Code.LOWER_SCORE, lower_score_reason(spec, *took)
@@ -73,6 +104,13 @@ def blocked_reason(index: NodeIndex, spec: JobSpec, now_ms: int) -> tuple[Code, 
     total = index.fit.usable_count(spec, best.view)
     return Code.NO_FIT_NOW, (f"needs {need}; best node {best.view.name} has {best_free} of {total} "
                              f"matching GPUs free, {best.cpus} CPUs free")
+
+
+def reserved_for(r: Reservation, spec: JobSpec, now_ms: int) -> str:
+    """'is reserved for job 7 from ~840s from now, and its estimate 900s does not end before then'."""
+    est = "it has no estimate" if spec.est_s is None else f"its estimate {spec.est_s:g}s"
+    return (f"is reserved for job {r.job_id} from ~{max(0, r.start_ms - now_ms) / 1000:.0f}s from now, and {est} "
+            f"does not end before then")
 
 
 def lower_score_reason(spec: JobSpec, node: str, jobs: list[str]) -> str:

@@ -20,7 +20,7 @@ from dispatcher.core.plan import Code, NodeView, PendingJob, Plan, RunningJob, S
 from dispatcher.core.model import PRIORITIES, GpuInfo, JobSpec
 from dispatcher.policy import PolicyConfig, schedule
 from dispatcher.policy.backlog import bucket_key
-from dispatcher.policy.fit import describe_need, fits_ever, gpu_family_matches, gpu_usable
+from dispatcher.policy.fit import describe_need, fits_ever, gpu_family, gpu_family_matches, gpu_usable
 from tests.builders import NOW_MS, make_job, make_node
 from tests.builders import snapshot as build_snapshot
 
@@ -79,7 +79,11 @@ def pending_job(draw, index: int):
     gpus = draw(st.integers(0, 4))
     types = tuple(draw(st.lists(st.sampled_from(WANTED_TYPES), max_size=2, unique=True))) if gpus else ()
     gpu_mem_gb = float(draw(st.sampled_from([0, 0, 10, 16, 24, 40, 80]))) if gpus else 0.0
-    return PendingJob(JobSpec(
+    # one job in five a gang asked with --nodes N --gpus-per-node G (spec.py: never a sharing one)
+    nodes, per_node = (draw(st.integers(2, 3)), draw(st.integers(1, 2))) if draw(st.integers(0, 4)) == 0 else (0, 0)
+    gang = dict(nodes=nodes, gpus_per_node=per_node, gpus=nodes * per_node, share=False,
+                same_type=draw(st.booleans())) if nodes else {}
+    spec = PendingJob(JobSpec(
         id=f"j{index:02d}", command=("true",), user=draw(st.sampled_from(USERS)),
         gpus=gpus, gpu_types=types, gpu_mem_gb=gpu_mem_gb,
         # spec.py allows sharing only with a per-GPU memory need
@@ -90,6 +94,7 @@ def pending_job(draw, index: int):
         est_s=draw(st.one_of(st.none(), st.integers(1, 20000).map(float))),
         # up to ~4.6 days: past every class's default starvation bound (30 min .. 4 days)
         submit_ms=NOW_MS - draw(st.one_of(st.integers(-10, 20000), st.integers(20000, 400000))) * 1000))
+    return replace(spec, spec=replace(spec.spec, **gang)) if gang else spec
 
 
 @st.composite
@@ -128,6 +133,49 @@ def specs_of(snap: Snapshot) -> dict[str, JobSpec]:
     return {p.spec.id: p.spec for p in snap.pending}
 
 
+def pieces(p) -> list[tuple[str, tuple[int, ...]]]:
+    """A placement's (node, GPUs): rank 0, then a gang's other nodes (a job larger than any node runs
+    on whole nodes: PolicyConfig.gang_across_nodes, on by default)."""
+    return [(p.node, p.gpus), *p.extra]
+
+
+def gang_nodes(spec: JobSpec, nodes, gpus_of) -> int:
+    """For a gang asked with --nodes: how many of `nodes` offer it `gpus_per_node` GPUs (`gpus_of(node)`:
+    those it could take there), of one family with same_type (the most of any family)."""
+    count = Counter()
+    for v in nodes:
+        families = Counter(gpu_family(v.gpu(g).name) if spec.same_type else "" for g in gpus_of(v))
+        for family, n in families.items():
+            count[family] += n >= spec.gpus_per_node
+    return max(count.values(), default=0)
+
+
+def piece_of(spec: JobSpec) -> JobSpec:
+    return replace(spec, gpus=spec.gpus_per_node)
+
+
+def could_ever_run(spec: JobSpec, nodes) -> bool:
+    if spec.nodes >= 2:
+        piece = piece_of(spec)
+        return gang_nodes(spec, nodes, lambda v: [g.index for g in v.gpus if gpu_usable(piece, v, g.index)]
+                          if fits_ever(piece, v) else []) >= spec.nodes
+    return any(fits_ever(spec, v) for v in nodes) or whole_nodes_could_hold(spec, nodes)
+
+
+def whole_nodes_could_hold(spec: JobSpec, nodes) -> bool:
+    """Could an auto gang of `spec` ever run: whole nodes of one GPU family, all of whose GPUs it may
+    use, each with its CPUs and memory, with its GPUs in all?"""
+    if spec.share or not spec.gpus:
+        return False
+    by_family = Counter()
+    for v in nodes:
+        families = {gpu_family(g.name) for g in v.gpus}
+        if len(families) == 1 and all(gpu_usable(spec, v, g.index) for g in v.gpus) and spec.cpus <= v.cpus \
+                and spec.mem_gb <= v.mem_gb + 1e-9:
+            by_family[families.pop()] += len(v.gpus)
+    return max(by_family.values(), default=0) >= spec.gpus
+
+
 def no_gpu_is_placed_twice_and_no_placement_uses_a_held_gpu(snap, plan):
     """Sharing jobs excepted: several may land on one GPU, free or already shared (but never
     one that an exclusive job takes or holds)."""
@@ -135,8 +183,9 @@ def no_gpu_is_placed_twice_and_no_placement_uses_a_held_gpu(snap, plan):
     views = {v.name: v for v in snap.nodes}
     on: dict[tuple[str, int], list[str]] = defaultdict(list)
     for p in plan.placements:
-        for g in p.gpus:
-            on[(p.node, g)].append(p.job_id)
+        for node, gpus in pieces(p):
+            for g in gpus:
+                on[(node, g)].append(p.job_id)
     sharers = {k: all(specs[j].share for j in ids) for k, ids in on.items()}
     twice = [(k, ids) for k, ids in on.items() if len(ids) > 1 and not sharers[k]]
     assert not twice, f"GPUs placed more than once: {twice}; placements {plan.placements}"
@@ -168,8 +217,9 @@ def placed_cpus_and_memory_never_exceed_what_each_node_has_free(snap, plan):
     specs = specs_of(snap)
     cpus, mem = defaultdict(int), defaultdict(float)
     for p in plan.placements:
-        cpus[p.node] += specs[p.job_id].cpus
-        mem[p.node] += specs[p.job_id].mem_gb
+        for node, _ in pieces(p):  # a gang's CPUs and memory are on each of its nodes
+            cpus[node] += specs[p.job_id].cpus
+            mem[node] += specs[p.job_id].mem_gb
     for v in snap.nodes:
         assert cpus[v.name] <= v.free_cpus, f"{v.name}: {cpus[v.name]} CPUs placed, {v.free_cpus} free"
         assert mem[v.name] <= v.free_mem_gb + 1e-6, f"{v.name}: {mem[v.name]} GB placed, {v.free_mem_gb} GB free"
@@ -179,9 +229,17 @@ def every_placement_has_the_gpu_count_type_and_memory_the_job_asked_for(snap, pl
     specs = specs_of(snap)
     views = {v.name: v for v in snap.nodes}
     for p in plan.placements:
-        spec, node = specs[p.job_id], views[p.node]
-        assert len(p.gpus) == spec.gpus, f"{p.job_id} asked for {spec.gpus} GPUs, got {p.gpus}"
-        for g in p.gpus:
+        spec = specs[p.job_id]
+        got = [(views[n], g) for n, gpus in pieces(p) for g in gpus]
+        if p.extra and not spec.nodes:  # an auto gang: whole nodes, as many as its GPUs fill
+            assert all(len(gpus) == len(views[n].gpus) for n, gpus in pieces(p)), f"{p.job_id}: {pieces(p)}"
+            assert len(got) - len(p.extra[-1][1]) < spec.gpus <= len(got), f"{p.job_id}: {pieces(p)}"
+        else:
+            assert len(got) == spec.gpus, f"{p.job_id} asked for {spec.gpus} GPUs, got {pieces(p)}"
+            assert len({n for n, _ in pieces(p)}) == len(pieces(p)) == max(1, spec.nodes), f"{p.job_id}: {pieces(p)}"
+        assert not (p.extra and spec.same_type) or len({gpu_family(node.gpu(g).name) for node, g in got}) == 1, \
+            f"{p.job_id} keeps to one GPU family: {pieces(p)}"
+        for node, g in got:
             gpu = node.gpu(g)
             assert gpu.mem_total_gb + 1e-9 >= spec.gpu_mem_gb, \
                 f"{p.job_id} needs {spec.gpu_mem_gb} GB per GPU, got {gpu.name} ({gpu.mem_total_gb} GB)"
@@ -217,13 +275,13 @@ def every_pending_job_is_either_placed_or_has_exactly_one_verdict(snap, plan):
 
 
 def left_free_gpus(snap, plan) -> list[tuple[str, int]]:
-    taken = {(p.node, g) for p in plan.placements for g in p.gpus}
+    taken = {(node, g) for p in plan.placements for node, gpus in pieces(p) for g in gpus}
     return [(v.name, g) for v in snap.nodes for g in v.free_gpus if (v.name, g) not in taken]
 
 
 def no_fit_ever_is_given_exactly_to_jobs_no_node_could_ever_hold(snap, plan):
     never = {v.job_id for v in plan.verdicts if v.code is Code.NO_FIT_EVER}
-    want = {s.id for s in specs_of(snap).values() if not any(fits_ever(s, v) for v in snap.nodes)}
+    want = {s.id for s in specs_of(snap).values() if not could_ever_run(s, snap.nodes)}
     assert never == want, f"NO_FIT_EVER for {sorted(never)}, want {sorted(want)}"
 
 
@@ -253,7 +311,7 @@ def a_placement_on_reserved_gpus_is_estimated_to_end_before_the_reservation_star
     specs = specs_of(snap)
     for r in plan.reservations:
         for p in plan.placements:
-            if p.node != r.node or not set(p.gpus) & set(r.gpus):
+            if not any(node == r.node and set(gpus) & set(r.gpus) for node, gpus in pieces(p)):
                 continue
             if specs[p.job_id].rank >= PRIORITIES.index("high") and specs[p.job_id].rank > specs[r.job_id].rank:
                 continue
@@ -276,12 +334,14 @@ def reservations_hold_free_or_releasing_gpus_that_fit_their_job(snap, plan):
     assert all(n == 1 for n in held.values()), f"preemptors with several reservations: {held}"
     # the rest: EASY's one reservation, plus one for each of the oldest starving jobs served ahead of every
     # class (starvation_reservations of them); other starving jobs keep their place and get no extra one
-    others = [r for r in plan.reservations if r.job_id not in preemptors]
+    others = {r.job_id for r in plan.reservations if r.job_id not in preemptors}  # a gang holds one per node
     assert len(others) <= config.reservations + min(starving, config.starvation_reservations), \
         f"reservations {plan.reservations} ({starving} starving, preemptors {sorted(preemptors)})"
     for r in plan.reservations:
         spec, node = specs[r.job_id], views[r.node]
-        assert len(r.gpus) == spec.gpus and len(set(r.gpus)) == spec.gpus, f"{r} for a {spec.gpus}-GPU job"
+        on = Counter(x.job_id for x in plan.reservations)[r.job_id]
+        want = spec.gpus_per_node if spec.nodes >= 2 else spec.gpus if on == 1 else len(node.gpus)  # auto: whole
+        assert len(r.gpus) == want and len(set(r.gpus)) == want, f"{r} for a {spec.gpus}-GPU job"
         assert r.start_ms >= NOW_MS, f"{r} starts in the past"
         for g in r.gpus:
             gpu = node.gpu(g)
@@ -319,13 +379,14 @@ def _left_after(snap: Snapshot, plan: Plan) -> dict[str, _Room]:
     specs = specs_of(snap)
     rooms = {v.name: _at_the_start(v) for v in snap.nodes}
     for p in plan.placements:
-        room, spec = rooms[p.node], specs[p.job_id]
-        room.free -= set(p.gpus)
-        if spec.share:
-            for g in p.gpus:
-                room.shared[g] = room.shared.get(g, 0.0) + spec.gpu_mem_gb
-        room.cpus -= spec.cpus
-        room.mem_gb -= spec.mem_gb
+        for node, gpus in pieces(p):
+            room, spec = rooms[node], specs[p.job_id]
+            room.free -= set(gpus)
+            if spec.share:
+                for g in gpus:
+                    room.shared[g] = room.shared.get(g, 0.0) + spec.gpu_mem_gb
+            room.cpus -= spec.cpus
+            room.mem_gb -= spec.mem_gb
     return rooms
 
 
@@ -338,6 +399,12 @@ def a_job_left_waiting_with_no_fit_now_does_not_fit_what_the_plan_leaves_free(sn
         if v.code not in (Code.NO_FIT_NOW, Code.LOWER_SCORE):
             continue
         spec = specs[v.job_id]
+        if spec.nodes >= 2:
+            piece = piece_of(spec)
+            assert gang_nodes(spec, snap.nodes, lambda n: left[n.name].gpus_for(piece, n)
+                              if left[n.name].fits(replace(piece, gpus=0), n) else []) < spec.nodes, \
+                f"{v.job_id} ({spec.nodes} x {spec.gpus_per_node}) got {v.code.name}, but enough nodes are left"
+            continue
         for node in snap.nodes:
             room = left[node.name]
             assert not room.fits(spec, node), (
@@ -357,6 +424,9 @@ def lower_score_goes_to_jobs_that_fitted_at_the_start_and_no_fit_now_to_those_th
         if v.code not in (Code.NO_FIT_NOW, Code.LOWER_SCORE):
             continue
         spec = specs[v.job_id]
+        if spec.nodes >= 2:  # a gang's verdict is NO_FIT_NOW whether or not this cycle took its room
+            assert v.code is Code.NO_FIT_NOW, v
+            continue
         fitted = [n.name for n in snap.nodes if _fits_at_the_start(spec, n)]
         if v.code is Code.LOWER_SCORE:
             assert fitted, f"{v.job_id} ({describe_need(spec)}) got LOWER_SCORE but fitted no node at the start"
