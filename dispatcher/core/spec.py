@@ -210,15 +210,10 @@ def check_options(
     share: bool = False,
     min_gpus=None,
     preemptible: bool = False,
-    checkpoint_signal: str = "TERM",
-    retries=3,
-    after=(),
-    after_any=(),
+    checkpoint_signal: str = "TERM", retries=3,
+    after=(), after_any=(),
     scaling=None,
-    nodes=None,
-    gpus_per_node=None,
-    same_type: bool = True,
-    hang_timeout=None,
+    nodes=None, gpus_per_node=None, same_type: bool = True, hang_timeout=None,  # a gang; any job's hang timeout
 ) -> dict:
     """Every field of a request but its command and name, checked: the JobSpec fields they give."""
     est_s = _estimate(est)
