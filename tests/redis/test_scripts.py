@@ -101,7 +101,7 @@ def test_finish_args_are_in_the_order_of_the_scripts_header():
     args = FinishArgs(job_id="7", epoch=3, state="pending", exit_code=None, now_ms=5, reason="r", preempted=True,
                       keep_wait=False, checkpointable=True, lost_retries=2, fence="", kept_per_fingerprint=None,
                       kept_per_user=50, est_s=1.5)
-    assert args.argv() == ["7", 3, "pending", "", 5, "r", "1", "0", "1", 2, "", "", 50, "1.5"]
+    assert args.argv() == ["7", 3, "pending", "", 5, "r", "1", "0", "1", 2, "", "", 50, "1.5", "", "0"]
 
 
 def test_every_outcome_a_script_header_lists_is_named():
@@ -111,3 +111,42 @@ def test_every_outcome_a_script_header_lists_is_named():
         listed = re.findall(r"(-?\d+) ([A-Z_]+)", header[header.index("-- returns"):])
         assert listed, name
         assert all(codes.get(int(code)) == label for code, label in listed), (name, listed)
+
+
+def gang_job(client, ns, gpus=4):
+    (job_id,) = write_jobs(client, ns, [build_spec(command=["true"], user="u", submit_ms=now_ms(), gpus=gpus,
+                                                   nodes=2, gpus_per_node=gpus // 2)])
+    return job_id
+
+
+def test_a_gang_is_placed_on_every_node_at_once_or_not_at_all(client, ns):
+    s = Scripts(client, ns)
+    other, _ = running(client, ns, s, node="n2")  # holds n2's GPU 0
+    job_id = gang_job(client, ns)
+    assert s.commit_gang(job_id, [("n1", (0, 1)), ("n2", (0, 1))], 0, now_ms()) == Outcome.GPU_HELD
+    assert client.hgetall(keys.node_alloc(ns, "n1")) == {}  # nothing of it held on the free node either
+    assert read_job(client, ns, job_id)["state"] == "pending"
+    epoch = s.commit_gang(job_id, [("n1", (0, 1)), ("n3", (2, 3))], 0, now_ms())
+    assert epoch == 1 and read_job(client, ns, job_id)["ranks"] == [["n1", [0, 1]], ["n3", [2, 3]]]
+    assert client.hgetall(keys.node_alloc(ns, "n3")) == {b"2": job_id.encode(), b"3": job_id.encode()}
+
+
+def test_a_gang_ends_rank_by_rank_and_its_first_failure_is_what_it_ends_as(client, ns):
+    s = Scripts(client, ns)
+    job_id = gang_job(client, ns)
+    epoch = s.commit_gang(job_id, [("n1", (0, 1)), ("n2", (0, 1))], 0, now_ms())
+    assert s.mark_running(job_id, epoch, now_ms(), 1) == Outcome.DONE
+    assert s.mark_running(job_id, epoch, now_ms(), 2) == Outcome.DONE  # rank 1 starts while the gang runs
+    # rank 1 fails: the gang stops (its other rank sees `preempting`), rank 1's GPUs come back
+    assert s.finish(job_id, "n2", epoch, "pending", 3, now_ms(), "rank 1 ended (exit code 3)", rank=1,
+                    lost_retries=3) == Outcome.DONE
+    j = read_job(client, ns, job_id)
+    assert j["state"] == "preempting" and client.hgetall(keys.node_alloc(ns, "n2")) == {}
+    assert s.finish(job_id, "n2", epoch, "pending", 3, now_ms(), "again", rank=1) == Outcome.STALE  # recorded
+    # rank 0 stops with its gang: the gang goes back to the queue as one lost attempt
+    assert s.finish(job_id, "n1", epoch, "pending", -15, now_ms(), "stopped with its gang", rank=0,
+                    for_gang=True) == Outcome.DONE
+    j = read_job(client, ns, job_id)
+    assert (j["state"], j["lost"], j["attempt"], j["ranks"]) == ("pending", 1, 1, [])
+    assert j["attempts"][0]["outcome"] == "lost" and "rank 1" in j["attempts"][0]["reason"]
+    assert client.hgetall(keys.node_alloc(ns, "n1")) == {}

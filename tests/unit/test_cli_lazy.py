@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from dispatcher.cli import COMMANDS, cli
 
 EVERY_COMMAND = ["auth", "cancel", "checkpointed", "dashboard", "decisions", "eta", "history", "login", "logs", "nodes",
-                 "policy", "preempt", "queue", "scheduler", "show", "simulate", "submit", "top", "tune", "up", "wait",
+                 "policy", "preempt", "progress", "queue", "scheduler", "show", "simulate", "submit", "top", "tune", "up", "wait",
                  "why", "worker"]
 
 
