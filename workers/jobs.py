@@ -171,7 +171,7 @@ class Supervisor:
     # -- what an earlier agent of this node left --------------------------------------------
     def record_pid(self, job_id: str, epoch: int, pid: int) -> None:
         self.pid_dir.mkdir(parents=True, exist_ok=True)
-        (self.pid_dir / job_id).write_text(f"{pid} {epoch}")
+        (self.pid_dir / job_id).write_text(f"{pid} {epoch} {self.node}")  # the node: proctrack.Attempt.marks
 
     def _forget_pid(self, job_id: str, epoch: int) -> None:
         path = self.pid_dir / job_id
@@ -196,7 +196,7 @@ class Supervisor:
     def stop_run(self, run: Running, grace_s: float, first: signal.Signals = signal.SIGTERM) -> None:
         """Send `first` to every process of the job (its group, its cgroup, escapees that carry its
         marks), then SIGKILL what is left after grace_s (in a thread)."""
-        a = run.attempt or proctrack.Attempt(run.job_id, run.epoch, run.proc.pid)
+        a = run.attempt or proctrack.Attempt(run.job_id, run.epoch, run.proc.pid, node=self.node)
 
         def go():
             proctrack.signal_attempt(a, first)

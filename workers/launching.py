@@ -204,7 +204,7 @@ def _register(sup, job_id: str, epoch: int, proc, spec: JobSpec, ckpt: Path, gpu
     run = Running(job_id, epoch, proc, spec, ckpt,
                   ckpt_seen=ckpt_file.stat().st_mtime if ckpt_file.exists() else 0.0,
                   gpus=tuple(int(g) for g in gpu_list.split(",") if g.strip().isdigit()),
-                  attempt=proctrack.Attempt(job_id, epoch, proc.pid, cgroup))
+                  attempt=proctrack.Attempt(job_id, epoch, proc.pid, cgroup, sup.node))
     with sup.lock:  # before Redis hears of it: its GPU processes are never taken for zombies
         sup.running[job_id] = run
     return run

@@ -122,9 +122,13 @@ class Attempt:
     epoch: int
     pgid: int = 0  # the job's first process, leader of its session and process group
     cgroup: Path | None = None  # its own cgroup, if the node has them
+    #: the node it runs on: a gang's ranks share the job's id and epoch, and where two agents share a host
+    #: (tests, a workstation with two) one agent must not take the other's rank for its own ("": unknown)
+    node: str = ""
 
-    def marks(self) -> tuple[bytes, bytes]:
-        return f"DISPATCH_JOB_ID={self.job_id}".encode(), f"DISPATCH_EPOCH={self.epoch}".encode()
+    def marks(self) -> tuple[bytes, ...]:
+        job = (f"DISPATCH_JOB_ID={self.job_id}".encode(), f"DISPATCH_EPOCH={self.epoch}".encode())
+        return job + ((f"DISPATCH_NODE={self.node}".encode(),) if self.node else ())
 
 
 def attempt_cgroup(root: Path | None, job_id: str, epoch: int) -> Path | None:

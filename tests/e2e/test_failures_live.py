@@ -153,7 +153,7 @@ def test_a_restarted_agent_requeues_the_job_the_dead_one_left_and_runs_it_again(
     first = cli.wait_for(lambda: running(client, cli.ns, job), what="the job to run")
     cli.wait_for(lambda: lines(out), what="the first attempt to write its start")
     pid = int(client.hget(keys.job(cli.ns, job), "pid"))
-    assert (work / "pids" / job).read_text().split() == [str(pid), str(first["epoch"])]
+    assert (work / "pids" / job).read_text().split() == [str(pid), str(first["epoch"]), "a"]  # pid, epoch, node
 
     os.kill(agent.pid, signal.SIGKILL)
     agent.wait(10)

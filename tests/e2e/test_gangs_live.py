@@ -5,6 +5,7 @@ Each rank writes what it was told into $OUT/rank<NODE_RANK>.<DISPATCH_ATTEMPT>; 
 files and the job record (what `dispatch show --json` prints) through the test's own Redis client.
 """
 
+import signal
 import time
 from pathlib import Path
 
@@ -120,3 +121,42 @@ def test_why_explains_a_pending_gang_in_numbers(cli, client, tmp_path):
     cli.run("cancel", blocker)
     cli.wait_for(lambda: state_of(client, cli.ns, gang) == "succeeded", timeout=30, what="the gang to run")
     assert client.exists(keys.job_log(cli.ns, gang, 1))
+
+
+def test_a_gang_is_preempted_as_a_unit_and_resumes_as_one_job(cli, client, tmp_path):
+    start_hosts(cli, client)
+    cli.start("scheduler", **FAST)
+    # every rank traps the checkpoint signal: it says so and leaves, as a checkpointing trainer does
+    body = 'trap "echo stopped $NODE_RANK >> $OUT/stops; exit 0" TERM; echo $NODE_RANK >> $OUT/ready; ' \
+           'if [ "$DISPATCH_ATTEMPT" = 0 ]; then sleep 120 & wait; fi'
+    job = cli.submit("--nodes", "2", "--gpus-per-node", "1", "--checkpointable", "--grace", "5",
+                     "--env", f"OUT={tmp_path}", "--", "sh", "-c", RANK.format(body=body))
+    ready = tmp_path / "ready"
+    cli.wait_for(lambda: ready.exists() and len(ready.read_text().split()) == 2, timeout=30,
+                 what="both ranks to start and trap the signal")
+    cli.run("preempt", job)
+    cli.wait_for(lambda: state_of(client, cli.ns, job) == "succeeded", timeout=60, what="the gang to resume and end")
+    j = read_job(client, cli.ns, job)
+    assert sorted((tmp_path / "stops").read_text().split()) == ["0", "1", "stopped", "stopped"]  # both ranks
+    assert j["preemptions"] == 1 and j["lost"] == 0 and j["attempts"][0]["outcome"] == "preempted", j["attempts"]
+    assert told(tmp_path, 0, 1) and told(tmp_path, 1, 1)
+
+
+def test_when_a_ranks_node_is_declared_dead_the_other_rank_stops_and_the_gang_reruns_elsewhere(cli, client, tmp_path):
+    hosts = {**HOSTS, "h3": "127.0.0.4"}
+    start_hosts(cli, client, gpus="1xA100-40GB", hosts=hosts)
+    agents = {p.args[p.args.index("--node") + 1]: p for p in cli.procs if "worker" in p.args}
+    cli.start("scheduler", **FAST)
+    body = 'if [ "$DISPATCH_ATTEMPT" = 0 ]; then sleep 120; fi'
+    job = cli.submit("--nodes", "2", "--gpus-per-node", "1", "--env", f"OUT={tmp_path}", "--", "sh", "-c",
+                     RANK.format(body=body))
+    cli.wait_for(lambda: told(tmp_path, 0) and told(tmp_path, 1), timeout=30, what="both ranks to start")
+    first = read_job(client, cli.ns, job)["ranks"]
+    dead = first[1][0]
+    agents[dead].send_signal(signal.SIGKILL)  # its host is gone: no agent, no heartbeat
+    cli.wait_for(lambda: state_of(client, cli.ns, job) == "succeeded", timeout=60, what="the gang to rerun")
+    j = read_job(client, cli.ns, job)
+    assert j["lost"] == 1 and "lost: no heartbeat" in j["attempts"][0]["reason"], j["attempts"]
+    assert dead not in [n for n, _ in j["ranks"]]  # the rerun is on the two live hosts
+    assert {n.name: n.alloc for n in read_nodes(client, cli.ns)[0] if n.name != dead} == \
+        {n: {} for n in hosts if n != dead}
