@@ -1,6 +1,8 @@
 """What an attempt's end is recorded as: by why it was stopped (Running.stopping, one function per
 reason in ENDINGS), else by how its process ended. Outcomes go through Supervisor.finish
 (finish.lua, fenced by the epoch); a shrink goes through shrink.lua and starts its next attempt.
+A gang's rank records its own end (its rank); any end of a rank but a success or a stop for its gang
+(GANG) is what the gang ends as, and a rank that fails loses the gang's attempt (rerun within --retries).
 """
 
 from __future__ import annotations
@@ -24,20 +26,12 @@ def record_end(sup, run: Running, code: int) -> None:
     """Record the end of `run`, whose main process exited with `code`, on `sup` (the Supervisor)."""
     if not run.stopping and code == -signal.SIGKILL and fenced_epoch(sup.work_dir, run.job_id) == run.epoch:
         run.stop_as(Stopping.FENCED)  # killed by the node's keeper (workers/keeper.py)
-    ENDINGS[run.stopping](_Rank(sup, run), run, code)
+    ENDINGS[run.stopping](sup, run, code)
 
 
-class _Rank:
-    """The Supervisor as the endings use it: a gang's rank tells finish() its rank (lua/finish.lua)."""
-
-    def __init__(self, sup, run: Running):
-        self.sup, self.node, self.work_dir, self.rank = sup, sup.node, sup.work_dir, run.rank
-
-    def finish(self, *args, **kw) -> None:
-        self.sup.finish(*args, rank=self.rank, **kw)
-
-    def __getattr__(self, name):
-        return getattr(self.sup, name)
+def _end(sup, run: Running, state: str, code, reason: str, **kw) -> None:
+    """Supervisor.finish of this attempt; a gang's rank says which rank ended (lua/finish.lua)."""
+    _end(sup, run, state, code, reason, rank=run.rank, **kw)
 
 
 def _stale(sup, run: Running, code: int) -> None:
@@ -45,27 +39,27 @@ def _stale(sup, run: Running, code: int) -> None:
 
 
 def _cancelled(sup, run: Running, code: int) -> None:
-    sup.finish(run.job_id, run.epoch, CANCELLED, code, run.command.get("reason") or "cancelled by user")
+    _end(sup, run, CANCELLED, code, run.command.get("reason") or "cancelled by user")
 
 
 def _fenced(sup, run: Running, code: int) -> None:
     if code != -signal.SIGKILL:  # it ended on its own before the fence's kill (while its agent was stopped)
         _exited(sup, run, code)
         return
-    sup.finish(run.job_id, run.epoch, PENDING, None,
+    _end(sup, run, PENDING, None,
                f"node {sup.node} could not heartbeat in time (cut off from Redis, or its agent "
                f"stopped); its copy was killed and the attempt lost",
                **lost_attempt(run.spec))
 
 
 def _requeued(sup, run: Running, code: int) -> None:
-    sup.finish(run.job_id, run.epoch, PENDING, None, f"node {sup.node} agent stopped; requeued",
+    _end(sup, run, PENDING, None, f"node {sup.node} agent stopped; requeued",
                checkpointable=run.spec.checkpointable)
 
 
 def _preempted(sup, run: Running, code: int) -> None:
     cmd = run.command
-    sup.finish(run.job_id, run.epoch, PENDING, None,
+    _end(sup, run, PENDING, None,
                f"preempted ({cmd.get('mode')}) by {cmd.get('by')}: {cmd.get('reason', '')}",
                preempted=True, keep_wait=bool(cmd.get("keep_wait", True)),
                checkpointable=run.spec.checkpointable)
@@ -83,11 +77,11 @@ def _shrunk(sup, run: Running, code: int) -> None:
 
 
 def _with_gang(sup, run: Running, code: int) -> None:
-    sup.finish(run.job_id, run.epoch, PENDING, code, f"rank {run.rank} stopped with its gang", for_gang=True)
+    _end(sup, run, PENDING, code, f"rank {run.rank} stopped with its gang", for_gang=True)
 
 
 def _hung(sup, run: Running, code: int) -> None:
-    sup.finish(run.job_id, run.epoch, PENDING, code,
+    _end(sup, run, PENDING, code,
                f"no progress reported for {run.spec.hang_timeout_s:.0f}s (--hang-timeout); attempt lost",
                **lost_attempt(run.spec))
 
@@ -96,18 +90,18 @@ def _exited(sup, run: Running, code: int) -> None:
     """Nobody stopped it: its exit code says (a gang's rank that failed loses the gang's attempt: the
     gang starts again from its checkpoint, within its retries)."""
     if code == 0:
-        sup.finish(run.job_id, run.epoch, SUCCEEDED, 0, "", spec=run.spec)  # into its run history
+        _end(sup, run, SUCCEEDED, 0, "", spec=run.spec)  # into its run history
     elif run.rank is not None:
         how = f"exit code {code}" if code > 0 else f"signal {signal.Signals(-code).name}"
-        sup.finish(run.job_id, run.epoch, PENDING, code, f"rank {run.rank} on {sup.node} ended ({how}); attempt lost",
+        _end(sup, run, PENDING, code, f"rank {run.rank} on {sup.node} ended ({how}); attempt lost",
                    **lost_attempt(run.spec))
     elif code == -signal.SIGKILL:  # the OOM killer, an operator's kill -9: not the job's own failure
-        sup.finish(run.job_id, run.epoch, PENDING, code, "killed by SIGKILL from outside dispatch; attempt lost",
+        _end(sup, run, PENDING, code, "killed by SIGKILL from outside dispatch; attempt lost",
                    **lost_attempt(run.spec))
     elif code < 0:
-        sup.finish(run.job_id, run.epoch, FAILED, code, f"killed by signal {signal.Signals(-code).name}")
+        _end(sup, run, FAILED, code, f"killed by signal {signal.Signals(-code).name}")
     else:
-        sup.finish(run.job_id, run.epoch, FAILED, code, f"exit code {code}")
+        _end(sup, run, FAILED, code, f"exit code {code}")
 
 
 #: What an end is recorded as, by why the attempt was stopped.
