@@ -116,7 +116,8 @@ class Placement:
     rank: int = 0
     reason: str = ""  # why it won, in words
     share: bool = False
-    #: A gang spread over whole nodes (PolicyConfig.gang_across_nodes): the other nodes and their GPUs.
+    #: A gang (--nodes N, or a job larger than any node on whole nodes): ranks 1..N-1 as (node, GPUs), in
+    #: rank order; `node` and `gpus` are rank 0's. One commit holds them all (store: commit_gang.lua).
     extra: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
