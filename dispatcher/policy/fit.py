@@ -73,12 +73,21 @@ class GpuMemo:
     same few GPU lists recur across a cycle's nodes and every job x node asks, so each answer is
     worked out once per cycle. Nodes are told apart by name (a snapshot has one view per name)."""
 
-    __slots__ = ("_facts", "_kinds", "_usable")
+    __slots__ = ("_facts", "_kinds", "_usable", "_family")
 
     def __init__(self) -> None:
         self._facts: dict[str, GpuFacts] = {}  # node name -> its GpuFacts
         self._kinds: dict[tuple, int] = {}  # (index, name, memory) per GPU -> kind number
         self._usable: dict[tuple, frozenset] = {}  # (kind number, gpu_types, gpu_mem_gb) -> usable indices
+        self._family: dict[int, str | None] = {}  # kind number -> its one GPU family (None: several)
+
+    def family(self, node: NodeView) -> str | None:
+        """The one GPU family of `node`'s GPUs (gpu_family), None if they are of several."""
+        kind = self.facts(node).kind
+        if kind not in self._family:
+            families = {gpu_family(g.name) for g in node.gpus}
+            self._family[kind] = next(iter(families)) if len(families) == 1 else None
+        return self._family[kind]
 
     def facts(self, node: NodeView) -> GpuFacts:
         """The GpuFacts of `node`'s GPU list."""

@@ -119,8 +119,8 @@ def _place_whole(c, spec: JobSpec, terms: dict[str, float], why: str) -> bool:
     have: dict[str, int] = defaultdict(int)
     done = None
     for node in c.index.nodes:
-        family = node_family(spec, node.view)
-        if family is not None and len(node.free) == len(node.view.gpus) and node.whole(spec) \
+        if len(node.free) == len(node.view.gpus) and (family := node_family(spec, node.view, c.fit)) is not None \
+                and node.whole(spec) \
                 and node.backfills(spec, c.now) and node.cpus >= max(1, spec.cpus) \
                 and node.mem_gb + 1e-9 >= spec.mem_gb:
             chosen[family].append(node)

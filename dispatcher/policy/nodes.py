@@ -14,12 +14,11 @@ Pure: no Redis, clock or OS.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from ..core.model import PRIORITIES, JobSpec
 from ..core.plan import NodeView, Reservation
 from .config import PolicyConfig
-from .fit import GpuMemo, gpu_family
+from .fit import GpuMemo
 
 #: Interactive and critical work jumps the queue at any time (seed 000): no reservation of a lower class
 #: holds back a job of this class or above.
@@ -140,13 +139,7 @@ def whole_node_usable(spec: JobSpec, view: NodeView, fit: GpuMemo) -> bool:
     return bool(view.gpus) and fit.usable_count(spec, view) == len(view.gpus)
 
 
-def node_family(spec: JobSpec, view: NodeView) -> str | None:
+def node_family(spec: JobSpec, view: NodeView, fit: GpuMemo) -> str | None:
     """The GPU family an auto gang of `spec` would use taking this node whole: "" where it may mix
     families; with same_type, the node's one family (None if its GPUs are of several)."""
-    return _one_family(tuple(g.name for g in view.gpus)) if spec.same_type else ""
-
-
-@lru_cache(maxsize=1024)  # a few GPU lists recur across a cluster's nodes
-def _one_family(names: tuple[str, ...]) -> str | None:
-    families = {gpu_family(n) for n in names}
-    return next(iter(families)) if len(families) == 1 else None
+    return fit.family(view) if spec.same_type else ""

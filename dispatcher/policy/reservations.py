@@ -79,7 +79,7 @@ def gang_reservations(spec: JobSpec, nodes: list[NodeState],
     Reservation from when the last of them is free; None if too few could."""
     ready = defaultdict(list)
     for node in nodes:
-        family = node_family(spec, node.view)
+        family = node_family(spec, node.view, node.fit)
         if node.resv is None and node.whole(spec) and family is not None and node.view.cpus >= spec.cpus \
                 and node.view.mem_gb + 1e-9 >= spec.mem_gb:
             ends = [r.end_ms for r in node.releases]

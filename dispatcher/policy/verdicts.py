@@ -57,7 +57,7 @@ class NeverFit:
         same_type), each with its CPUs and memory."""
         count = defaultdict(int)
         for v in self.views:
-            family = node_family(spec, v)
+            family = node_family(spec, v, self.fit)
             if family is not None and whole_node_usable(spec, v, self.fit) and v.cpus >= spec.cpus \
                     and v.mem_gb + 1e-9 >= spec.mem_gb:
                 count[family] += len(v.gpus)
