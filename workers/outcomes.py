@@ -31,7 +31,7 @@ def record_end(sup, run: Running, code: int) -> None:
 
 def _end(sup, run: Running, state: str, code, reason: str, **kw) -> None:
     """Supervisor.finish of this attempt; a gang's rank says which rank ended (lua/finish.lua)."""
-    _end(sup, run, state, code, reason, rank=run.rank, **kw)
+    sup.finish(run.job_id, run.epoch, state, code, reason, rank=run.rank, **kw)
 
 
 def _stale(sup, run: Running, code: int) -> None:
