@@ -149,3 +149,52 @@ class DataDisk:
         if self.mounted:
             subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
             self.mounted = False
+
+
+class Lan:
+    """Test hosts on one LAN: a bridge in this namespace (its address `host_ip`, where a server here
+    listens for them) and one network namespace per host, each with an `eth0` on the bridge (the same
+    interface name on every host, as on a cluster's nodes). Hosts reach each other and this one."""
+
+    def __init__(self, names: list[str], prefix: str = "dlan", subnet: str = "10.251.30"):
+        self.bridge, self.subnet = f"{prefix}-br", subnet
+        self.host_ip = f"{subnet}.1"
+        self.hosts = {name: (f"{prefix}-{name}", f"{subnet}.{i + 2}") for i, name in enumerate(names)}
+
+    def _run(self, *cmd, ns: str | None = None, check=True):
+        full = ["ip", "netns", "exec", ns, *cmd] if ns else list(cmd)
+        p = subprocess.run(full, capture_output=True, text=True)
+        if check and p.returncode != 0:
+            raise RuntimeError(f"{' '.join(full)}: {p.stderr.strip()}")
+        return p
+
+    def create(self) -> "Lan":
+        self.delete()
+        self._run("ip", "link", "add", self.bridge, "type", "bridge")
+        self._run("ip", "addr", "add", f"{self.host_ip}/24", "dev", self.bridge)
+        self._run("ip", "link", "set", self.bridge, "up")
+        for ns, ip in self.hosts.values():
+            here, there = f"{ns}-h", f"{ns}-n"
+            self._run("ip", "netns", "add", ns)
+            self._run("ip", "link", "add", here, "type", "veth", "peer", "name", there)
+            self._run("ip", "link", "set", here, "master", self.bridge)
+            self._run("ip", "link", "set", here, "up")
+            self._run("ip", "link", "set", there, "netns", ns)
+            self._run("ip", "link", "set", there, "name", "eth0", ns=ns)
+            self._run("ip", "addr", "add", f"{ip}/24", "dev", "eth0", ns=ns)
+            self._run("ip", "link", "set", "eth0", "up", ns=ns)
+            self._run("ip", "link", "set", "lo", "up", ns=ns)
+        return self
+
+    def address(self, name: str) -> str:
+        return self.hosts[name][1]
+
+    def prefix(self, name: str) -> tuple[str, ...]:
+        """Runs a command on host `name` (`ip netns exec` execs it: the pid is the command's)."""
+        return ("ip", "netns", "exec", self.hosts[name][0])
+
+    def delete(self) -> None:
+        for ns, _ in self.hosts.values():
+            subprocess.run(["ip", "link", "del", f"{ns}-h"], capture_output=True)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
