@@ -19,6 +19,15 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
+def run_in(ns: str | None, *cmd, check=True) -> subprocess.CompletedProcess:
+    """`cmd` in network namespace `ns` (None: this one); RuntimeError with its stderr if it fails."""
+    full = ["ip", "netns", "exec", ns, *cmd] if ns else list(cmd)
+    p = subprocess.run(full, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"{' '.join(full)}: {p.stderr.strip()}")
+    return p
+
+
 class NetNode:
     """A node agent on its own network host: a namespace joined to this one by a veth pair."""
 
@@ -41,11 +50,7 @@ class NetNode:
         return shutil.which("tc") is not None
 
     def _run(self, *cmd, ns=False, check=True):
-        full = ["ip", "netns", "exec", self.name, *cmd] if ns else list(cmd)
-        p = subprocess.run(full, capture_output=True, text=True)
-        if check and p.returncode != 0:
-            raise RuntimeError(f"{' '.join(full)}: {p.stderr.strip()}")
-        return p
+        return run_in(self.name if ns else None, *cmd, check=check)
 
     def create(self) -> "NetNode":
         self.delete()
@@ -162,11 +167,7 @@ class Lan:
         self.hosts = {name: (f"{prefix}-{name}", f"{subnet}.{i + 2}") for i, name in enumerate(names)}
 
     def _run(self, *cmd, ns: str | None = None, check=True):
-        full = ["ip", "netns", "exec", ns, *cmd] if ns else list(cmd)
-        p = subprocess.run(full, capture_output=True, text=True)
-        if check and p.returncode != 0:
-            raise RuntimeError(f"{' '.join(full)}: {p.stderr.strip()}")
-        return p
+        return run_in(ns, *cmd, check=check)
 
     def create(self) -> "Lan":
         self.delete()
