@@ -29,10 +29,17 @@ def rank_of(node: str, ranks) -> int | None:
 
 
 def free_port(address: str) -> int:
-    """A TCP port free on `address` now (the kernel's pick; rank 0's torchrun binds it next)."""
-    with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
+    """A TCP port free on `address` now (the kernel's pick; rank 0's torchrun binds it next); on every
+    address where this host does not hold `address` itself (an --address behind NAT)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    for where in (address, "::" if family == socket.AF_INET6 else "0.0.0.0"):
+        with socket.socket(family) as s:
+            try:
+                s.bind((where, 0))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise OSError(f"no free port on {address}")
 
 
 def announce(sup, job_id: str, epoch: int) -> str:

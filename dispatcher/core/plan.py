@@ -54,6 +54,7 @@ class RunningJob:
     #: (rank 0, as the scheduler's mirror keeps it), the other ranks' (node, gpus). See pieces().
     rank: int = 0
     extra: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    ended: frozenset = frozenset()  # a gang's ranks whose end is recorded (their GPUs are free again)
 
     def attained_at(self, now_ms: int) -> float:
         """GPU-seconds received so far, this run included."""
@@ -69,15 +70,18 @@ class RunningJob:
 
 def pieces(running) -> tuple[RunningJob, ...]:
     """What the policy is shown of running jobs: one RunningJob per node a job holds (a gang's ranks each
-    on its own node, as the simulator shows them), from entries whose `extra` lists a gang's other ranks
-    (rank 0 keeps it: a piece is a gang's if its rank or its extra says so, is_gang_piece)."""
+    on its own node, as the simulator shows them, but those whose end is recorded), from entries whose
+    `extra` lists a gang's other ranks (rank 0's piece is the entry: a piece is a gang's if its rank or
+    its extra says so, is_gang_piece)."""
     out = []
     for r in running:
         if not r.extra:
             out.append(r)
             continue
-        out.append(r)
-        out += [replace(r, node=node, gpus=gpus, rank=i, extra=()) for i, (node, gpus) in enumerate(r.extra, 1)]
+        if 0 not in r.ended:
+            out.append(r)
+        out += [replace(r, node=node, gpus=gpus, rank=i, extra=()) for i, (node, gpus) in enumerate(r.extra, 1)
+                if i not in r.ended]
     return tuple(out)
 
 

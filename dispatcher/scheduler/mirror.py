@@ -151,7 +151,7 @@ class Mirror:
             arrivals.append(job)
         else:
             self.running[job_id] = job
-            now_as = (job.node, job.gpus, job.stopping, self.epochs[job_id])
+            now_as = (job.node, job.gpus, job.stopping, self.epochs[job_id], job.ended)
             if now_as != was and now_as != self.expected.pop(job_id, None):
                 return None
         return arrivals
@@ -202,11 +202,11 @@ class Mirror:
 
     def expect(self, job_id: str, node: str, gpus: tuple, stopping: bool, epoch: int) -> None:
         """Our own commit made this job run (or stop) so: refresh() does not count it as a change."""
-        self.expected[job_id] = (node, tuple(gpus), stopping, epoch)
+        self.expected[job_id] = (node, tuple(gpus), stopping, epoch, frozenset())
 
     def _running_as(self, job_id: str):
         r = self.running.get(job_id)
-        return None if r is None else (r.node, r.gpus, r.stopping, self.epochs[job_id])
+        return None if r is None else (r.node, r.gpus, r.stopping, self.epochs[job_id], r.ended)
 
     def _unhold(self, job_id: str) -> None:
         job = self.held.pop(job_id, None)

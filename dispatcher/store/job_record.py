@@ -76,7 +76,7 @@ _OPTIONAL = {f.name for f in FIELDS if f.optional}
 
 #: The named selections readers take (each a subset of FIELDS; tests check it).
 SCHEDULER = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_ms", "checkpoint_ms",
-             "last_preempted_ms", "plan_est_s", "gang")  # the mirror's (scripts.read_jobs; the spec too until cached)
+             "last_preempted_ms", "plan_est_s", "gang", "ranks_ended")  # the mirror's (scripts.read_jobs; the spec too until cached)
 OUTCOME = ("state", "reason", "exit_code")  # a dependency's, a recent end's
 LAUNCH = ("spec", "epoch", "node", "gpus", "attempt", "cancel_ms", "state", "seal", "gang")  # the agent's, at launch
 RECOVERY = ("node", "epoch", "state", "started_ms", "spec", "assigned_ms", "gang")  # a restarted agent's

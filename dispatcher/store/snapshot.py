@@ -108,7 +108,7 @@ def read_jobs(client, ns: str, ids, cache: SpecCache, scores: str | None = None)
 
 
 def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str | None):
-    state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, plan_est, gang, raw = reply
+    state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, plan_est, gang, ended, raw = reply
     state = text(state)
     if state == "pending":
         if since is None:
@@ -132,7 +132,9 @@ def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str |
         ranks = gang_ranks(text(gang)) if gang else ()
         return RunningJob(spec, text(node), held,
                           int(started_ms or assigned_ms or 0), int(ckpt_ms or 0), int(preempted_ms or 0),
-                          state == "preempting", extra=ranks[1:]), epoch
+                          state == "preempting", extra=ranks[1:],
+                          ended=frozenset(int(r) for r in text(ended).split(",") if r.isdigit()) if ended else frozenset()
+                          ), epoch
     if since is not None and index is not None:  # no record, or one that is not pending, in the pending index
         return Strays((job_entry(ns, index, job_id, "not a pending job", expect="pending"),))
     return None
