@@ -108,7 +108,7 @@ def busy_cluster(cli):
                "echo starting; echo 'CUDA error: out of memory' >&2; exit 3")
     pending = submit_all(cli, "sweep", "1h", [
         ("erin", "vision", "high", 4, "A100"), ("frank", "speech", "normal", 2, "A100"),
-        ("frank", "speech", "low", 1, "A100"), ("carol", "speech", "critical", 8, "A100"),
+        ("frank", "speech", "low", 1, "A100"), ("carol", "speech", "critical", 12, "A100"),
         ("bob", "nlp", "normal", 4, "A100"), ("dave", "nlp", "low", 2, "V100")])
     return running, pending
 
@@ -168,7 +168,7 @@ def test_the_dashboard_shows_the_queue_the_gpus_and_the_decisions_live(cli, busy
     driver = browser()
     try:
         driver.get(base + "/")
-        crit = pending[3]  # 8 A100s: no node could ever hold it
+        crit = pending[3]  # 12 A100s: more than all nodes together (8 would be a gang of both A100 nodes)
         wait_page(driver, lambda d: "critical" in text_of(d, "classes") and f"\n{crit} " in "\n" + text_of(d, "jobs"),
                   "the critical job in the queue")
         assert "no live node could ever hold it" in text_of(driver, "jobs")
