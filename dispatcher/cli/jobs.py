@@ -40,7 +40,8 @@ def queue(ctx, show_all, as_json):
     for j in jobs:
         waited = ((j["started_at"] or j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
                   if j["submitted_at"] else None)
-        gpus = f"{j['gpus_requested']}" + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")
+        gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] > 1 else f"{j['gpus_requested']}") \
+            + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")  # a gang: nodes x GPUs per node
         where = "+".join(f"{n}:{','.join(map(str, g))}" for n, g in j["ranks"] or [[j["node"], j["gpus"]]]) \
             if j["node"] else "-"  # a gang: every rank's node, rank 0 first
         reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else ""

@@ -52,7 +52,7 @@ def test_a_two_node_gang_runs_its_command_once_per_node_with_torchrun_variables(
     shown = cli.show(job)
     assert sorted(n for n, _ in shown["ranks"]) == ["h1", "h2"]
     queue = cli.run("queue", "--all").stdout
-    assert "h1" in queue and "h2" in queue, queue
+    assert "+".join(f"{n}:0,1" for n, _ in shown["ranks"]) in queue and " 2x2 " in queue, queue
     cli.wait_for(lambda: state_of(client, cli.ns, job) == "succeeded", timeout=30, what="the gang to succeed")
     r0, r1 = told(tmp_path, 0), told(tmp_path, 1)
     nodes = [n for n, _ in shown["ranks"]]
