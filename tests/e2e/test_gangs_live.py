@@ -6,6 +6,7 @@ files and the job record (what `dispatch show --json` prints) through the test's
 """
 
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -98,13 +99,17 @@ def test_cancel_stops_every_rank(cli, client, tmp_path):
 def test_a_gang_with_no_progress_past_its_hang_timeout_is_restarted_with_that_reason(cli, client, tmp_path):
     start_hosts(cli, client)
     cli.start("scheduler", **FAST)
-    # attempt 0 reports one step, then hangs; attempt 1 reports and ends
-    body = 'echo 1 >> "$DISPATCH_PROGRESS_FILE"; if [ "$DISPATCH_ATTEMPT" = 0 ]; then sleep 120; fi'
+    # attempt 0 reports one step, then hangs; attempt 1 runs past the timeout, but only rank 0 reports
+    # (`dispatch progress`, every 1.5 s): no rank's report for 3 s is what a hang is, so it runs on
+    body = ('echo 1 >> "$DISPATCH_PROGRESS_FILE"; if [ "$DISPATCH_ATTEMPT" = 0 ]; then sleep 120; fi; '
+            'for i in 1 2 3 4; do [ "$NODE_RANK" = 0 ] && ' + sys.executable + ' -m dispatcher progress "step $i"; '
+            'sleep 1.5; done')
     job = cli.submit("--nodes", "2", "--gpus-per-node", "1", "--hang-timeout", "3s", "--grace", "1",
                      "--env", f"OUT={tmp_path}", "--", "sh", "-c", RANK.format(body=body))
     cli.wait_for(lambda: state_of(client, cli.ns, job) == "succeeded", timeout=60, what="the restart to succeed")
-    first = read_job(client, cli.ns, job)["attempts"][0]
-    assert first["outcome"] == "lost" and "--hang-timeout" in first["reason"], first
+    j = read_job(client, cli.ns, job)
+    assert j["attempts"][0]["outcome"] == "lost" and "--hang-timeout" in j["attempts"][0]["reason"], j["attempts"]
+    assert j["lost"] == 1 and len(j["attempts"]) == 2, j["attempts"]  # the second ran its 6 s whole
 
 
 def test_why_explains_a_pending_gang_in_numbers(cli, client, tmp_path):
