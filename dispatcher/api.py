@@ -85,6 +85,7 @@ class Client:
             if all(store_jobs.is_final(s) for s in states.values()):
                 return states
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"jobs not done after {timeout_s}s: "
-                                   f"{[j for j, s in states.items() if not store_jobs.is_final(s)]}")
+                left = [f"{j} ({s})" for j, s in states.items() if not store_jobs.is_final(s)]
+                raise TimeoutError(f"not done after {timeout_s:g}s: job{'s' if len(left) > 1 else ''} "
+                                   f"{', '.join(left)}")
             time.sleep(poll_s)

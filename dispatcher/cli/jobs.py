@@ -143,7 +143,8 @@ def checkpointed(ctx):
               help="A multi-node job's rank whose output to print.")
 @common
 def logs(ctx, job_id, follow, rank):
-    """A job's output, from any host (a multi-node job's: rank 0's, or --rank's)."""
+    """A job's output, from any host (a multi-node job's: rank 0's, or --rank's). With -f it exits
+    once the job ends: 0 if it succeeded, 1 if not."""
     from ..store.jobs import is_final, read_job, read_log
 
     job = read_job(ctx.client, ctx.ns, job_id)  # JobNotFound for a bad id
@@ -159,11 +160,12 @@ def logs(ctx, job_id, follow, rank):
         for last, chunk in got:
             out.write(chunk)
         out.flush()
-        if not got and is_final(read_job(ctx.client, ctx.ns, job_id)["state"]):
+        state = None if got else read_job(ctx.client, ctx.ns, job_id)["state"]
+        if state is not None and is_final(state):
             for last, chunk in read_log(ctx.client, ctx.ns, job_id, last, rank=rank):
                 out.write(chunk)
             out.flush()
-            return
+            sys.exit(0 if state == "succeeded" else errors.EXIT_FAILED)  # as `wait`: how the job ended
 
 
 @click.command()
@@ -181,18 +183,22 @@ def progress(step):
 
 @click.command()
 @click.argument("job_ids", nargs=-1, required=True)
-@click.option("--timeout", default=None, type=float, metavar="S", help="Give up after S seconds (exit 5).")
+@click.option("--timeout", default=None, metavar="DURATION",
+              help="Give up after this long (90s, 15m, 3h; exit 5).")
 @common
 def wait(ctx, job_ids, timeout):
     """Wait for jobs to end; exit 0 only if all succeeded."""
     from ..api import Client
     from ..store.jobs import read_job
 
+    from ..core.units import parse_duration
+
+    timeout_s = None if timeout is None else parse_duration(timeout, flag="--timeout")
     for j in job_ids:
         read_job(ctx.client, ctx.ns, j)  # JobNotFound before any waiting
     client = Client(ctx.url, ctx.ns)
     try:
-        states = client.wait(list(job_ids), timeout_s=timeout)
+        states = client.wait(list(job_ids), timeout_s=timeout_s)
     except TimeoutError as e:
         click.echo(f"dispatch: {e}", err=True)
         sys.exit(errors.EXIT_TIMEOUT)

@@ -84,6 +84,17 @@ def test_logs_follow_streams_until_the_job_ends(cli):
     job = cli.submit("--", "sh", "-c", "for i in 1 2 3; do echo line$i; sleep 0.3; done")
     p = cli.run("logs", job, "--follow", timeout=30)
     assert p.stdout.split() == ["line1", "line2", "line3"], p.stdout
+    failing = cli.submit("--", "sh", "-c", "echo bye; exit 3")
+    p = cli.run("logs", failing, "-f", timeout=30, check=False)
+    assert (p.returncode, p.stdout.split()) == (1, ["bye"])  # -f ends as the job did, as `wait` does
+
+
+def test_wait_takes_a_duration_and_names_what_is_not_done(cli):
+    job = cli.submit("--gpus", "1", "--", "true")  # no node: it waits
+    p = cli.run("wait", job, "--timeout", "1s", check=False)
+    assert p.returncode == 5 and p.stderr.strip() == f"dispatch: not done after 1s: job {job} (pending)", p.stderr
+    p = cli.run("wait", job, "--timeout", "soon", check=False)
+    assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "--timeout" in p.stderr, p.stderr
 
 
 def test_up_needs_no_redis_and_other_commands_find_it(tmp_path):
