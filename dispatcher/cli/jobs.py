@@ -42,8 +42,8 @@ def queue(ctx, show_all, as_json):
                   if j["submitted_at"] else None)
         gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] > 1 else f"{j['gpus_requested']}") \
             + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")  # a gang: nodes x GPUs per node
-        where = "+".join(f"{n}:{','.join(map(str, g))}" for n, g in j["ranks"] or [[j["node"], j["gpus"]]]) \
-            if j["node"] else "-"  # a gang: every rank's node, rank 0 first
+        where = "+".join(n + (f":{','.join(map(str, g))}" if g else "") for n, g in j["ranks"] or
+                         [[j["node"], j["gpus"]]]) if j["node"] else "-"  # a gang: every rank's node, rank 0 first
         reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else ""
         reason = reason or (rest if j["state"] == "pending" else "")
         rows.append([j["id"], j["name"] or "-", j["user"], j["priority"], j["state"], gpus, where,

@@ -317,6 +317,9 @@ def _check_together(f: dict, *, elastic: bool) -> None:
     if f["min_gpus"] is not None and not f["checkpointable"] and not elastic:
         raise InvalidRequestError("--min-gpus: an elastic job is shrunk by checkpoint and restart; "
                                   "add --checkpointable", field="--min-gpus")
+    if not f["gpus"] and (f["gpu_types"] or f["gpu_mem_gb"]):  # else it would "succeed" on no GPU at all
+        flag = "--gpu-type" if f["gpu_types"] else "--gpu-mem"
+        raise InvalidRequestError(f"{flag} needs --gpus N (the job asks for no GPU)", field=flag)
     if f["share"] and not (f["gpus"] >= 1 and f["gpu_mem_gb"] > 0):
         raise InvalidRequestError("--share needs --gpus 1 or more and --gpu-mem GB (the memory it may use "
                                   "on each GPU)", field="--share")

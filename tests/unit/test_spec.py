@@ -146,3 +146,9 @@ def test_a_spec_with_a_wrong_type_inside_is_refused():
         bad = dict(d, **{field: value})
         with pytest.raises(MalformedRecord):
             decode_spec(msgpack.packb(bad))
+
+
+@pytest.mark.parametrize("fields, flag", [({"gpu_type": "TPU"}, "--gpu-type"), ({"gpu_mem": 40}, "--gpu-mem")])
+def test_a_gpu_constraint_without_gpus_is_refused_not_ignored(fields, flag):
+    with pytest.raises(InvalidRequestError, match=f"{flag} needs --gpus N"):
+        spec_from_request({"command": ["x"], **fields}, user="u", submit_ms=1, cwd="/")
