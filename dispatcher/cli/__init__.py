@@ -186,8 +186,10 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
-    except click.ClickException as e:
-        e.show()
+    except click.ClickException as e:  # one line, as every other error: no usage block
+        where = getattr(getattr(e, "ctx", None), "command_path", None) if isinstance(e, click.UsageError) else None
+        hint = f" (see `{where} --help`)" if where else ""
+        click.echo(f"dispatch: error: {e.format_message()}{hint}", err=True)
         sys.exit(e.exit_code)
     except DispatcherError as e:
         if debug:

@@ -15,7 +15,7 @@ from .memo import remembered
 from .model import PRIORITIES, PRIORITY_ALIASES, JobSpec
 from .units import parse_duration
 
-_NAME = re.compile(r"^[A-Za-z0-9_.@+-]{1,64}$")
+_NAME = re.compile(r"^[\w.@+-]{1,64}\Z")  # \w: letters and digits of any script (José, 李), and _
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 #: Bounds that keep one record small and sane.

@@ -163,3 +163,19 @@ def test_submit_from_a_jsonl_file_is_all_or_nothing(cli, tmp_path):
     p = cli.run("submit", "--from", str(bad), check=False)
     assert p.returncode != 0 and "bad.jsonl line 2: --gpus" in p.stderr and "Traceback" not in p.stderr
     assert len(cli.run("queue", "--all", "--json").stdout.split('"id"')) - 1 == 2  # nothing of bad.jsonl
+
+
+def test_a_user_named_in_any_script_submits_and_is_listed(cli):
+    job = cli.submit("--user", "José", "--", "true")
+    assert cli.show(job)["user"] == "José"
+    assert any(line.split()[:3] == [job, "-", "José"] for line in cli.run("queue").stdout.splitlines())
+
+
+@pytest.mark.parametrize("args,names", [
+    (["queue", "--bogus"], "--bogus"), (["nosuch"], "nosuch"), (["logs"], "JOB_ID"),
+    (["queue", "--namespace", "bad ns"], "--namespace"), (["submit", "--from", "/no/such.jsonl"], "--from"),
+    (["submit", "--gpu-type", "TPU", "--", "true"], "--gpu-type")])
+def test_a_usage_mistake_is_one_line_not_clicks_usage_block(cli, args, names):
+    p = cli.run(*args, check=False)
+    assert p.returncode == errors.EXIT_USAGE and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.stderr.startswith("dispatch: error: ") and names in p.stderr and "Usage:" not in p.stderr, p.stderr

@@ -152,3 +152,15 @@ def test_a_spec_with_a_wrong_type_inside_is_refused():
 def test_a_gpu_constraint_without_gpus_is_refused_not_ignored(fields, flag):
     with pytest.raises(InvalidRequestError, match=f"{flag} needs --gpus N"):
         spec_from_request({"command": ["x"], **fields}, user="u", submit_ms=1, cwd="/")
+
+
+@pytest.mark.parametrize("user", ["José", "李雷", "o'neil"])
+def test_a_user_name_may_be_in_any_script_but_holds_no_space_colon_quote_or_newline(user):
+    if "'" in user:
+        with pytest.raises(InvalidRequestError, match="--user"):
+            spec_from_request({"command": ["x"], "user": user}, user="u", submit_ms=1, cwd="/")
+    else:
+        assert spec_from_request({"command": ["x"], "user": user}, user="u", submit_ms=1, cwd="/").user == user
+    for bad in (f"{user} x", f"{user}:x", f"{user}\n"):
+        with pytest.raises(InvalidRequestError, match="--user"):
+            spec_from_request({"command": ["x"], "user": bad}, user="u", submit_ms=1, cwd="/")
