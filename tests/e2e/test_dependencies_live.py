@@ -39,12 +39,13 @@ def test_a_pipeline_runs_in_order_and_a_failed_step_fails_what_depends_on_it(clu
     assert "skipped" not in marks.read_text().split()
 
 
-def test_a_dependency_that_can_never_be_met_is_refused_in_one_line(cluster):
+def test_a_missing_dependency_is_refused_in_one_line_and_one_already_cancelled_fails_the_job(cluster):
     cli = cluster
     p = cli.run("submit", "--after", "424242", "--", "true", check=False)
     assert p.returncode == errors.EXIT_USAGE and p.stderr.strip() == "dispatch: error: --after: there is no job 424242"
     gone = cli.submit("--gpus", "1", "--", "sleep", "30")
     cli.run("cancel", gone)
     cli.wait_for(lambda: cli.show(gone)["state"] == "cancelled", what="the cancel")
-    p = cli.run("submit", "--after", gone, "--", "true", check=False)
-    assert p.returncode == errors.EXIT_USAGE and "already cancelled" in p.stderr and "Traceback" not in p.stderr
+    then = cli.submit("--after", gone, "--", "true")  # taken: it fails at once, with the reason
+    job = final(cli, then)
+    assert job["state"] == "failed" and f"dependency job {gone}" in job["reason"] and "cancelled" in job["reason"]

@@ -88,7 +88,6 @@ def test_a_dependency_met_before_the_scheduler_took_the_lead_is_seen_on_its_firs
 @pytest.mark.parametrize("flag, make, message", [
     ("after", lambda client, ns: "9999", "--after: there is no job 9999"),
     ("after_any", lambda client, ns: "9999", "--after-any: there is no job 9999"),
-    ("after", lambda client, ns: _cancelled(client, ns), "already cancelled"),
     ("after", lambda client, ns: "1,a:b", "--after: 'a:b' is not a job id"),
 ])
 def test_bad_dependencies_are_refused_at_submit_and_nothing_is_written(client, ns, flag, make, message):
@@ -98,6 +97,14 @@ def test_bad_dependencies_are_refused_at_submit_and_nothing_is_written(client, n
         submit(client, ns, gpus=1, **{flag: dep})
     assert message in str(e.value)
     assert client.dbsize() == before
+
+
+def test_a_dependent_of_a_job_that_already_failed_is_taken_and_failed_at_once_with_the_reason(client, ns):
+    gone = _cancelled(client, ns)
+    then = submit(client, ns, gpus=1, after=gone)  # a pipeline script works whatever the timing
+    Scheduler(client, ns).cycle()
+    job = read_job(client, ns, then)
+    assert job["state"] == "failed" and f"dependency job {gone}" in job["reason"], job["reason"]
 
 
 def _cancelled(client, ns) -> str:
