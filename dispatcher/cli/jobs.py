@@ -234,9 +234,10 @@ def nodes(ctx, as_json):
         free = sum(1 for g in n["gpus"] if g["job"] is None and not g["blocked"])
         blocked = sum(1 for g in n["gpus"] if g["blocked"])
         state = ("up" if n["alive"] else "LOST") + (f", {blocked} GPU blocked" if blocked else "")
+        held = ",".join(f"{g['index']}:{g['job'].lstrip('~')}" for g in n["gpus"] if g["job"])  # GPU:job(s)
         rows.append([n["name"], state, f"{free}/{len(n['gpus'])}", ",".join(kinds) or "-",
-                     n["cpus"], f"{n['mem_gb']:g}", f"{n['seen_s_ago']:g}s"])
-    click.echo(_table(rows, ["NODE", "STATE", "FREE", "GPU TYPES", "CPUS", "MEM_GB", "SEEN"]))
+                     n["cpus"], f"{n['mem_gb']:g}", f"{n['seen_s_ago']:g}s", held or "-"])
+    click.echo(_table(rows, ["NODE", "STATE", "FREE", "GPU TYPES", "CPUS", "MEM_GB", "SEEN", "HELD BY (GPU:JOB)"]))
     for n in out:
         for g in n["gpus"]:
             if g["blocked"]:

@@ -54,6 +54,8 @@ def test_a_two_node_gang_runs_its_command_once_per_node_with_torchrun_variables(
     assert sorted(n for n, _ in shown["ranks"]) == ["h1", "h2"]
     queue = cli.run("queue", "--all").stdout
     assert "+".join(f"{n}:0,1" for n, _ in shown["ranks"]) in queue and " 2x2 " in queue, queue
+    nodes = cli.run("nodes").stdout
+    assert all(line.split()[-1] == f"0:{job},1:{job}" for line in nodes.splitlines() if line.startswith("h")), nodes
     cli.wait_for(lambda: state_of(client, cli.ns, job) == "succeeded", timeout=30, what="the gang to succeed")
     r0, r1 = told(tmp_path, 0), told(tmp_path, 1)
     nodes = [n for n, _ in shown["ranks"]]
