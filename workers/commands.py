@@ -44,8 +44,7 @@ def handle(sup, entry_id, cmd: dict) -> None:
             sup.stop_run(run, 0, signal.SIGKILL)
         else:
             run.stop_as(Stopping.SHRINK if kind == "shrink" else Stopping.PREEMPT, cmd)
-            sig = getattr(signal, f"SIG{run.spec.checkpoint_signal}", signal.SIGTERM)
-            sup.stop_run(run, run.spec.grace_s, sig)
+            sup.stop_run(run, run.spec.grace_s, run.checkpoint_signal)
         log.info("job %s: %s %s by %s", job_id, kind, cmd.get("mode", ""), cmd.get("by", "a user"))
         return
     control.ack(sup.client, sup.ns, sup.node, entry_id)

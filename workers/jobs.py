@@ -211,7 +211,7 @@ class Supervisor:
     def check(self) -> None:
         """Once a heartbeat: stop copies whose epoch moved (fenced), a gang's ranks once their gang stops
         or is cancelled, and jobs past their --hang-timeout; record checkpoints (reported by touching
-        DISPATCH_CHECKPOINT_DIR/CHECKPOINTED) and progress (lines added to DISPATCH_PROGRESS_FILE)."""
+        DISPATCH_CHECKPOINT_DIR/CHECKPOINTED) and, with --hang-timeout, progress (DISPATCH_PROGRESS_FILE)."""
         with self.lock:
             runs = [r for r in self.running.values() if r.stopping is not Stopping.STALE]
         if not runs:
@@ -243,24 +243,27 @@ class Supervisor:
         if rec["cancel_ms"] and run.stop_as(Stopping.CANCEL):
             self.stop_run(run, run.spec.grace_s)
         elif rec["state"] == "preempting" and run.stop_as(Stopping.GANG):
-            self.stop_run(run, run.spec.grace_s, getattr(signal, f"SIG{run.spec.checkpoint_signal}", signal.SIGTERM))
+            self.stop_run(run, run.spec.grace_s, run.checkpoint_signal)
 
     def _progress(self, run: Running, reported_ms: int) -> None:
-        """Progress: the rank's file grew (recorded for every rank to see), or another rank's agent
-        recorded some. With --hang-timeout, none for that long stops the attempt as lost (HUNG)."""
+        """With --hang-timeout: progress is the rank's file growing (recorded for every rank to see) or
+        another rank's agent recording some; none for that long stops the attempt as lost (HUNG)."""
+        hang = run.spec.hang_timeout_s
+        if not hang:  # progress_ms is read for hang checks alone
+            return
         now = time.time()
         if not run.progress_at:
             run.progress_at = now  # counted from the start
         try:
-            mtime = run.progress_file.stat().st_mtime if run.progress_file and run.progress_file.stat().st_size else 0
+            st = run.progress_file.stat() if run.progress_file else None
         except OSError:
-            mtime = 0
+            st = None
+        mtime = st.st_mtime if st is not None and st.st_size else 0
         if mtime > run.progress_at:
             run.progress_at = mtime
             self.scripts.progress(run.job_id, run.epoch, int(mtime * 1000))
         run.progress_at = max(run.progress_at, reported_ms / 1000)
-        hang = run.spec.hang_timeout_s
-        if hang and not run.stopping and now - run.progress_at > hang and run.stop_as(Stopping.HUNG):
+        if not run.stopping and now - run.progress_at > hang and run.stop_as(Stopping.HUNG):
             log.warning("job %s: no progress for %.0fs (--hang-timeout %.0fs); stopping it", run.job_id,
                         now - run.progress_at, hang)
             self.stop_run(run, run.spec.grace_s)

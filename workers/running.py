@@ -10,6 +10,7 @@ workers/jobs.py, launching.py, outcomes.py, commands.py.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -76,6 +77,11 @@ class Running:
     progress_file: Path | None = None  # $DISPATCH_PROGRESS_FILE: a line per step the job reports
     progress_at: float = 0.0  # when progress was last seen (a rank's file, or any rank's via Redis), time.time()
     _stopping: Stopping = field(default=Stopping.NO, init=False)
+
+    @property
+    def checkpoint_signal(self) -> signal.Signals:
+        """The signal that asks this job to checkpoint (its --checkpoint-signal)."""
+        return getattr(signal, f"SIG{self.spec.checkpoint_signal}", signal.SIGTERM)
 
     @property
     def stopping(self) -> Stopping:
