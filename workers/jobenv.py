@@ -45,8 +45,8 @@ def agent_env(secrets: tuple[str, ...], environ=None) -> dict:
             if k not in CREDENTIAL_VARS and not k.startswith("DISPATCH_REDIS") and not any(s in v for s in secrets)}
 
 
-def attempt_env(base: dict, spec: JobSpec, *, job_id: str, epoch: int, node: str, ns: str, gpu_list: str,
-                attempt: int, ckpt: Path, socket_path: str, cap: str) -> dict:
+def attempt_env(base: dict, spec: JobSpec, *, job_id: str, epoch: int, node: str, agent: str, ns: str,
+                gpu_list: str, attempt: int, ckpt: Path, socket_path: str, cap: str) -> dict:
     """The environment of one attempt: the agent's (credentials removed), the spec's, then dispatch's."""
     env = dict(base)
     env.update(dict(spec.env))
@@ -58,6 +58,7 @@ def attempt_env(base: dict, spec: JobSpec, *, job_id: str, epoch: int, node: str
         "DISPATCH_JOB_ID": job_id,
         "DISPATCH_EPOCH": str(epoch),
         "DISPATCH_NODE": node,
+        "DISPATCH_AGENT": agent,  # which agent's job this is (workers/proctrack.Attempt.marks)
         "DISPATCH_GPUS": str(len([g for g in gpu_list.split(",") if g])),
         "DISPATCH_ATTEMPT": str(attempt),
         "DISPATCH_CHECKPOINT_DIR": str(ckpt),

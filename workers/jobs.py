@@ -69,6 +69,7 @@ class Supervisor:
         # forking *thread* ends, so it must not be a job's watcher thread
         self.spawner = ThreadPoolExecutor(1, thread_name_prefix="spawn")
         self.pid_dir = work_dir / PID_DIR
+        self.agent = proctrack.agent_tag(work_dir)  # every job's DISPATCH_AGENT
 
     # -- starting ---------------------------------------------------------------------------
     def launch(self, job_id: str, epoch: int, seal: str = "") -> str:
@@ -171,7 +172,7 @@ class Supervisor:
     # -- what an earlier agent of this node left --------------------------------------------
     def record_pid(self, job_id: str, epoch: int, pid: int) -> None:
         self.pid_dir.mkdir(parents=True, exist_ok=True)
-        (self.pid_dir / job_id).write_text(f"{pid} {epoch} {self.node}")  # the node: proctrack.Attempt.marks
+        (self.pid_dir / job_id).write_text(f"{pid} {epoch} {self.node} {self.agent}")  # proctrack.Attempt.marks
 
     def _forget_pid(self, job_id: str, epoch: int) -> None:
         path = self.pid_dir / job_id
@@ -196,7 +197,8 @@ class Supervisor:
     def stop_run(self, run: Running, grace_s: float, first: signal.Signals = signal.SIGTERM) -> None:
         """Send `first` to every process of the job (its group, its cgroup, escapees that carry its
         marks), then SIGKILL what is left after grace_s (in a thread)."""
-        a = run.attempt or proctrack.Attempt(run.job_id, run.epoch, run.proc.pid, node=self.node)
+        a = run.attempt or proctrack.Attempt(run.job_id, run.epoch, run.proc.pid, node=self.node,
+                                                    agent=self.agent)
 
         def go():
             proctrack.signal_attempt(a, first)

@@ -42,19 +42,20 @@ PID_DIR, FENCED_DIR = "pids", "fenced"
 
 def read_attempts(work_dir: Path) -> list[proctrack.Attempt]:
     """The attempts the agent recorded as started and not yet ended (<work dir>/pids/<job id>:
-    "<pgid> <epoch> <node>"), and those whose cgroup exists (an attempt being started is in its cgroup
+    "<pgid> <epoch> <node> <agent>"), and those whose cgroup exists (an attempt being started is in its cgroup
     before its pid is recorded)."""
     root = proctrack.node_cgroup(work_dir)
     out = {}
     pid_dir = work_dir / PID_DIR
     for path in sorted(pid_dir.glob("*")) if pid_dir.is_dir() else []:
         try:
-            pgid, epoch, *node = path.read_text().split()  # "<pgid> <epoch> <node>" (older agents: no node)
+            pgid, epoch, *where = path.read_text().split()  # older agents: no node, no agent
             pgid, epoch = int(pgid), int(epoch)
+            node, agent = (where + ["", ""])[:2]
         except (OSError, ValueError):
             continue
         out[(path.name, epoch)] = proctrack.Attempt(path.name, epoch, pgid,
-                                                    proctrack.attempt_cgroup(root, path.name, epoch), node[0] if node else "")
+                                                    proctrack.attempt_cgroup(root, path.name, epoch), node, agent)
     for cg in proctrack.leftover_cgroups(root):
         job_id, _, epoch = cg.name.rpartition(".")
         if job_id and epoch.isdigit() and (job_id, int(epoch)) not in out:

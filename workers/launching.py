@@ -83,8 +83,8 @@ def _record(sup, job_id: str, epoch: int, rank, stopped: NotStarted) -> None:
 def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int | None) -> str:
     """The steps from the job's environment on (a gang's rank meets rank 0 first)."""
     gpu_list, ckpt = ",".join(map(str, record["gpus"])), sup.checkpoints / job_id
-    env = jobenv.attempt_env(sup.base_env, spec, job_id=job_id, epoch=epoch, node=sup.node, ns=sup.ns,
-                             gpu_list=gpu_list, attempt=record["attempt"], ckpt=ckpt,
+    env = jobenv.attempt_env(sup.base_env, spec, job_id=job_id, epoch=epoch, node=sup.node, agent=sup.agent,
+                             ns=sup.ns, gpu_list=gpu_list, attempt=record["attempt"], ckpt=ckpt,
                              socket_path=str(sup.channel.path),
                              cap=sup.channel.capability(job_id, epoch, spec.user))
     if rank is not None:
@@ -204,7 +204,7 @@ def _register(sup, job_id: str, epoch: int, proc, spec: JobSpec, ckpt: Path, gpu
     run = Running(job_id, epoch, proc, spec, ckpt,
                   ckpt_seen=ckpt_file.stat().st_mtime if ckpt_file.exists() else 0.0,
                   gpus=tuple(int(g) for g in gpu_list.split(",") if g.strip().isdigit()),
-                  attempt=proctrack.Attempt(job_id, epoch, proc.pid, cgroup, sup.node))
+                  attempt=proctrack.Attempt(job_id, epoch, proc.pid, cgroup, sup.node, sup.agent))
     with sup.lock:  # before Redis hears of it: its GPU processes are never taken for zombies
         sup.running[job_id] = run
     return run

@@ -93,6 +93,13 @@ def _own_cgroup() -> str | None:
     return None
 
 
+def agent_tag(work_dir: Path) -> str:
+    """What names this node agent on its host, whatever its namespace or Redis: its work dir (one
+    agent holds a work dir at a time). Its jobs carry it (DISPATCH_AGENT), so that where two agents
+    share a host, neither takes the other's job 1 for its own."""
+    return hashlib.sha1(str(Path(work_dir).resolve()).encode()).hexdigest()[:10]
+
+
 def node_cgroup(work_dir: Path) -> Path | None:
     """The cgroup that holds this node agent's job cgroups (created if need be), below the agent's
     own cgroup; None where cgroup v2 is not there or not writable. Named after the work dir, so a
@@ -102,8 +109,7 @@ def node_cgroup(work_dir: Path) -> Path | None:
     mount, own = _cgroup2_mount(), _own_cgroup()
     if mount is None or own is None:
         return None
-    tag = hashlib.sha1(str(Path(work_dir).resolve()).encode()).hexdigest()[:10]
-    path = mount / own.lstrip("/") / f"dispatch-{tag}"
+    path = mount / own.lstrip("/") / f"dispatch-{agent_tag(work_dir)}"
     try:
         path.mkdir(exist_ok=True)
         probe = path / "probe"
@@ -125,10 +131,14 @@ class Attempt:
     #: the node it runs on: a gang's ranks share the job's id and epoch, and where two agents share a host
     #: (tests, a workstation with two) one agent must not take the other's rank for its own ("": unknown)
     node: str = ""
+    #: the agent that started it (agent_tag): job ids and node names repeat across namespaces and
+    #: deployments on one host ("": an older agent's attempt, which did not carry it)
+    agent: str = ""
 
     def marks(self) -> tuple[bytes, ...]:
         job = (f"DISPATCH_JOB_ID={self.job_id}".encode(), f"DISPATCH_EPOCH={self.epoch}".encode())
-        return job + ((f"DISPATCH_NODE={self.node}".encode(),) if self.node else ())
+        return job + ((f"DISPATCH_NODE={self.node}".encode(),) if self.node else ()) \
+            + ((f"DISPATCH_AGENT={self.agent}".encode(),) if self.agent else ())
 
 
 def attempt_cgroup(root: Path | None, job_id: str, epoch: int) -> Path | None:

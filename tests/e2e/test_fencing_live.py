@@ -17,6 +17,7 @@ from dispatcher.store import keys
 from dispatcher.store.connect import connect
 from dispatcher.store.jobs import read_job
 
+from ..conftest import Cli
 from .linkproxy import LinkProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -225,6 +226,28 @@ def test_cancel_reaches_a_process_that_left_the_jobs_session(cli, client, tmp_pa
     cli.wait_for(lambda: not Path(f"/proc/{escapee}").exists()
                  or Path(f"/proc/{escapee}/stat").read_text().rpartition(")")[2].split()[0] in "ZX",
                  timeout=15, what="the escapee to be killed")
+
+
+def test_an_agent_leaves_alone_the_same_job_id_of_another_namespace_on_its_host(cli, client, tmp_path):
+    """Two labs' agents on one host, both node "a", without cgroups: job 1 of one ends and its
+    leftovers are stopped by their marks; job 1 of the other, same id, epoch and node name, runs on."""
+    other = Cli(cli.url, f"{cli.ns}b", tmp_path / "other")
+    other.home.mkdir()
+    try:
+        for c in (cli, other):
+            c.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(c.home / "agent"),
+                    DISPATCH_NO_CGROUPS="1")
+            c.start("scheduler")
+        theirs = other.submit("--gpus", "1", "--", "sleep", "300")
+        wait_running(other, client, theirs)
+        ours = cli.submit("--gpus", "1", "--", "sh", "-c", "sleep 301 & echo main done")
+        assert ours == theirs, "the same job id in both namespaces"
+        assert cli.run("wait", ours, "--timeout", "40").returncode == 0, cli.show(ours)
+        cli.wait_for(lambda: not _marked(cli.ns, ours), timeout=10, what="our job's leftovers to be killed")
+        assert _marked(other.ns, theirs), "the other namespace's job 1 was killed with our leftovers"
+        assert read_job(client, other.ns, theirs)["state"] == "running"
+    finally:
+        other.stop_all()
 
 
 def test_an_agent_starts_beside_hostile_entries_in_the_active_index(cli, client):
