@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 
@@ -16,20 +17,23 @@ from ..clock import now_ms
 from ..core.errors import InvalidRequestError
 from ..core.units import age
 from ..auth.identity import current_user
+from .select import STATE_GROUPS, cut_last, filter_options, needs_some, resolve, selection
 
 
 @click.command()
+@click.argument("job_ids", nargs=-1, metavar="[JOB|LOW-HIGH]...")
 @click.option("--all", "show_all", is_flag=True, help="Include finished jobs (the latest 1000).")
+@filter_options
 @json_flag
 @common
-def queue(ctx, show_all, as_json):
-    """Pending and running jobs, oldest first."""
+def queue(ctx, job_ids, show_all, users, states, names, teams, as_json):
+    """Pending and running jobs, oldest first (-u, --state, --name, --team to filter)."""
     from ..store import keys
     from ..store.connect import text
-    from ..store.jobs import read_queue
     from ..store.quarantine import report, tolerant
 
-    jobs = read_queue(ctx.client, ctx.ns, include_final=show_all)
+    sel = selection(job_ids, users, states, names, teams)
+    jobs = resolve(ctx.client, ctx.ns, sel, include_final=show_all or bool(sel.states - set(STATE_GROUPS["active"])))
     if as_json:
         click.echo(json.dumps(jobs, indent=1))
         return
@@ -47,8 +51,9 @@ def queue(ctx, show_all, as_json):
         reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else ""
         reason = reason or (rest if j["state"] == "pending" else "")
         rows.append([j["id"], j["name"] or "-", j["user"], j["priority"], j["state"], gpus, where,
-                     age(waited), reason[:90]])
-    click.echo(_table(rows, ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON"]))
+                     age(waited), reason[:90], shlex.join(j["command"])])
+    header = ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON", "COMMAND"]
+    click.echo(_table(cut_last(rows, header), header))
     for line in report(ctx.client, ctx.ns):
         click.echo(line)
 
@@ -84,15 +89,23 @@ def show(ctx, job_id, as_json):
 
 
 @click.command()
-@click.argument("job_ids", nargs=-1, required=True)
+@click.argument("job_ids", nargs=-1, metavar="[JOB|LOW-HIGH]...")
+@filter_options
 @common
-def cancel(ctx, job_ids):
-    """Cancel jobs: pending ones at once, running ones through their node (SIGTERM, grace, SIGKILL)."""
-    from ..store.jobs import cancel_job
+def cancel(ctx, job_ids, users, states, names, teams):
+    """Cancel jobs: pending ones at once, running ones through their node (SIGTERM, grace, SIGKILL).
+    Jobs by id or range (60-66), or every pending and running job that passes the filters."""
+    from ..store.jobs import cancel_job, is_final
     from ..store.requests import act_signed, identity_on
 
+    sel = needs_some(selection(job_ids, users, states, names, teams), "cancel")
+    jobs = [j for j in resolve(ctx.client, ctx.ns, sel, include_final=False)
+            if not (sel.filtered and is_final(j["state"]))]
+    if not jobs:
+        click.echo("dispatch: no job matches", err=True)
+        return
     signed = identity_on(ctx.client, ctx.ns)
-    for job_id in job_ids:
+    for job_id in (j["id"] for j in jobs):
         if signed:
             outcome = act_signed(ctx.client, ctx.ns, "cancel", current_user(), job_id)
         else:
@@ -182,29 +195,38 @@ def progress(step):
 
 
 @click.command()
-@click.argument("job_ids", nargs=-1, required=True)
+@click.argument("job_ids", nargs=-1, metavar="[JOB|LOW-HIGH]...")
 @click.option("--timeout", default=None, metavar="DURATION",
               help="Give up after this long (90s, 15m, 3h; exit 5).")
+@filter_options
 @common
-def wait(ctx, job_ids, timeout):
-    """Wait for jobs to end; exit 0 only if all succeeded."""
+def wait(ctx, job_ids, timeout, users, states, names, teams):
+    """Wait for jobs to end (by id or range, or the pending and running jobs the filters pick). Prints
+    nothing if all succeeded, else one line per job that did not. Exits 0 if all succeeded; for one
+    job, with its own exit code (as `tsp -w`: 1 if it was cancelled or lost)."""
     from ..api import Client
-    from ..store.jobs import read_job
-
     from ..core.units import parse_duration
+    from ..store.jobs import is_final
 
     timeout_s = None if timeout is None else parse_duration(timeout, flag="--timeout")
-    for j in job_ids:
-        read_job(ctx.client, ctx.ns, j)  # JobNotFound before any waiting
+    sel = needs_some(selection(job_ids, users, states, names, teams), "wait for")
+    ids = [j["id"] for j in resolve(ctx.client, ctx.ns, sel, include_final=False)
+           if not (sel.filtered and not sel.ids and is_final(j["state"]))]
+    if not ids:
+        click.echo("dispatch: no job matches", err=True)
     client = Client(ctx.url, ctx.ns)
     try:
-        states = client.wait(list(job_ids), timeout_s=timeout_s)
+        client.wait(ids, timeout_s=timeout_s)
     except TimeoutError as e:
         click.echo(f"dispatch: {e}", err=True)
         sys.exit(errors.EXIT_TIMEOUT)
-    for j in job_ids:
-        click.echo(f"{j}: {states[j]}")
-    sys.exit(0 if all(s == "succeeded" for s in states.values()) else errors.EXIT_FAILED)
+    failed = [j for j in (client.show(i) for i in ids) if j["state"] != "succeeded"]
+    for j in failed:
+        code = f" (exit {j['exit_code']})" if j["exit_code"] not in (None, 0) else ""
+        click.echo(f"{j['id']}: {j['state']}{code}" + (f": {j['reason']}" if j["reason"] else ""), err=True)
+    if failed and len(ids) == 1 and failed[0]["state"] == "failed" and (failed[0]["exit_code"] or 0) > 0:
+        sys.exit(min(int(failed[0]["exit_code"]), 255))
+    sys.exit(errors.EXIT_FAILED if failed else errors.EXIT_OK)
 
 
 @click.command()

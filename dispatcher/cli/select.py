@@ -1,0 +1,122 @@
+"""Which jobs a command means: ids, ranges (`60-66`) and filters (`-u/--user`, `--state`,
+`--name` globs, `--team`), as `squeue -u`/`scancel -u --state --name` take them. One reading for
+queue, cancel and wait; pure but for the read of the queue it is given."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+
+import click
+
+from ..core.errors import InvalidRequestError
+
+#: States a filter may name: the job states, and the two groups users think in.
+STATE_GROUPS = {"active": ("pending", "assigned", "running", "preempting"),
+                "done": ("succeeded", "failed", "cancelled")}
+STATES = ("pending", "assigned", "running", "preempting", "succeeded", "failed", "cancelled")
+#: The most ids one range may stand for (`1-1000000` is a typo, not a request).
+MAX_RANGE = 100_000
+_RANGE = re.compile(r"(\d+)-(\d+)")
+
+
+def filter_options(fn):
+    """-u/--user, --state, --name, --team: repeatable or comma-separated; --name takes globs."""
+    for flag, short, what in (("--team", None, "TEAM"), ("--name", None, "GLOB"),
+                              ("--state", None, "STATE"), ("--user", "-u", "USER")):
+        names = [short, flag] if short else [flag]
+        fn = click.option(*names, flag.lstrip("-") + "s", multiple=True, metavar=what,
+                          help=f"Only jobs of this {flag.lstrip('-')} (repeatable, or comma-separated"
+                               + ("; shell globs like 'sweep-*'" if flag == "--name" else "")
+                               + ("; or active, done" if flag == "--state" else "") + ").")(fn)
+    return fn
+
+
+def _split(values) -> tuple[str, ...]:
+    return tuple(v.strip() for item in values for v in str(item).split(",") if v.strip())
+
+
+@dataclass(frozen=True)
+class Selection:
+    ids: tuple[str, ...] = ()  # as given, ranges spelled out (resolve reads exactly these)
+    users: tuple[str, ...] = ()
+    states: frozenset[str] = frozenset()
+    names: tuple[str, ...] = ()
+    teams: tuple[str, ...] = ()
+
+    @property
+    def filtered(self) -> bool:
+        """Filters beyond ids were given."""
+        return bool(self.users or self.states or self.names or self.teams)
+
+    def matches(self, job: dict) -> bool:
+        """Whether the job passes the filters (the ids are resolve's)."""
+        return ((not self.users or job["user"] in self.users)
+                and (not self.states or job["state"] in self.states)
+                and (not self.teams or job["team"] in self.teams)
+                and (not self.names or any(fnmatch.fnmatchcase(job["name"] or "", g) for g in self.names)))
+
+
+def expand_ids(args) -> list[str]:
+    """Job ids as given, ranges `60-66` spelled out, order kept, no repeats."""
+    out: dict[str, None] = {}
+    for arg in _split(args):
+        m = _RANGE.fullmatch(arg)
+        if m:
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if hi < lo or hi - lo >= MAX_RANGE:
+                raise InvalidRequestError(f"{arg}: a range is LOW-HIGH with LOW <= HIGH and at most "
+                                          f"{MAX_RANGE:,} ids", field="JOB")
+            out.update(dict.fromkeys(map(str, range(lo, hi + 1))))
+        else:
+            out[arg] = None
+    return list(out)
+
+
+def selection(ids=(), users=(), states=(), names=(), teams=()) -> Selection:
+    wanted: set[str] = set()
+    for s in _split(states):
+        s = s.lower()
+        if s not in STATES and s not in STATE_GROUPS:
+            raise InvalidRequestError(f"--state {s}: not a state; one of {', '.join(STATES)}, active, done",
+                                      field="--state")
+        wanted.update(STATE_GROUPS.get(s, (s,)))
+    return Selection(tuple(expand_ids(ids)), _split(users), frozenset(wanted), _split(names), _split(teams))
+
+
+def resolve(client, ns: str, sel: Selection, *, include_final: bool) -> list[dict]:
+    """The jobs a command acts on. Ids given: those jobs (every one must exist, checked before
+    anything is done), kept if they pass the filters. Only filters: the matching jobs of the queue
+    (pending and running; with include_final, the latest finished ones too)."""
+    from ..store.jobs import read_job, read_jobs, read_queue
+
+    if sel.ids:
+        jobs = read_jobs(client, ns, list(sel.ids))
+        found = {j["id"] for j in jobs}
+        for i in sel.ids:
+            if i not in found:
+                read_job(client, ns, i)  # its JobNotFound (or bad id), one line
+    else:
+        jobs = read_queue(client, ns, include_final=include_final)
+    return [j for j in jobs if sel.matches(j)]
+
+
+def needs_some(sel: Selection, verb: str) -> Selection:
+    """A command that acts on jobs needs ids or a filter: never every job by default."""
+    if not sel.ids and not sel.filtered:
+        raise InvalidRequestError(f"which jobs? give job ids (7, 60-66) or a filter (-u USER, --state, --name, "
+                                  f"--team) to {verb}", field="JOB")
+    return sel
+
+
+def cut_last(rows: list[list], header: list[str]) -> list[list]:
+    """On a terminal, the last column (a command) cut so that each line fits its width; piped, whole."""
+    import shutil
+    import sys
+
+    if not rows or not sys.stdout.isatty():
+        return rows
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header) - 1)]
+    room = max(20, shutil.get_terminal_size().columns - sum(widths) - 2 * (len(header) - 1))
+    return [r[:-1] + [r[-1] if len(r[-1]) <= room else r[-1][:room - 1] + "…"] for r in rows]

@@ -1,0 +1,62 @@
+"""Finding and acting on many jobs, as `squeue -u`, `scancel --name` and `tsp -w` users expect:
+ids, ranges and filters on queue, cancel and wait, against a real scheduler and agent."""
+
+from __future__ import annotations
+
+import json
+
+
+def ids(out: str) -> list[str]:
+    return [j["id"] for j in json.loads(out)]
+
+
+def test_queue_cancel_and_wait_pick_jobs_by_user_name_state_and_range(cli):
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    hold = cli.submit("--gpus", "1", "--user", "bob", "--name", "train", "--", "sleep", "60")
+    cli.wait_for(lambda: cli.show(hold)["state"] == "running", what="bob's job to run")
+    sweep = [cli.submit("--gpus", "1", "--user", "alice", "--name", f"sweep-{i}", "--", "sleep", "60")
+             for i in range(3)]
+    other = cli.submit("--gpus", "1", "--user", "alice", "--name", "eval", "--", "true")
+
+    assert ids(cli.run("queue", "-u", "alice", "--json").stdout) == [*sweep, other]
+    assert ids(cli.run("queue", "--name", "sweep-*", "--state", "pending", "--json").stdout) == sweep
+    assert ids(cli.run("queue", "--state", "running", "--json").stdout) == [hold]
+    assert ids(cli.run("queue", f"{sweep[0]}-{sweep[2]}", "--json").stdout) == sweep
+    table = cli.run("queue", "-u", "bob").stdout
+    assert "COMMAND" in table and "sleep 60" in table and "alice" not in table
+
+    out = cli.run("cancel", "-u", "alice", "--name", "sweep-*").stdout
+    assert out.splitlines() == [f"{j}: cancelled" for j in sweep]
+    assert [cli.show(j)["state"] for j in sweep] == ["cancelled"] * 3
+    assert cli.show(hold)["state"] == "running" and cli.show(other)["state"] == "pending"
+
+    cli.run("cancel", hold)
+    done = cli.run("wait", other, "--timeout", "30")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), "nothing printed on success"
+
+
+def test_wait_for_one_job_exits_with_its_own_code_and_says_why_on_stderr(cli):
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    failing = cli.submit("--name", "bad", "--", "sh", "-c", "exit 3")
+    ok = cli.submit("--", "true")
+    waited = cli.run("wait", failing, "--timeout", "30", check=False)
+    assert waited.returncode == 3 and waited.stdout == ""
+    assert waited.stderr.strip() == f"{failing}: failed (exit 3): exit code 3"
+    both = cli.run("wait", failing, ok, "--timeout", "30", check=False)
+    assert both.returncode == 1 and both.stderr.strip() == f"{failing}: failed (exit 3): exit code 3"
+    assert cli.run("wait", "-u", "nobody-here", "--timeout", "5").returncode == 0
+
+
+def test_selection_mistakes_are_one_line_and_touch_nothing(cli):
+    job = cli.submit("--gpus", "1", "--", "sleep", "60")  # no worker: it stays pending
+    for args, says in ((["cancel"], "which jobs?"), (["wait"], "which jobs?"),
+                       (["queue", "--state", "sleeping"], "--state sleeping: not a state"),
+                       (["cancel", "9-3"], "9-3: a range is LOW-HIGH"),
+                       (["cancel", job, "424242"], "424242")):
+        p = cli.run(*args, check=False)
+        assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
+        assert says in p.stderr, (args, p.stderr)
+        assert "Traceback" not in p.stderr
+    assert cli.show(job)["state"] == "pending", "a refused command cancelled nothing"
