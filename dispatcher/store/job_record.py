@@ -69,6 +69,7 @@ FIELDS: tuple[Field, ...] = (
     Field("gang_end", bytes, "finish", "a gang's first end that was no success (msgpack): what the gang ends as"),
     Field("rendezvous", str, "rendezvous", "a gang's MASTER_ADDR:MASTER_PORT, chosen by rank 0's agent"),
     Field("progress_ms", int, "progress", "when a rank of the current attempt last reported progress"),
+    Field("hold", str, "hold", "who held a pending job and when (\"alice 1700000000000\"; dispatch hold), \"\" if not"),
 )
 NAMES = tuple(f.name for f in FIELDS)
 _KIND = {f.name: f.kind for f in FIELDS}
@@ -76,7 +77,7 @@ _OPTIONAL = {f.name for f in FIELDS if f.optional}
 
 #: The named selections readers take (each a subset of FIELDS; tests check it).
 SCHEDULER = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_ms", "checkpoint_ms",
-             "last_preempted_ms", "plan_est_s", "gang", "ranks_ended")  # the mirror's (scripts.read_jobs; the spec too until cached)
+             "last_preempted_ms", "plan_est_s", "gang", "ranks_ended", "hold")  # the mirror's (scripts.read_jobs; the spec too until cached)
 OUTCOME = ("state", "reason", "exit_code")  # a dependency's, a recent end's
 LAUNCH = ("spec", "epoch", "node", "gpus", "attempt", "cancel_ms", "state", "seal", "gang")  # the agent's, at launch
 RECOVERY = ("node", "epoch", "state", "started_ms", "spec", "assigned_ms", "gang")  # a restarted agent's

@@ -51,7 +51,7 @@ def _typed(reply, *, counts: bool = False):
         return reply
 
 _NAMES = ("commit_placement", "commit_gang", "mark_running", "finish", "cancel", "preempt", "shrink", "checkpointed",
-          "lease", "idle_warning", "rendezvous", "progress")
+          "lease", "idle_warning", "rendezvous", "progress", "hold")
 
 
 @functools.cache
@@ -238,6 +238,12 @@ class Scripts:
         ns = self.ns
         return self._call("cancel", [keys.job(ns, job_id), keys.jobs_pending(ns), keys.jobs_changed(ns)],
                           [job_id, now_ms, reason, state], client)
+
+    def hold(self, job_id, action, who, reason="", client=None):
+        """Hold ("hold") or release ("release") a pending job: DONE, STALE (already so), NOT_PENDING or
+        NO_JOB."""
+        return self._call("hold", [keys.job(self.ns, job_id), keys.jobs_changed(self.ns)],
+                          [job_id, action, who, reason], client)
 
     def preempt(self, job_id, node, epoch, now_ms, by, mode, why, command: bytes, *, field: bytes, cap: int,
                 fence="", client=None):

@@ -108,11 +108,12 @@ def read_jobs(client, ns: str, ids, cache: SpecCache, scores: str | None = None)
 
 
 def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str | None):
-    state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, plan_est, gang, ended, raw = reply
+    state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, plan_est, gang, ended, hold, \
+        raw = reply
     state = text(state)
     if state == "pending":
-        if since is None:
-            return None  # moved on between the two reads; it is in the changed set again
+        if since is None or hold:
+            return None  # moved on between the two reads (it is in the changed set again), or held
         at = float(since)  # (a score comes as text from read_jobs.lua)
         if not -MAX_MS <= at <= MAX_MS:  # not a time (is_time, inline: this runs for every job read)
             if index is None:

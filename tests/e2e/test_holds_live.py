@@ -1,0 +1,43 @@
+"""hold and release, as Slurm's `scontrol hold/release`: a held job stays pending through free GPUs
+and starts once released; only pending jobs are held; under identity only the owner or an admin."""
+
+from __future__ import annotations
+
+import time
+
+from .test_identity_live import as_user, lab  # noqa: F401 - the identity fixture
+
+
+def test_a_held_job_waits_through_free_gpus_and_runs_once_released(cli):
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    busy = cli.submit("--gpus", "1", "--", "sleep", "60")
+    cli.wait_for(lambda: cli.show(busy)["state"] == "running", what="the first job to run")
+    held = cli.submit("--gpus", "1", "--name", "later", "--", "true")
+    assert cli.run("hold", held).stdout.strip() == f"{held}: held"
+    assert cli.run("hold", held).stdout.strip() == f"{held}: already held"
+
+    cli.run("cancel", busy)
+    cli.wait_for(lambda: cli.show(busy)["state"] == "cancelled", what="the GPU to free")
+    time.sleep(3)  # many scheduling cycles with the GPU free
+    job = cli.show(held)
+    assert job["state"] == "pending" and job["reason"].startswith("held by "), job
+    assert "held by" in cli.run("queue").stdout
+
+    refused = cli.run("hold", busy, check=False)
+    assert refused.returncode != 0 and refused.stderr.strip() == f"dispatch: error: job {busy} is cancelled; cannot hold it"
+    assert cli.run("release", "--name", "later").stdout.strip() == f"{held}: released"
+    cli.wait_for(lambda: cli.show(held)["state"] == "succeeded", what="the released job to run")
+    assert cli.show(held)["reason"] == ""
+    assert cli.run("release", held, check=False).returncode != 0  # no longer pending
+
+
+def test_under_identity_only_the_owner_or_an_admin_holds_a_job(cli, lab):  # noqa: F811
+    alice, bob, boss = (as_user(lab, u) for u in ("alice", "bob", "boss"))
+    cli.run("submit", "--gpus", "2", "--", "sleep", "60", **alice)  # fills n1's two GPUs
+    job = cli.run("submit", "--gpus", "1", "--", "true", **alice).stdout.strip()
+    refused = cli.run("hold", job, check=False, **bob)
+    assert refused.returncode != 0 and "belongs to alice" in refused.stderr and "Traceback" not in refused.stderr
+    assert cli.run("hold", job, **alice).stdout.strip() == f"{job}: held"
+    assert cli.show(job)["reason"] == f"held by alice (dispatch release {job})"
+    assert cli.run("release", job, **boss).stdout.strip() == f"{job}: released"
