@@ -47,6 +47,8 @@ def explain(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
         out["outcome"] = {"code": code.value, "reason": reason, "rank": None}
     if job_id in read.held:
         out["outcome"] = {"code": "held", "reason": read.held[job_id], "rank": None}
+    if job.get("hold"):  # dispatch hold: out of the scheduler's view until released
+        out["outcome"] = {"code": "held", "reason": job["reason"] or "held: dispatch release it", "rank": None}
     if read.unusable(job_id):
         out["outcome"] = {"code": "invalid", "reason": read.unusable(job_id)}
     if waiting is not None:

@@ -23,6 +23,7 @@ def test_a_held_job_waits_through_free_gpus_and_runs_once_released(cli):
     job = cli.show(held)
     assert job["state"] == "pending" and job["reason"].startswith("held by "), job
     assert "held by" in cli.run("queue").stdout
+    assert f"blocked (held): held by " in cli.run("why", held).stdout
 
     refused = cli.run("hold", busy, check=False)
     assert refused.returncode != 0 and refused.stderr.strip() == f"dispatch: error: job {busy} is cancelled; cannot hold it"
