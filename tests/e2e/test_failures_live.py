@@ -14,6 +14,7 @@ import pytest
 
 from dispatcher.store import keys
 from dispatcher.store.jobs import read_job
+from workers.proctrack import agent_tag
 from dispatcher.store.leader import current_leader
 from dispatcher.store.nodes import read_nodes
 
@@ -153,7 +154,7 @@ def test_a_restarted_agent_requeues_the_job_the_dead_one_left_and_runs_it_again(
     first = cli.wait_for(lambda: running(client, cli.ns, job), what="the job to run")
     cli.wait_for(lambda: lines(out), what="the first attempt to write its start")
     pid = int(client.hget(keys.job(cli.ns, job), "pid"))
-    assert (work / "pids" / job).read_text().split() == [str(pid), str(first["epoch"]), "a"]  # pid, epoch, node
+    assert (work / "pids" / job).read_text().split() == [str(pid), str(first["epoch"]), "a", agent_tag(work)]
 
     os.kill(agent.pid, signal.SIGKILL)
     agent.wait(10)
