@@ -84,7 +84,10 @@ class Supervisor:
         reader = threading.Thread(target=self._copy_output, args=(run, log_path), name=f"log-{run.job_id}",
                                   daemon=True)
         reader.start()
+        limit = self._time_limit(run)
         code = run.proc.wait()
+        if limit is not None:
+            limit.cancel()
         proctrack.stop_leftovers(run.attempt, run.spec.grace_s)
         reader.join(5.0)  # the output pipe closes with the last process that held it
         self._forget_pid(run.job_id, run.epoch)
@@ -209,6 +212,26 @@ class Supervisor:
                 time.sleep(0.05)
             proctrack.signal_attempt(a, signal.SIGKILL)
         threading.Thread(target=go, name=f"kill-{run.job_id}", daemon=True).start()
+
+    def _time_limit(self, run: Running) -> threading.Timer | None:
+        """With --time: the timer that stops the attempt (TIMEOUT) at its limit less its grace, counted
+        from its start; None without one."""
+        limit = run.spec.time_limit_s
+        if not limit:
+            return None
+        timer = threading.Timer(max(0.0, run.started + limit - run.spec.grace_s - time.monotonic()),
+                                self._time_up, (run,))
+        timer.name, timer.daemon = f"time-{run.job_id}", True
+        timer.start()
+        return timer
+
+    def _time_up(self, run: Running) -> None:
+        """The checkpoint signal now (the limit less the grace); SIGKILL to what is left at the limit."""
+        if run.proc.returncode is None and run.stop_as(Stopping.TIMEOUT):
+            log.warning("job %s: --time %.0fs runs out; %s now, SIGKILL at the limit", run.job_id,
+                        run.spec.time_limit_s, run.checkpoint_signal.name)
+            self.stop_run(run, max(0.0, run.started + run.spec.time_limit_s - time.monotonic()),
+                          run.checkpoint_signal)
 
     def check(self) -> None:
         """Once a heartbeat: stop copies whose epoch moved (fenced), a gang's ranks once their gang stops

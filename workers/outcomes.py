@@ -13,6 +13,7 @@ import signal
 from dispatcher.auth.identity import seal_attempt
 from dispatcher.clock import now_ms
 from dispatcher.core.model import CANCELLED, FAILED, PENDING, SUCCEEDED
+from dispatcher.core.units import span
 from dispatcher.store import keys
 from dispatcher.store.scripts import lost_attempt
 
@@ -86,6 +87,12 @@ def _hung(sup, run: Running, code: int) -> None:
                **lost_attempt(run.spec))
 
 
+def _timed_out(sup, run: Running, code: int) -> None:
+    """Its --time ran out (Slurm's TIMEOUT): the job fails, whatever its exit; not requeued, not retried."""
+    how = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
+    _end(sup, run, FAILED, code, f"time limit {span(run.spec.time_limit_s)} reached (--time); stopped ({how})")
+
+
 def _exited(sup, run: Running, code: int) -> None:
     """Nobody stopped it: its exit code says (a gang's rank that failed loses the gang's attempt: the
     gang starts again from its checkpoint, within its retries)."""
@@ -115,4 +122,5 @@ ENDINGS = {
     Stopping.SHRINK: _shrunk,
     Stopping.GANG: _with_gang,
     Stopping.HUNG: _hung,
+    Stopping.TIMEOUT: _timed_out,
 }

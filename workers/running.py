@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -38,6 +39,7 @@ class Stopping(str, Enum):
     FENCED = "fenced"  # the node was cut off from Redis too long: killed, the attempt lost
     GANG = "gang"  # another rank of its gang ended or was stopped: this rank stops with it
     HUNG = "hung"  # no progress reported within its --hang-timeout: the attempt is lost
+    TIMEOUT = "timeout"  # its --time ran out (jobs.py): checkpoint signal, SIGKILL at the limit; the job fails
 
     def __bool__(self) -> bool:
         return self is not Stopping.NO
@@ -54,6 +56,7 @@ NEXT: dict[Stopping, frozenset[Stopping]] = {
     Stopping.SHRINK: _BUT_STALE,
     Stopping.GANG: _BUT_STALE,
     Stopping.HUNG: _BUT_STALE,
+    Stopping.TIMEOUT: _BUT_STALE,
     Stopping.FENCED: frozenset({Stopping.CANCEL, Stopping.STALE}),
     Stopping.STALE: frozenset(),
 }
@@ -76,6 +79,7 @@ class Running:
     rank: int | None = None  # a gang's rank on this node (None: a one-node job)
     progress_file: Path | None = None  # $DISPATCH_PROGRESS_FILE: a line per step the job reports
     progress_at: float = 0.0  # when progress was last seen (a rank's file, or any rank's via Redis), time.time()
+    started: float = field(default_factory=time.monotonic)  # its process's start, as --time counts it
     _stopping: Stopping = field(default=Stopping.NO, init=False)
 
     @property

@@ -29,6 +29,9 @@ from ..auth.identity import current_user
               help="Every node of a gang on one GPU family (the default), or any mix.")
 @click.option("--hang-timeout", default=None, metavar="DURATION",
               help="Restart the job (every rank) as a lost attempt if no progress is reported for this long: 30m.")
+@click.option("--time", default=None, metavar="DURATION",
+              help="Run-time limit of each attempt (Slurm's --time): the checkpoint signal at the limit less --grace, "
+                   "SIGKILL at the limit, and the job fails: 90s, 15m, 3h, 1d.")
 @click.option("--scaling", default=None, metavar="MODEL",
               help="With --gpus MIN-MAX: linear, amdahl:P or a table like 1:10h,2:5.5h,4:3h,8:1.5h (--est is "
                    "the run time on MAX GPUs).")

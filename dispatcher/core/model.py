@@ -77,6 +77,9 @@ class JobSpec:
     same_type: bool = True  # every node of a gang on one GPU family
     #: A job (every rank of a gang) that reports no progress for this long is restarted as a lost attempt.
     hang_timeout_s: float | None = None
+    #: A hard limit on each attempt's run time (--time, Slurm's): the checkpoint signal at the limit less
+    #: grace_s, SIGKILL at the limit, and the job fails (not requeued). Each attempt gets the whole limit.
+    time_limit_s: float | None = None
 
     @property
     def rank(self) -> int:

@@ -13,7 +13,7 @@ import re
 from .errors import InvalidRequestError
 from .memo import remembered
 from .model import PRIORITIES, PRIORITY_ALIASES, JobSpec
-from .units import parse_duration
+from .units import exact, parse_duration
 
 _NAME = re.compile(r"^[\w.@+-]{1,64}\Z")  # \w: letters and digits of any script (José, 李), and _
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -214,9 +214,10 @@ def check_options(
     after=(), after_any=(),
     scaling=None,
     nodes=None, gpus_per_node=None, same_type: bool = True, hang_timeout=None,  # a gang; any job's hang timeout
+    time=None,  # a hard limit on each attempt's run time (Slurm's --time)
 ) -> dict:
     """Every field of a request but its command and name, checked: the JobSpec fields they give."""
-    est_s = _estimate(est)
+    est_s = _duration(est, "--est", lo=0.001)
     grace_s = parse_duration(grace, flag="--grace") if isinstance(grace, str) else grace
     gpus, low = _gpu_range(gpus)
     if low is not None:
@@ -246,7 +247,8 @@ def check_options(
         after_any=parse_job_ids(after_any, "--after-any"),
         scaling=_scaling_text(scaling, low is not None),
         same_type=bool(same_type),
-        hang_timeout_s=_hang_timeout(hang_timeout),
+        hang_timeout_s=_duration(hang_timeout, "--hang-timeout", lo=1),
+        time_limit_s=_duration(time, "--time", lo=1),
     )
     _gang(f, nodes, gpus_per_node, elastic=low is not None)
     _check_together(f, elastic=low is not None)
@@ -290,20 +292,13 @@ def _gang(f: dict, nodes, per_node, *, elastic: bool) -> None:
     f["nodes"], f["gpus_per_node"], f["gpus"] = n, g, n * g
 
 
-def _hang_timeout(value) -> float | None:
-    """--hang-timeout as seconds (a number, or a duration such as 30m); None when not given."""
+def _duration(value, flag: str, *, lo: float) -> float | None:
+    """An optional duration (--est, --hang-timeout, --time) as seconds: a number, or text such as 2h30m;
+    None when not given."""
     if value is None or value == "":
         return None
-    s = parse_duration(value, flag="--hang-timeout") if isinstance(value, str) else value
-    return _number(s, "--hang-timeout", lo=1, hi=1e9, integer=False)
-
-
-def _estimate(est) -> float | None:
-    """--est as seconds (a number, or a duration such as 2h30m); None when not given."""
-    if est is None or est == "":
-        return None
-    est_s = est if isinstance(est, (int, float)) and not isinstance(est, bool) else parse_duration(est)
-    return _number(est_s, "--est", lo=0.001, hi=1e9, integer=False)
+    s = value if isinstance(value, (int, float)) and not isinstance(value, bool) else parse_duration(value, flag=flag)
+    return _number(s, flag, lo=lo, hi=1e9, integer=False)
 
 
 def _check_together(f: dict, *, elastic: bool) -> None:
@@ -312,6 +307,9 @@ def _check_together(f: dict, *, elastic: bool) -> None:
         from .elastic import run_time
 
         f["est_s"] = run_time(JobSpec(id="", command=(), **f), f["gpus"])
+    if f["time_limit_s"] is not None and f["time_limit_s"] < f["grace_s"]:  # its checkpoint signal: limit - grace
+        raise InvalidRequestError(f"--time: {exact(f['time_limit_s'])} is shorter than --grace {exact(f['grace_s'])} "
+                                  f"(the checkpoint signal comes at the limit less the grace)", field="--time")
     if f["min_gpus"] is not None and f["min_gpus"] > f["gpus"]:
         raise InvalidRequestError(f"--min-gpus: {f['min_gpus']} is more than --gpus {f['gpus']}", field="--min-gpus")
     if f["min_gpus"] is not None and not f["checkpointable"] and not elastic:
@@ -364,7 +362,7 @@ REQUEST_FIELDS = {"command": "command", "name": "name", "user": "user", "team": 
                   "share": "share", "min_gpus": "min_gpus", "preemptible": "preemptible",
                   "checkpoint_signal": "checkpoint_signal", "retries": "retries", "after": "after",
                   "after_any": "after_any", "scaling": "scaling", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
-                  "same_type": "same_type", "hang_timeout": "hang_timeout"}
+                  "same_type": "same_type", "hang_timeout": "hang_timeout", "time": "time"}
 
 
 def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> JobSpec:

@@ -26,7 +26,7 @@ _SHARED = (("user", "user"), ("team", "team"), ("cwd", "cwd"), ("env", "env"), (
            ("share", "share"), ("min_gpus", "min_gpus"), ("preemptible", "preemptible"),
            ("checkpoint_signal", "ckpt_sig"), ("retries", "retries"), ("after", "after"),
            ("after_any", "after_any"), ("scaling", "scaling"), ("nodes", "nodes"), ("gpus_per_node", "gpn"),
-           ("same_type", "same_type"), ("hang_timeout_s", "hang_s"))
+           ("same_type", "same_type"), ("hang_timeout_s", "hang_s"), ("time_limit_s", "time_s"))
 _shared_values = operator.attrgetter(*(attr for attr, _ in _SHARED))
 #: One map of the version and every field (a map of 16 or more entries has a 3-byte header).
 _HEADER = b"\xde" + (1 + len(_SHARED) + len(_OWN)).to_bytes(2, "big")
@@ -137,7 +137,8 @@ def _checked_shared(values: tuple) -> JobSpec:
         preemptible=bool(_given(d["preemptible"], False)), checkpoint_signal=_signal(_given(d["ckpt_sig"])),
         retries=_retries(_given(d["retries"])), scaling=_scaling(_given(d["scaling"])),
         nodes=_count(_given(d["nodes"], 0), "nodes"), gpus_per_node=_count(_given(d["gpn"], 0), "gpn"),
-        same_type=bool(_given(d["same_type"], True)), hang_timeout_s=_hang(_given(d["hang_s"])),
+        same_type=bool(_given(d["same_type"], True)), hang_timeout_s=_seconds(_given(d["hang_s"]), "hang_s"),
+        time_limit_s=_seconds(_given(d["time_s"]), "time_s"),  # (absent: a record from before --time, no limit)
     )
 
 
@@ -156,8 +157,9 @@ def _count(value, field: str) -> int:
     return value
 
 
-def _hang(value):
-    _check(value is None or (isinstance(value, (int, float)) and 0 < value < INF), "bad hang_s")
+def _seconds(value, field: str):
+    """An optional positive duration (hang_s, time_s); None when not set."""
+    _check(value is None or (isinstance(value, (int, float)) and 0 < value < INF), f"bad {field}")
     return None if value is None else float(value)
 
 

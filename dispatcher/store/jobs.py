@@ -100,6 +100,7 @@ def job_view(job_id: str, raw: dict) -> dict:
         "nodes": spec.nodes if spec else 0,
         "gpus_per_node": spec.gpus_per_node if spec else 0,
         "hang_timeout_s": spec.hang_timeout_s if spec else None,
+        "time_limit_s": spec.time_limit_s if spec else None,  # --time
         "attempt": rec.attempt,
         "epoch": rec.epoch,
         "submitted_at": secs(rec.submit_ms),

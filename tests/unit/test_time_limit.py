@@ -1,0 +1,79 @@
+"""`dispatch submit --time DURATION` (Slurm's --time) at the edge: the durations it takes, the one line
+for each bad value, a limit shorter than the grace, and records written before the field existed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import msgpack
+import pytest
+
+from dispatcher.core.errors import InvalidRequestError, MalformedRecord
+from dispatcher.core.spec import spec_from_request
+from dispatcher.store.codec import decode_spec, encode_spec
+
+
+def request(**fields):
+    return spec_from_request({"command": ["python", "train.py"], **fields}, user="alice", submit_ms=1, cwd="/w")
+
+
+@pytest.mark.parametrize("value,seconds", [("90s", 90.0), ("15m", 900.0), ("3h", 10800.0), ("1d", 86400.0),
+                                           ("1h30m", 5400.0), (120, 120.0), ("45", 45.0)])
+def test_a_time_limit_is_a_duration_and_survives_the_codec(value, seconds):
+    spec = request(time=value)
+    assert spec.time_limit_s == seconds
+    assert decode_spec(encode_spec(spec)).time_limit_s == seconds
+
+
+def test_a_job_without_time_has_no_limit():
+    spec = request()
+    assert spec.time_limit_s is None and decode_spec(encode_spec(spec)).time_limit_s is None
+
+
+@pytest.mark.parametrize("fields,words", [
+    ({"time": "soon"}, "--time: 'soon' is not a duration; use e.g. 90s, 15m, 2h or 1h30m"),
+    ({"time": "0"}, "--time: duration must be positive"),
+    ({"time": "-5m"}, "--time: '-5m' is not a duration"),
+    ({"time": 0}, "--time: 0.0 is out of range"),
+    ({"time": True}, "--time: True is not a duration"),
+    ({"time": "20s"}, "--time: 20s is shorter than --grace 30s"),  # the default grace
+    ({"time": "3s", "grace": "5s"}, "--time: 3s is shorter than --grace 5s"),
+])
+def test_a_bad_time_limit_is_one_line_naming_the_flag(fields, words):
+    with pytest.raises(InvalidRequestError) as e:
+        request(**fields)
+    assert e.value.field == "--time" and str(e.value).startswith(words) and "\n" not in str(e.value)
+
+
+def test_a_limit_as_long_as_the_grace_is_taken():
+    assert request(time="3s", grace="3s").time_limit_s == 3.0
+    assert request(time="3s", grace="1s").grace_s == 1.0
+
+
+def test_a_record_written_before_time_existed_reads_as_no_limit():
+    spec = request(hang_timeout="30m")
+    d = msgpack.unpackb(encode_spec(spec, job_id="7"))
+    assert d.pop("time_s") is None
+    old = decode_spec(msgpack.packb(d))
+    assert old.time_limit_s is None and old.hang_timeout_s == 1800.0 and old.id == "7"
+
+
+@pytest.mark.parametrize("value", [-1, 0, "1h", (1,), float("inf")])
+def test_a_malformed_stored_limit_is_a_malformed_record_not_a_crash(value):
+    d = msgpack.unpackb(encode_spec(request(time="1h"), job_id="7"))
+    with pytest.raises(MalformedRecord, match="bad time_s"):
+        decode_spec(msgpack.packb(dict(d, time_s=value)))
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--time", "later"], "--time: 'later' is not a duration"),
+    (["--time", "10s", "--grace", "15s"], "--time: 10s is shorter than --grace 15s"),
+])
+def test_dispatch_submit_says_what_is_wrong_with_time_in_one_line(argv, words):
+    code = "import sys; from dispatcher.cli import main; sys.argv = ['dispatch', 'submit', *sys.argv[1:]]; main()"
+    done = subprocess.run([sys.executable, "-c", code, *argv, "--", "true"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"dispatch: error: {words}")
+    assert len(done.stderr.strip().splitlines()) == 1 and "Usage" not in done.stderr and not done.stdout
