@@ -8,27 +8,18 @@ import click
 from . import common
 from ..auth.identity import current_user
 from ..clock import now_ms
-from .select import filter_options, needs_some, resolve, selection
+from .select import act_each, filter_options, needs_some, resolve, selection
 
 
 def _act(ctx, action: str, job_ids, users, states, names, teams) -> None:
     from ..store.jobs import hold_job
-    from ..store.requests import act_signed, identity_on
 
     sel = needs_some(selection(job_ids, users, states, names, teams), action)
     jobs = resolve(ctx.client, ctx.ns, sel, include_final=False)
     if sel.filtered and not sel.ids:
         jobs = [j for j in jobs if j["state"] == "pending"]
-    if not jobs:
-        click.echo("dispatch: no job matches", err=True)
-        return
-    signed = identity_on(ctx.client, ctx.ns)
-    for job_id in (j["id"] for j in jobs):
-        if signed:
-            outcome = act_signed(ctx.client, ctx.ns, action, current_user(), job_id)
-        else:
-            outcome = hold_job(ctx.scripts, ctx.client, ctx.ns, job_id, action, current_user(), now_ms())
-        click.echo(f"{job_id}: {outcome}")
+    act_each(ctx, action, jobs,
+             lambda job_id: hold_job(ctx.scripts, ctx.client, ctx.ns, job_id, action, current_user(), now_ms()))
 
 
 @click.command()

@@ -1,4 +1,4 @@
-"""The commands that look at or act on jobs: queue, show, cancel, preempt, logs, wait, nodes, why, eta, ...
+"""The commands that look at or act on jobs: queue, show, cancel, preempt, logs, wait, why, eta, ...
 (registered lazily in cli.py)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..clock import now_ms
 from ..core.errors import InvalidRequestError
 from ..core.units import age
 from ..auth.identity import current_user
-from .select import STATE_GROUPS, cut_last, filter_options, needs_some, resolve, selection
+from .select import STATE_GROUPS, act_each, cut_last, filter_options, needs_some, resolve, selection
 
 
 @click.command()
@@ -96,22 +96,13 @@ def cancel(ctx, job_ids, users, states, names, teams):
     """Cancel jobs: pending ones at once, running ones through their node (SIGTERM, grace, SIGKILL).
     Jobs by id or range (60-66), or every pending and running job that passes the filters."""
     from ..store.jobs import cancel_job, is_final
-    from ..store.requests import act_signed, identity_on
 
     sel = needs_some(selection(job_ids, users, states, names, teams), "cancel")
     jobs = [j for j in resolve(ctx.client, ctx.ns, sel, include_final=False)
             if not (sel.filtered and is_final(j["state"]))]
-    if not jobs:
-        click.echo("dispatch: no job matches", err=True)
-        return
-    signed = identity_on(ctx.client, ctx.ns)
-    for job_id in (j["id"] for j in jobs):
-        if signed:
-            outcome = act_signed(ctx.client, ctx.ns, "cancel", current_user(), job_id)
-        else:
-            outcome = cancel_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms())
-        msg = {"cancelled": "cancelled", "requested": "cancel sent to its node"}.get(outcome, f"already {outcome}")
-        click.echo(f"{job_id}: {msg}")
+    act_each(ctx, "cancel", jobs, lambda job_id: cancel_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms()),
+             lambda outcome: {"cancelled": "cancelled", "requested": "cancel sent to its node"}.get(
+                 outcome, f"already {outcome}"))
 
 
 @click.command()
@@ -227,45 +218,6 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
     if failed and len(ids) == 1 and failed[0]["state"] == "failed" and (failed[0]["exit_code"] or 0) > 0:
         sys.exit(min(int(failed[0]["exit_code"]), 255))
     sys.exit(errors.EXIT_FAILED if failed else errors.EXIT_OK)
-
-
-@click.command()
-@json_flag
-@common
-def nodes(ctx, as_json):
-    """Nodes, their GPUs and what holds them."""
-    from ..config import Timing
-    from ..store.nodes import read_nodes
-
-    found, problems = read_nodes(ctx.client, ctx.ns)
-    now = now_ms()
-    timeout = Timing.from_env().node_timeout_s
-    out = [{
-        "name": n.name, "alive": n.alive(now, timeout), "seen_s_ago": round((now - n.seen_ms) / 1000, 1),
-        "cpus": n.cpus, "mem_gb": n.mem_gb,
-        "gpus": [{"index": g.index, "name": g.name, "mem_total_gb": g.mem_total_gb, "mem_used_gb": g.mem_used_gb,
-                  "util_pct": g.util_pct, "uuid": g.uuid, "job": n.alloc.get(g.index), "blocked": g.blocked or None}
-                 for g in n.gpus],
-    } for n in found]
-    if as_json:
-        click.echo(json.dumps(out, indent=1))
-        return
-    rows = []
-    for n in out:
-        kinds = sorted({g["name"].replace("NVIDIA ", "") for g in n["gpus"]})
-        free = sum(1 for g in n["gpus"] if g["job"] is None and not g["blocked"])
-        blocked = sum(1 for g in n["gpus"] if g["blocked"])
-        state = ("up" if n["alive"] else "LOST") + (f", {blocked} GPU blocked" if blocked else "")
-        held = ",".join(f"{g['index']}:{g['job'].lstrip('~')}" for g in n["gpus"] if g["job"])  # GPU:job(s)
-        rows.append([n["name"], state, f"{free}/{len(n['gpus'])}", ",".join(kinds) or "-",
-                     n["cpus"], f"{n['mem_gb']:g}", f"{n['seen_s_ago']:g}s", held or "-"])
-    click.echo(_table(rows, ["NODE", "STATE", "FREE", "GPU TYPES", "CPUS", "MEM_GB", "SEEN", "HELD BY (GPU:JOB)"]))
-    for n in out:
-        for g in n["gpus"]:
-            if g["blocked"]:
-                click.echo(f"{n['name']} GPU {g['index']}: {g['blocked']}")
-    for p in problems:
-        click.echo(f"warning: {p}", err=True)
 
 
 @click.command()

@@ -120,3 +120,18 @@ def cut_last(rows: list[list], header: list[str]) -> list[list]:
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header) - 1)]
     room = max(20, shutil.get_terminal_size().columns - sum(widths) - 2 * (len(header) - 1))
     return [r[:-1] + [r[-1] if len(r[-1]) <= room else r[-1][:room - 1] + "…"] for r in rows]
+
+
+def act_each(ctx, kind: str, jobs: list[dict], local, say=str) -> None:
+    """Carry out `kind` (cancel, hold, release) on each job, in order: as a signed request the leader
+    carries out under identity, else `local(job_id)`; prints "<id>: <say(outcome)>" for each."""
+    from ..auth.identity import current_user
+    from ..store.requests import act_signed, identity_on
+
+    if not jobs:
+        click.echo("dispatch: no job matches", err=True)
+        return
+    signed = identity_on(ctx.client, ctx.ns)
+    for job_id in (j["id"] for j in jobs):
+        outcome = act_signed(ctx.client, ctx.ns, kind, current_user(), job_id) if signed else local(job_id)
+        click.echo(f"{job_id}: {say(outcome)}")
