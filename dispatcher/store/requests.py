@@ -26,7 +26,7 @@ from .quarantine import Entry, quarantine
 
 log = logging.getLogger("dispatch.requests")
 
-KINDS = ("submit", "cancel", "preempt", "job-submit")
+KINDS = ("submit", "cancel", "preempt", "job-submit", "hold", "release", "drain", "resume")
 #: How long the leader remembers a handled request's id: the whole window in which its signature's time
 #: is accepted (MAX_SKEW_S either side), and a minute more.
 SEEN_TTL_S = int(2 * MAX_SKEW_S + 60)
@@ -177,7 +177,7 @@ class RequestServer:
         return None
 
     def _act(self, kind: str, user: str, body: dict) -> dict:
-        from .jobs import cancel_job, preempt_job, read_job
+        from .jobs import cancel_job, hold_job, preempt_job, read_job
 
         job_id = str(body.get("job", ""))
         owner = read_job(self.client, self.ns, job_id)["user"]
@@ -187,10 +187,25 @@ class RequestServer:
         if kind == "cancel":
             return {"ok": True, "outcome": cancel_job(self.scripts, self.client, self.ns, job_id, now,
                                                       f"cancelled by {user}")}
+        if kind in ("hold", "release"):
+            return {"ok": True, "outcome": hold_job(self.scripts, self.client, self.ns, job_id, kind, user, now)}
         mode = preempt_job(self.scripts, self.client, self.ns, job_id, now, force=bool(body.get("force")),
                            by=f"user {user}")
         return {"ok": True, "outcome": mode}
 
+
+    def _node(self, kind: str, user: str, body: dict) -> dict:
+        """Drain or resume a node: an admin's action (--admins). Answers the mark it replaced or took."""
+        from . import nodes
+
+        if user not in self.verifier.admins:
+            raise NotAllowed(f"only an admin may {kind} a node; {user!r} is none (dispatch scheduler --admins)")
+        name = str(body.get("node", ""))
+        if kind == "drain":
+            was = nodes.drain(self.client, self.ns, name, str(body.get("reason", "")), user, int(self.clock() * 1000))
+        else:
+            was = nodes.resume(self.client, self.ns, name)
+        return {"ok": True, "was": None if was is None else vars(was)}
 
 
 # -- the client's side ---------------------------------------------------------------------------
@@ -246,6 +261,15 @@ def submit_for_job(client, ns: str, specs, job_id: str, epoch, cap: str) -> list
         client, ns, "job-submit", specs[0].user, cap, {"specs": batch, "job": str(job_id), "epoch": str(epoch)})["ids"]]
 
 
+def node_signed(client, ns: str, kind: str, user: str, node: str, reason: str = ""):
+    """Drain or resume `node` as `user` (an admin); returns the mark it replaced or took (store.nodes.Drain),
+    or None."""
+    from .nodes import Drain
+
+    was = send(client, ns, kind, user, _token(), {"node": node, "reason": reason})["was"]
+    return None if was is None else Drain(str(was["reason"]), str(was["by"]), int(was["at_ms"]))
+
+
 def act_signed(client, ns: str, kind: str, user: str, job_id: str, **extra) -> str:
-    """Cancel or preempt a job as `user` (its owner or an admin); returns the outcome."""
+    """Cancel, preempt, hold or release a job as `user` (its owner or an admin); returns the outcome."""
     return str(send(client, ns, kind, user, _token(), {"job": job_id, **extra})["outcome"])
