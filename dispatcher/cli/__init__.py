@@ -10,9 +10,9 @@ errors), so `dispatch --help` and `dispatch submit` load no more than they use.
 
 This module holds the group, main() and the helpers the subcommands share. The
 subcommands live by area in cli/submit.py (submit alone: the command run most, kept
-small), cli/jobs.py (the commands that look at or act on jobs), cli/policy.py (the
-policy group), cli/ops.py (top, the long-running parts, auth) and cli/lab.py
-(simulate, history, tune); the group
+small), cli/jobs.py (the commands that look at or act on jobs), cli/nodectl.py (nodes, drain,
+resume), cli/policy.py (the policy group), cli/ops.py (top, the long-running parts,
+auth) and cli/lab.py (simulate, history, tune); the group
 imports only the module of the command it runs (COMMANDS).
 """
 
@@ -135,7 +135,8 @@ COMMANDS = {
     "queue": "dispatcher.cli.jobs:queue", "show": "dispatcher.cli.jobs:show", "cancel": "dispatcher.cli.jobs:cancel",
     "preempt": "dispatcher.cli.jobs:preempt", "checkpointed": "dispatcher.cli.jobs:checkpointed",
     "progress": "dispatcher.cli.jobs:progress",
-    "logs": "dispatcher.cli.jobs:logs", "wait": "dispatcher.cli.jobs:wait", "nodes": "dispatcher.cli.jobs:nodes",
+    "logs": "dispatcher.cli.jobs:logs", "wait": "dispatcher.cli.jobs:wait", "nodes": "dispatcher.cli.nodectl:nodes",
+    "drain": "dispatcher.cli.nodectl:drain", "resume": "dispatcher.cli.nodectl:resume",
     "why": "dispatcher.cli.jobs:why", "eta": "dispatcher.cli.jobs:eta", "decisions": "dispatcher.cli.jobs:decisions",
     "policy": "dispatcher.cli.policy:policy", "top": "dispatcher.cli.ops:top", "scheduler": "dispatcher.cli.ops:scheduler",
     "worker": "dispatcher.cli.ops:worker", "dashboard": "dispatcher.cli.ops:dashboard", "up": "dispatcher.cli.ops:up",

@@ -28,6 +28,9 @@ class NodeView:
     free_mem_gb: float
     #: GPUs held only by sharing jobs: (index, GB their declared memory adds up to).
     shared: tuple[tuple[int, float], ...] = ()
+    #: Drained (`dispatch drain`): why ("" if no reason was given); None: it takes jobs. A drained node
+    #: takes no new job (no placement, reservation, preemption or gang rank); its jobs run on.
+    drained: str | None = None
 
     def gpu(self, index: int) -> GpuInfo:
         if 0 <= index < len(self.gpus) and self.gpus[index].index == index:  # the usual layout
@@ -36,6 +39,11 @@ class NodeView:
             if g.index == index:
                 return g
         raise KeyError(index)
+
+
+def taking_jobs(nodes) -> tuple[NodeView, ...]:
+    """The nodes that take new jobs: all but the drained ones."""
+    return tuple(v for v in nodes if v.drained is None)
 
 
 @dataclass(frozen=True)

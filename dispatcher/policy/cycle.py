@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from ..core.elastic import is_elastic
 from ..core.model import JobSpec
-from ..core.plan import Code, Placement, Plan, Preemption, Reservation, RunningJob, Snapshot, Verdict
+from ..core.plan import Code, Placement, Plan, Preemption, Reservation, RunningJob, Snapshot, Verdict, taking_jobs
 from .backlog import Backlog, strength
 from .config import PolicyConfig
 from .elastic_count import elastic_count
@@ -33,7 +33,7 @@ from .preemption import VictimSearch
 from .reservations import reserve
 from .score import dominant_share, fairness_term, static_terms, weighted
 from .teams import Teams
-from .verdicts import blocked_reason, lower_score_reason, no_fit_now, starving_why, took_its_room
+from .verdicts import blocked_reason, drained_note, lower_score_reason, no_fit_now, starving_why, took_its_room
 
 
 class Cycle:
@@ -41,7 +41,9 @@ class Cycle:
 
     def __init__(self, snapshot: Snapshot, now_ms: int, config: PolicyConfig, backlog: Backlog):
         self.now, self.config, self.w = now_ms, config, config.weights
-        self.views = sorted(snapshot.nodes, key=lambda v: v.name)
+        nodes = sorted(snapshot.nodes, key=lambda v: v.name)
+        self.views = list(taking_jobs(nodes))  # every rule below sees only these
+        self.drained = [v for v in nodes if v.drained is not None]  # only the verdicts name them
         self.fit = GpuMemo()
         self.running_on: dict[str, list[RunningJob]] = defaultdict(list)
         self.usage: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
@@ -104,7 +106,10 @@ class Cycle:
         self._room_by_strength.clear()
 
     def judge(self, spec: JobSpec, code: Code, reason: str, terms: dict[str, float]) -> None:
-        """Give `spec` its verdict, with its score and terms (rounded) at its rank."""
+        """Give `spec` its verdict, with its score and terms (rounded) at its rank; one that waits for room
+        names first the drained nodes that could hold it."""
+        if self.drained and code in (Code.NO_FIT_NOW, Code.LOWER_SCORE, Code.RESERVED):
+            reason = drained_note(self.drained, spec, self.fit) + reason
         self.verdicts.append(Verdict(spec.id, code, reason, round(weighted(terms, self.w), 3), self.rank,
                                      {k: round(v, 3) for k, v in terms.items()}))
 

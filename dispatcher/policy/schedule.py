@@ -2,7 +2,8 @@
 
 One cycle starts every pending job that fits, best first:
 
-1. Jobs no live node could ever hold get NO_FIT_EVER and are set aside.
+1. Jobs no live node could ever hold get NO_FIT_EVER and are set aside (drained nodes take no new
+   job: the cycle sees only the others, and a verdict names the drained nodes that could hold a job).
 2. Starving jobs (waiting past their class's starvation bound, half its wait
    target) go first, oldest first: each starts if it fits, else it gets a
    reservation. With `reserve_longest_wait`, the jobs longest overdue against
@@ -77,12 +78,12 @@ def place_arrivals(c: Cycle, jobs, now_ms: int) -> Plan:
     Returns only what the arrivals did; `c` goes on from there."""
     c.now = now_ms
     c.begin_more()
-    never = NeverFit(c.views, c.config.gang_across_nodes, c.fit)
+    never = NeverFit(c.views, c.config.gang_across_nodes, c.fit, c.drained)
     for p in sorted(jobs, key=lambda p: (-weighted(c.static(p.spec), c.w), p.spec.submit_ms, id_key(p.spec.id))):
         spec = p.spec
         c.teams.demand[spec.team] += spec.gpus
         if never.check(smallest(spec)):
-            c.verdicts.append(Verdict(spec.id, Code.NO_FIT_EVER, never.reason(spec)))
+            c.verdicts.append(Verdict(spec.id, *never.verdict(spec)))
             continue
         c.place(spec, c.terms(spec), f"rank {c.rank + 1}: arrived, and "
                 "the jobs before it could not use the room")
@@ -115,15 +116,15 @@ def _walk(c: Cycle, backlog: Backlog, order) -> None:
 def _set_aside(c: Cycle, backlog: Backlog) -> tuple[set, int]:
     """NO_FIT_EVER for every job no live node could ever hold (their team's demand drops); returns
     their shapes and how many jobs they are."""
-    never = NeverFit(c.views, c.config.gang_across_nodes, c.fit)
+    never = NeverFit(c.views, c.config.gang_across_nodes, c.fit, c.drained)
     excluded, n_never = set(), 0
     for shape, ids in backlog.shapes.items():
         spec = backlog.jobs[next(iter(ids))].spec
         if never.check(smallest(spec)):
             excluded.add(shape)
-            reason = never.reason(spec)
+            code, reason = never.verdict(spec)
             for job_id in ids:
-                c.verdicts.append(Verdict(job_id, Code.NO_FIT_EVER, reason))
+                c.verdicts.append(Verdict(job_id, code, reason))
                 c.teams.demand[backlog.jobs[job_id].spec.team] -= spec.gpus
             n_never += len(ids)
     c.verdicts.sort(key=lambda v: id_key(v.job_id))

@@ -24,8 +24,8 @@ class NeverFit:
     whole nodes of one family together (an auto gang), or fewer than N nodes that could each hold a
     --nodes N gang's share; remembered per request shape (most jobs share a few shapes)."""
 
-    def __init__(self, views: list[NodeView], gangs: bool, fit: GpuMemo):
-        self.views, self.gangs, self.fit, self.memo = views, gangs, fit, {}
+    def __init__(self, views: list[NodeView], gangs: bool, fit: GpuMemo, drained=()):
+        self.views, self.gangs, self.fit, self.memo, self.drained = views, gangs, fit, {}, drained
 
     def check(self, spec: JobSpec) -> bool:
         key = (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb, spec.nodes, spec.gpus_per_node,
@@ -63,6 +63,14 @@ class NeverFit:
                 count[family] += len(v.gpus)
         return max(count.values(), default=0)
 
+    def verdict(self, spec: JobSpec) -> tuple[Code, str]:
+        """The code and reason of a job check() set aside: NO_FIT_EVER, or NO_FIT_NOW where a drained
+        node could hold it (it starts there once that node is resumed)."""
+        note = drained_note(self.drained, spec, self.fit) if self.drained else ""
+        if note:
+            return Code.NO_FIT_NOW, f"{note}needs {describe_need(spec)}; no node that takes jobs could hold it"
+        return Code.NO_FIT_EVER, self.reason(spec)
+
     def reason(self, spec: JobSpec) -> str:
         if spec.nodes >= 2:
             need = f"needs {describe_gang(spec)}"
@@ -77,6 +85,16 @@ class NeverFit:
         k = self.fit.usable_count(spec, best)
         return (f"needs {need}; no live node could ever hold it (largest: {best.name} with {k} "
                 f"matching GPUs, {best.cpus} CPUs, {best.mem_gb:g} GB RAM)")
+
+
+def drained_note(drained: list[NodeView], spec: JobSpec, fit: GpuMemo) -> str:
+    """'n1 is drained: disk swap; ' for the drained nodes that could hold `spec` (a gang: one node's
+    share of it), the first three named; "" for none. It leads a verdict's reason, so that `dispatch
+    queue`'s short column shows it."""
+    piece = spec.filled(gpus=spec.gpus_per_node) if spec.nodes >= 2 else spec
+    hit = [v for v in drained if fit.fits_ever(piece, v)]
+    said = "".join(f"{v.name} is drained" + (f": {v.drained}" if v.drained else "") + "; " for v in hit[:3])
+    return said + (f"{len(hit) - 3} more drained nodes could hold it; " if len(hit) > 3 else "")
 
 
 def blocked_reason(index: NodeIndex, spec: JobSpec, now_ms: int) -> tuple[Code, str]:

@@ -22,7 +22,7 @@ from ..core.errors import MalformedRecord
 from ..policy.backlog import Backlog
 from ..store import keys
 from ..store.codec import decode_node_info
-from ..store.nodes import NodeRecord, read_changed_infos, read_infos
+from ..store.nodes import NodeRecord, read_changed_infos, read_drains, read_infos
 from ..store.dependencies import HELD, READY, judge_all
 from ..store.quarantine import ACTIVE, NAME, Entry, job_entry
 from ..store.snapshot import ReadResult, SpecCache, Strays, node_views, pending_only, read_jobs
@@ -227,8 +227,9 @@ class Mirror:
         self.epochs.pop(job_id, None)
 
     def _read_nodes(self, full: bool = False) -> list[NodeRecord]:
-        """Every node with a heartbeat. Only the records of nodes that changed (keys.nodes_changed) or are
-        new to the mirror are read and decoded, unless `full` or the mirror was invalidated: then all."""
+        """Every node with a heartbeat, and its drain mark (read every time: a small hash). Only the records
+        of nodes that changed (keys.nodes_changed) or are new to the mirror are read and decoded, unless
+        `full` or the mirror was invalidated: then all."""
         if full or not self.nodes_fresh:
             self.client.delete(keys.nodes_changed(self.ns))  # first: a change made during the read is kept
             infos, bad = read_infos(self.client, self.ns)
@@ -237,6 +238,7 @@ class Mirror:
             beats, raws, bad = read_changed_infos(self.client, self.ns, self._nodes)
             infos = [(name, at, raws[name] if name in raws else self._nodes[name][0]) for name, at in beats]
         self.stray += bad
+        drains = read_drains(self.client, self.ns)
         out, seen = [], {}
         for name, at, raw in infos:
             if raw is None:  # a heartbeat with no node record behind it
@@ -252,7 +254,7 @@ class Mirror:
                     gpus, cpus, mem_gb = decode_node_info(raw, key=keys.node(self.ns, name))
                     cached = (raw, NodeRecord(name, gpus, cpus, mem_gb, 0, {}))
                 rec = cached[1]
-                out.append(NodeRecord(rec.name, rec.gpus, rec.cpus, rec.mem_gb, int(at), {}))
+                out.append(NodeRecord(rec.name, rec.gpus, rec.cpus, rec.mem_gb, int(at), {}, drains.get(name)))
             except (MalformedRecord, ValueError, OverflowError) as e:  # it costs that node, not the cycle
                 if self._unreadable.get(name) != raw:  # logged once, not every cycle
                     self._unreadable[name] = raw

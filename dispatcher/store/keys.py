@@ -34,6 +34,9 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:node:<name>:alloc     | hash   | scheduler commit, release   | gpu index -> job id while held,  |
 |                            |        |                             | or "~id,id" for sharing jobs     |
 | <ns>:nodes:heartbeat       | zset   | agent heartbeat             | name -> last seen ms             |
+| <ns>:nodes:drain           | hash   | dispatch drain / resume     | name -> msgpack {reason, by,     |
+|                            |        | (store/nodes.py)            | at_ms}: takes no new job; kept   |
+|                            |        |                             | until `dispatch resume`          |
 | <ns>:decisions             | list   | scheduler (LPUSH, LTRIM)    | the latest DECISIONS_KEPT        |
 | <ns>:policy                | hash   | scheduler, on (re)load      | text, source, profile,           |
 |                            |        |                             | loaded_ms, digest, number        |
@@ -134,6 +137,12 @@ def node_control(ns: str, name: str) -> str:
 
 def nodes_heartbeat(ns: str) -> str:
     return f"{ns}:nodes:heartbeat"
+
+
+def nodes_drain(ns: str) -> str:
+    """Hash of drained nodes (`dispatch drain`): name -> msgpack {reason, by, at_ms}. Its own key, not
+    a field of the node hash, so no heartbeat or agent restart touches it."""
+    return f"{ns}:nodes:drain"
 
 
 def decisions(ns: str) -> str:

@@ -4,12 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.errors import MalformedRecord
+import msgpack
+
+from ..core.errors import InvalidRequestError, MalformedRecord, NotFoundError
 from ..core.model import GpuInfo
 from . import keys, scripts
 from .codec import decode_node_info, encode_node_info
 from .connect import text
 from .quarantine import MAX_MS, NAME, Entry, tolerant
+
+
+#: The longest reason `dispatch drain --reason` takes.
+MAX_REASON = 200
+
+
+@dataclass(frozen=True)
+class Drain:
+    """A node takes no new job (`dispatch drain`): why, who said so, when. Its jobs run to their end."""
+    reason: str
+    by: str
+    at_ms: int
 
 
 @dataclass(frozen=True)
@@ -20,6 +34,7 @@ class NodeRecord:
     mem_gb: float
     seen_ms: int
     alloc: dict[int, str]  # GPU index -> job id holding it
+    drain: Drain | None = None  # drained (keys.nodes_drain): no new job starts there
 
     def alive(self, now_ms: int, timeout_s: float) -> bool:
         return now_ms - self.seen_ms <= timeout_s * 1000
@@ -60,6 +75,67 @@ def remove_node(client, ns: str, name: str) -> None:
     pipe.sadd(keys.nodes_changed(ns), name)
     pipe.publish(keys.events(ns), b"node")
     pipe.execute()
+
+
+def drain(client, ns: str, name: str, reason: str, by: str, now_ms: int) -> Drain | None:
+    """Mark node `name` drained (keys.nodes_drain) and wake the scheduler, in one MULTI; returns the mark
+    it replaced (None: it was not drained). NotFoundError for a node never seen."""
+    reason = " ".join(reason.split())
+    if len(reason) > MAX_REASON:
+        raise InvalidRequestError(f"--reason is {len(reason)} characters; at most {MAX_REASON}", field="--reason")
+    _known(client, ns, name)
+    mark = msgpack.packb({"v": 1, "reason": reason, "by": by, "at_ms": int(now_ms)})
+    pipe = client.pipeline(transaction=True)
+    pipe.hget(keys.nodes_drain(ns), name)
+    pipe.hset(keys.nodes_drain(ns), name, mark)
+    pipe.publish(keys.events(ns), b"node")
+    was = pipe.execute()[0]
+    return None if was is None else decode_drain(was)
+
+
+def resume(client, ns: str, name: str) -> Drain | None:
+    """Take node `name`'s drain mark away and wake the scheduler, in one MULTI; returns the mark taken
+    (None: it was not drained). NotFoundError for a node never seen."""
+    _known(client, ns, name)
+    pipe = client.pipeline(transaction=True)
+    pipe.hget(keys.nodes_drain(ns), name)
+    pipe.hdel(keys.nodes_drain(ns), name)
+    pipe.publish(keys.events(ns), b"node")
+    was = pipe.execute()[0]
+    return None if was is None else decode_drain(was)
+
+
+def _known(client, ns: str, name: str) -> None:
+    """A node is known once its agent has registered (its record stays when the agent stops), or while
+    it carries a drain mark."""
+    pipe = client.pipeline(transaction=False)
+    pipe.exists(keys.node(ns, name))
+    pipe.hexists(keys.nodes_drain(ns), name)
+    if any(pipe.execute()):
+        return
+    names = [text(n) for n in tolerant(lambda: client.zrange(keys.nodes_heartbeat(ns), 0, -1), [])]
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    raise NotFoundError(f"no node {name!r}; " + (f"known nodes: {shown}" if names else "no node has registered"))
+
+
+def decode_drain(raw) -> Drain:
+    """A drain mark. One that cannot be read still drains its node (someone meant to): `dispatch resume`
+    takes it away."""
+    try:
+        d = msgpack.unpackb(raw, raw=False)
+        return Drain(str(d.get("reason", ""))[:MAX_REASON], str(d.get("by", ""))[:64], int(d.get("at_ms", 0)))
+    except Exception:  # hostile or corrupt: any error of the decoder or of the fields
+        return Drain("(its drain mark is unreadable)", "", 0)
+
+
+def read_drains(client, ns: str) -> dict[str, Drain]:
+    """Every drained node's mark (one HGETALL); names that are no node name are left out. A key of the
+    wrong type raises (the leader sets it aside: quarantine.FIXED); views read it through tolerant()."""
+    return _drains(client.hgetall(keys.nodes_drain(ns)))
+
+
+def _drains(raw: dict) -> dict[str, Drain]:
+    return {text(name): decode_drain(mark) for name, mark in raw.items() if NAME.fullmatch(name)}
 
 
 def schedule_facts(gpus: list[GpuInfo], cpus: int, mem_gb: float) -> tuple:
@@ -114,15 +190,20 @@ def read_nodes(client, ns: str) -> tuple[list[NodeRecord], list[str]]:
     pipe = client.pipeline(transaction=False)
     for name, _, _ in infos:
         pipe.hgetall(keys.node_alloc(ns, name))
+    pipe.hgetall(keys.nodes_drain(ns))
+    *allocs, drains = pipe.execute(raise_on_error=False)
+    if isinstance(drains, Exception):
+        problems.append(f"{keys.nodes_drain(ns)} is no hash")
+    drains = {} if isinstance(drains, Exception) else _drains(drains)
     nodes = []
-    for (name, seen, info), alloc in zip(infos, pipe.execute(raise_on_error=False)):
+    for (name, seen, info), alloc in zip(infos, allocs):
         try:
             gpus, cpus, mem_gb = decode_node_info(info, key=keys.node(ns, name))
             if isinstance(alloc, Exception):
                 problems.append(f"{keys.node_alloc(ns, name)} is no hash")
                 alloc = {}
             held = {int(g): text(j) for g, j in alloc.items() if text(g).isascii() and text(g).isdigit()}
-            nodes.append(NodeRecord(name, gpus, cpus, mem_gb, int(seen), held))
+            nodes.append(NodeRecord(name, gpus, cpus, mem_gb, int(seen), held, drains.get(name)))
         except (MalformedRecord, ValueError, OverflowError) as e:
             problems.append(str(e))
             continue

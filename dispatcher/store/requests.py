@@ -5,7 +5,7 @@ on keys.reply(id). The leading scheduler reads the requests after the last one i
 handled (keys.requests_done), checks each signature and time, carries it out as
 that user, and answers. A submit is written in the same transaction that records
 the request as handled, so a scheduler killed mid-way never submits twice; cancel
-and preempt are idempotent.
+and preempt are idempotent; so are drain and resume, an admin's (store/nodes.py).
 """
 
 from __future__ import annotations
@@ -146,6 +146,8 @@ class RequestServer:
             raise Replayed(f"request {rid} by {user!r} was already handled (entry {seen}); a replay is refused")
         if kind in ("submit", "job-submit"):
             return self._submit(user, body, record)
+        if kind in ("drain", "resume"):
+            return self._node(kind, user, body)
         return self._act(kind, user, body)
 
     def _capability(self, job_id: str, epoch: str, user: str) -> str:

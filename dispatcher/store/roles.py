@@ -68,7 +68,7 @@ def read_patterns(ns: str) -> list[str]:
             keys.jobs_all(ns), keys.jobs_pending(ns), keys.jobs_active(ns), keys.jobs_changed(ns),
             keys.history(ns, "*"), keys.user_history(ns, "*"),
             keys.node(ns, "*"),  # node hashes, their GPU holders and control streams
-            keys.nodes_heartbeat(ns), keys.nodes_changed(ns),
+            keys.nodes_heartbeat(ns), keys.nodes_changed(ns), keys.nodes_drain(ns),
             keys.decisions(ns), keys.policy(ns), keys.policy_applied(ns), keys.policy_history(ns),
             keys.auth(ns), keys.scheduler_leader(ns), keys.scheduler_stats(ns), keys.samples(ns),
             keys.quarantine(ns)]

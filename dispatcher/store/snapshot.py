@@ -167,7 +167,8 @@ def node_views(live: list[NodeRecord], running) -> tuple[NodeView, ...]:
             free_gpus=tuple(g.index for g in n.gpus if not g.blocked and g.index not in busy
                             and g.index not in sharing),
             free_cpus=max(0, n.cpus - int(cpus_used)), free_mem_gb=max(0.0, n.mem_gb - mem_used),
-            shared=tuple(sorted((g, m) for g, m in sharing.items() if g not in busy))))
+            shared=tuple(sorted((g, m) for g, m in sharing.items() if g not in busy)),
+            drained=None if n.drain is None else n.drain.reason))
     return tuple(views)
 
 

@@ -201,7 +201,8 @@ class Board:
                              "state": "dead" if not alive else "blocked" if g.blocked else
                                       "held" if jobs else "free"})
             out.append({"name": n.name, "alive": alive, "seen_s_ago": round((now - n.seen_ms) / 1000.0, 1),
-                        "cpus": n.cpus, "mem_gb": n.mem_gb, "gpus": gpus})
+                        "cpus": n.cpus, "mem_gb": n.mem_gb, "gpus": gpus,
+                        "drain": None if n.drain is None else {"reason": n.drain.reason, "by": n.drain.by}})
         return out
 
     def _usage(self, c: dict) -> dict:

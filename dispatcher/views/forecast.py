@@ -9,9 +9,11 @@ theirs, nothing new arrives. Nothing is written. The result is a plain dict (the
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from ..clock import now_ms
 from ..config import Timing
+from ..core.plan import taking_jobs
 from ..core.units import within
 from ..sim.forecast import Forecast, forecast
 from ..scheduler.policy_source import policy_in_force
@@ -27,7 +29,10 @@ def forecast_read(read, job_id: str, now_ms: int, config) -> dict:
         return {"job": job_id, "state": "pending", "invalid": read.unusable(job_id)}
     if not any(p.spec.id == job_id for p in read.snapshot.pending):
         return {"job": job_id, "state": "unknown"}  # it left the queue between two reads
-    return as_dict(forecast(read.snapshot, job_id, now_ms, config))
+    # the simulator knows no drain: it is shown only the nodes that take jobs (a drained node's jobs
+    # hold nothing there, as a dead node's)
+    snapshot = replace(read.snapshot, nodes=taking_jobs(read.snapshot.nodes))
+    return as_dict(forecast(snapshot, job_id, now_ms, config))
 
 
 def read_eta(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:

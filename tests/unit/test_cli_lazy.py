@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from dispatcher.cli import COMMANDS, cli
 
-EVERY_COMMAND = ["auth", "cancel", "checkpointed", "dashboard", "decisions", "eta", "history", "login", "logs", "nodes",
-                 "policy", "preempt", "progress", "queue", "scheduler", "show", "simulate", "submit", "top", "tune", "up", "wait",
+EVERY_COMMAND = ["auth", "cancel", "checkpointed", "dashboard", "decisions", "drain", "eta", "history", "login", "logs", "nodes",
+                 "policy", "preempt", "progress", "queue", "resume", "scheduler", "show", "simulate", "submit", "top", "tune", "up", "wait",
                  "why", "worker"]
 
 
