@@ -141,7 +141,8 @@ COMMANDS = {
     "policy": "dispatcher.cli.policy:policy", "top": "dispatcher.cli.ops:top", "scheduler": "dispatcher.cli.ops:scheduler",
     "worker": "dispatcher.cli.ops:worker", "dashboard": "dispatcher.cli.ops:dashboard", "up": "dispatcher.cli.ops:up",
     "auth": "dispatcher.cli.ops:auth", "login": "dispatcher.cli.login:login",
-    "simulate": "dispatcher.cli.lab:simulate", "history": "dispatcher.cli.lab:history", "tune": "dispatcher.cli.lab:tune",
+    "simulate": "dispatcher.cli.lab:simulate", "history": "dispatcher.cli.lab:history",
+    "report": "dispatcher.cli.lab:report", "tune": "dispatcher.cli.lab:tune",
 }
 
 

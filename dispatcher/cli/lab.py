@@ -110,29 +110,135 @@ def _ckpt_cost(text: str) -> tuple[float, float]:
 
 
 @click.command()
-@click.option("--csv", "as_csv", is_flag=True, required=True, help="Print finished jobs in the trace format.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print them in the trace format (which `dispatch simulate` "
+              "replays), with the columns state, exit_code and team after it.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of the table.")
 @click.option("--since", default=None, metavar="DURATION", help="Only jobs submitted this long ago or later (e.g. 7d).")
 @common
-def history(ctx, as_csv, since):
-    """Finished jobs in the trace format, to replay a lab's own week with `dispatch simulate`."""
-    click.echo(history_csv(ctx.client, ctx.ns, since), nl=False)
+def history(ctx, as_csv, as_json, since):
+    """Jobs that ran to an end: who, what, how they ended; --csv replays a lab's own week in `dispatch simulate`."""
+    from . import _table
+    from ..core.units import rough
+
+    if as_csv and as_json:
+        raise InvalidRequestError("give --csv or --json, not both", field="--csv")
+    jobs, rows = history_rows(ctx.client, ctx.ns, since)
+    if as_csv:
+        from ..sim.workload import format_trace
+
+        click.echo(format_trace(jobs, [(r["state"], "" if r["exit_code"] is None else r["exit_code"], r["team"])
+                                       for r in rows]), nl=False)
+    elif as_json:
+        click.echo(json.dumps(rows, indent=1))
+    else:
+        click.echo(_table([[r["job_id"], r["user"], r["team"] or "-", r["priority"], r["num_gpus"],
+                            "|".join(r["gpu_type"]) or "any", rough(r["duration_s"]), r["state"],
+                            "-" if r["exit_code"] is None else r["exit_code"]] for r in rows],
+                          ["ID", "USER", "TEAM", "CLASS", "GPUS", "GPU TYPE", "RAN", "STATE", "EXIT"]))
 
 
-def history_csv(client, ns: str, since: str | None) -> str:
-    """Finished jobs in the trace format (submit times from the first one exported)."""
-    from ..sim.workload import TraceJob, format_trace
+def history_rows(client, ns: str, since: str | None) -> tuple[list, list[dict]]:
+    """Jobs that ran to an end as TraceJobs (submit times from the first one) and as plain rows (those
+    fields and state, exit_code, team)."""
+    from dataclasses import asdict
+
+    from ..sim.workload import TraceJob
     from ..core.units import parse_duration
-    from ..store.jobs import read_history
+    from ..store.ended import read_history
 
     since_ms = None
     if since:
         since_ms = int((time.time() - parse_duration(since, flag="--since")) * 1000)
-    rows = read_history(client, ns, since_ms)
-    first = min((r["submitted_at"] for r in rows), default=0.0)
+    found = read_history(client, ns, since_ms)
+    first = min((r["submitted_at"] for r in found), default=0.0)
     jobs = [TraceJob(r["id"], round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
                      round(max(0.001, r["finished_at"] - r["started_at"]), 3), tuple(r["gpu_types"]), r["priority"])
-            for r in rows]
-    return format_trace(jobs)
+            for r in found]
+    names = {"job_id": "job_id", "submit_s": "submit_time_s", "gpus": "num_gpus", "gpu_types": "gpu_type"}
+    rows = [{names.get(k, k): v for k, v in asdict(j).items()} | {"state": r["state"], "exit_code": r["exit_code"],
+                                                                   "team": r["team"]} for j, r in zip(jobs, found)]
+    return jobs, rows
+
+
+@click.command()
+@click.option("--since", default="7d", show_default=True, metavar="DURATION",
+              help="The window: jobs that ended this long ago or later (30d, 12h).")
+@click.option("--until", default=None, metavar="DURATION", help="...and this long ago or earlier (default: now).")
+@click.option("--by", default="user", show_default=True, metavar="user|team|class|gpu-type",
+              help="Group by user, team, priority class, or the GPU type the job ran on.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV (hours and seconds as numbers, the total last).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@common
+def report(ctx, since, until, by, as_csv, as_json):
+    """GPU-hours, outcomes, queue waits and lost and idle GPU-hours per user, team, class or GPU type.
+
+    Adds up the jobs that ended in the window, as Slurm's sreport does: GPU-H is the time every attempt
+    held its GPUs, preempted and lost ones included. E.g. dispatch report --since 30d --by team --csv
+    """
+    from . import _table
+    from ..core import accounting
+    from ..core.units import age, parse_duration
+    from ..store.ended import read_accounting
+
+    accounting.check_by(by)
+    if as_csv and as_json:
+        raise InvalidRequestError("give --csv or --json, not both", field="--csv")
+    now = time.time()
+    lo = now - parse_duration(since, flag="--since")
+    hi = now - parse_duration(until, flag="--until") if until else now
+    if hi <= lo:
+        raise InvalidRequestError(f"--until {until} is not after --since {since}", field="--until")
+    got = read_accounting(ctx.client, ctx.ns, int(lo * 1000), int(hi * 1000))
+    rep = accounting.report(got["jobs"], by, lo, hi, types=got["types"], samples=got["samples"],
+                            sample_s=got["sample_s"], skipped=got["skipped"])
+    rows = [g.row() for g in rep.groups]
+    if as_json:
+        click.echo(json.dumps({"by": by, "since": round(lo, 3), "until": round(hi, 3), "groups": rows,
+                               "total": rep.total.row(), "skipped": rep.skipped, "idle_from": rep.idle_from},
+                              indent=1))
+        return
+    if as_csv:
+        import csv
+        import io
+
+        out = io.StringIO()
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow([by if k == "group" else k for k in rep.total.row()])
+        w.writerows([["" if v is None else v for v in r.values()] for r in rows + [rep.total.row()]])
+        click.echo(out.getvalue(), nl=False)
+        return
+    header, table = accounting.table_rows(rep, age)
+    click.echo(_table(table, header))
+    for line in _report_notes(rep, since, until):
+        click.echo(line)
+
+
+def _report_notes(rep, since: str, until: str | None) -> list[str]:
+    """The table's footer: the window, what GPU-H counts, records skipped, what idle covers."""
+    from ..core.model import IDLE_UTIL_PCT
+
+    def when(t: float) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+    lines = [f"jobs that ended from {when(rep.since)} to {when(rep.until)} (--since {since}"
+             f"{f' --until {until}' if until else ''}; a running job counts once it ends)",
+             "GPU-H: the time every attempt held its GPUs in the window, preempted and lost ones included; "
+             "LOST: work lost to preemption and dead nodes"]
+    if rep.skipped:
+        lines.append(f"{rep.skipped} job record{'s' if rep.skipped != 1 else ''} could not be read: left out")
+    if rep.idle_from is None:
+        lines.append("IDLE: no utilization samples in the window (the scheduler keeps 12 h of them)")
+    elif rep.idle_from > rep.since + 60:
+        lines.append(f"IDLE: held GPUs under {IDLE_UTIL_PCT:g}% utilization in the scheduler's 15 s samples, from "
+                     f"{when(rep.idle_from)} on (12 h are kept)")
+    return lines
+
+
+def history_csv(client, ns: str, since: str | None) -> str:
+    """Jobs that ran to an end in the trace format (submit times from the first one exported)."""
+    from ..sim.workload import format_trace
+
+    return format_trace(history_rows(client, ns, since)[0])
 
 
 @click.command()

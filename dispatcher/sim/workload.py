@@ -5,7 +5,8 @@ Trace format (one header line, then one job a line):
     job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority
 
 `gpu_type` lists acceptable GPU types separated by `|` (empty: any), `priority`
-is a class name (empty: normal), `user` may be empty.
+is a class name (empty: normal), `user` may be empty. `dispatch history --csv` adds the
+columns of EXTRA (how the job ended, its exit code, its team), which a replay ignores.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from ..core.errors import InvalidRequestError
 from ..core.model import PRIORITIES, PRIORITY_ALIASES
 
 HEADER = ("job_id", "submit_time_s", "user", "num_gpus", "duration_s", "gpu_type", "priority")
+#: The columns `dispatch history --csv` writes after HEADER.
+EXTRA = ("state", "exit_code", "team")
 
 
 @dataclass(frozen=True)
@@ -36,15 +39,16 @@ def parse_trace(text: str, *, name: str = "trace") -> list[TraceJob]:
     """Parse trace CSV text; InvalidRequestError names the line and column of the first bad value."""
     rows = csv.reader(io.StringIO(text))
     header = next(rows, None)
-    if header is None or tuple(h.strip() for h in header) != HEADER:
+    columns = tuple(h.strip() for h in header or ())
+    if columns not in (HEADER, HEADER + EXTRA):
         raise InvalidRequestError(f"{name}: the first line must be {','.join(HEADER)}", field="TRACE")
     jobs = []
     for n, row in enumerate(rows, start=2):
         if not row or not "".join(row).strip():
             continue
-        if len(row) != len(HEADER):
-            raise InvalidRequestError(f"{name}:{n}: {len(row)} columns, expected {len(HEADER)}", field="TRACE")
-        job_id, submit, user, gpus, duration, gpu_type, priority = (c.strip() for c in row)
+        if len(row) != len(columns):
+            raise InvalidRequestError(f"{name}:{n}: {len(row)} columns, expected {len(columns)}", field="TRACE")
+        job_id, submit, user, gpus, duration, gpu_type, priority = (c.strip() for c in row[:len(HEADER)])
         try:
             submit_s, dur = float(submit), float(duration)
             n_gpus = int(gpus)
@@ -65,13 +69,14 @@ def parse_trace(text: str, *, name: str = "trace") -> list[TraceJob]:
     return sorted(jobs, key=lambda j: (j.submit_s, j.job_id))
 
 
-def format_trace(jobs) -> str:
+def format_trace(jobs, extra=None) -> str:
+    """The trace CSV of `jobs`; with `extra` (one row of EXTRA's values per job), those columns too."""
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(HEADER)
-    for j in jobs:
+    w.writerow(HEADER + (EXTRA if extra is not None else ()))
+    for j, more in zip(jobs, extra if extra is not None else [()] * len(jobs)):
         w.writerow([j.job_id, f"{j.submit_s:.12g}", j.user, j.gpus, f"{j.duration_s:.12g}", "|".join(j.gpu_types),
-                    j.priority])
+                    j.priority, *more])
     return out.getvalue()
 
 

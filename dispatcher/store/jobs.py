@@ -70,8 +70,12 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None)
 
 def job_view(job_id: str, raw: dict) -> dict:
     """A job hash as the plain dict `dispatch show --json` prints (times in epoch seconds)."""
-    rec = record_from_hash(job_id, raw)
-    spec = rec.spec
+    return record_view(record_from_hash(job_id, raw))
+
+
+def record_view(rec) -> dict:
+    """job_view of a JobRecord already read."""
+    job_id, spec = rec.id, rec.spec
 
     def secs(ms: int) -> float | None:
         return ms / 1000.0 if ms else None
@@ -326,14 +330,3 @@ def preempt_job(scripts, client, ns: str, job_id: str, now_ms: int, *, force: bo
                        reason=f"preempted by {by}") != Outcome.DONE:
         raise InvalidStateError(job_id, read_job(client, ns, job_id)["state"], "preempt")
     return mode
-
-
-def read_history(client, ns: str, since_ms: int | None = None) -> list[dict]:
-    """Jobs that ran to an end (succeeded or failed, with start and finish times), oldest first."""
-    lo = since_ms if since_ms is not None else "-inf"
-    ids = [text(i) for i in tolerant(lambda: client.zrangebyscore(keys.jobs_all(ns), lo, "+inf"), [])]
-    out = []
-    for i in range(0, len(ids), 1000):
-        out += [j for j in read_jobs(client, ns, ids[i:i + 1000])
-                if j["state"] in ("succeeded", "failed") and j["started_at"] and j["finished_at"]]
-    return out

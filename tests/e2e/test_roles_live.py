@@ -56,7 +56,8 @@ def test_a_users_job_runs_under_the_roles_and_every_read_command_works_for_the_u
     reads = [("show", done), ("show", done, "--json"), ("logs", done), ("logs", "-f", done), ("wait", done),
              ("queue",), ("queue", "--all", "--json"), ("nodes",), ("nodes", "--json"), ("why", waiting),
              ("why", waiting, "--json"), ("eta", waiting), ("decisions",), ("decisions", "--job", done),
-             ("top", "--once"), ("history", "--csv"), ("policy", "show"), ("policy", "history"),
+             ("top", "--once"), ("history", "--csv"), ("history",), ("report",), ("report", "--by", "gpu-type", "--json"),
+             ("policy", "show"), ("policy", "history"),
              ("policy", "diff", "live", "default"),
              ("tune", "--budget", "1", "--out", str(tmp_path / "tuned.toml"))]
     for args in reads:
