@@ -40,7 +40,8 @@ def stays_pending(cli, client, job: str, n: int = 3) -> None:
 
 
 def node_states(cli) -> dict:
-    return {n["name"]: (n["state"], (n["drain"] or {}).get("reason")) for n in json.loads(cli.run("nodes", "--json").stdout)}
+    nodes = json.loads(cli.run("nodes", "--json").stdout)
+    return {n["name"]: (n["state"], (n["drain"] or {}).get("reason")) for n in nodes}
 
 
 def test_a_drained_node_finishes_its_job_takes_no_new_one_and_works_again_once_resumed(cli, client, tmp_path):
@@ -89,7 +90,8 @@ def test_a_drained_node_takes_no_job_through_agent_and_scheduler_restarts(cli, c
     assert cli.run("resume", "n1").stdout.strip() == "n1: not drained; nothing to resume"
     assert cli.run("drain", "n1").stdout.startswith("n1: drained: idle; no new job starts there")
     again = cli.run("drain", "n1", "--reason", "bad fan").stdout
-    assert again.startswith("n1: already drained (was: n1 drained by ") and again.strip().endswith("reason now: bad fan")
+    assert again.startswith("n1: already drained (was: n1 drained by ")
+    assert again.strip().endswith("reason now: bad fan")
 
     job = cli.submit("--gpus", "1", "--", "true")
     stays_pending(cli, client, job)
