@@ -13,9 +13,15 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |   preempt_mode, preempt_reason, preemptions, last_preempted_ms, gpu_s_lost, checkpoint_ms, |
 |   lost, pred_s, pred_conf, pred_runs, pred_src, pred_mem_gb, plan_est_s, peak_gpu_mem_gb,  |
 |   warning, idle_since_ms, gang, ranks_left, ranks_ended, gang_end, rendezvous, progress_ms |
+|   hold                                                                                      |
 | <ns>:job:<id>:log          | stream | agent (XADD, MAXLEN ~)      | until purged                     |
 | <ns>:job:<id>:r<n>:log     | stream | agent of a gang's rank n>0  | until purged                     |
 | <ns>:job:<id>:attempts     | list   | finish.lua (RPUSH)          | one msgpack map per ended attempt|
+| <ns>:job:<id>:tty:in       | stream | `dispatch shell`/`attach`   | an interactive job's keystrokes  |
+|                            |        | (store/tty.py; XADD MAXLEN~)| and resizes; a day, 10 min after |
+|                            |        |                             | its attempt ends (agent)         |
+| <ns>:job:<id>:tty:out      | stream | agent (workers/tty.py)      | its terminal output, then "end"; |
+|                            |        |                             | MAXLEN ~, 10 min after it ends   |
 | <ns>:job:<id>:exit         | string | node keeper (store/exits.py)| a day: an attempt's exit seen while its agent could not report it |
 | <ns>:history:<fp>          | list   | finish.lua (LPUSH, LTRIM)   | runs of one fingerprint that     |
 |                            |        |                             | succeeded, newest first, msgpack |
