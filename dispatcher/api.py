@@ -17,6 +17,7 @@ from .clock import now_ms
 from .config import resolve_url
 from .auth.identity import current_user
 from .core.memo import gc_paused
+from .core.arrays import request_jobs
 from .core.spec import spec_from_request
 from .store import jobs as store_jobs
 from .store.connect import connect
@@ -37,9 +38,13 @@ class Client:
             self._scripts = Scripts(self.redis, self.ns)
         return self._scripts
 
-    def _spec(self, command, fields: dict):
+    def _specs(self, requests) -> list:
+        """The jobs of these requests (an array's elements too), each checked as the CLI checks them."""
         user, submit_ms, cwd = self._caller()
-        return spec_from_request({**fields, "command": command}, user=user, submit_ms=submit_ms, cwd=cwd)
+
+        def build(request):
+            return spec_from_request(request, user=user, submit_ms=submit_ms, cwd=cwd)
+        return [s for n, r in enumerate(requests) for s in request_jobs(r, build, str(n))]
 
     @staticmethod
     def _caller() -> tuple[str, int, str]:
@@ -47,17 +52,16 @@ class Client:
         return current_user(), now_ms(), os.getcwd()
 
     def submit(self, command, **fields) -> str:
-        """Submit one job; fields are submit's flags (gpus=2, gpu_type='A100', est='2h', ...). Returns its id."""
-        return self._write([self._spec(command, fields)])[0]
+        """Submit one job; fields are submit's flags (gpus=2, gpu_type='A100', est='2h', array='0-9%2', ...).
+        Returns its id (an array's: its first element's)."""
+        return self._write(self._specs([{**fields, "command": command}]))[0]
 
     def submit_many(self, requests) -> list[str]:
         """Submit many jobs in one transaction; `requests` are dicts with 'command' and submit's fields.
         Every request is validated before anything is written: one bad request writes nothing.
         (With identity on, each job is its own signed request.)"""
-        user, submit_ms, cwd = self._caller()
         with gc_paused():
-            specs = [spec_from_request(r, user=user, submit_ms=submit_ms, cwd=cwd) for r in requests]
-            return self._write(specs)
+            return self._write(self._specs(requests))
 
     def _write(self, specs) -> list[str]:
         from .store.requests import submit_specs

@@ -68,6 +68,9 @@ def attempt_env(base: dict, spec: JobSpec, *, job_id: str, epoch: int, node: str
         "DISPATCH_JOB_SOCKET": socket_path,
         "DISPATCH_JOB_CAP": cap,
     })
+    if spec.array_index is not None:  # an element of a job array (core/arrays.py)
+        env.update({"DISPATCH_ARRAY_INDEX": str(spec.array_index), "DISPATCH_ARRAY_ID": spec.array_of,
+                    "DISPATCH_ARRAY_COUNT": str(spec.array_count)})
     return env
 
 

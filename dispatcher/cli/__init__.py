@@ -135,6 +135,7 @@ COMMANDS = {
     "queue": "dispatcher.cli.jobs:queue", "show": "dispatcher.cli.jobs:show", "cancel": "dispatcher.cli.jobs:cancel",
     "preempt": "dispatcher.cli.jobs:preempt", "checkpointed": "dispatcher.cli.jobs:checkpointed",
     "progress": "dispatcher.cli.jobs:progress",
+    "hold": "dispatcher.cli.holds:hold", "release": "dispatcher.cli.holds:release",
     "logs": "dispatcher.cli.jobs:logs", "wait": "dispatcher.cli.jobs:wait", "nodes": "dispatcher.cli.nodectl:nodes",
     "drain": "dispatcher.cli.nodectl:drain", "resume": "dispatcher.cli.nodectl:resume",
     "why": "dispatcher.cli.jobs:why", "eta": "dispatcher.cli.jobs:eta", "decisions": "dispatcher.cli.jobs:decisions",

@@ -17,16 +17,18 @@ from ..clock import now_ms
 from ..core.errors import InvalidRequestError
 from ..core.units import age
 from ..auth.identity import current_user
-from .select import STATE_GROUPS, act_each, cut_last, filter_options, needs_some, resolve, selection
+from .select import (STATE_GROUPS, act_each, cut_last, filter_options, folded, needs_some, one_job, resolve,
+                     selection)
 
 
 @click.command()
 @click.argument("job_ids", nargs=-1, metavar="[JOB|LOW-HIGH]...")
 @click.option("--all", "show_all", is_flag=True, help="Include finished jobs (the latest 1000).")
+@click.option("--expand", is_flag=True, help="An array's pending elements a line each (else one line, 12_[3-99%8]).")
 @filter_options
 @json_flag
 @common
-def queue(ctx, job_ids, show_all, users, states, names, teams, as_json):
+def queue(ctx, job_ids, show_all, expand, users, states, names, teams, as_json):
     """Pending and running jobs, oldest first (-u, --state, --name, --team to filter)."""
     from ..store import keys
     from ..store.connect import text
@@ -41,7 +43,9 @@ def queue(ctx, job_ids, show_all, users, states, names, teams, as_json):
     rows = []
     rest = text(tolerant(lambda: ctx.client.hget(keys.scheduler_stats(ctx.ns), "rest_reason"),
                          None))  # why the jobs the last cycle did not reach wait
-    for j in jobs:
+    shown = [(f"{j['array_of']}_{j['array_index']}" if j["array_of"] else j["id"], j, 1) for j in jobs] \
+        if expand else folded(jobs)
+    for label, j, n in shown:
         waited = ((j["started_at"] or j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
                   if j["submitted_at"] else None)
         gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] > 1 else f"{j['gpus_requested']}") \
@@ -50,7 +54,8 @@ def queue(ctx, job_ids, show_all, users, states, names, teams, as_json):
                          [[j["node"], j["gpus"]]]) if j["node"] else "-"  # a gang: every rank's node, rank 0 first
         reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else ""
         reason = reason or (rest if j["state"] == "pending" else "")
-        rows.append([j["id"], j["name"] or "-", j["user"], j["priority"], j["state"], gpus, where,
+        rows.append([label, j["name"] or "-", j["user"], j["priority"], j["state"] + (f" ({n})" if n > 1 else ""),
+                     gpus, where,
                      age(waited), reason[:90], shlex.join(j["command"])])
     header = ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON", "COMMAND"]
     click.echo(_table(cut_last(rows, header), header))
@@ -66,10 +71,11 @@ def show(ctx, job_id, as_json):
     """One job in full."""
     from ..store.jobs import read_job
 
-    job = read_job(ctx.client, ctx.ns, job_id)
+    job = read_job(ctx.client, ctx.ns, one_job(ctx.client, ctx.ns, job_id))
     if as_json:
         click.echo(json.dumps(job, indent=1))
         return
+
     def at(v):
         return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(v))} ({v:.3f})" if v else "-"
 
@@ -151,6 +157,7 @@ def logs(ctx, job_id, follow, rank):
     once the job ends: 0 if it succeeded, 1 if not."""
     from ..store.jobs import is_final, read_job, read_log
 
+    job_id = one_job(ctx.client, ctx.ns, job_id)  # (12_5: element 5 of array 12)
     job = read_job(ctx.client, ctx.ns, job_id)  # JobNotFound for a bad id
     if rank >= max(1, len(job["ranks"]), job["nodes"]):
         raise InvalidRequestError(f"--rank {rank}: job {job_id} has no rank {rank}", field="--rank")
@@ -228,7 +235,7 @@ def why(ctx, job_id, as_json):
     """Why a job waits: its score terms, its rank, what blocks it, and the decisions about it."""
     from ..views.explain import explain
 
-    out = explain(ctx.client, ctx.ns, job_id)
+    out = explain(ctx.client, ctx.ns, one_job(ctx.client, ctx.ns, job_id))
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return

@@ -89,17 +89,42 @@ def resolve(client, ns: str, sel: Selection, *, include_final: bool) -> list[dic
     """The jobs a command acts on. Ids given: those jobs (every one must exist, checked before
     anything is done), kept if they pass the filters. Only filters: the matching jobs of the queue
     (pending and running; with include_final, the latest finished ones too)."""
-    from ..store.jobs import read_job, read_jobs, read_queue
+    from ..store.jobs import read_queue
 
     if sel.ids:
-        jobs = read_jobs(client, ns, list(sel.ids))
-        found = {j["id"] for j in jobs}
-        for i in sel.ids:
-            if i not in found:
-                read_job(client, ns, i)  # its JobNotFound (or bad id), one line
+        jobs = _with_arrays(client, ns, sel.ids)
     else:
         jobs = read_queue(client, ns, include_final=include_final)
     return [j for j in jobs if sel.matches(j)]
+
+
+def _with_arrays(client, ns: str, ids) -> list[dict]:
+    """The jobs these ids name, in order: a job; an array's id (its first element's) is every element
+    of the array; ID_INDEX one element. Every id must name something (JobNotFound, one line)."""
+    from ..core.arrays import element_name
+    from ..core.errors import JobNotFound
+    from ..store.jobs import read_job, read_jobs
+
+    named = [element_name(i) for i in ids]
+    heads = {j["id"]: j for j in read_jobs(client, ns, list({n[0] if n else i for i, n in zip(ids, named)}))}
+    members = {h: read_jobs(client, ns, [str(int(h) + k) for k in range(j["array_count"])])
+               for h, j in heads.items() if j["array_of"] == h and j["array_count"]}
+    out: dict[str, dict] = {}
+    for i, n in zip(ids, named):
+        head = n[0] if n else i
+        if head not in heads:
+            if not n:
+                read_job(client, ns, i)  # its own error: a bad id, or no such job
+            raise JobNotFound(i)
+        array = [j for j in members.get(head, []) if j["array_of"] == head]
+        if n:
+            hit = [j for j in array if j["array_index"] == n[1]]
+            if not hit:
+                raise JobNotFound(i)
+            array = hit
+        for j in array or [heads[head]]:
+            out.setdefault(j["id"], j)
+    return list(out.values())
 
 
 def needs_some(sel: Selection, verb: str) -> Selection:
@@ -135,3 +160,46 @@ def act_each(ctx, kind: str, jobs: list[dict], local, say=str) -> None:
     for job_id in (j["id"] for j in jobs):
         outcome = act_signed(ctx.client, ctx.ns, kind, current_user(), job_id) if signed else local(job_id)
         click.echo(f"{job_id}: {say(outcome)}")
+
+
+def one_job(client, ns: str, text: str) -> str:
+    """The job id a single-job command (show, logs, why) means: `12_5` is element 5 of array 12."""
+    from ..core.arrays import element_name
+
+    return _with_arrays(client, ns, [text])[0]["id"] if element_name(text) else text
+
+
+def _ranges(indices) -> str:
+    """0,1,2,3,5,7,8 -> '0-3,5,7-8'."""
+    out, run = [], []
+    for i in sorted(indices):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [i]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def folded(jobs: list[dict]) -> list[tuple[str, dict, int]]:
+    """Queue rows as squeue shows arrays: (the ID shown, the job a row is about, how many it stands for).
+    An array's pending elements are one row, 12_[3-99%8] where the first of them was; its other
+    elements are a row each, 12_0; every other job is its own row."""
+    pending: dict[str, list[dict]] = {}
+    for j in jobs:
+        if j["array_of"] and j["state"] == "pending":
+            pending.setdefault(j["array_of"], []).append(j)
+    rows = []
+    for j in jobs:
+        if not j["array_of"]:
+            rows.append((j["id"], j, 1))
+        elif j["state"] != "pending":
+            rows.append((f"{j['array_of']}_{j['array_index']}", j, 1))
+        elif pending[j["array_of"]][0] is j:
+            group = pending[j["array_of"]]
+            cap = f"%{j['array_limit']}" if j["array_limit"] else ""
+            rows.append((f"{j['array_of']}_[{_ranges(g['array_index'] for g in group)}{cap}]", j, len(group)))
+    return rows

@@ -53,6 +53,9 @@ from ..auth.identity import current_user
               help="Start once these jobs all succeeded; if one fails or is cancelled, this one fails too.")
 @click.option("--after-any", "after_any", default=None, metavar="JOB[,JOB]",
               help="Start once these jobs all ended, however they ended.")
+@click.option("--array", default=None, metavar="SPEC",
+              help="A job array: one job per index, e.g. 0-99%8 (at most 8 at once) or 1,3,5-9; each gets "
+                   "DISPATCH_ARRAY_INDEX. Prints the array's id.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")
 @click.option("--cwd", default=None, help="Working directory on the node (default: the current one).")
 @click.option("--from", "from_file", default=None, type=click.File("r"), metavar="FILE.jsonl",
@@ -65,6 +68,7 @@ def submit(ctx, from_file, command, **flags):
     from . import jobside
     from ..core.memo import gc_paused
     from ..core.spec import spec_from_request
+    from ..core.arrays import request_jobs
     from ..store.requests import submit_specs
 
     given = click.get_current_context().get_parameter_source  # (flags left at their defaults are the spec's)
@@ -72,9 +76,12 @@ def submit(ctx, from_file, command, **flags):
     now, here, me = now_ms(), os.getcwd(), current_user()
     if from_file is not None and command:
         raise InvalidRequestError("give either a command or --from FILE, not both", field="--from")
+    def build(request):
+        return spec_from_request(request, user=me, submit_ms=now, cwd=here)
+
     with gc_paused():
         if from_file is None:
-            specs = [spec_from_request({**defaults, "command": list(command)}, user=me, submit_ms=now, cwd=here)]
+            specs = request_jobs({**defaults, "command": list(command)}, build, "0")
         else:
             specs = []
             for n, line in enumerate(from_file, 1):
@@ -82,8 +89,8 @@ def submit(ctx, from_file, command, **flags):
                     continue
                 try:
                     request = json.loads(line)
-                    specs.append(spec_from_request({**defaults, **request} if isinstance(request, dict) else request,
-                                                   user=me, submit_ms=now, cwd=here))
+                    specs += request_jobs({**defaults, **request} if isinstance(request, dict) else request,
+                                          build, str(n))
                 except json.JSONDecodeError as e:
                     raise InvalidRequestError(f"{from_file.name} line {n}: not JSON ({e.msg})",
                                               field="--from") from None
@@ -93,4 +100,5 @@ def submit(ctx, from_file, command, **flags):
             ids = jobside.submit(specs)
         else:
             ids = submit_specs(ctx.client, ctx.ns, specs, me)
-    click.echo("\n".join(ids))
+    click.echo("\n".join(ids[i] for i, s in enumerate(specs) if not s.array_of or i == 0
+                          or s.array_of != specs[i - 1].array_of))  # an array: its id (its first element's)

@@ -80,6 +80,12 @@ class JobSpec:
     #: A hard limit on each attempt's run time (--time, Slurm's): the checkpoint signal at the limit less
     #: grace_s, SIGKILL at the limit, and the job fails (not requeued). Each attempt gets the whole limit.
     time_limit_s: float | None = None
+    #: An element of a job array (--array, core/arrays.py): the array's id (its first element's), this
+    #: element's index (DISPATCH_ARRAY_INDEX), the array's size, and how many of it may run at once (0: any).
+    array_of: str = ""
+    array_index: int | None = None
+    array_count: int = 0
+    array_limit: int = 0
 
     @property
     def rank(self) -> int:

@@ -59,9 +59,10 @@ def strength(spec: JobSpec, attained_gpu_s: float, config: PolicyConfig) -> floa
 
 
 def bucket_key(p: PendingJob, config: PolicyConfig) -> tuple:
-    """The group a job is ordered and skipped with: its user, shape, team and preemption strength."""
+    """The group a job is ordered and skipped with: its user, shape, team and preemption strength, and
+    its array (whose cap, once reached, holds every element of it and no other job)."""
     spec = p.spec
-    return (spec.user, shape_of(spec), spec.team, strength(spec, p.attained_gpu_s, config))
+    return (spec.user, shape_of(spec), spec.team, strength(spec, p.attained_gpu_s, config), spec.array_of)
 
 
 class _Keys:

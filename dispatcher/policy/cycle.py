@@ -54,7 +54,7 @@ class Cycle:
             self.min_running_rank = min(self.min_running_rank, r.spec.rank)
             u = self.usage[r.spec.user]
             u[0] += len(r.gpus); u[1] += r.spec.cpus; u[2] += r.spec.mem_gb
-            self.teams.used[r.spec.team] += len(r.gpus)
+            self.teams.running(r.spec, len(r.gpus))
 
         def end_of(r: RunningJob) -> int:
             return end_ms(r.spec, r.started_ms, now_ms, config)

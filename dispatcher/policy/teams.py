@@ -1,5 +1,6 @@
 """Team quotas within one cycle: guarantees (GPUs a team gets back first whenever it has work
-waiting) and limits (the most it may hold), in GPUs, kept current as the cycle places jobs.
+waiting) and limits (the most it may hold), in GPUs, kept current as the cycle places jobs; and a
+job array's own cap (--array 0-99%8: at most 8 elements at once), counted the same way.
 
 A job is refused (OVER_LIMIT) past its team's limit, and held back (HELD_FOR_TEAM) when taking GPUs
 beyond its team's guarantee would leave too few free for the teams still below theirs. A team
@@ -23,6 +24,13 @@ class Teams:
     config: PolicyConfig
     used: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    arrays: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # array id -> elements running
+
+    def running(self, spec: JobSpec, gpus: int) -> None:
+        """Count a job already running (holding `gpus` GPUs)."""
+        self.used[spec.team] += gpus
+        if spec.array_of:
+            self.arrays[spec.array_of] += 1
 
     def guarantee(self, team: str) -> int:
         q = self.config.teams.get(team)
@@ -33,7 +41,11 @@ class Teams:
         return max(0, min(self.guarantee(team) - self.used[team], self.demand[team]))
 
     def check(self, spec: JobSpec, free_gpus: int) -> tuple[Code, str] | None:
-        """Why a team rule keeps `spec` from starting now (with `free_gpus` free in the cluster), or None."""
+        """Why a team rule (or its array's cap) keeps `spec` from starting now (with `free_gpus` free in the
+        cluster), or None."""
+        if spec.array_limit and self.arrays[spec.array_of] >= spec.array_limit:
+            return Code.OVER_LIMIT, (f"array {spec.array_of} runs {self.arrays[spec.array_of]} of its elements, its "
+                                     f"cap (%{spec.array_limit})")
         if not self.config.teams:
             return None
         team, g = spec.team, spec.gpus
@@ -52,6 +64,8 @@ class Teams:
 
     def take(self, spec: JobSpec) -> None:
         self.used[spec.team] += spec.gpus
+        if spec.array_of:
+            self.arrays[spec.array_of] += 1
         self.demand[spec.team] = max(0, self.demand[spec.team] - spec.gpus)
 
     def reclaims(self, team: str, victim_team: str) -> bool:

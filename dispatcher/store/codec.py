@@ -26,10 +26,15 @@ _SHARED = (("user", "user"), ("team", "team"), ("cwd", "cwd"), ("env", "env"), (
            ("share", "share"), ("min_gpus", "min_gpus"), ("preemptible", "preemptible"),
            ("checkpoint_signal", "ckpt_sig"), ("retries", "retries"), ("after", "after"),
            ("after_any", "after_any"), ("scaling", "scaling"), ("nodes", "nodes"), ("gpus_per_node", "gpn"),
-           ("same_type", "same_type"), ("hang_timeout_s", "hang_s"), ("time_limit_s", "time_s"))
+           ("same_type", "same_type"), ("hang_timeout_s", "hang_s"), ("time_limit_s", "time_s"), ("array_of", "array"),
+           ("array_count", "arr_n"), ("array_limit", "arr_cap"))
 _shared_values = operator.attrgetter(*(attr for attr, _ in _SHARED))
 #: One map of the version and every field (a map of 16 or more entries has a 3-byte header).
-_HEADER = b"\xde" + (1 + len(_SHARED) + len(_OWN)).to_bytes(2, "big")
+def _header(own: int) -> bytes:
+    return b"\xde" + (1 + len(_SHARED) + own).to_bytes(2, "big")
+
+
+_HEADER = _header(len(_OWN))
 
 
 def encode_spec(spec: JobSpec, job_id: str | None = None) -> bytes:
@@ -37,12 +42,15 @@ def encode_spec(spec: JobSpec, job_id: str | None = None) -> bytes:
     Tuples pack as arrays; the map is the version, the shared fields and the job's own. A spec that packs
     larger than MAX_SPEC_BYTES is refused: the scheduler would set it aside unread."""
     shared = _packed_shared(_shared_values(spec))
-    own = msgpack.packb({"id": spec.id if job_id is None else job_id, "name": spec.name, "cmd": spec.command,
-                         "submit_ms": spec.submit_ms})
-    if len(shared) + len(own) + 2 > MAX_SPEC_BYTES:
+    own = {"id": spec.id if job_id is None else job_id, "name": spec.name, "cmd": spec.command,
+           "submit_ms": spec.submit_ms}
+    if spec.array_index is not None:  # an array's element: its index (arrays.py)
+        own["arr_i"] = spec.array_index
+    packed = msgpack.packb(own)
+    if len(shared) + len(packed) + 2 > MAX_SPEC_BYTES:
         raise InvalidRequestError(f"the request is larger than {MAX_SPEC_BYTES // 1024} KiB (command, --env, --cwd)",
                                   field="COMMAND")
-    return _HEADER + shared + own[1:]  # (own: a map of 4, its header one byte)
+    return (_HEADER if len(own) == 4 else _header(len(own))) + shared + packed[1:]  # (own: a fixmap, 1-byte header)
 
 
 @remembered(4096)  # (a spec built by hand may hold lists)
@@ -68,7 +76,7 @@ _MISSING = object()
 #: dependencies, though packed with them, are a job's own when read.
 _SHARED_KEYS = tuple(k for _, k in _SHARED if k not in ("after", "after_any"))
 #: Counts that must be ints, not bools: the cache key carries their types (True == 1 in a key).
-_STRICT_INTS = ("gpus", "cpus", "retries", "min_gpus", "nodes", "gpn")
+_STRICT_INTS = ("gpus", "cpus", "retries", "min_gpus", "nodes", "gpn", "arr_n", "arr_cap")
 _shared_of, _strict_of = operator.itemgetter(*_SHARED_KEYS), operator.itemgetter(*_STRICT_INTS)
 _own_of = operator.itemgetter("cmd", "id", "name", "submit_ms")
 
@@ -96,8 +104,10 @@ def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
         _check(type(job_id) is str, "bad id")
         _check(type(name) is str, "bad name")
         _check(type(submit_ms) is int and submit_ms >= 0, "bad submit_ms")
+        index = d.get("arr_i")
+        _check(index is None or (type(index) is int and 0 <= index), "bad arr_i")
         return template.filled(id=job_id, name=name, command=cmd, submit_ms=submit_ms,
-                               after=_ids(d.get("after")), after_any=_ids(d.get("after_any")))
+                               after=_ids(d.get("after")), after_any=_ids(d.get("after_any")), array_index=index)
     except _Bad as e:
         raise MalformedRecord(key, str(e)) from None
 
@@ -139,6 +149,8 @@ def _checked_shared(values: tuple) -> JobSpec:
         nodes=_count(_given(d["nodes"], 0), "nodes"), gpus_per_node=_count(_given(d["gpn"], 0), "gpn"),
         same_type=bool(_given(d["same_type"], True)), hang_timeout_s=_seconds(_given(d["hang_s"]), "hang_s"),
         time_limit_s=_seconds(_given(d["time_s"]), "time_s"),  # (absent: a record from before --time, no limit)
+        array_of=_array_of(_given(d["array"], "")), array_count=_count(_given(d["arr_n"], 0), "arr_n"),
+        array_limit=_count(_given(d["arr_cap"], 0), "arr_cap"),  # (absent: no array)
     )
 
 
@@ -161,6 +173,11 @@ def _seconds(value, field: str):
     """An optional positive duration (hang_s, time_s); None when not set."""
     _check(value is None or (isinstance(value, (int, float)) and 0 < value < INF), f"bad {field}")
     return None if value is None else float(value)
+
+
+def _array_of(value) -> str:
+    _check(type(value) is str and len(value) <= 64, "bad array")
+    return value
 
 
 def _retries(value) -> int:

@@ -7,7 +7,8 @@ ids to the pending and all-jobs indexes with lua/submit.lua, in one MULTI/EXEC.
 
 from __future__ import annotations
 
-from ..core.errors import DispatcherError, JobNotFound, MalformedRecord
+from ..core.arrays import NEW, first_ids
+from ..core.errors import DispatcherError, InvalidRequestError, JobNotFound, MalformedRecord
 from ..core.model import FINAL_STATES, JobSpec
 from ..core.predict import fingerprint
 from . import control, keys, scripts
@@ -31,6 +32,9 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None)
     writes to the same transaction."""
     if not specs:
         return []
+    if any(s.array_of and not s.array_of.startswith(NEW) for s in specs):
+        raise InvalidRequestError("an array's elements are submitted together with --array; a job cannot join "
+                                  "an array that exists", field="--array")
     check_dependencies(client, ns, specs)
     predictor = Predictor(ns)  # the ids and the run histories of the jobs' fingerprints: one round trip
     read = client.pipeline(transaction=False)
@@ -41,12 +45,15 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None)
         raise replies[0]
     last, predicted = replies[0], predictor.fields(replies[1:])
     ids = [str(last - len(specs) + 1 + i) for i in range(len(specs))]
+    firsts = first_ids(specs, ids)  # an array is named by its first element's id (core/arrays.py)
     pipe = client.pipeline(transaction=True)
     # One script call per CHUNK jobs, all in one MULTI: the batch is written atomically, and no call runs
     # long enough for the server to answer other clients BUSY while a huge batch is written.
     for chunk in scripts.chunks(len(ids)):
         args: list = []
         for job_id, spec, extra in zip(ids[chunk], specs[chunk], predicted[chunk]):
+            if spec.array_of:
+                spec = spec.filled(array_of=firsts[spec.array_of])
             stored = encode_spec(spec, job_id)
             fields = [b"spec", stored]
             if extra:
@@ -105,6 +112,11 @@ def record_view(rec) -> dict:
         "gpus_per_node": spec.gpus_per_node if spec else 0,
         "hang_timeout_s": spec.hang_timeout_s if spec else None,
         "time_limit_s": spec.time_limit_s if spec else None,  # --time
+        # an element of a job array (--array): the array's id, this element's index, the array's size and cap
+        "array_of": spec.array_of if spec else "",
+        "array_index": spec.array_index if spec else None,
+        "array_count": spec.array_count if spec else 0,
+        "array_limit": spec.array_limit if spec else 0,
         "attempt": rec.attempt,
         "epoch": rec.epoch,
         "submitted_at": secs(rec.submit_ms),

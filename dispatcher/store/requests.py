@@ -234,10 +234,13 @@ def submit_signed(client, ns: str, specs, requester: str) -> list[str]:
 def _batches(specs):
     from .codec import encode_spec
 
-    batch, size = [], 0
+    batch, size, array = [], 0, ""
     for spec in specs:
         raw = encode_spec(spec)
-        if batch and (len(batch) == MAX_SPECS or size + len(raw) > SPECS_BYTES):
+        starts = spec.array_of != array and spec.array_count  # an array is written whole, in one request
+        array = spec.array_of
+        if batch and (len(batch) == MAX_SPECS or size + len(raw) > SPECS_BYTES
+                      or (starts and len(batch) + spec.array_count > MAX_SPECS)):
             yield batch
             batch, size = [], 0
         batch.append(raw)

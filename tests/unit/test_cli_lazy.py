@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from dispatcher.cli import COMMANDS, cli
 
-EVERY_COMMAND = ["auth", "cancel", "checkpointed", "dashboard", "decisions", "drain", "eta", "history", "login", "logs", "nodes",
-                 "policy", "preempt", "progress", "queue", "report", "resume", "scheduler", "show", "simulate", "submit", "top", "tune", "up", "wait",
+EVERY_COMMAND = ["auth", "cancel", "checkpointed", "dashboard", "decisions", "drain", "eta", "history", "hold", "login", "logs", "nodes",
+                 "policy", "preempt", "progress", "queue", "release", "report", "resume", "scheduler", "show", "simulate", "submit", "top", "tune", "up", "wait",
                  "why", "worker"]
 
 

@@ -1,0 +1,60 @@
+"""Job arrays through real processes, as `sbatch --array` users expect: one id for the sweep, every
+index run once with DISPATCH_ARRAY_INDEX, %N never exceeded, one queue line, and the array's id or
+ID_INDEX taken by cancel, wait, show and logs."""
+
+from __future__ import annotations
+
+import json
+
+
+def most_at_once(lines: list[str]) -> int:
+    """The most elements running at once, from their 'start|end INDEX TIME' lines."""
+    events = sorted((float(t), 1 if what == "start" else -1) for what, _, t in (line.split() for line in lines))
+    running = peak = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at the same instant
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def test_an_array_of_20_capped_at_4_runs_each_index_once_and_never_more_than_4(cli, tmp_path):
+    out = tmp_path / "runs.txt"
+    cli.start("worker", "--node", "a", "--fake-gpus", "8xA100-40GB", "--cpus", "16")
+    cli.start("scheduler")
+    script = (f'echo index $DISPATCH_ARRAY_INDEX of $DISPATCH_ARRAY_COUNT; echo start $DISPATCH_ARRAY_INDEX $(date +%s.%N) >> {out}; sleep 0.4; '
+              f'echo end $DISPATCH_ARRAY_INDEX $(date +%s.%N) >> {out}')
+    array = cli.submit("--array", "0-19%4", "--gpus", "1", "--name", "sweep", "--", "sh", "-c", script)
+    assert array.isdigit() and "\n" not in array, "one id for the whole array"
+    queued = cli.run("queue").stdout
+    assert f"{array}_[" in queued and "%4]" in queued, queued
+    assert cli.run("wait", array, "--timeout", "90").returncode == 0
+    lines = out.read_text().splitlines()
+    starts = sorted(int(line.split()[1]) for line in lines if line.startswith("start"))
+    assert starts == list(range(20)), "every index ran once"
+    assert most_at_once(lines) <= 4
+    jobs = json.loads(cli.run("queue", array, "--json", "--all").stdout)
+    assert len(jobs) == 20 and {j["array_of"] for j in jobs} == {array}
+    assert cli.show(f"{array}_7")["array_index"] == 7
+    assert cli.run("logs", f"{array}_7").stdout == "index 7 of 20\n"
+
+
+def test_cancel_takes_one_element_or_the_whole_array(cli):
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    array = cli.submit("--array", "0-4", "--gpus", "1", "--", "sleep", "60")
+    assert cli.run("cancel", f"{array}_3").stdout.strip().endswith(": cancelled")
+    states = {j["array_index"]: j["state"] for j in json.loads(cli.run("queue", array, "--json").stdout)}
+    assert states[3] == "cancelled" and sum(s in ("pending", "assigned", "running") for s in states.values()) == 4
+    cli.run("cancel", array)
+    cli.wait_for(lambda: {j["state"] for j in json.loads(cli.run("queue", array, "--json").stdout)} == {"cancelled"},
+                 what="every element cancelled")
+    assert cli.run("wait", array, "--timeout", "10", check=False).returncode == 1
+
+
+def test_a_bad_array_is_one_line_and_writes_nothing(cli):
+    for spec, says in (("0-1000", "at most 1000"), ("5-2", "from low to high"), ("0-9%0", "cap")):
+        p = cli.run("submit", "--array", spec, "--", "true", check=False)
+        assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert json.loads(cli.run("queue", "--all", "--json").stdout) == []
+    p = cli.run("show", "99_1", check=False)
+    assert p.returncode != 0 and "no job with id '99_1'" in p.stderr
