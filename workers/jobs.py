@@ -81,8 +81,8 @@ class Supervisor:
     def watch(self, run: Running, log_path: Path) -> None:
         """The job ends when its main process ends: what it left running is stopped (after its grace
         period), then its outcome is written."""
-        reader = threading.Thread(target=self._copy_output, args=(run, log_path), name=f"log-{run.job_id}",
-                                  daemon=True)
+        copy = self._copy_output if run.tty is None else run.tty.copy_output  # a pipe, or a PTY (workers/tty.py)
+        reader = threading.Thread(target=copy, args=(run, log_path), name=f"log-{run.job_id}", daemon=True)
         reader.start()
         limit = self._time_limit(run)
         code = run.proc.wait()
@@ -103,6 +103,11 @@ class Supervisor:
             with self.lock:
                 if self.running.get(run.job_id) is run:
                     del self.running[run.job_id]
+        if run.tty is not None:  # an interactive session's end, for its client (after the outcome it reads)
+            try:
+                run.tty.ended(code)
+            except Exception as e:
+                log.warning("job %s: could not record its session's end (%s)", run.job_id, e)
 
     def _copy_output(self, run: Running, log_path: Path) -> None:
         """The job's output, into its node-side log file and its log stream. What Redis does not take

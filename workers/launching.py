@@ -27,7 +27,7 @@ from dispatcher.store.codec import decode_spec
 from dispatcher.store.jobs import append_log
 from dispatcher.store.scripts import Outcome
 
-from . import gang, jobenv, proctrack, unix_user
+from . import gang, jobenv, proctrack, tty, unix_user
 from .keeper import FENCED_DIR
 from .running import CHECKPOINT_FILE, Running, Stopping
 
@@ -95,9 +95,9 @@ def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int 
     log_path, progress = _private_files(sup, job_id, ckpt, identity)
     env["DISPATCH_PROGRESS_FILE"] = str(progress)
     cgroup = proctrack.make_cgroup(proctrack.attempt_cgroup(sup.cgroups, job_id, epoch))
-    proc, cgroup = _spawn(sup, job_id, spec, cwd, env, identity, cgroup)
+    proc, cgroup, term = _spawn(sup, job_id, epoch, spec, cwd, env, identity, cgroup)
     run = _register(sup, job_id, epoch, proc, spec, ckpt, gpu_list, cgroup)
-    run.rank, run.progress_file = rank, progress
+    run.rank, run.progress_file, run.tty = rank, progress, term
     _mark_running(sup, run)
     run.thread = threading.Thread(target=sup.watch, args=(run, log_path), name=f"job-{job_id}", daemon=True)
     run.thread.start()
@@ -178,23 +178,30 @@ def _private_files(sup, job_id: str, ckpt: Path, identity: dict) -> tuple[Path, 
     return log_path, progress
 
 
-def _spawn(sup, job_id: str, spec: JobSpec, cwd, env: dict, identity: dict, cgroup):
-    """The job's process, in its own session and cgroup, dying with the agent; and its cgroup."""
+def _spawn(sup, job_id: str, epoch: int, spec: JobSpec, cwd, env: dict, identity: dict, cgroup):
+    """The job's process, in its own session and cgroup, dying with the agent; its cgroup; an interactive
+    job's terminal (its process on a PTY, workers/tty.py; else None, its output a pipe)."""
+    term = None
     try:
-        argv, dying = proctrack.spawn_args(list(spec.command), cwd, env)
+        term = tty.Terminal(sup, job_id, epoch) if spec.interactive else None
+        argv, dying = proctrack.spawn_args(tty.command(spec) if term else list(spec.command), cwd, env)
+        io = term.popen_io(dying, jobenv.owner_of(identity)) if term else \
+            {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **dying}
         if identity:  # its working directory is entered as its user, after the drop, never as root
             argv, cwd = (proctrack.enter_cwd(argv, cwd) if cwd else argv), "/"
         argv, identity, cgroup = proctrack.into_cgroup(argv, cgroup, identity)
-        proc = sup.spawner.submit(
-            subprocess.Popen, argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            **dying, **identity).result()
+        proc = sup.spawner.submit(subprocess.Popen, argv, cwd=cwd, env=env, start_new_session=True, **io,
+                                  **identity).result()
+        if term:
+            term.spawned()
     except OSError as e:
+        if term:
+            term.close()
         proctrack.remove_cgroup(cgroup)
         msg = f"cannot start {spec.command[0]!r}: {e.strerror or e}"
         append_log(sup.client, sup.ns, job_id, (msg + "\n").encode())
         raise NotStarted("failed", FAILED, msg, 127) from e
-    return proc, cgroup
+    return proc, cgroup, term
 
 
 def _register(sup, job_id: str, epoch: int, proc, spec: JobSpec, ckpt: Path, gpu_list: str, cgroup) -> Running:

@@ -93,6 +93,11 @@ def _timed_out(sup, run: Running, code: int) -> None:
     _end(sup, run, FAILED, code, f"time limit {span(run.spec.time_limit_s)} reached (--time); stopped ({how})")
 
 
+def _idle_session(sup, run: Running, code: int) -> None:
+    """An interactive session nobody typed into for its --idle-timeout: ended, the job fails (not requeued)."""
+    _end(sup, run, FAILED, code, f"interactive session idle for {span(run.spec.idle_timeout_s or 0)}")
+
+
 def _exited(sup, run: Running, code: int) -> None:
     """Nobody stopped it: its exit code says (a gang's rank that failed loses the gang's attempt: the
     gang starts again from its checkpoint, within its retries)."""
@@ -123,4 +128,5 @@ ENDINGS = {
     Stopping.GANG: _with_gang,
     Stopping.HUNG: _hung,
     Stopping.TIMEOUT: _timed_out,
+    Stopping.IDLE_SESSION: _idle_session,
 }

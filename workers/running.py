@@ -40,6 +40,7 @@ class Stopping(str, Enum):
     GANG = "gang"  # another rank of its gang ended or was stopped: this rank stops with it
     HUNG = "hung"  # no progress reported within its --hang-timeout: the attempt is lost
     TIMEOUT = "timeout"  # its --time ran out (jobs.py): checkpoint signal, SIGKILL at the limit; the job fails
+    IDLE_SESSION = "idle-session"  # an interactive session had no keystroke for its --idle-timeout (tty.py)
 
     def __bool__(self) -> bool:
         return self is not Stopping.NO
@@ -57,6 +58,7 @@ NEXT: dict[Stopping, frozenset[Stopping]] = {
     Stopping.GANG: _BUT_STALE,
     Stopping.HUNG: _BUT_STALE,
     Stopping.TIMEOUT: _BUT_STALE,
+    Stopping.IDLE_SESSION: _BUT_STALE,
     Stopping.FENCED: frozenset({Stopping.CANCEL, Stopping.STALE}),
     Stopping.STALE: frozenset(),
 }
@@ -80,6 +82,7 @@ class Running:
     progress_file: Path | None = None  # $DISPATCH_PROGRESS_FILE: a line per step the job reports
     progress_at: float = 0.0  # when progress was last seen (a rank's file, or any rank's via Redis), time.time()
     started: float = field(default_factory=time.monotonic)  # its process's start, as --time counts it
+    tty: object = field(default=None, repr=False)  # an interactive job's PTY and its relay (workers/tty.Terminal)
     _stopping: Stopping = field(default=Stopping.NO, init=False)
 
     @property

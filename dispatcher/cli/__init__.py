@@ -132,6 +132,7 @@ def _setup_logging(debug: bool) -> None:
 #: one, and this one imports a command module only when that command is asked for.
 COMMANDS = {
     "submit": "dispatcher.cli.submit:submit",
+    "shell": "dispatcher.cli.interactive:shell", "attach": "dispatcher.cli.interactive:attach",
     "queue": "dispatcher.cli.jobs:queue", "show": "dispatcher.cli.jobs:show", "cancel": "dispatcher.cli.jobs:cancel",
     "preempt": "dispatcher.cli.jobs:preempt", "checkpointed": "dispatcher.cli.jobs:checkpointed",
     "progress": "dispatcher.cli.jobs:progress",

@@ -10,18 +10,15 @@ import os
 import click
 
 from . import common
+from .flags import resources
 from ..clock import now_ms
 from ..core.errors import InvalidRequestError
 from ..auth.identity import current_user
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
-@click.option("--name", default="", help="A name for the job.")
+@resources()
 @click.option("--user", default=None, help="Owner (default: $USER).")
-@click.option("--team", default="", help="Team, for quotas.")
-@click.option("--gpus", default="0", metavar="N|MIN-MAX",
-              help="Number of GPUs, all on one node (0: CPU only); a range (1-8) lets the scheduler choose. With "
-                   "--nodes: the total. More than any node has: as many whole nodes as they fill.")
 @click.option("--nodes", default=None, metavar="N",
               help="A gang: exactly N nodes at once, the command run once on each (torchrun's NNODES, NODE_RANK).")
 @click.option("--gpus-per-node", default=None, metavar="G", help="With --nodes: GPUs on each node (--gpus is N x G).")
@@ -29,17 +26,9 @@ from ..auth.identity import current_user
               help="Every node of a gang on one GPU family (the default), or any mix.")
 @click.option("--hang-timeout", default=None, metavar="DURATION",
               help="Restart the job (every rank) as a lost attempt if no progress is reported for this long: 30m.")
-@click.option("--time", default=None, metavar="DURATION",
-              help="Run-time limit of each attempt (Slurm's --time): the checkpoint signal at the limit less --grace, "
-                   "SIGKILL at the limit, and the job fails: 90s, 15m, 3h, 1d.")
 @click.option("--scaling", default=None, metavar="MODEL",
               help="With --gpus MIN-MAX: linear, amdahl:P or a table like 1:10h,2:5.5h,4:3h,8:1.5h (--est is "
                    "the run time on MAX GPUs).")
-@click.option("--gpu-type", default=None, metavar="T", help="Acceptable GPU families, e.g. A100 or 'A100|H100'.")
-@click.option("--gpu-mem", default="0", metavar="GB", help="Minimum memory of each GPU, in GB.")
-@click.option("--cpus", default="1", metavar="N", help="CPU cores (a gang: on each node).")
-@click.option("--mem", default="0", metavar="GB", help="Host memory, in GB (a gang: on each node).")
-@click.option("--priority", default="normal", metavar="P", help="critical, high, normal or low.")
 @click.option("--est", default=None, metavar="DURATION", help="Estimated run time: 90s, 15m, 2h.")
 @click.option("--checkpointable", is_flag=True, help="The job can save a checkpoint and resume.")
 @click.option("--share", is_flag=True, help="May share its GPUs with other --share jobs, within --gpu-mem each.")

@@ -80,6 +80,11 @@ class JobSpec:
     #: A hard limit on each attempt's run time (--time, Slurm's): the checkpoint signal at the limit less
     #: grace_s, SIGKILL at the limit, and the job fails (not requeued). Each attempt gets the whole limit.
     time_limit_s: float | None = None
+    #: An interactive session (`dispatch shell`, workers/tty.py): "shell" (the user's shell, with fallbacks on
+    #: the node) or "command" (the command given), run on a PTY whose terminal is carried through Redis; "" a
+    #: batch job. idle_timeout_s: with no keystroke for this long the agent ends the session (None: never).
+    interactive: str = ""
+    idle_timeout_s: float | None = None
     #: An element of a job array (--array, core/arrays.py): the array's id (its first element's), this
     #: element's index (DISPATCH_ARRAY_INDEX), the array's size, and how many of it may run at once (0: any).
     array_of: str = ""

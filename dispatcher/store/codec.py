@@ -26,7 +26,8 @@ _SHARED = (("user", "user"), ("team", "team"), ("cwd", "cwd"), ("env", "env"), (
            ("share", "share"), ("min_gpus", "min_gpus"), ("preemptible", "preemptible"),
            ("checkpoint_signal", "ckpt_sig"), ("retries", "retries"), ("after", "after"),
            ("after_any", "after_any"), ("scaling", "scaling"), ("nodes", "nodes"), ("gpus_per_node", "gpn"),
-           ("same_type", "same_type"), ("hang_timeout_s", "hang_s"), ("time_limit_s", "time_s"), ("array_of", "array"),
+           ("same_type", "same_type"), ("hang_timeout_s", "hang_s"), ("time_limit_s", "time_s"),
+           ("interactive", "tty"), ("idle_timeout_s", "tty_idle_s"), ("array_of", "array"),
            ("array_count", "arr_n"), ("array_limit", "arr_cap"))
 _shared_values = operator.attrgetter(*(attr for attr, _ in _SHARED))
 #: One map of the version and every field (a map of 16 or more entries has a 3-byte header).
@@ -149,6 +150,7 @@ def _checked_shared(values: tuple) -> JobSpec:
         nodes=_count(_given(d["nodes"], 0), "nodes"), gpus_per_node=_count(_given(d["gpn"], 0), "gpn"),
         same_type=bool(_given(d["same_type"], True)), hang_timeout_s=_seconds(_given(d["hang_s"]), "hang_s"),
         time_limit_s=_seconds(_given(d["time_s"]), "time_s"),  # (absent: a record from before --time, no limit)
+        interactive=_interactive(_given(d["tty"], "")), idle_timeout_s=_seconds(_given(d["tty_idle_s"]), "tty_idle_s"),
         array_of=_array_of(_given(d["array"], "")), array_count=_count(_given(d["arr_n"], 0), "arr_n"),
         array_limit=_count(_given(d["arr_cap"], 0), "arr_cap"),  # (absent: no array)
     )
@@ -173,6 +175,11 @@ def _seconds(value, field: str):
     """An optional positive duration (hang_s, time_s); None when not set."""
     _check(value is None or (isinstance(value, (int, float)) and 0 < value < INF), f"bad {field}")
     return None if value is None else float(value)
+
+
+def _interactive(value) -> str:
+    _check(value in ("", "shell", "command"), f"bad interactive mode {value!r}")
+    return value
 
 
 def _array_of(value) -> str:

@@ -95,6 +95,13 @@ def job_attempts(ns: str, job_id: str) -> str:
     return f"{ns}:job:{job_id}:attempts"
 
 
+def job_tty(ns: str, job_id: str, direction: str) -> str:
+    """An interactive job's terminal streams: "in" (client -> agent), "out" (agent -> client)."""
+    if direction not in ("in", "out"):
+        raise ValueError(f"a tty stream is 'in' or 'out', not {direction!r}")
+    return f"{ns}:job:{job_id}:tty:{direction}"
+
+
 def job_exit(ns: str, job_id: str) -> str:
     return f"{ns}:job:{job_id}:exit"
 

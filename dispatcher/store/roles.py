@@ -8,7 +8,8 @@ Valkey: ACL selectors and %R~/%W~ key permissions).
 | <ns>-agent    | `dispatch worker`       | read the namespace; write only the keys an agent writes    |
 |               |                         | (heartbeats, its control stream, logs, outcomes) and RQ's  |
 | <ns>-user     | people: the CLI, the    | read what the read commands read; send signed requests     |
-|               | dashboard, the API      | (XADD <ns>:requests) and wait for their answer; nothing else |
+|               | dashboard, the API      | (XADD <ns>:requests) and wait for their answer; signed     |
+|               |                         | keystrokes to an interactive job (<ns>:job:*:tty:in)       |
 
 Redis checks each command a Lua script runs against the caller's rights, so a script cannot write
 more than its caller could write by hand: the agent's fenced scripts (finish, mark_running, ...)
@@ -97,6 +98,9 @@ def _agent_writes(ns: str) -> list[str]:
                                                    keys.user_history(ns, "*")]),
         # job output and malformed control commands set aside
         _selector(("+xadd",), [keys.job_log(ns, "*"), keys.quarantine(ns)], "W"),
+        # an interactive job's terminal output and its streams' lifetimes (store/tty.py)
+        _selector(("+xadd", "+persist", "+expire", "+del"), [keys.job_tty(ns, "*", "in"), keys.job_tty(ns, "*", "out")],
+                  "W"),
         # the keeper's report of an exit its agent could not write (store/exits.py)
         _selector(("+set",), [keys.job_exit(ns, "*")], "W"),
         # its control stream, read as the consumer group "agents"; an idle job's requeue is sent on it
@@ -126,7 +130,9 @@ def rules(ns: str, role: str) -> list[str]:
     return ["resetkeys", *(f"%R~{p}" for p in read_patterns(ns)), f"~{keys.reply(ns, '*')}",
             "resetchannels", f"&{events}", "-@all", "+@read", *_KEY_LISTING, "+evalsha_ro", "+eval_ro",
             "+multi", "+exec", "+discard", "+blpop", "+publish", "+subscribe", "+unsubscribe", *_CONNECT,
-            _selector(("+xadd",), [keys.requests(ns)], "W")]
+            _selector(("+xadd",), [keys.requests(ns)], "W"),
+            # keystrokes to an interactive job, each signed (store/tty.py; the agent drops what does not verify)
+            _selector(("+xadd", "+expire"), [keys.job_tty(ns, "*", "in")], "W")]
 
 
 def _hash(password: str) -> str:

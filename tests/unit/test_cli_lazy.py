@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from dispatcher.cli import COMMANDS, cli
 
-EVERY_COMMAND = ["auth", "cancel", "checkpointed", "dashboard", "decisions", "drain", "eta", "history", "hold", "login", "logs", "nodes",
-                 "policy", "preempt", "progress", "queue", "release", "report", "resume", "scheduler", "show", "simulate", "submit", "top", "tune", "up", "wait",
+EVERY_COMMAND = ["attach", "auth", "cancel", "checkpointed", "dashboard", "decisions", "drain", "eta", "history", "hold", "login", "logs", "nodes",
+                 "policy", "preempt", "progress", "queue", "release", "report", "resume", "scheduler", "shell", "show", "simulate", "submit", "top", "tune", "up", "wait",
                  "why", "worker"]
 
 
@@ -27,7 +27,7 @@ def test_getting_submit_imports_no_other_command_module():
     code = ("import sys; from dispatcher.cli import cli; cli.get_command(None, 'submit'); "
             "print(' '.join(sorted(m for m in sys.modules if m.startswith('dispatcher.cli'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["dispatcher.cli", "dispatcher.cli.submit"]
+    assert out == ["dispatcher.cli", "dispatcher.cli.flags", "dispatcher.cli.submit"]  # (flags: shared with shell)
 
 
 def test_dispatch_help_lists_every_command_with_its_short_help():

@@ -45,4 +45,4 @@ def test_a_fenced_copy_becomes_stale_once_its_epoch_moved_but_is_never_fenced_tw
 def test_every_reason_has_an_ending_and_the_values_are_the_old_strings():
     assert set(ENDINGS) == set(Stopping) == set(NEXT)
     assert [s.value for s in Stopping] == ["", "cancel", "stale", "requeue", "preempt", "shrink", "fenced", "gang",
-                                           "hung", "timeout"]
+                                           "hung", "timeout", "idle-session"]

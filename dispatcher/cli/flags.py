@@ -1,0 +1,31 @@
+"""The request flags `dispatch submit` and `dispatch shell` share (a job's name and what it asks for), as one
+decorator both commands use; their values are the request's fields (core/spec.py REQUEST_FIELDS)."""
+
+from __future__ import annotations
+
+import click
+
+
+def resources(priority: str = "normal"):
+    """--name, --team, --gpus, --gpu-type, --gpu-mem, --cpus, --mem, --priority (default `priority`), --time."""
+    options = [
+        click.option("--name", default="", help="A name for the job."),
+        click.option("--team", default="", help="Team, for quotas."),
+        click.option("--gpus", default="0", metavar="N|MIN-MAX",
+                     help="Number of GPUs, all on one node (0: CPU only); a range (1-8) lets the scheduler choose. "
+                          "With --nodes: the total. More than any node has: as many whole nodes as they fill."),
+        click.option("--gpu-type", default=None, metavar="T", help="Acceptable GPU families, e.g. A100 or 'A100|H100'."),
+        click.option("--gpu-mem", default="0", metavar="GB", help="Minimum memory of each GPU, in GB."),
+        click.option("--cpus", default="1", metavar="N", help="CPU cores (a gang: on each node)."),
+        click.option("--mem", default="0", metavar="GB", help="Host memory, in GB (a gang: on each node)."),
+        click.option("--priority", default=priority, metavar="P", help="critical, high, normal or low."),
+        click.option("--time", default=None, metavar="DURATION",
+                     help="Run-time limit of each attempt (Slurm's --time): the checkpoint signal at the limit less "
+                          "--grace, SIGKILL at the limit, and the job fails: 90s, 15m, 3h, 1d."),
+    ]
+
+    def decorate(fn):
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return decorate

@@ -1,0 +1,262 @@
+"""`dispatch shell` and `dispatch attach`: a terminal on a GPU node, as Slurm's `srun --pty bash` / `salloc`.
+
+`shell` submits a job like `dispatch submit` (the same flags, checks and path: core/spec.py, store/requests.py)
+marked interactive; the node agent runs its process on a PTY (workers/tty.py) and the two ends talk through
+two Redis streams (store/tty.py), so the client needs nothing but the Redis it already reaches. While it
+waits the terminal is left as it is (Ctrl-C cancels the job); once the session starts the terminal is raw,
+every keystroke goes to the node (Ctrl-C interrupts the program there), and so does each resize. The client
+exits with the shell's exit status. `attach` takes up a session whose client went away: the last screenful
+of its output, then as above.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import threading
+import time
+
+import click
+
+from . import common
+from .flags import resources
+from ..clock import now_ms
+from ..core.errors import InvalidRequestError, InvalidStateError, JobNotFound
+from ..auth.identity import current_user
+
+#: The job's grace between SIGHUP (--time, --idle-timeout) or SIGTERM (cancel) and SIGKILL: a shell
+#: ignores SIGTERM, and holds no checkpoint to write.
+GRACE = "2s"
+#: How long a session may wait before `shell` says it is waiting, and how often the job's state is read.
+WAIT_NOTE_S, STATE_EVERY_S = 1.0, 2.0
+#: What `attach` shows first: at least this much of the newest output.
+SCREENFUL = 4096
+
+
+@click.command(context_settings={"ignore_unknown_options": False})
+@resources(priority="high")
+@click.option("--idle-timeout", default="1h", metavar="DURATION",
+              help="End the session after this long with no keystroke (0: never).")
+@click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
+@common
+def shell(ctx, command, idle_timeout, **flags):
+    """An interactive shell on a GPU node (as srun --pty bash): dispatch shell --gpus 1 [-- COMMAND...].
+    Exits with the shell's exit status; `dispatch attach JOB` takes the session up again."""
+    from ..core.spec import spec_from_request
+    from ..store.requests import identity_on, submit_specs
+
+    if "-" in str(flags["gpus"]).strip().lstrip("-"):
+        raise InvalidRequestError("--gpus: an interactive session takes one number of GPUs, not a range",
+                                  field="--gpus")
+    idle = _idle_seconds(idle_timeout)
+    me, mode = current_user(), "command" if command else "shell"
+    request = {k: v for k, v in flags.items() if v is not None}
+    request.update(command=list(command) or [os.environ.get("SHELL") or "/bin/bash"], checkpoint_signal="HUP",
+                   grace=GRACE, retries=0, env=[f"TERM={os.environ.get('TERM') or 'xterm-256color'}"])
+    spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=os.getcwd())
+    spec = spec.filled(interactive=mode, idle_timeout_s=idle)
+    (job_id,) = submit_specs(ctx.client, ctx.ns, [spec], me)
+    session = Session(ctx, job_id, _signer(ctx, me, job_id) if identity_on(ctx.client, ctx.ns) else None)
+    sys.exit(session.run([], "0-0", say_wait=True))
+
+
+@click.command()
+@click.argument("job_id")
+@common
+def attach(ctx, job_id):
+    """Take up an interactive session (dispatch shell) again after its client went away: its last screenful
+    of output, then the terminal as before. A second attach takes the session over."""
+    from ..store import job_record, tty as streams
+    from ..store.codec import decode_spec
+    from ..store.requests import identity_on
+
+    rec = job_record.read_fields(ctx.client, ctx.ns, job_id, ("spec", *job_record.OUTCOME))
+    if not rec["state"]:
+        raise JobNotFound(job_id)
+    if not decode_spec(rec["spec"], key=f"job {job_id}").interactive:
+        raise InvalidRequestError(f"job {job_id} is no interactive session (dispatch shell); follow its output with "
+                                  f"dispatch logs -f {job_id}", field="JOB")
+    if rec["state"] in ("succeeded", "failed", "cancelled"):
+        raise InvalidStateError(f"job {job_id} already ended ({rec['state']}{': ' + rec['reason'] if rec['reason'] else ''})")
+    first, after = streams.tail(ctx.client, ctx.ns, job_id, SCREENFUL)
+    me = current_user()
+    session = Session(ctx, job_id, _signer(ctx, me, job_id) if identity_on(ctx.client, ctx.ns) else None)
+    sys.exit(session.run(first, after, say_wait=False))
+
+
+def _idle_seconds(text: str) -> float | None:
+    from ..core.units import parse_duration
+
+    try:
+        if float(text) == 0:
+            return None
+    except ValueError:
+        pass
+    return parse_duration(text, flag="--idle-timeout")
+
+
+def _signer(ctx, me: str, job_id: str):
+    from ..auth.identity import client_token
+    from ..store.tty import Signer
+
+    return Signer(me, client_token() or "", job_id)
+
+
+def _exit_status(code: int) -> int:
+    """A process's exit as a shell reports it: its code, or 128 + the signal that killed it."""
+    return code if code >= 0 else 128 - code
+
+
+class Session:
+    """One client of an interactive job: the output read on a thread, the keyboard on the main one."""
+
+    def __init__(self, ctx, job_id: str, signer):
+        self.ctx, self.job_id, self.signer = ctx, job_id, signer
+        self.started = threading.Event()
+        self.result: int | None = None  # the exit status, once the session or the job ended
+        self.note = ""  # what is said on stderr once the terminal is back
+        self.wake_r, self.wake_w = os.pipe()
+        self.fd = sys.stdin.fileno()
+        self.is_tty = os.isatty(self.fd)
+
+    def run(self, first: list, after: str, *, say_wait: bool) -> int:
+        """Until the session ends: returns the exit status for the client."""
+        self._send_size()
+        for _, e in first:
+            self._entry(e)
+        reader = threading.Thread(target=self._read_output, args=(after,), name="tty-out", daemon=True)
+        reader.start()
+        try:
+            self._wait_for_start(say_wait)
+        except KeyboardInterrupt:
+            return self._cancel()
+        if self.result is None:
+            self._interact()
+        reader.join(1.0)
+        if self.note:
+            click.echo(f"dispatch: {self.note}", err=True)
+        return self.result if self.result is not None else 1
+
+    # -- before the session starts -----------------------------------------------------------------
+    def _wait_for_start(self, say_wait: bool) -> None:
+        deadline = time.monotonic() + WAIT_NOTE_S
+        while self.result is None and not self.started.wait(0.05):
+            if say_wait and time.monotonic() > deadline:
+                click.echo(f"waiting for a GPU: job {self.job_id} (dispatch why {self.job_id})", err=True)
+                say_wait = False
+
+    def _cancel(self) -> int:
+        from ..store.jobs import cancel_job
+        from ..store.requests import act_signed, identity_on
+
+        ctx = self.ctx
+        if identity_on(ctx.client, ctx.ns):
+            act_signed(ctx.client, ctx.ns, "cancel", current_user(), self.job_id)
+        else:
+            cancel_job(ctx.scripts, ctx.client, ctx.ns, self.job_id, now_ms())
+        click.echo(f"dispatch: job {self.job_id} cancelled", err=True)
+        return 130
+
+    # -- the output ------------------------------------------------------------------------------
+    def _read_output(self, after: str) -> None:
+        from ..store import tty as streams
+
+        checked = time.monotonic()
+        try:
+            while self.result is None:
+                entries = streams.read_output(self.ctx.client, self.ctx.ns, self.job_id, after, 1000)
+                for entry_id, e in entries:
+                    after = entry_id
+                    self._entry(e)
+                if self.result is None and time.monotonic() - checked > STATE_EVERY_S:
+                    checked = time.monotonic()
+                    self._check_job(after)
+        except Exception as e:  # the server went away: say so, and give the terminal back
+            self._end(1, f"lost the session's stream ({type(e).__name__}: {e}); "
+                         f"take it up again with dispatch attach {self.job_id}")
+
+    def _entry(self, e: dict) -> None:
+        kind = e.get("k")
+        if kind == "out":
+            self.started.set()
+            _write_all(sys.stdout.fileno(), e.get("d", b""))
+        elif kind == "start":
+            self.started.set()
+        elif kind == "end":
+            code, reason = int(e.get("code") or 0), e.get("reason", "")
+            self._end(_exit_status(code), "" if reason in ("", f"exit code {code}") else
+                      f"job {self.job_id} {e.get('state', 'ended')}: {reason}")
+
+    def _check_job(self, after: str) -> None:
+        """A job that ended with no end on the stream (it never started, or its node could not say)."""
+        from ..store import job_record, tty as streams
+
+        rec = job_record.read_fields(self.ctx.client, self.ctx.ns, self.job_id, job_record.OUTCOME)
+        if rec["state"] in ("succeeded", "failed", "cancelled"):
+            for _, e in streams.read_output(self.ctx.client, self.ctx.ns, self.job_id, after, None):
+                self._entry(e)
+            code = rec["exit_code"] if isinstance(rec["exit_code"], int) else 1
+            self._end(_exit_status(code), f"job {self.job_id} {rec['state']}: {rec['reason'] or 'ended'}")
+
+    def _end(self, status: int, note: str) -> None:
+        if self.result is None:
+            self.result, self.note = status, note
+            os.write(self.wake_w, b"x")
+
+    # -- the keyboard ------------------------------------------------------------------------------
+    def _interact(self) -> None:
+        """Raw terminal; keystrokes and resizes to the node until the session ends. The terminal is put back
+        however this ends (the session's end, an error, SIGTERM, SIGHUP or SIGQUIT sent to the client)."""
+        import termios
+        import tty
+
+        saved = termios.tcgetattr(self.fd) if self.is_tty else None
+        winch_r, winch_w = os.pipe()
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH)}
+
+        def leave(signum, frame):
+            raise SystemExit(128 + signum)
+        for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(s, leave)
+        signal.signal(signal.SIGWINCH, lambda *_: os.write(winch_w, b"w"))
+        try:
+            if saved is not None:
+                tty.setraw(self.fd, termios.TCSADRAIN)  # (not TCSAFLUSH: what was typed ahead goes too)
+            self._pump(winch_r)
+        finally:
+            if saved is not None:
+                termios.tcsetattr(self.fd, termios.TCSADRAIN, saved)
+            for s, h in handlers.items():
+                signal.signal(s, h)
+
+    def _pump(self, winch_r: int) -> None:
+        from ..store import tty as streams
+
+        ctx, watched = self.ctx, [self.fd, winch_r, self.wake_r]
+        while self.result is None:
+            ready = select.select(watched, [], [], 1.0)[0]
+            if winch_r in ready:
+                os.read(winch_r, 64)
+                self._send_size()
+            if self.fd in ready:
+                data = os.read(self.fd, 4096)
+                if not data:  # standard input closed (not a terminal): keep showing the output
+                    watched.remove(self.fd)
+                    continue
+                streams.send_input(ctx.client, ctx.ns, self.job_id, "in", data, signer=self.signer)
+
+    def _send_size(self) -> None:
+        from ..store import tty as streams
+
+        if self.is_tty:
+            size = os.get_terminal_size(self.fd)
+            streams.send_input(self.ctx.client, self.ctx.ns, self.job_id, "size", rows=size.lines,
+                               cols=size.columns, signer=self.signer)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

@@ -1,0 +1,177 @@
+"""`dispatch shell` and `dispatch attach` end to end, as a user at a terminal: the client runs on a real PTY of
+the test's (a small expect helper), a real scheduler and agent (--fake-gpus) run the session on the agent's
+own PTY, and the two meet only through Redis. The shell is bash without its rc files, its prompt "dsh$ "."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+from dispatcher.store.jobs import read_job
+
+from .test_gangs_live import FAST
+
+pytestmark = pytest.mark.slow
+
+PROMPT = rb"dsh\$ $"
+BASH = ("--", "bash", "--norc", "--noprofile")
+
+
+class Term:
+    """`dispatch ARGS` on a PTY of its own (rows x cols), read and typed into as a person would."""
+
+    def __init__(self, cli, *args, rows: int = 30, cols: int = 100):
+        self.master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        self.proc = subprocess.Popen([sys.executable, "-m", "dispatcher", *args], stdin=slave, stdout=slave,
+                                     stderr=slave, env=cli.env(SHELL="/bin/bash"), start_new_session=True)
+        os.close(slave)
+        self.seen, self.pos = b"", 0
+
+    def _more(self, timeout: float) -> bool:
+        import select
+
+        if not select.select([self.master], [], [], timeout)[0]:
+            return False
+        try:
+            data = os.read(self.master, 65536)
+        except OSError:  # the client exited and closed its side
+            return False
+        self.seen += data
+        return bool(data)
+
+    def expect(self, pattern: bytes, timeout: float = 15.0) -> re.Match:
+        """The next match of `pattern` after the last one (re.M), waiting for the client's output."""
+        deadline = time.monotonic() + timeout
+        while True:
+            m = re.compile(pattern, re.M).search(self.seen, self.pos)
+            if m:
+                self.pos = m.end()
+                return m
+            if time.monotonic() > deadline or not self._more(min(0.2, deadline - time.monotonic())) \
+                    and self.proc.poll() is not None and not self._more(0.2):
+                raise AssertionError(f"no {pattern!r} within {timeout}s; the terminal shows:\n"
+                                     f"{self.seen.decode(errors='replace')[-2000:]}")
+
+    def type(self, text: str | bytes) -> None:
+        os.write(self.master, text.encode() if isinstance(text, str) else text)
+
+    def exit_code(self, timeout: float = 15.0) -> int:
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            self._more(0.1)
+        code = self.proc.wait(timeout=1)
+        while self._more(0.05):
+            pass
+        os.close(self.master)
+        return code
+
+
+def job_of(term: Term) -> str:
+    return term.expect(rb"job (\d+)", timeout=1).group(1).decode() if re.search(rb"job \d+", term.seen) else ""
+
+
+def only_job(client, ns: str) -> str:
+    from dispatcher.store import keys
+
+    (job_id,) = [i.decode() for i in client.zrange(keys.jobs_all(ns), 0, -1)]
+    return job_id
+
+
+def free_gpus(cli) -> dict:
+    return {n["name"]: n for n in json.loads(cli.run("nodes", "--json").stdout)}
+
+
+@pytest.fixture
+def node(cli, client, tmp_path):
+    cli.start("worker", "--node", "n1", "--fake-gpus", "2xA100-40GB", HOME=str(tmp_path), PS1="dsh$ ", **FAST)
+    cli.start("scheduler", **FAST)
+    return cli
+
+
+def ended(cli, client, job_id: str) -> dict:
+    cli.wait_for(lambda: read_job(client, cli.ns, job_id)["state"] in ("succeeded", "failed", "cancelled"),
+                 timeout=15, what=f"job {job_id} to end")
+    return read_job(client, cli.ns, job_id)
+
+
+def test_a_shell_on_a_gpu_gets_its_gpu_ctrl_c_and_exit_status_and_frees_the_gpu(node, client):
+    t = Term(node, "shell", "--gpus", "1", *BASH)
+    t.expect(PROMPT)
+    job_id = only_job(client, node.ns)
+    job = read_job(client, node.ns, job_id)
+    assert job["state"] == "running" and job["priority"] == "high", job
+    t.type("echo gpu=$CUDA_VISIBLE_DEVICES rows=$(tput lines) tty=$(tty)\r")
+    m = t.expect(rb"gpu=(\d+) rows=(\d+) tty=(/dev/pts/\d+)")
+    assert [int(m.group(1))] == job["gpus"] and m.group(2) == b"30", m.group(0)  # its GPU; the client's size
+    t.expect(PROMPT)
+
+    t.type("sleep 100; echo slept\r")
+    t.expect(rb"sleep 100; echo slept\r\n")
+    time.sleep(0.5)
+    started = time.monotonic()
+    t.type(b"\x03")  # Ctrl-C: to the program on the node, not to the client
+    t.expect(PROMPT)
+    assert time.monotonic() - started < 5 and b"slept" not in t.seen[t.pos - 200:]
+    assert t.proc.poll() is None
+
+    t.type("exit 3\r")
+    assert t.exit_code() == 3
+    job = ended(node, client, job_id)
+    assert (job["state"], job["exit_code"], job["reason"]) == ("failed", 3, "exit code 3"), job
+    assert free_gpus(node)["n1"]["gpus"] and all(g.get("job") in (None, "") for g in free_gpus(node)["n1"]["gpus"]), \
+        free_gpus(node)
+    assert "gpu=" in node.run("logs", job_id).stdout  # the session's output is the job's log too
+
+
+def test_a_killed_client_leaves_the_shell_running_and_attach_takes_it_up(node, client):
+    t = Term(node, "shell", "--gpus", "1")  # the client's $SHELL: /bin/bash, its prompt the host's
+    t.expect(rb"[$#] $")
+    job_id = only_job(client, node.ns)
+    t.type("echo before-$((6*7))\r")
+    t.expect(rb"before-42")
+    t.proc.kill()  # kill -9: the laptop's lid closed
+    t.exit_code()
+    time.sleep(1)
+    assert read_job(client, node.ns, job_id)["state"] == "running"
+
+    a = Term(node, "attach", job_id)
+    a.expect(rb"before-42")  # the last screenful
+    a.type("echo after-$((7*7))\r")
+    a.expect(rb"after-49")
+    a.type("exit\r")
+    assert a.exit_code() == 0
+    job = ended(node, client, job_id)
+    assert (job["state"], job["exit_code"]) == ("succeeded", 0), job
+
+
+def test_an_untouched_session_ends_at_its_idle_timeout(node, client):
+    t = Term(node, "shell", "--idle-timeout", "2s", *BASH)
+    t.expect(PROMPT)
+    job_id = only_job(client, node.ns)
+    t.expect(rb"interactive session idle for 2s", timeout=10)
+    assert t.exit_code() != 0
+    job = ended(node, client, job_id)
+    assert (job["state"], job["reason"]) == ("failed", "interactive session idle for 2s"), job
+
+
+def test_a_bad_flag_or_job_is_one_line(node, client):
+    for args, says in ((("shell", "--gpus", "1-4"), "--gpus: an interactive session takes one number"),
+                       (("shell", "--idle-timeout", "soon"), "--idle-timeout: 'soon' is not a duration"),
+                       (("shell", "--gpus", "1", "--bogus"), "No such option"),
+                       (("attach", "999"), "999")):
+        p = node.run(*args, check=False)
+        assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and says in p.stderr, (args, p.stderr)
+    batch = node.submit("--", "true")
+    p = node.run("attach", batch, check=False)
+    assert p.returncode != 0 and "no interactive session" in p.stderr, p.stderr
