@@ -142,6 +142,7 @@ class Code(str, Enum):
     RESERVED = "reserved"  # fits, but the GPUs are held for a higher-ranked job
     OVER_LIMIT = "over_limit"  # its team is at its GPU limit
     HELD_FOR_TEAM = "held_for_team"  # its team would borrow GPUs that teams below their guarantee need
+    HELD_FOR_CLASS = "held_for_class"  # the GPUs left are a higher class's lane (the policy's reserve)
 
 
 @dataclass(frozen=True)

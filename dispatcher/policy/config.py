@@ -75,6 +75,9 @@ class PolicyConfig:
     #: How many of the oldest starving jobs are served before every other job each cycle: each starts
     #: if it fits, else holds a reservation (beyond `reservations`).
     starvation_reservations: int = 16
+    #: Per class: GPUs kept free for jobs of that class or above (a lane for interactive work: `reserve =
+    #: { high = 2 }`), less what such jobs already hold; lower classes start only if that many stay free.
+    reserve: dict[str, int] = field(default_factory=dict)
     #: Per team: guarantee and limit, in GPUs. Teams not listed have neither.
     teams: dict[str, TeamQuota] = field(default_factory=dict)
     #: Preempt running jobs of lower classes for a blocked job.

@@ -40,7 +40,7 @@ _INT_KEYS = {"reservations": "reservations", "forced_min_gap": "forced_min_gap",
 _BOOL_KEYS = {"preemption": "preemption", "keep_wait_on_requeue": "keep_wait_on_requeue"}
 _PROFILE_KEYS = set(_DURATION_KEYS) | set(_INT_KEYS) | set(_BOOL_KEYS) | {"weights", "aging_cap", "starvation",
                                                                            "preempt_by", "las_tiers",
-                                                                           "idle_util", "idle_requeue", "targets",
+                                                                           "idle_util", "idle_requeue", "targets", "reserve",
                                                                            "class_step", "reserve_longest_wait"}
 PREEMPT_BY = ("class", "class+attained", "attained", "remaining")
 
@@ -150,6 +150,8 @@ def _profile(raw: dict, key: str, base: PolicyConfig) -> PolicyConfig:
         targets = _per_class(raw["targets"], f"{key}.targets")
         changes["targets_s"] = {**base.targets_s, **targets}
         changes["starvation_s"] = {**base.starvation_s, **{c: t / 2 for c, t in targets.items()}}
+    if "reserve" in raw:  # GPUs kept for a class and those above it
+        changes["reserve"] = {**base.reserve, **_per_class(raw["reserve"], f"{key}.reserve", "a number of GPUs")}
     if "starvation" in raw:
         changes["starvation_s"] = {**changes.get("starvation_s", base.starvation_s),
                                    **_per_class(raw["starvation"], f"{key}.starvation")}
@@ -184,12 +186,14 @@ def _las_tiers(tiers, key: str) -> tuple[float, ...]:
     return tuple(values)
 
 
-def _per_class(s, key: str) -> dict[str, float]:
+def _per_class(s, key: str, what: str = "duration") -> dict:
     if not isinstance(s, dict):
-        raise _err(key, "must be a table of class = duration")
+        raise _err(key, f"must be a table of class = {what}")
     for cls in s:
         if cls not in PRIORITIES:
             raise _err(f"{key}.{cls}", f"unknown class; use {', '.join(PRIORITIES)}")
+    if what != "duration":
+        return {c: _number(v, f"{key}.{c}", integer=True) for c, v in s.items()}
     return {c: _duration(v, f"{key}.{c}") for c, v in s.items()}
 
 

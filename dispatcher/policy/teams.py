@@ -1,6 +1,7 @@
 """Team quotas within one cycle: guarantees (GPUs a team gets back first whenever it has work
-waiting) and limits (the most it may hold), in GPUs, kept current as the cycle places jobs; and a
-job array's own cap (--array 0-99%8: at most 8 elements at once), counted the same way.
+waiting) and limits (the most it may hold), in GPUs, kept current as the cycle places jobs; a job
+array's own cap (--array 0-99%8: at most 8 elements at once); and the classes' lanes (the policy's
+`reserve`: GPUs kept free for interactive work, which lower classes may not take: HELD_FOR_CLASS).
 
 A job is refused (OVER_LIMIT) past its team's limit, and held back (HELD_FOR_TEAM) when taking GPUs
 beyond its team's guarantee would leave too few free for the teams still below theirs. A team
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..core.model import JobSpec
+from ..core.model import JobSpec, priority_rank
 from ..core.plan import Code
 from .config import PolicyConfig
 
@@ -25,12 +26,26 @@ class Teams:
     used: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     arrays: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # array id -> elements running
+    by_class: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # class rank -> GPUs held
 
     def running(self, spec: JobSpec, gpus: int) -> None:
         """Count a job already running (holding `gpus` GPUs)."""
         self.used[spec.team] += gpus
+        self.by_class[spec.rank] += gpus
         if spec.array_of:
             self.arrays[spec.array_of] += 1
+
+    def kept_from(self, spec: JobSpec) -> tuple[int, str]:
+        """GPUs `spec` must leave free for the lanes of the classes above it (the policy's reserve, less
+        what jobs of that class or above hold), and the class whose lane it is."""
+        keep, lane = 0, ""
+        for cls, n in self.config.reserve.items():
+            rank = priority_rank(cls)
+            if rank > spec.rank:
+                left = n - sum(g for r, g in self.by_class.items() if r >= rank)
+                if left > keep:
+                    keep, lane = left, cls
+        return keep, lane
 
     def guarantee(self, team: str) -> int:
         q = self.config.teams.get(team)
@@ -46,6 +61,11 @@ class Teams:
         if spec.array_limit and self.arrays[spec.array_of] >= spec.array_limit:
             return Code.OVER_LIMIT, (f"array {spec.array_of} runs {self.arrays[spec.array_of]} of its elements, its "
                                      f"cap (%{spec.array_limit})")
+        if self.config.reserve and spec.gpus:
+            keep, lane = self.kept_from(spec)
+            if keep and free_gpus - spec.gpus < keep:
+                return Code.HELD_FOR_CLASS, (f"{free_gpus} GPUs free; {keep} of them are kept for {lane} work "
+                                             f"(the policy's reserve.{lane} = {self.config.reserve[lane]})")
         if not self.config.teams:
             return None
         team, g = spec.team, spec.gpus
@@ -64,6 +84,7 @@ class Teams:
 
     def take(self, spec: JobSpec) -> None:
         self.used[spec.team] += spec.gpus
+        self.by_class[spec.rank] += spec.gpus
         if spec.array_of:
             self.arrays[spec.array_of] += 1
         self.demand[spec.team] = max(0, self.demand[spec.team] - spec.gpus)

@@ -127,3 +127,17 @@ def test_sharing_jobs_run_together_on_one_gpu(cli):
     cli.wait_for(lambda: states() == ["pending", "running", "running"], what="two sharers running, one waiting")
     assert cli.run("wait", *jobs, "--timeout", "30").returncode == 0
     assert all("gpu=0" in cli.run("logs", j).stdout for j in jobs)
+
+
+def test_the_interactive_lane_keeps_gpus_free_for_high_work(cli, tmp_path):
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[defaults]\nreserve = { high = 1 }\n")
+    cli.start("worker", "--node", "a", "--fake-gpus", "2xA100-40GB")
+    cli.start("scheduler", "--policy", str(policy))
+    one = cli.submit("--gpus", "1", "--priority", "normal", "--", "sleep", "60")
+    cli.wait_for(lambda: cli.show(one)["state"] == "running", what="a one-GPU job beside the lane")
+    batch = cli.submit("--gpus", "1", "--priority", "low", "--", "sleep", "60")  # would fit on the GPU left
+    job = cli.wait_for(lambda: (j := cli.show(batch))["reason"] and j, what="the batch job's reason")
+    assert job["state"] == "pending" and "kept for high work" in job["reason"], job["reason"]
+    shell = cli.submit("--gpus", "1", "--priority", "high", "--", "true")
+    assert cli.run("wait", shell, "--timeout", "20").returncode == 0, "high work takes the lane at once"

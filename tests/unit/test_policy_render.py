@@ -32,6 +32,8 @@ def _changed(name: str, value):
         return 0.25 if value is None else None
     if name == "las_thresholds_gpu_s":
         return (1800.0, 7200.0, 90_000.5)
+    if name == "reserve":
+        return {"high": 2, "critical": 1}
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):

@@ -1,0 +1,54 @@
+"""The interactive lane: `reserve = { high = 2 }` keeps two GPUs free for high (and critical) work;
+lower classes start only where that many stay free, and the lane shrinks by what such work holds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dispatcher.core.plan import Code
+from dispatcher.policy import PolicyConfig, schedule
+from dispatcher.policy.profiles import parse_policy
+from dispatcher.policy.render import render_policy
+from tests.builders import NOW_MS, make_job, make_node, snapshot
+
+LANE = replace(PolicyConfig(), reserve={"high": 2})
+
+
+def started(plan) -> set[str]:
+    return {p.job_id for p in plan.placements}
+
+
+def test_a_normal_job_may_not_take_the_gpus_kept_for_high_work():
+    nodes = [make_node("n1").gpus(4)]
+    plan = schedule(snapshot(pending=[make_job("big").gpus(3)], nodes=nodes), now_ms=NOW_MS, config=LANE)
+    assert started(plan) == set()
+    (v,) = plan.verdicts
+    assert v.code == Code.HELD_FOR_CLASS and "2 of them are kept for high work" in v.reason
+    plan = schedule(snapshot(pending=[make_job("two").gpus(2)], nodes=nodes), now_ms=NOW_MS, config=LANE)
+    assert started(plan) == {"two"}, "two GPUs stay free: the lane holds"
+
+
+def test_high_and_critical_work_use_the_lane_and_low_work_waits_behind_it():
+    nodes = [make_node("n1").gpus(2)]
+    pending = [make_job("shell").gpus(1).priority("high"), make_job("fix").gpus(1).priority("critical"),
+               make_job("batch").gpus(1).priority("low").waited(3600)]
+    assert started(schedule(snapshot(pending=pending, nodes=nodes), now_ms=NOW_MS, config=LANE)) == {"shell", "fix"}
+
+
+def test_the_lane_is_what_is_left_of_the_reserve_after_the_high_work_running():
+    nodes = [make_node("n1").gpus(4).held(0)]
+    running = [make_job("shell").gpus(1).priority("high").running_on("n1", 0)]
+    plan = schedule(snapshot(pending=[make_job("train").gpus(2)], running=running, nodes=nodes),
+                    now_ms=NOW_MS, config=LANE)
+    assert started(plan) == {"train"}, "3 free, 1 kept (the shell holds the other GPU of the lane)"
+
+
+def test_without_a_reserve_nothing_is_kept():
+    nodes = [make_node("n1").gpus(4)]
+    assert started(schedule(snapshot(pending=[make_job("big").gpus(4)], nodes=nodes), now_ms=NOW_MS)) == {"big"}
+
+
+def test_a_policy_file_sets_the_reserve_and_writes_it_back():
+    pset = parse_policy("[defaults]\nreserve = { high = 2 }\n")
+    assert pset.profiles["default"].reserve == {"high": 2}
+    assert parse_policy(render_policy(pset)) == pset
