@@ -30,11 +30,11 @@ BASH = ("--", "bash", "--norc", "--noprofile")
 class Term:
     """`dispatch ARGS` on a PTY of its own (rows x cols), read and typed into as a person would."""
 
-    def __init__(self, cli, *args, rows: int = 30, cols: int = 100):
+    def __init__(self, cli, *args, rows: int = 30, cols: int = 100, **env):
         self.master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         self.proc = subprocess.Popen([sys.executable, "-m", "dispatcher", *args], stdin=slave, stdout=slave,
-                                     stderr=slave, env=cli.env(SHELL="/bin/bash"), start_new_session=True)
+                                     stderr=slave, env=cli.env(SHELL="/bin/bash", **env), start_new_session=True)
         os.close(slave)
         self.seen, self.pos = b"", 0
 
@@ -175,3 +175,37 @@ def test_a_bad_flag_or_job_is_one_line(node, client):
     batch = node.submit("--", "true")
     p = node.run("attach", batch, check=False)
     assert p.returncode != 0 and "no interactive session" in p.stderr, p.stderr
+
+
+def test_under_identity_only_the_owners_signed_keystrokes_reach_the_shell(cli, client, tmp_path):
+    from dispatcher.store import keys
+    from dispatcher.store.requests import identity_on
+    from dispatcher.store.tty import Signer, send_input
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    secret.chmod(0o600)
+    cli.start("scheduler", "--secret-file", str(secret), **FAST)
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--secret-file", str(secret), PS1="dsh$ ",
+              **FAST)
+    cli.wait_for(lambda: identity_on(client, cli.ns), what="the scheduler to turn identity on")
+    token = {u: cli.run("auth", "token", u, "--secret-file", str(secret)).stdout.strip() for u in ("alice", "bob")}
+    t = Term(cli, "shell", "--gpus", "1", *BASH, DISPATCH_USER="alice", DISPATCH_TOKEN=token["alice"])
+    t.expect(PROMPT)
+    job_id = only_job(client, cli.ns)
+    client.xadd(keys.job_tty(cli.ns, job_id, "in"), {"k": "in", "d": b"echo unsigned-$((1+1))\r"})
+    send_input(client, cli.ns, job_id, "in", b"echo bob-$((2+2))\r", signer=Signer("bob", token["bob"], job_id))
+    time.sleep(1)
+    t.type("echo alice-$((3+3))\r")
+    t.expect(rb"alice-6")
+    t.expect(PROMPT)
+    for _, fields in client.xrange(keys.job_tty(cli.ns, job_id, "in")):  # a replay of what alice sent
+        if fields.get(b"u") == b"alice":
+            client.xadd(keys.job_tty(cli.ns, job_id, "in"), fields)
+    time.sleep(1)
+    t.type("echo do''ne\r")  # (what comes back is "done"; the echo of the line is not)
+    t.expect(rb"done")
+    assert b"unsigned-2" not in t.seen and b"bob-4" not in t.seen and t.seen.count(b"alice-6") == 1, t.seen
+    t.type("exit\r")
+    assert t.exit_code() == 0
+    assert read_job(client, cli.ns, job_id)["user"] == "alice"
