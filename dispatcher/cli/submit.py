@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import click
 
@@ -85,9 +86,35 @@ def submit(ctx, from_file, command, **flags):
                                               field="--from") from None
                 except InvalidRequestError as e:
                     raise InvalidRequestError(f"{from_file.name} line {n}: {e}", field="--from") from None
-        if ctx._url_flag is None and jobside.in_job():  # inside a job: through its node agent, as its user
+        inside = ctx._url_flag is None and jobside.in_job()
+        if inside:  # inside a job: through its node agent, as its user
             ids = jobside.submit(specs)
         else:
             ids = submit_specs(ctx.client, ctx.ns, specs, me)
     click.echo("\n".join(ids[i] for i, s in enumerate(specs) if not s.array_of or i == 0
                           or s.array_of != specs[i - 1].array_of))  # an array: its id (its first element's)
+    if not inside:
+        sys.stdout.flush()
+        warn_if_no_node_could_hold(ctx, specs, ids)
+
+
+def warn_if_no_node_could_hold(ctx, specs, ids) -> None:
+    """A warning on stderr for a job that no registered node could ever hold, with the policy's own
+    reason (policy.verdicts.NeverFit, as `dispatch why` says it). It stays queued: nodes may join."""
+    from ..core.plan import NodeView
+    from ..policy.fit import GpuMemo
+    from ..policy.verdicts import NeverFit
+    from ..store.nodes import read_nodes
+
+    found, _ = read_nodes(ctx.client, ctx.ns)
+    if not found:  # none registered yet (`dispatch up` just started): nothing to judge by
+        return
+    views = [NodeView(n.name, n.gpus, n.cpus, n.mem_gb, (), 0, 0.0) for n in found]
+    never = NeverFit(views, gangs=True, fit=GpuMemo())
+    firsts = [k for k, s in enumerate(specs) if not s.array_of or k == 0 or specs[k - 1].array_of != s.array_of]
+    bad = [(f"{'array' if specs[k].array_of else 'job'} {ids[k]}", specs[k]) for k in firsts if never.check(specs[k])]
+    for what, spec in bad[:3]:
+        click.echo(f"dispatch: warning: {what} {never.reason(spec).replace('live node', 'registered node')}; "
+                   "it stays queued until a node that can joins", err=True)
+    if len(bad) > 3:
+        click.echo(f"dispatch: warning: and {len(bad) - 3} more jobs that no registered node could hold", err=True)

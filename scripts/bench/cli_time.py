@@ -1,7 +1,7 @@
 """The CLI's own time: `dispatch submit`, `queue` and `show` against `python -c "import redis"`.
 
 Each command is a fresh process, as a user's shell runs it, on a server of its own holding a
-realistic small queue (200 jobs of 5 users: pending, running and finished). The baseline, the
+realistic small lab (8 registered nodes, 200 pending jobs of 5 users and 4 classes). The baseline, the
 interpreter starting and importing redis, is timed in the same run, alternating with the
 commands, so a busy machine slows both. Reports medians and each command's ratio to the
 baseline (issue 21's target: at most 1.5x).
@@ -27,11 +27,17 @@ sys.path.insert(0, str(ROOT))
 
 
 def fill(url: str, ns: str) -> str:
-    """A small lab queue: 200 jobs of 5 users and 4 classes; a fifth running, a fifth ended. Returns an id
-    to show."""
+    """A small lab: 8 nodes of 8 GPUs (A100 and V100) that have sent a heartbeat (submit checks that some
+    node could hold the job), and 200 pending jobs of 5 users and 4 classes. Returns an id to show."""
     from dispatcher.api import Client
+    from dispatcher.core.model import GpuInfo
+    from dispatcher.store.nodes import write_heartbeat
 
     c = Client(url, ns)
+    for n in range(8):
+        kind, mem = ("A100", 80.0) if n % 2 else ("V100", 32.0)
+        gpus = [GpuInfo(i, f"NVIDIA {kind}-{mem:g}GB", mem, uuid=f"GPU-{n}-{i}") for i in range(8)]
+        write_heartbeat(c.redis, ns, f"n{n}", gpus, 64, 512.0, int(time.time() * 1000), announce=True)
     reqs = [{"command": ["python", "train.py", f"--lr={i}"], "gpus": 1 + i % 4, "user": f"u{i % 5}",
              "priority": ("low", "normal", "high", "critical")[i % 4], "name": f"run-{i}", "est": "2h"}
             for i in range(200)]

@@ -83,3 +83,20 @@ def test_failed_and_cancelled_jobs_report_their_outcome(cli):
     pending = cli.submit("--gpus", "4", "--", "true")  # never fits: cancelled straight from the queue
     assert cli.run("cancel", pending).stdout.strip() == f"{pending}: cancelled"
     assert cli.show(pending)["state"] == "cancelled"
+
+
+def test_submit_warns_of_a_request_no_registered_node_could_hold_and_still_queues_it(cli):
+    quiet = cli.run("submit", "--gpus", "9", "--", "true")  # no node registered yet: nothing to judge by
+    assert quiet.stderr == ""
+    cli.start("worker", "--node", "n1", "--fake-gpus", "2xA100-40GB")
+    cli.wait_for(lambda: cli.run("nodes", "--json").stdout.strip() not in ("", "[]"), what="the node to register")
+    ok = cli.run("submit", "--gpus", "2", "--gpu-type", "A100", "--", "true")
+    assert ok.stderr == "" and ok.stdout.strip().isdigit()
+    for args, says in ((["--gpus", "1", "--gpu-type", "H100"], "no registered node could ever hold it"),
+                       (["--gpus", "1", "--gpu-mem", "80"], "no registered node could ever hold it"),
+                       (["--array", "0-9", "--gpus", "4", "--gpu-type", "V100"], "array ")):
+        p = cli.run("submit", *args, "--", "true")
+        job = p.stdout.strip()
+        assert job.isdigit(), p.stderr
+        assert p.stderr.startswith("dispatch: warning: ") and says in p.stderr and len(p.stderr.splitlines()) == 1
+        assert "stays queued" in p.stderr and cli.show(job)["state"] == "pending"
