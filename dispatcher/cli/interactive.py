@@ -136,7 +136,10 @@ class Session:
             self._interact()
         reader.join(1.0)
         if self.note:
-            click.echo(f"dispatch: {self.note}", err=True)
+            try:
+                click.echo(f"dispatch: {self.note}", err=True)
+            except OSError:  # (no terminal left to say it on)
+                pass
         return self.result if self.result is not None else 1
 
     # -- before the session starts -----------------------------------------------------------------
@@ -227,7 +230,10 @@ class Session:
             self._pump(winch_r)
         finally:
             if saved is not None:
-                termios.tcsetattr(self.fd, termios.TCSADRAIN, saved)
+                try:
+                    termios.tcsetattr(self.fd, termios.TCSADRAIN, saved)
+                except termios.error:  # the terminal is gone
+                    pass
             for s, h in handlers.items():
                 signal.signal(s, h)
 
@@ -241,7 +247,13 @@ class Session:
                 os.read(winch_r, 64)
                 self._send_size()
             if self.fd in ready:
-                data = os.read(self.fd, 4096)
+                try:
+                    data = os.read(self.fd, 4096)
+                except OSError:  # EIO: as good as the end of the input
+                    data = b""
+                if not data and self.is_tty:  # the terminal hung up: the session runs on without us
+                    self._end(129, f"the terminal went away; the session runs on: dispatch attach {self.job_id}")
+                    break
                 if not data:  # standard input closed (not a terminal): keep showing the output
                     watched.remove(self.fd)
                     continue

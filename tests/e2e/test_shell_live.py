@@ -8,7 +8,6 @@ import fcntl
 import json
 import os
 import re
-import signal
 import struct
 import subprocess
 import sys
@@ -36,6 +35,7 @@ class Term:
         self.proc = subprocess.Popen([sys.executable, "-m", "dispatcher", *args], stdin=slave, stdout=slave,
                                      stderr=slave, env=cli.env(SHELL="/bin/bash", **env), start_new_session=True)
         os.close(slave)
+        cli.procs.append(self.proc)  # stopped at teardown with the agent, whatever the test did
         self.seen, self.pos = b"", 0
 
     def _more(self, timeout: float) -> bool:
@@ -77,10 +77,6 @@ class Term:
         return code
 
 
-def job_of(term: Term) -> str:
-    return term.expect(rb"job (\d+)", timeout=1).group(1).decode() if re.search(rb"job \d+", term.seen) else ""
-
-
 def only_job(client, ns: str) -> str:
     from dispatcher.store import keys
 
@@ -88,8 +84,9 @@ def only_job(client, ns: str) -> str:
     return job_id
 
 
-def free_gpus(cli) -> dict:
-    return {n["name"]: n for n in json.loads(cli.run("nodes", "--json").stdout)}
+def holders(cli) -> dict:
+    """What holds each GPU, as `dispatch nodes --json` says: {node: {gpu index: job id or None}}."""
+    return {n["name"]: {g["index"]: g["job"] for g in n["gpus"]} for n in json.loads(cli.run("nodes", "--json").stdout)}
 
 
 @pytest.fixture
@@ -111,6 +108,7 @@ def test_a_shell_on_a_gpu_gets_its_gpu_ctrl_c_and_exit_status_and_frees_the_gpu(
     job_id = only_job(client, node.ns)
     job = read_job(client, node.ns, job_id)
     assert job["state"] == "running" and job["priority"] == "high", job
+    assert holders(node)["n1"][job["gpus"][0]] == job_id
     t.type("echo gpu=$CUDA_VISIBLE_DEVICES rows=$(tput lines) tty=$(tty)\r")
     m = t.expect(rb"gpu=(\d+) rows=(\d+) tty=(/dev/pts/\d+)")
     assert [int(m.group(1))] == job["gpus"] and m.group(2) == b"30", m.group(0)  # its GPU; the client's size
@@ -129,8 +127,7 @@ def test_a_shell_on_a_gpu_gets_its_gpu_ctrl_c_and_exit_status_and_frees_the_gpu(
     assert t.exit_code() == 3
     job = ended(node, client, job_id)
     assert (job["state"], job["exit_code"], job["reason"]) == ("failed", 3, "exit code 3"), job
-    assert free_gpus(node)["n1"]["gpus"] and all(g.get("job") in (None, "") for g in free_gpus(node)["n1"]["gpus"]), \
-        free_gpus(node)
+    assert holders(node) == {"n1": {0: None, 1: None}}
     assert "gpu=" in node.run("logs", job_id).stdout  # the session's output is the job's log too
 
 
