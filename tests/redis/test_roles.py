@@ -290,3 +290,25 @@ def test_dispatch_auth_roles_prints_what_print_roles_prints():
     p = subprocess.run([sys.executable, "-m", "dispatcher", "auth", "roles", "--namespace", "lab"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout == out.getvalue()
+
+
+def test_a_user_sends_keystrokes_and_an_agent_carries_the_terminal_and_neither_more(lab):
+    """An interactive job's streams (store/tty.py): the user writes its keystrokes only (signed under identity,
+    checked by the agent); the agent its output and the streams' lifetimes."""
+    from dispatcher.store import tty
+
+    admin, logins, job = lab
+    user, agent = logins["user"], logins["agent"]
+    tty.send_input(user, NS, job, "size", rows=40, cols=120)
+    tty.send_input(user, NS, job, "in", b"ls\r")
+    assert refused(lambda: user.xadd(keys.job_tty(NS, job, "out"), {"k": "out", "d": b"forged"}))
+    assert refused(lambda: user.delete(keys.job_tty(NS, job, "in")))
+    assert tty.last_size(agent, NS, job) == (40, 120) and len(tty.read_input(agent, NS, job, "0-0", 10)) == 2
+    tty.started(agent, NS, job, 1)
+    pipe = agent.pipeline(transaction=False)
+    tty.add_output(pipe, NS, job, b"$ ")
+    pipe.execute()
+    tty.ended(agent, NS, job, 0, "succeeded", "")
+    assert [e["k"] for _, e in tty.read_output(user, NS, job, "0-0", None)] == ["start", "out", "end"]
+    assert not admin.exists(keys.job_tty(NS, job, "in")) and 0 < admin.ttl(keys.job_tty(NS, job, "out")) <= 600
+    assert refused(lambda: agent.delete(keys.job_log(NS, job)))  # the terminal's streams alone
