@@ -35,6 +35,7 @@ from dispatcher.store.scripts import Scripts
 
 from . import commands, idle, jobs, recovery, usage, zombies
 from .keeper import Keeper
+from .gpu import FakeProbe
 
 log = logging.getLogger("dispatch.agent")
 
@@ -62,6 +63,14 @@ def route_address(client) -> str:
         return "127.0.0.1"
 
 
+def default_cpus(probe) -> int:
+    """The CPUs a node offers without --cpus: its cores; with --fake-gpus at least one per fake GPU, so
+    that `dispatch up --fake-gpus 4xA100-40GB` on a 2-core laptop runs 4 one-GPU jobs at once, as the
+    GPUs it pretends to have promise (jobs there are tries of dispatch, not CPU-bound work)."""
+    cores = os.cpu_count() or 1
+    return max(cores, len(probe.gpus())) if isinstance(probe, FakeProbe) else cores
+
+
 class NodeAgent:
     def __init__(self, client, ns: str, name: str, probe, *, cpus: int | None = None,
                  mem_gb: float | None = None, work_dir: Path, timing: Timing | None = None, url: str = "",
@@ -71,7 +80,7 @@ class NodeAgent:
         # every call fails within socket_s, so a silent partition shows well inside fence_s
         client = clone(client, socket_timeout=self.timing.socket_s, socket_connect_timeout=self.timing.socket_s)
         self.client, self.ns, self.name, self.probe = client, ns, name, probe
-        self.cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+        self.cpus = cpus if cpus is not None else default_cpus(probe)
         self.mem_gb = mem_gb if mem_gb is not None else default_mem_gb()
         self.scripts = Scripts(client, ns)
         self.address = address or route_address(client)  # advertised: a gang's ranks meet rank 0 there

@@ -110,7 +110,7 @@ def _walk(c: Cycle, backlog: Backlog, order) -> None:
     _by_fair_share(c, order, excluded)
     c.rest = order.left() - n_never
     if c.rest:
-        c.rest_reason = rest_reason(c.index.max_free, c.rank)
+        c.rest_reason = rest_reason(c.index.max_free, c.rank, max((n.cpus for n in c.index.nodes), default=0))
 
 
 def _set_aside(c: Cycle, backlog: Backlog) -> tuple[set, int]:

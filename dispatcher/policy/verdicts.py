@@ -161,7 +161,10 @@ def no_fit_now(spec: JobSpec, max_free: int) -> str:
     return f"needs {describe_need(spec)}; no node has more than {max_free} GPUs free"
 
 
-def rest_reason(max_free: int, considered: int) -> str:
-    """Why the jobs a cycle did not reach wait, unless their group's first one says otherwise."""
-    return (f"no node has room for it this cycle (at most {max_free} GPUs free on one node); "
+def rest_reason(max_free: int, considered: int, max_cpus: int | None = None) -> str:
+    """Why the jobs a cycle did not reach wait, unless their group's first one says otherwise. `max_cpus`:
+    the most CPUs free on one node, named when none is (GPUs free but no CPU to run a job with)."""
+    cpus = "" if max_cpus is None or max_cpus > 0 or not max_free else \
+        ", but no CPU free on any: each job takes its --cpus, 1 by default"
+    return (f"no node has room for it this cycle (at most {max_free} GPUs free on one node{cpus}); "
             f"{considered} jobs were considered before it")

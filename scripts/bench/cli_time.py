@@ -62,6 +62,9 @@ def measure(url: str, repeats: int) -> dict:
     cases = {
         "import redis": [py, "-c", "import redis"],
         "submit": [py, "-m", "dispatcher", "submit", "--gpus", "1", "--", "python", "train.py"],
+        # a typed request: submit checks it against the nodes with the policy's own rule (loads the policy)
+        "submit --gpu-type": [py, "-m", "dispatcher", "submit", "--gpus", "2", "--gpu-type", "A100", "--", "python",
+                              "train.py"],
         "queue": [py, "-m", "dispatcher", "queue"],
         "show": [py, "-m", "dispatcher", "show", job],
     }

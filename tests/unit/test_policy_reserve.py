@@ -52,3 +52,4 @@ def test_a_policy_file_sets_the_reserve_and_writes_it_back():
     pset = parse_policy("[defaults]\nreserve = { high = 2 }\n")
     assert pset.profiles["default"].reserve == {"high": 2}
     assert parse_policy(render_policy(pset)) == pset
+

@@ -639,3 +639,12 @@ def test_a_higher_class_always_ranks_above_a_lower_one_when_classes_never_cross(
     assert set(placed(plan)) == {"high"}, f"placed {placed(plan)}, want only the high job; verdicts {plan.verdicts}"
     high, norm = plan.placements[0], verdict_of(plan, "norm")
     assert high.rank < norm.rank, f"high picked at rank {high.rank}, norm at {norm.rank}"
+
+
+def test_jobs_the_cycle_did_not_reach_say_when_cpus_not_gpus_are_what_is_missing():
+    nodes = [make_node("vm").gpus(4).cpus(2).held(0, 1, cpus=2)]  # 2 GPUs free, both CPUs taken
+    running = [make_job(f"r{i}").gpus(1).running_on("vm", i) for i in range(2)]
+    plan = schedule(snapshot(pending=[make_job(f"p{i}").gpus(1) for i in range(30)], running=running, nodes=nodes),
+                    now_ms=NOW_MS)
+    assert not plan.placements
+    assert "at most 2 GPUs free on one node, but no CPU free on any" in plan.rest_reason
