@@ -147,9 +147,10 @@ def cut_last(rows: list[list], header: list[str]) -> list[list]:
     return [r[:-1] + [r[-1] if len(r[-1]) <= room else r[-1][:room - 1] + "…"] for r in rows]
 
 
-def act_each(ctx, kind: str, jobs: list[dict], local, say=str) -> None:
-    """Carry out `kind` (cancel, hold, release) on each job, in order: as a signed request the leader
-    carries out under identity, else `local(job_id)`; prints "<id>: <say(outcome)>" for each."""
+def act_each(ctx, kind: str, jobs: list[dict], local, say=str, **extra) -> None:
+    """Carry out `kind` (cancel, hold, release, update) on each job, in order: as a signed request the
+    leader carries out under identity (with `extra` in its body), else `local(job_id)`; prints
+    "<id>: <say(outcome)>" for each."""
     from ..auth.identity import current_user
     from ..store.requests import act_signed, identity_on
 
@@ -158,7 +159,7 @@ def act_each(ctx, kind: str, jobs: list[dict], local, say=str) -> None:
         return
     signed = identity_on(ctx.client, ctx.ns)
     for job_id in (j["id"] for j in jobs):
-        outcome = act_signed(ctx.client, ctx.ns, kind, current_user(), job_id) if signed else local(job_id)
+        outcome = act_signed(ctx.client, ctx.ns, kind, current_user(), job_id, **extra) if signed else local(job_id)
         click.echo(f"{job_id}: {say(outcome)}")
 
 

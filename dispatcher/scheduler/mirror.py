@@ -99,11 +99,15 @@ class Mirror:
         return arrivals
 
     def _changed_ids(self) -> list[str]:
-        """The ids in the changed-jobs set, which this read empties."""
+        """The ids in the changed-jobs set, which this read empties. Their specs are read again: a pending
+        job's may have been updated (store/pending.py); a few hundred bytes a changed job."""
         pipe = self.client.pipeline(transaction=True)
         pipe.smembers(keys.jobs_changed(self.ns))
         pipe.delete(keys.jobs_changed(self.ns))
-        return sorted(self._ids(pipe.execute()[0], keys.jobs_changed(self.ns), "gone", "set"))
+        ids = sorted(self._ids(pipe.execute()[0], keys.jobs_changed(self.ns), "gone", "set"))
+        for job_id in ids:
+            self.cache.specs.pop(job_id, None)
+        return ids
 
     def _read_whole(self) -> tuple[list[str], set[str]]:
         """Start again from nothing: every pending and active id, and the active ones apart (an id of

@@ -50,10 +50,8 @@ def connect(url: str, *, check: bool = True, **overrides):
         if urlsplit(url).scheme in SENTINEL_SCHEMES:
             client = _sentinel_client(url, **overrides)
         else:
-            # lib_version given: redis-py would otherwise look its own version up in the installed
-            # packages' metadata at every connect (7 ms of a CLI command's 100)
             client = redis.Redis.from_url(url, **{"socket_connect_timeout": 5, "health_check_interval": 30,
-                                                 "lib_version": redis.__version__, **overrides})
+                                                 **_driver(redis), **overrides})
     except ValueError as e:
         raise DispatchConnectionError(url, str(e)) from None
     client.dispatch_url = url  # clone() opens another connection the same way
@@ -68,6 +66,16 @@ def connect(url: str, *, check: bool = True, **overrides):
             raise DispatchConnectionError(url, str(e).split(" : <")[0] or type(e).__name__,
                                           transient=transient(e)) from None
     return client
+
+
+def _driver(redis) -> dict:
+    """redis-py's own name and version, given: it would otherwise look its version up in the installed
+    packages' metadata at every connect (7 ms of a CLI command's 100)."""
+    try:
+        from redis.driver_info import DriverInfo  # redis-py 7.1 and later
+    except ImportError:
+        return {"lib_version": redis.__version__}
+    return {"driver_info": DriverInfo(lib_version=redis.__version__)}
 
 
 def transient(e: Exception) -> bool:

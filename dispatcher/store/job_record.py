@@ -30,13 +30,13 @@ class Field:
 
 
 FIELDS: tuple[Field, ...] = (
-    Field("spec", bytes, "submit", "the msgpack JobSpec (store/codec.py)"),
-    Field("seal", str, "submit under identity", "the leader's seal of the spec under its id (auth/identity.py)"),
+    Field("spec", bytes, "submit, update (store/pending.py)", "the msgpack JobSpec (store/codec.py)"),
+    Field("seal", str, "submit and update under identity", "the leader's seal of the spec under its id (auth/identity.py)"),
     Field("state", str, "every job script", "pending, assigned, running, preempting, succeeded, failed, cancelled"),
     Field("node", str, "commit_placement", "the node holding it, while held"),
     Field("gpus", tuple, "commit_placement, shrink", "the GPU indices held, as text \"0,1\""),
     Field("attempt", int, "submit, finish, shrink", "attempts started so far"),
-    Field("epoch", int, "submit, commit, finish, shrink", "the fencing counter every write about the job checks"),
+    Field("epoch", int, "submit, commit, finish, shrink, hold, update", "the fencing counter every write about the job checks"),
     Field("submit_ms", int, "submit", "when it was submitted"),
     Field("assigned_ms", int, "commit_placement, shrink", "when its current attempt was placed"),
     Field("started_ms", int, "mark_running", "when its current attempt started"),

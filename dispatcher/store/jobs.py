@@ -287,26 +287,6 @@ def cancel_job(scripts, client, ns: str, job_id: str, now_ms: int, reason: str =
     return read_fields(client, ns, job_id, ("state",))["state"]
 
 
-def hold_job(scripts, client, ns: str, job_id: str, action: str, who: str, now_ms: int) -> str:
-    """Hold a pending job out of scheduling, or release it (action "hold" or "release", as Slurm's
-    `scontrol hold/release`): returns "held", "released", "already held" or "not held". Raises
-    JobNotFound, or InvalidStateError for a job that is not pending."""
-    from ..core.errors import InvalidStateError
-
-    if ":" in job_id or not job_id:
-        raise JobNotFound(job_id)
-    reason = f"held by {who} (dispatch release {job_id})"
-    code = scripts.hold(job_id, action, f"{who} {now_ms}", reason)
-    if code == Outcome.NO_JOB:
-        raise JobNotFound(job_id)
-    if code == Outcome.NOT_PENDING:
-        raise InvalidStateError(job_id, read_fields(client, ns, job_id, ("state",))["state"] or "gone", action)
-    if code == Outcome.DONE:
-        client.publish(keys.events(ns), action.encode())
-        return "held" if action == "hold" else "released"
-    return "already held" if action == "hold" else "not held"
-
-
 def append_log(client, ns: str, job_id: str, chunk: bytes, *, pipe=None, rank: int = 0) -> None:
     (pipe or client).xadd(keys.job_log(ns, job_id, rank), {b"d": chunk}, maxlen=LOG_MAXLEN, approximate=True)
 

@@ -18,7 +18,7 @@ import uuid
 import msgpack
 
 from ..core.errors import DispatcherError, InvalidRequestError
-from ..auth.identity import MAX_SKEW_S, NotAllowed, Verifier, sign
+from ..auth.identity import MAX_SKEW_S, NotAllowed, Verifier, seal_job, sign
 from . import keys
 from .codec import decode_spec
 from .connect import text
@@ -26,7 +26,7 @@ from .quarantine import Entry, quarantine
 
 log = logging.getLogger("dispatch.requests")
 
-KINDS = ("submit", "cancel", "preempt", "job-submit", "hold", "release", "drain", "resume")
+KINDS = ("submit", "cancel", "preempt", "job-submit", "hold", "release", "update", "drain", "resume")
 #: How long the leader remembers a handled request's id: the whole window in which its signature's time
 #: is accepted (MAX_SKEW_S either side), and a minute more.
 SEEN_TTL_S = int(2 * MAX_SKEW_S + 60)
@@ -163,7 +163,6 @@ class RequestServer:
     def _submit(self, user: str, body: dict, record) -> None:
         """Write the request's specs as `user`'s jobs, sealed under their ids (identity.seal_job), in one
         transaction with the request's answer. The request's signature covers the specs' bytes."""
-        from ..auth.identity import seal_job
         from .jobs import write_jobs
 
         raw_specs = body.get("specs")
@@ -179,7 +178,8 @@ class RequestServer:
         return None
 
     def _act(self, kind: str, user: str, body: dict) -> dict:
-        from .jobs import cancel_job, hold_job, preempt_job, read_job
+        from .jobs import cancel_job, preempt_job, read_job
+        from .pending import hold_job, update_job
 
         job_id = str(body.get("job", ""))
         owner = read_job(self.client, self.ns, job_id)["user"]
@@ -191,6 +191,13 @@ class RequestServer:
                                                       f"cancelled by {user}")}
         if kind in ("hold", "release"):
             return {"ok": True, "outcome": hold_job(self.scripts, self.client, self.ns, job_id, kind, user, now)}
+        if kind == "update":
+            changes = body.get("changes")
+            if not isinstance(changes, dict) or not all(isinstance(v, str) for v in changes.values()):
+                raise InvalidRequestError("malformed update: its changes are a map of flag to text")
+            return {"ok": True, "outcome": update_job(
+                self.client, self.ns, job_id, changes,
+                sealed=lambda jid, stored: seal_job(self.verifier.secret, owner, jid, stored))}
         mode = preempt_job(self.scripts, self.client, self.ns, job_id, now, force=bool(body.get("force")),
                            by=f"user {user}")
         return {"ok": True, "outcome": mode}

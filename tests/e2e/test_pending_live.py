@@ -42,3 +42,37 @@ def test_under_identity_only_the_owner_or_an_admin_holds_a_job(cli, lab):  # noq
     assert cli.run("hold", job, **alice).stdout.strip() == f"{job}: held"
     assert cli.show(job)["reason"] == f"held by alice (dispatch release {job})"
     assert cli.run("release", job, **boss).stdout.strip() == f"{job}: released"
+
+
+def test_an_updated_priority_reorders_the_queue_and_an_update_is_checked_as_submit_is(cli):
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    busy = cli.submit("--gpus", "1", "--", "sleep", "60")
+    cli.wait_for(lambda: cli.show(busy)["state"] == "running", what="the GPU to be taken")
+    first = cli.submit("--gpus", "1", "--priority", "normal", "--", "sleep", "60")
+    later = cli.submit("--gpus", "1", "--priority", "low", "--est", "2h", "--", "true")
+    said = cli.run("update", later, "--priority", "critical", "--est", "10m").stdout.strip()
+    assert said == f"{later}: updated: priority low -> critical, est 2h00m -> 10m", said
+    job = cli.show(later)
+    assert (job["priority"], job["est_s"]) == ("critical", 600.0)
+    for args, says in ((["--time", "5s"], "shorter than --grace"), (["--priority", "urgent"], "unknown class"),
+                       ([], "nothing to update")):
+        p = cli.run("update", later, *args, check=False)
+        assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    refused = cli.run("update", busy, "--priority", "low", check=False)
+    assert refused.returncode != 0 and f"job {busy} is running; cannot update it" in refused.stderr
+    cli.run("cancel", busy)
+    cli.wait_for(lambda: cli.show(later)["state"] == "succeeded", what="the now-critical job to run first")
+    assert cli.show(first)["state"] in ("pending", "assigned", "running")
+    assert (cli.show(first)["started_at"] or float("inf")) >= cli.show(later)["started_at"]
+
+
+def test_under_identity_only_the_owner_or_an_admin_updates_a_job_and_it_still_runs(cli, lab):  # noqa: F811
+    alice, bob = as_user(lab, "alice"), as_user(lab, "bob")
+    hog = cli.run("submit", "--gpus", "2", "--", "sleep", "60", **alice).stdout.strip()
+    job = cli.run("submit", "--gpus", "1", "--priority", "low", "--", "true", **alice).stdout.strip()
+    refused = cli.run("update", job, "--priority", "high", check=False, **bob)
+    assert refused.returncode != 0 and "belongs to alice" in refused.stderr
+    assert "priority low -> high" in cli.run("update", job, "--priority", "high", **alice).stdout
+    cli.run("cancel", hog, **alice)
+    cli.wait_for(lambda: cli.show(job)["state"] == "succeeded", what="the updated job to pass its node's seal check")

@@ -1,0 +1,65 @@
+"""Commands that change pending jobs, as Slurm's `scontrol hold/release/update`: hold and release keep
+them out of scheduling until released; update changes their priority, estimate or time limit
+(registered lazily in cli/__init__.py; the store's side is store/pending.py)."""
+
+from __future__ import annotations
+
+import click
+
+from . import common
+from ..auth.identity import current_user
+from ..clock import now_ms
+from ..core.model import JobSpec
+from .select import act_each, filter_options, needs_some, resolve, selection
+
+
+def _act(ctx, action: str, job_ids, users, states, names, teams) -> None:
+    from ..store.pending import hold_job
+
+    sel = needs_some(selection(job_ids, users, states, names, teams), action)
+    jobs = resolve(ctx.client, ctx.ns, sel, include_final=False)
+    if sel.filtered and not sel.ids:
+        jobs = [j for j in jobs if j["state"] == "pending"]
+    act_each(ctx, action, jobs,
+             lambda job_id: hold_job(ctx.scripts, ctx.client, ctx.ns, job_id, action, current_user(), now_ms()))
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, metavar="[JOB|LOW-HIGH]...")
+@filter_options
+@common
+def hold(ctx, job_ids, users, states, names, teams):
+    """Keep pending jobs from starting until `dispatch release` (by id, range or filter). A held job
+    stays pending, keeps its place by submit time, and shows who held it."""
+    _act(ctx, "hold", job_ids, users, states, names, teams)
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, metavar="[JOB|LOW-HIGH]...")
+@filter_options
+@common
+def release(ctx, job_ids, users, states, names, teams):
+    """Let held jobs be scheduled again (by id, range or filter)."""
+    _act(ctx, "release", job_ids, users, states, names, teams)
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, metavar="[JOB|LOW-HIGH]...")
+@click.option("--priority", default=None, metavar="P", help="Its new class: critical, high, normal or low.")
+@click.option("--est", default=None, metavar="DURATION", help="Its new estimated run time (90s, 15m, 2h).")
+@click.option("--time", default=None, metavar="DURATION", help="Its new run-time limit (--time of submit).")
+@filter_options
+@common
+def update(ctx, job_ids, priority, est, time, users, states, names, teams):
+    """Change pending jobs' priority, estimate or time limit (by id, range or filter); a running job
+    keeps what it started with."""
+    from ..core.updates import amended
+    from ..store.pending import update_job
+
+    changes = {k: v for k, v in (("priority", priority), ("est", est), ("time", time)) if v is not None}
+    amended(JobSpec(id="", command=("true",)), changes)  # a bad value is refused before anything is read
+    sel = needs_some(selection(job_ids, users, states, names, teams), "update")
+    jobs = resolve(ctx.client, ctx.ns, sel, include_final=False)
+    if sel.filtered and not sel.ids:
+        jobs = [j for j in jobs if j["state"] == "pending"]
+    act_each(ctx, "update", jobs, lambda job_id: update_job(ctx.client, ctx.ns, job_id, changes), changes=changes)

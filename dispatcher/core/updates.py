@@ -1,0 +1,27 @@
+"""`dispatch update`: what may change in a pending job, checked as submit checks it. Pure."""
+
+from __future__ import annotations
+
+from .errors import InvalidRequestError
+from .model import JobSpec
+from .spec import check_options
+
+#: The flags update takes (Slurm's `scontrol update` on a pending job: Priority, TimeLimit, and the estimate
+#: dispatch plans with).
+UPDATABLE = ("priority", "est", "time")
+
+
+def amended(spec: JobSpec, changes: dict) -> JobSpec:
+    """`spec` with `changes` (of UPDATABLE: text as the flags take it) made, each checked as at submit,
+    against the job's other fields (a --time not shorter than its --grace)."""
+    unknown = sorted(set(changes) - set(UPDATABLE))
+    if unknown:
+        raise InvalidRequestError(f"{unknown[0]!r} cannot be updated; only {', '.join(UPDATABLE)}", field=unknown[0])
+    if not changes:
+        raise InvalidRequestError("nothing to update: give --priority, --est or --time", field="--priority")
+    checked = check_options(user=spec.user, grace=spec.grace_s, priority=changes.get("priority", spec.priority),
+                            est=changes.get("est"), time=changes.get("time", spec.time_limit_s))
+    values = {"priority": checked["priority"], "time_limit_s": checked["time_limit_s"]}
+    if "est" in changes:
+        values["est_s"] = checked["est_s"]
+    return spec.filled(**values)

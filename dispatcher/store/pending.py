@@ -1,0 +1,80 @@
+"""Changes to a pending job after its submit, as Slurm's `scontrol hold/release/update`: hold and
+release (lua/hold.lua) and update (priority, estimate, time limit). Each moves the job's epoch on
+(hold, update) so that a plan made before it cannot place the job as it was, and puts the job in the
+changed set so the scheduler's mirror reads it again."""
+
+from __future__ import annotations
+
+from ..core.errors import InvalidStateError, JobNotFound
+from ..core.updates import amended
+from . import keys
+from .codec import decode_spec, encode_spec
+from .connect import text
+from .job_record import read_fields
+from .scripts import Outcome
+
+
+def hold_job(scripts, client, ns: str, job_id: str, action: str, who: str, now_ms: int) -> str:
+    """Hold a pending job out of scheduling, or release it (action "hold" or "release"): returns "held",
+    "released", "already held" or "not held". Raises JobNotFound, or InvalidStateError for a job that is
+    not pending."""
+    if ":" in job_id or not job_id:
+        raise JobNotFound(job_id)
+    reason = f"held by {who} (dispatch release {job_id})"
+    code = scripts.hold(job_id, action, f"{who} {now_ms}", reason)
+    if code == Outcome.NO_JOB:
+        raise JobNotFound(job_id)
+    if code == Outcome.NOT_PENDING:
+        raise InvalidStateError(job_id, read_fields(client, ns, job_id, ("state",))["state"] or "gone", action)
+    if code == Outcome.DONE:
+        client.publish(keys.events(ns), action.encode())
+        return "held" if action == "hold" else "released"
+    return "already held" if action == "hold" else "not held"
+
+
+def update_job(client, ns: str, job_id: str, changes: dict, *, sealed=None) -> str:
+    """Make `changes` (core/updates.UPDATABLE) to a pending job's spec, in one transaction watched on
+    its record: returns what changed, in words. A changed estimate replaces the one the policy derived
+    from history (plan_est_s). `sealed(job_id, spec_bytes)`: under identity, the leader's new seal of
+    the spec (agents check it). Raises JobNotFound, InvalidStateError, InvalidRequestError."""
+    import redis
+
+    if ":" in job_id or not job_id:
+        raise JobNotFound(job_id)
+    key = keys.job(ns, job_id)
+    with client.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(key)
+                state, raw, epoch = pipe.hmget(key, "state", "spec", "epoch")
+                if state is None:
+                    raise JobNotFound(job_id)
+                if text(state) != "pending":
+                    raise InvalidStateError(job_id, text(state), "update")
+                old = decode_spec(raw, key=f"job {job_id}")
+                new = amended(old, changes)
+                stored = encode_spec(new, job_id)
+                pipe.multi()
+                fields = {"spec": stored, "epoch": int(text(epoch) or 0) + 1}
+                if sealed is not None:
+                    fields["seal"] = sealed(job_id, stored)
+                pipe.hset(key, mapping=fields)
+                if "est" in changes:
+                    pipe.hdel(key, "plan_est_s")
+                pipe.sadd(keys.jobs_changed(ns), job_id)
+                pipe.publish(keys.events(ns), b"update")
+                pipe.execute()
+                return _said(old, new)
+            except redis.WatchError:
+                continue
+
+
+def _said(old, new) -> str:
+    from ..core.units import age
+
+    parts = [f"{what} {a} -> {b}" for what, a, b in (
+        ("priority", old.priority, new.priority),
+        ("est", "none" if old.est_s is None else age(old.est_s), "none" if new.est_s is None else age(new.est_s)),
+        ("time", "none" if old.time_limit_s is None else age(old.time_limit_s),
+         "none" if new.time_limit_s is None else age(new.time_limit_s))) if a != b]
+    return "updated: " + ", ".join(parts) if parts else "unchanged"
