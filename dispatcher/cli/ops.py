@@ -36,14 +36,19 @@ def _board(ctx, alerts):
 
 @click.command()
 @click.option("--once", is_flag=True, help="Print one frame and exit (for scripts and logs).")
-@click.option("--interval", default=2.0, type=click.FloatRange(0.2), show_default=True, help="Seconds between frames.")
+@click.option("--interval", default="2s", show_default=True, metavar="DURATION",
+              help="Time between frames (0.5, 2s, 1m; at least 0.2s).")
 @_alerts_option
 @common
 def top(ctx, once, interval, alerts):
     """A live terminal view: queue by class, GPUs per node, decisions, usage, alerts."""
+    from ..core.units import parse_duration
     from ..views.top import run
 
-    run(_board(ctx, alerts), interval_s=interval, once=once)
+    interval_s = parse_duration(interval, flag="--interval")
+    if interval_s < 0.2:
+        raise InvalidRequestError(f"--interval: at least 0.2s, got {interval!r}", field="--interval")
+    run(_board(ctx, alerts), interval_s=interval_s, once=once)
 
 
 # -- long-running parts ---------------------------------------------------------------------
