@@ -17,7 +17,7 @@ from ..clock import now_ms
 from ..core.errors import InvalidRequestError
 from ..core.units import age
 from ..auth.identity import current_user
-from .select import (STATE_GROUPS, act_each, cut_last, filter_options, folded, needs_some, one_job, resolve,
+from .select import (SHOWN, STATE_GROUPS, act_each, cut_last, filter_options, folded, needs_some, one_job, resolve,
                      selection)
 
 
@@ -25,17 +25,26 @@ from .select import (STATE_GROUPS, act_each, cut_last, filter_options, folded, n
 @click.argument("job_ids", nargs=-1, metavar="[JOB|LOW-HIGH]...")
 @click.option("--all", "show_all", is_flag=True, help="Include finished jobs (the latest 1000).")
 @click.option("--expand", is_flag=True, help="An array's pending elements a line each (else one line, 12_[3-99%8]).")
+@click.option("--limit", default=SHOWN, show_default=True, type=click.IntRange(1, 10**7),
+              help="The most pending jobs listed (the oldest); a line says how many more there are.")
 @filter_options
 @json_flag
 @common
-def queue(ctx, job_ids, show_all, expand, users, states, names, teams, as_json):
+def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as_json):
     """Pending and running jobs, oldest first (-u, --state, --name, --team to filter)."""
     from ..store import keys
     from ..store.connect import text
     from ..store.quarantine import report, tolerant
 
     sel = selection(job_ids, users, states, names, teams)
-    jobs = resolve(ctx.client, ctx.ns, sel, include_final=show_all or bool(sel.states - set(STATE_GROUPS["active"])))
+    jobs = resolve(ctx.client, ctx.ns, sel, include_final=show_all or bool(sel.states - set(STATE_GROUPS["active"])),
+                   limit=limit)
+    pending = [j for j in jobs if j["state"] == "pending"]
+    more = len(pending) - limit if sel.ids or sel.filtered else \
+        (tolerant(lambda: ctx.client.zcard(keys.jobs_pending(ctx.ns)), 0) or 0) - len(pending)
+    if len(pending) > limit:
+        cut = {j["id"] for j in pending[limit:]}
+        jobs = [j for j in jobs if j["id"] not in cut]
     if as_json:
         click.echo(json.dumps(jobs, indent=1))
         return
@@ -59,6 +68,9 @@ def queue(ctx, job_ids, show_all, expand, users, states, names, teams, as_json):
                      age(waited), reason[:90], shlex.join(j["command"])])
     header = ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON", "COMMAND"]
     click.echo(_table(cut_last(rows, header), header))
+    if more > 0:
+        click.echo(f"... and {more} more pending jobs (the oldest {limit} are listed: --limit N, or a filter "
+                   f"such as -u USER, --name GLOB)")
     for line in report(ctx.client, ctx.ns):
         click.echo(line)
 

@@ -85,16 +85,23 @@ def selection(ids=(), users=(), states=(), names=(), teams=()) -> Selection:
     return Selection(tuple(expand_ids(ids)), _split(users), frozenset(wanted), _split(names), _split(teams))
 
 
-def resolve(client, ns: str, sel: Selection, *, include_final: bool) -> list[dict]:
+#: What `dispatch queue` lists with no filter: the oldest pending jobs (and every running one).
+SHOWN = 1000
+#: With a filter, every pending job is looked at: `cancel -u alice` must reach all of alice's jobs.
+EVERY = 10**9
+
+
+def resolve(client, ns: str, sel: Selection, *, include_final: bool, limit: int = SHOWN) -> list[dict]:
     """The jobs a command acts on. Ids given: those jobs (every one must exist, checked before
-    anything is done), kept if they pass the filters. Only filters: the matching jobs of the queue
-    (pending and running; with include_final, the latest finished ones too)."""
+    anything is done), kept if they pass the filters. Otherwise the matching jobs of the queue: pending
+    and running (with include_final, the latest finished ones too), the oldest `limit` pending ones
+    without a filter, all of them with one."""
     from ..store.jobs import read_queue
 
     if sel.ids:
         jobs = _with_arrays(client, ns, sel.ids)
     else:
-        jobs = read_queue(client, ns, include_final=include_final)
+        jobs = read_queue(client, ns, include_final=include_final, limit=EVERY if sel.filtered else limit)
     return [j for j in jobs if sel.matches(j)]
 
 

@@ -60,3 +60,16 @@ def test_selection_mistakes_are_one_line_and_touch_nothing(cli):
         assert says in p.stderr, (args, p.stderr)
         assert "Traceback" not in p.stderr
     assert cli.show(job)["state"] == "pending", "a refused command cancelled nothing"
+
+
+def test_a_filter_reaches_past_the_oldest_thousand_and_queue_says_how_many_it_did_not_list(cli, tmp_path):
+    lines = tmp_path / "jobs.jsonl"
+    lines.write_text("".join(json.dumps({"command": ["true"], "gpus": 1, "user": "bob" if i == 1001 else "ann"}) + "\n"
+                             for i in range(1002)))
+    cli.run("submit", "--from", str(lines))  # no node: all 1,002 stay pending
+    listed = cli.run("queue").stdout
+    assert "... and 2 more pending jobs (the oldest 1000 are listed" in listed
+    assert "and 999 more pending jobs" in cli.run("queue", "--limit", "3").stdout
+    bob = json.loads(cli.run("queue", "-u", "bob", "--json").stdout)
+    assert [j["user"] for j in bob] == ["bob"], "the 1,002nd job is found by its user"
+    assert cli.run("cancel", "-u", "bob").stdout.strip() == f"{bob[0]['id']}: cancelled"
