@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 import msgpack
@@ -207,4 +209,9 @@ def read_nodes(client, ns: str) -> tuple[list[NodeRecord], list[str]]:
         except (MalformedRecord, ValueError, OverflowError) as e:
             problems.append(str(e))
             continue
-    return nodes, problems
+    return sorted(nodes, key=lambda n: _natural(n.name)), problems  # (by heartbeat they reorder every poll)
+
+
+def _natural(name: str) -> tuple:
+    """n2 before n10."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name))
