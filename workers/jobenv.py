@@ -45,9 +45,10 @@ def agent_env(secrets: tuple[str, ...], environ=None) -> dict:
             if k not in CREDENTIAL_VARS and not k.startswith("DISPATCH_REDIS") and not any(s in v for s in secrets)}
 
 
-def attempt_env(base: dict, spec: JobSpec, *, job_id: str, epoch: int, node: str, agent: str, ns: str,
-                gpu_list: str, attempt: int, ckpt: Path, socket_path: str, cap: str) -> dict:
-    """The environment of one attempt: the agent's (credentials removed), the spec's, then dispatch's."""
+def attempt_env(base: dict, spec: JobSpec, *, job_id: str, epoch: int, node: str, address: str, agent: str,
+                ns: str, gpu_list: str, attempt: int, ckpt: Path, socket_path: str, cap: str) -> dict:
+    """The environment of one attempt: the agent's (credentials removed), the spec's, then dispatch's.
+    `address`: the node's advertised address (its agent's --address), where a job's server is reached."""
     env = dict(base)
     env.update(dict(spec.env))
     for k in CREDENTIAL_VARS:  # not even from the spec: a job asks through its channel
@@ -58,6 +59,7 @@ def attempt_env(base: dict, spec: JobSpec, *, job_id: str, epoch: int, node: str
         "DISPATCH_JOB_ID": job_id,
         "DISPATCH_EPOCH": str(epoch),
         "DISPATCH_NODE": node,
+        "DISPATCH_NODE_ADDRESS": address,  # (dispatch notebook binds JupyterLab there)
         "DISPATCH_AGENT": agent,  # which agent's job this is (workers/proctrack.Attempt.marks)
         "DISPATCH_GPUS": str(len([g for g in gpu_list.split(",") if g])),
         "DISPATCH_ATTEMPT": str(attempt),

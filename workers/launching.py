@@ -84,7 +84,7 @@ def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int 
     """The steps from the job's environment on (a gang's rank meets rank 0 first)."""
     gpu_list, ckpt = ",".join(map(str, record["gpus"])), sup.checkpoints / job_id
     env = jobenv.attempt_env(sup.base_env, spec, job_id=job_id, epoch=epoch, node=sup.node, agent=sup.agent,
-                             ns=sup.ns, gpu_list=gpu_list, attempt=record["attempt"], ckpt=ckpt,
+                             address=sup.address, ns=sup.ns, gpu_list=gpu_list, attempt=record["attempt"], ckpt=ckpt,
                              socket_path=str(sup.channel.path),
                              cap=sup.channel.capability(job_id, epoch, spec.user))
     if rank is not None:

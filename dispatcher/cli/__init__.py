@@ -133,6 +133,7 @@ def _setup_logging(debug: bool) -> None:
 COMMANDS = {
     "submit": "dispatcher.cli.submit:submit",
     "shell": "dispatcher.cli.interactive:shell", "attach": "dispatcher.cli.interactive:attach",
+    "notebook": "dispatcher.cli.notebook:notebook",
     "queue": "dispatcher.cli.jobs:queue", "show": "dispatcher.cli.jobs:show", "cancel": "dispatcher.cli.jobs:cancel",
     "preempt": "dispatcher.cli.jobs:preempt", "checkpointed": "dispatcher.cli.jobs:checkpointed",
     "progress": "dispatcher.cli.jobs:progress",
