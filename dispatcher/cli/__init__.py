@@ -10,10 +10,12 @@ errors), so `dispatch --help` and `dispatch submit` load no more than they use.
 
 This module holds the group, main() and the helpers the subcommands share. The
 subcommands live by area in cli/submit.py (submit alone: the command run most, kept
-small), cli/jobs.py (the commands that look at or act on jobs), cli/nodectl.py (nodes, drain,
-resume), cli/policy.py (the policy group), cli/ops.py (top, the long-running parts,
-auth) and cli/lab.py (simulate, history, tune); the group
-imports only the module of the command it runs (COMMANDS).
+small; its request flags in cli/flags.py, shared with shell and notebook), cli/jobs.py (the
+commands that look at or act on jobs; which jobs a command means, ids, ranges, arrays and
+filters, in cli/select.py), cli/pending.py (hold, release, update), cli/interactive.py (shell,
+attach), cli/notebook.py, cli/nodectl.py (nodes, drain, resume), cli/policy.py (the policy
+group), cli/ops.py (top, the long-running parts, auth) and cli/lab.py (simulate, history,
+report, tune); the group imports only the module of the command it runs (COMMANDS).
 """
 
 from __future__ import annotations
