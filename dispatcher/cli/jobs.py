@@ -17,7 +17,7 @@ from ..clock import now_ms
 from ..core.errors import InvalidRequestError
 from ..core.units import age
 from ..auth.identity import current_user
-from .select import (SHOWN, STATE_GROUPS, act_each, cut_last, filter_options, folded, needs_some, one_job, resolve,
+from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_options, folded, needs_some, one_job, resolve,
                      selection)
 
 
@@ -52,18 +52,21 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
     rows = []
     rest = text(tolerant(lambda: ctx.client.hget(keys.scheduler_stats(ctx.ns), "rest_reason"),
                          None))  # why the jobs the last cycle did not reach wait
-    shown = [(f"{j['array_of']}_{j['array_index']}" if j["array_of"] else j["id"], j, 1) for j in jobs] \
+    shown = [(f"{j['array_of']}_{j['array_index']}" if j["array_of"] else j["id"], j, [j]) for j in jobs] \
         if expand else folded(jobs)
-    for label, j, n in shown:
+    for label, j, group in shown:
         waited = ((j["started_at"] or j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
                   if j["submitted_at"] else None)
         gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] > 1 else f"{j['gpus_requested']}") \
             + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")  # a gang: nodes x GPUs per node
         where = "+".join(n + (f":{','.join(map(str, g))}" if g else "") for n, g in j["ranks"] or
                          [[j["node"], j["gpus"]]]) if j["node"] else "-"  # a gang: every rank's node, rank 0 first
+        if len(group) > 1:  # an array: where its elements run
+            active = (g["node"] for g in group if g["node"] and g["state"] not in STATE_GROUPS["done"])
+            where = ",".join(dict.fromkeys(active)) or "-"
         reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else ""
         reason = reason or (rest if j["state"] == "pending" else "")
-        rows.append([label, j["name"] or "-", j["user"], j["priority"], j["state"] + (f" ({n})" if n > 1 else ""),
+        rows.append([label, j["name"] or "-", j["user"], j["priority"], counts(group) if len(group) > 1 else j["state"],
                      gpus, where,
                      age(waited), reason[:90], shlex.join(j["command"])])
     header = ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON", "COMMAND"]

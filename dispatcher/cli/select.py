@@ -192,22 +192,29 @@ def _ranges(indices) -> str:
     return ",".join(out)
 
 
-def folded(jobs: list[dict]) -> list[tuple[str, dict, int]]:
-    """Queue rows as squeue shows arrays: (the ID shown, the job a row is about, how many it stands for).
-    An array's pending elements are one row, 12_[3-99%8] where the first of them was; its other
-    elements are a row each, 12_0; every other job is its own row."""
-    pending: dict[str, list[dict]] = {}
+def folded(jobs: list[dict]) -> list[tuple[str, dict, list[dict]]]:
+    """Queue rows: (the ID shown, the job a row is about, the jobs it stands for). An array is one row,
+    12_[0-99%8], where its first element listed was, about its oldest pending element (else its
+    first); every other job is its own row."""
+    members: dict[str, list[dict]] = {}
     for j in jobs:
-        if j["array_of"] and j["state"] == "pending":
-            pending.setdefault(j["array_of"], []).append(j)
+        if j["array_of"]:
+            members.setdefault(j["array_of"], []).append(j)
     rows = []
     for j in jobs:
         if not j["array_of"]:
-            rows.append((j["id"], j, 1))
-        elif j["state"] != "pending":
-            rows.append((f"{j['array_of']}_{j['array_index']}", j, 1))
-        elif pending[j["array_of"]][0] is j:
-            group = pending[j["array_of"]]
+            rows.append((j["id"], j, [j]))
+        elif members[j["array_of"]][0] is j:
+            group = members[j["array_of"]]
             cap = f"%{j['array_limit']}" if j["array_limit"] else ""
-            rows.append((f"{j['array_of']}_[{_ranges(g['array_index'] for g in group)}{cap}]", j, len(group)))
+            about = next((g for g in group if g["state"] == "pending"), j)
+            rows.append((f"{j['array_of']}_[{_ranges(g['array_index'] for g in group)}{cap}]", about, group))
     return rows
+
+
+def counts(group: list[dict]) -> str:
+    """'8 running, 90 pending' (in the order the states first appear)."""
+    seen: dict[str, int] = {}
+    for j in group:
+        seen[j["state"]] = seen.get(j["state"], 0) + 1
+    return ", ".join(f"{n} {state}" for state, n in seen.items())

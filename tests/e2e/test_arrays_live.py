@@ -26,7 +26,7 @@ def test_an_array_of_20_capped_at_4_runs_each_index_once_and_never_more_than_4(c
     array = cli.submit("--array", "0-19%4", "--gpus", "1", "--name", "sweep", "--", "sh", "-c", script)
     assert array.isdigit() and "\n" not in array, "one id for the whole array"
     queued = cli.run("queue").stdout
-    assert f"{array}_[" in queued and "%4]" in queued, queued
+    assert f"{array}_[0-19%4]" in queued and " pending" in queued and len(queued.splitlines()) == 2, queued
     assert cli.run("wait", array, "--timeout", "90").returncode == 0
     lines = out.read_text().splitlines()
     starts = sorted(int(line.split()[1]) for line in lines if line.startswith("start"))
