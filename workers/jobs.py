@@ -26,7 +26,7 @@ from dispatcher.store.codec import decode_spec, encode_spec
 from dispatcher.store.jobs import append_log
 from dispatcher.store.scripts import Outcome
 
-from . import jobenv, launching, outcomes, proctrack
+from . import jobenv, launching, outcomes, outputs, proctrack
 from .jobchannel import JobChannel
 from .keeper import PID_DIR
 from .outbox import Outbox
@@ -108,11 +108,13 @@ class Supervisor:
                 run.tty.ended(code)
             except Exception as e:
                 log.warning("job %s: could not record its session's end (%s)", run.job_id, e)
+        if run.spec.notify:  # once the job has ended (not on a requeue; a gang: once)
+            outputs.tell_end(self, run.job_id)
 
     def _copy_output(self, run: Running, log_path: Path) -> None:
         """The job's output, into its node-side log file and its log stream. What Redis does not take
         waits (up to 1 MiB, the newest kept) and goes with the next chunk, or into the outbox."""
-        out = run.proc.stdout
+        out, copy = run.proc.stdout, outputs.start(self, run, log_path)  # its --output file (workers/outputs.py)
         with open(log_path, "ab") as f:
             while True:
                 chunk = out.read1(65536)
@@ -120,6 +122,8 @@ class Supervisor:
                     break
                 f.write(chunk)
                 f.flush()
+                if copy is not None:
+                    copy = outputs.write(self, run, copy, chunk)
                 run.unsent += chunk
                 del run.unsent[:-(1 << 20)]
                 try:
@@ -127,6 +131,8 @@ class Supervisor:
                     run.unsent.clear()
                 except Exception as e:  # kept for the next chunk, or for the outbox at the end
                     log.warning("job %s: log write failed: %s", run.job_id, e)
+        if copy is not None:
+            copy.close()
 
     def finish(self, job_id, epoch, state, exit_code, reason, **kw) -> None:
         """Record an outcome (finish.lua, fenced by the epoch). If Redis cannot take it now, it waits

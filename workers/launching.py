@@ -21,13 +21,13 @@ from pathlib import Path
 
 from dispatcher.auth.identity import seal_attempt
 from dispatcher.clock import now_ms
-from dispatcher.core.model import CANCELLED, FAILED, PENDING, JobSpec
+from dispatcher.core.model import CANCELLED, FAILED, FINAL_STATES, PENDING, JobSpec
 from dispatcher.store import job_record, keys
 from dispatcher.store.codec import decode_spec
 from dispatcher.store.jobs import append_log
 from dispatcher.store.scripts import Outcome
 
-from . import gang, jobenv, proctrack, tty, unix_user
+from . import gang, jobenv, outputs, proctrack, tty, unix_user
 from .keeper import FENCED_DIR
 from .running import CHECKPOINT_FILE, Running, Stopping
 
@@ -78,6 +78,8 @@ def _guarded(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: in
 def _record(sup, job_id: str, epoch: int, rank, stopped: NotStarted) -> None:
     if stopped.state is not None:  # out of the handler: a Redis error here is the only one raised
         sup.finish(job_id, epoch, stopped.state, stopped.exit_code, stopped.reason, rank=rank, **stopped.kw)
+        if stopped.state in FINAL_STATES:  # (ended before it ran: cancelled as it was placed, a bad cwd)
+            outputs.tell_end(sup, job_id)
 
 
 def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int | None) -> str:
@@ -97,7 +99,7 @@ def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int 
     cgroup = proctrack.make_cgroup(proctrack.attempt_cgroup(sup.cgroups, job_id, epoch))
     proc, cgroup, term = _spawn(sup, job_id, epoch, spec, cwd, env, identity, cgroup)
     run = _register(sup, job_id, epoch, proc, spec, ckpt, gpu_list, cgroup)
-    run.rank, run.progress_file, run.tty = rank, progress, term
+    run.rank, run.progress_file, run.tty, run.owner = rank, progress, term, jobenv.owner_of(identity)
     _mark_running(sup, run)
     run.thread = threading.Thread(target=sup.watch, args=(run, log_path), name=f"job-{job_id}", daemon=True)
     run.thread.start()

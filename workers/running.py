@@ -83,6 +83,7 @@ class Running:
     progress_at: float = 0.0  # when progress was last seen (a rank's file, or any rank's via Redis), time.time()
     started: float = field(default_factory=time.monotonic)  # its process's start, as --time counts it
     tty: object = field(default=None, repr=False)  # an interactive job's PTY and its relay (workers/tty.Terminal)
+    owner: tuple[int, int] | None = None  # (uid, gid) its files are created as (jobenv.owner_of); None: the agent's
     _stopping: Stopping = field(default=Stopping.NO, init=False)
 
     @property

@@ -170,7 +170,7 @@ def checkpointed(ctx):
 def logs(ctx, job_id, follow, rank):
     """A job's output, from any host (a multi-node job's: rank 0's, or --rank's). With -f it exits
     once the job ends: 0 if it succeeded, 1 if not."""
-    from ..store.jobs import is_final, read_job, read_log
+    from ..store.jobs import is_final, log_trimmed, read_job, read_log
 
     job_id = one_job(ctx.client, ctx.ns, job_id)  # (12_5: element 5 of array 12)
     job = read_job(ctx.client, ctx.ns, job_id)  # JobNotFound for a bad id
@@ -178,6 +178,10 @@ def logs(ctx, job_id, follow, rank):
         raise InvalidRequestError(f"--rank {rank}: job {job_id} has no rank {rank}", field="--rank")
     out = sys.stdout.buffer
     last = "-"
+    if log_trimmed(ctx.client, ctx.ns, job_id, rank):  # (on stderr: the output itself stays as the job wrote it)
+        where = (f"{job['output'] or job['log_file']} on {job['node']}" if not rank and (job["output"] or job["log_file"])
+                 else "the job's log file on its node")
+        click.echo(f"[dispatch: earlier output trimmed; the whole of it is in {where}]", err=True)
     for last, chunk in read_log(ctx.client, ctx.ns, job_id, rank=rank):
         out.write(chunk)
     out.flush()

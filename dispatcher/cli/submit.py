@@ -46,6 +46,13 @@ from ..auth.identity import current_user
 @click.option("--array", default=None, metavar="SPEC",
               help="A job array: one job per index, e.g. 0-99%8 (at most 8 at once) or 1,3,5-9; each gets "
                    "DISPATCH_ARRAY_INDEX. Prints the array's id.")
+@click.option("--output", default=None, metavar="PATTERN",
+              help="Also append the output to this file on the node as it runs (Slurm's): %j job id, %A array "
+                   "id, %a index, %u user, %x name, %n node, %r rank, %% a %; relative to --cwd. E.g. logs/%x-%j.out.")
+@click.option("--notify", default=None, metavar="CMD|URL",
+              help="When the job ends: run CMD on its node as its user, with DISPATCH_JOB_ID, DISPATCH_JOB_STATE, "
+                   "DISPATCH_EXIT_CODE, DISPATCH_REASON, DISPATCH_JOB_NAME set, or POST its end as JSON to an "
+                   "http(s) URL.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")
 @click.option("--cwd", default=None, help="Working directory on the node (default: the current one).")
 @click.option("--from", "from_file", default=None, type=click.File("r"), metavar="FILE.jsonl",

@@ -91,6 +91,10 @@ class JobSpec:
     array_index: int | None = None
     array_count: int = 0
     array_limit: int = 0
+    #: --output: a file pattern on the node the output is appended to as it runs (core/outputs.py), "" none;
+    #: --notify: a command or an http(s) URL told of the job's end (dispatcher/notify.py), "" none.
+    output: str = ""
+    notify: str = ""
 
     @property
     def rank(self) -> int:

@@ -13,6 +13,7 @@ import re
 from .errors import InvalidRequestError
 from .memo import remembered
 from .model import PRIORITIES, PRIORITY_ALIASES, JobSpec
+from .outputs import parse_notify, parse_output
 from .units import exact, parse_duration
 
 _NAME = re.compile(r"^[\w.@+-]{1,64}\Z")  # \w: letters and digits of any script (José, 李), and _
@@ -215,6 +216,7 @@ def check_options(
     scaling=None,
     nodes=None, gpus_per_node=None, same_type: bool = True, hang_timeout=None,  # a gang; any job's hang timeout
     time=None,  # a hard limit on each attempt's run time (Slurm's --time)
+    output="", notify="",  # its output file on the node, and who is told of its end (core/outputs.py)
 ) -> dict:
     """Every field of a request but its command and name, checked: the JobSpec fields they give."""
     est_s = _duration(est, "--est", lo=0.001)
@@ -249,6 +251,7 @@ def check_options(
         same_type=bool(same_type),
         hang_timeout_s=_duration(hang_timeout, "--hang-timeout", lo=1),
         time_limit_s=_duration(time, "--time", lo=1),
+        output=parse_output(output), notify=parse_notify(notify),
     )
     _gang(f, nodes, gpus_per_node, elastic=low is not None)
     _check_together(f, elastic=low is not None)
@@ -362,7 +365,8 @@ REQUEST_FIELDS = {"command": "command", "name": "name", "user": "user", "team": 
                   "share": "share", "min_gpus": "min_gpus", "preemptible": "preemptible",
                   "checkpoint_signal": "checkpoint_signal", "retries": "retries", "after": "after",
                   "after_any": "after_any", "scaling": "scaling", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
-                  "same_type": "same_type", "hang_timeout": "hang_timeout", "time": "time"}
+                  "same_type": "same_type", "hang_timeout": "hang_timeout", "time": "time", "output": "output",
+                  "notify": "notify"}
 
 
 def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> JobSpec:

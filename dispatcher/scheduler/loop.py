@@ -24,6 +24,7 @@ from ..clock import now_ms
 from ..config import Timing
 from .liveness import HeartbeatWatch, lost_jobs, requeue_lost
 from ..core.plan import Plan
+from ..notify import Notifier
 from ..auth.identity import seal_attempt
 from .policy_source import PolicySource
 from ..policy import place_arrivals, plan_cycle
@@ -93,6 +94,7 @@ class Scheduler:
         self.planner = RedisPlanner(client, ns, self.scripts, seal=None if verifier is None else (
             lambda job_id, epoch, node: seal_attempt(verifier.secret, job_id, epoch, node)))
         self.mirror = Mirror(client, ns)
+        self.notifier = Notifier(client, ns)  # --notify URLs of jobs that ended with no agent (dispatcher/notify.py)
         self.stats = CycleStats()
         self._published: tuple | None = None
         self._state = None  # (the last full cycle's policy state, when it ran) while quick cycles may use it
@@ -202,6 +204,7 @@ class Scheduler:
             quarantine(self.client, self.ns, read.stray, now)
             set_aside_all(self.client, self.ns, read.aside, now)
         self._fail_doomed(now)
+        self.notifier.drain()
         self.watch.observe({n.name: n.seen_ms for n in read.nodes})
         record_sample(self.client, self.ns, now, read, self.timing.node_timeout_s,  # the dashboard's history
                       idle_pct=config.idle_util_pct)

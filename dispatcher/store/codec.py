@@ -14,6 +14,7 @@ import msgpack
 from ..core.errors import InvalidRequestError, MalformedRecord
 from ..core.memo import remembered
 from ..core.model import MAX_SPEC_BYTES, PRIORITIES, SPEC_VERSION, GpuInfo, JobSpec
+from ..core.outputs import parse_notify, parse_output
 
 
 
@@ -28,7 +29,7 @@ _SHARED = (("user", "user"), ("team", "team"), ("cwd", "cwd"), ("env", "env"), (
            ("after_any", "after_any"), ("scaling", "scaling"), ("nodes", "nodes"), ("gpus_per_node", "gpn"),
            ("same_type", "same_type"), ("hang_timeout_s", "hang_s"), ("time_limit_s", "time_s"),
            ("interactive", "tty"), ("idle_timeout_s", "tty_idle_s"), ("array_of", "array"),
-           ("array_count", "arr_n"), ("array_limit", "arr_cap"))
+           ("array_count", "arr_n"), ("array_limit", "arr_cap"), ("output", "out"), ("notify", "notify"))
 _shared_values = operator.attrgetter(*(attr for attr, _ in _SHARED))
 #: One map of the version and every field (a map of 16 or more entries has a 3-byte header).
 def _header(own: int) -> bytes:
@@ -153,12 +154,23 @@ def _checked_shared(values: tuple) -> JobSpec:
         interactive=_interactive(_given(d["tty"], "")), idle_timeout_s=_seconds(_given(d["tty_idle_s"]), "tty_idle_s"),
         array_of=_array_of(_given(d["array"], "")), array_count=_count(_given(d["arr_n"], 0), "arr_n"),
         array_limit=_count(_given(d["arr_cap"], 0), "arr_cap"),  # (absent: no array)
+        output=_checked(parse_output, _given(d["out"], ""), "out"),  # (absent: from before --output, none)
+        notify=_checked(parse_notify, _given(d["notify"], ""), "notify"),
     )
 
 
 def _given(value, default=None):
     """An optional field's value (absent: the default)."""
     return default if value is _MISSING else value
+
+
+def _checked(parse, value, field: str) -> str:
+    """An optional text field checked as submit checks it (--output, --notify)."""
+    _check(type(value) is str, f"bad {field}")
+    try:
+        return parse(value)
+    except InvalidRequestError as e:
+        raise _Bad(f"bad {field} ({e})") from None
 
 
 def _opt_int(value):

@@ -70,6 +70,9 @@ FIELDS: tuple[Field, ...] = (
     Field("rendezvous", str, "rendezvous", "a gang's MASTER_ADDR:MASTER_PORT, chosen by rank 0's agent"),
     Field("progress_ms", int, "progress", "when a rank of the current attempt last reported progress"),
     Field("hold", str, "hold", "who held a pending job and when (\"alice 1700000000000\"; dispatch hold), \"\" if not"),
+    Field("notify", str, "submit", "\"url\" or \"cmd\": the job has a --notify of that kind (cancel.lua queues a URL's)"),
+    Field("notified", str, "the notifier (claim_notify)", "who told the job's end and when (\"node 1700000000000\"): once"),
+    Field("log_path", str, "agent, as an attempt starts", "its node-side log file, on its node (rank 0's)"),
 )
 NAMES = tuple(f.name for f in FIELDS)
 _KIND = {f.name: f.kind for f in FIELDS}
@@ -79,6 +82,7 @@ _OPTIONAL = {f.name for f in FIELDS if f.optional}
 SCHEDULER = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_ms", "checkpoint_ms",
              "last_preempted_ms", "plan_est_s", "gang", "ranks_ended", "hold")  # the mirror's (scripts.read_jobs; the spec too until cached)
 OUTCOME = ("state", "reason", "exit_code")  # a dependency's, a recent end's
+NOTIFY = ("spec", "state", "reason", "exit_code", "notified")  # a notifier's, of an ended job
 LAUNCH = ("spec", "epoch", "node", "gpus", "attempt", "cancel_ms", "state", "seal", "gang")  # the agent's, at launch
 RECOVERY = ("node", "epoch", "state", "started_ms", "spec", "assigned_ms", "gang")  # a restarted agent's
 PLACED = ("state", "node", "gpus")  # the index repair's
@@ -161,6 +165,16 @@ def set_reason(pipe, ns: str, job_id: str, reason: str | None) -> None:
 def set_failed(pipe, ns: str, job_id: str, reason: str, now_ms: int) -> None:
     """A record the scheduler cannot read, set aside as failed (its index entries are the caller's)."""
     pipe.hset(keys.job(ns, job_id), mapping={"state": FAILED, "reason": reason, "finished_ms": now_ms})
+
+
+def set_log_path(client, ns: str, job_id: str, path: str) -> None:
+    client.hset(keys.job(ns, job_id), "log_path", path)
+
+
+def claim_notify(client, ns: str, job_id: str, who: str) -> bool:
+    """Take the telling of the job's end (`who`: "<node or scheduler> <ms>"): True for the one caller that
+    gets it, so an end is told once, whoever sees it (a gang's ranks, the scheduler's queue)."""
+    return bool(client.hsetnx(keys.job(ns, job_id), "notified", who))
 
 
 def set_peak_memory(pipe, ns: str, job_id: str, gb: float) -> None:

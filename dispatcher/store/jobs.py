@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..core.arrays import NEW, first_ids
 from ..core.errors import DispatcherError, InvalidRequestError, JobNotFound, MalformedRecord
 from ..core.model import FINAL_STATES, JobSpec
+from ..core.outputs import is_url, output_path
 from ..core.predict import fingerprint
 from . import control, keys, scripts
 from .codec import encode_spec
@@ -20,8 +21,11 @@ from .job_record import gang_ranks, queue_record, read_fields, record_from_hash
 from .quarantine import tolerant, valid_name, wrong_type
 from .scripts import Outcome
 
-#: Per-job log stream cap (entries, each a chunk of output lines).
-LOG_MAXLEN = 10_000
+#: Per-job log stream cap, in bytes: at most LOG_MAXLEN entries (trimmed exactly, oldest first) of at most
+#: LOG_CHUNK bytes each, so a job's stream (each rank's) holds at most 64 MiB of its latest output; the whole
+#: of it is in the node-side log file and in its --output file (docs/outputs.md).
+LOG_MAXLEN = 1024
+LOG_CHUNK = 64 * 1024
 
 
 def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None) -> list[str]:
@@ -56,6 +60,8 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None)
                 spec = spec.filled(array_of=firsts[spec.array_of])
             stored = encode_spec(spec, job_id)
             fields = [b"spec", stored]
+            if spec.notify:  # cancel.lua queues a URL's end for the leading scheduler (dispatcher/notify.py)
+                fields += (b"notify", b"url" if is_url(spec.notify) else b"cmd")
             if extra:
                 fields += (x for kv in extra.items() for x in kv)
             if sealed is not None:
@@ -143,6 +149,11 @@ def record_view(rec) -> dict:
         "peak_gpu_mem_gb": rec.peak_gpu_mem_gb,
         "warning": rec.warning or None,  # its node agent's, while its GPUs idle (workers/idle.py)
         "idle_since_at": secs(rec.idle_since_ms),
+        # --output as written on its node (rank 0's), the agent's own log file there, and --notify
+        "output": output_path(spec, job_id, rec.node),
+        "log_file": rec.log_path or None,
+        "notify": spec.notify or None if spec else None,
+        "notified": rec.notified or None,
     }
 
 
@@ -288,7 +299,19 @@ def cancel_job(scripts, client, ns: str, job_id: str, now_ms: int, reason: str =
 
 
 def append_log(client, ns: str, job_id: str, chunk: bytes, *, pipe=None, rank: int = 0) -> None:
-    (pipe or client).xadd(keys.job_log(ns, job_id, rank), {b"d": chunk}, maxlen=LOG_MAXLEN, approximate=True)
+    """One entry per LOG_CHUNK bytes of `chunk` (usually one: the agent reads at most that much at a time)."""
+    key = keys.job_log(ns, job_id, rank)
+    for at in range(0, max(1, len(chunk)), LOG_CHUNK):
+        (pipe or client).xadd(key, {b"d": chunk[at:at + LOG_CHUNK]}, maxlen=LOG_MAXLEN, approximate=False)
+
+
+def log_trimmed(client, ns: str, job_id: str, rank: int = 0) -> bool:
+    """Whether the beginning of the job's log stream was trimmed away (more entries were added than it holds)."""
+    try:
+        info = client.xinfo_stream(keys.job_log(ns, job_id, rank))
+    except Exception:  # no stream yet (or one set aside): nothing trimmed that can be told
+        return False
+    return int(info.get("entries-added") or 0) > int(info.get("length") or 0)
 
 
 def read_log(client, ns: str, job_id: str, after: str = "-", *, block_ms: int | None = None, rank: int = 0):

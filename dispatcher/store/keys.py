@@ -13,7 +13,7 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |   preempt_mode, preempt_reason, preemptions, last_preempted_ms, gpu_s_lost, checkpoint_ms, |
 |   lost, pred_s, pred_conf, pred_runs, pred_src, pred_mem_gb, plan_est_s, peak_gpu_mem_gb,  |
 |   warning, idle_since_ms, gang, ranks_left, ranks_ended, gang_end, rendezvous, progress_ms |
-|   hold                                                                                      |
+|   hold, notify, notified, log_path                                                          |
 | <ns>:job:<id>:log          | stream | agent (XADD, MAXLEN ~)      | until purged                     |
 | <ns>:job:<id>:r<n>:log     | stream | agent of a gang's rank n>0  | until purged                     |
 | <ns>:job:<id>:attempts     | list   | finish.lua (RPUSH)          | one msgpack map per ended attempt|
@@ -34,6 +34,9 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:jobs:active           | zset   | scheduler, agent            | id -> assigned_ms while held     |
 | <ns>:jobs:changed          | set    | submit and every job script | ids whose record changed since   |
 |                            |        |                             | the leader last read them        |
+| <ns>:jobs:notify           | list   | cancel.lua (RPUSH)          | ended jobs no agent ran whose    |
+|                            |        |                             | --notify URL the leader POSTs to;|
+|                            |        |                             | LPOPed by it (dispatcher/notify) |
 | <ns>:node:<name>           | hash   | agent heartbeat             | info (msgpack), seen_ms, address |
 | <ns>:node:<name>:control   | stream | scheduler, CLI (XADD)       | commands to the agent; group     |
 |                            |        |                             | "agents", acked when carried out |
@@ -128,6 +131,11 @@ def jobs_active(ns: str) -> str:
 
 def jobs_changed(ns: str) -> str:
     return f"{ns}:jobs:changed"
+
+
+def jobs_notify(ns: str) -> str:
+    """Ended jobs whose --notify URL the leading scheduler is to POST to (dispatcher/notify.py)."""
+    return f"{ns}:jobs:notify"
 
 
 def nodes_changed(ns: str) -> str:

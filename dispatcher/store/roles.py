@@ -88,8 +88,9 @@ def _agent_writes(ns: str) -> list[str]:
               keys.scheduler_leader(ns), keys.history(ns, "*"), keys.user_history(ns, "*"), keys.node_control(ns, "*")]
     return [
         # heartbeats (store/nodes.py), GPU holders and job fields (finish, shrink, mark_running,
-        # checkpointed, idle_warning; the peak GPU memory, workers/usage.py)
-        _selector(("+hset", "+hdel", "+hincrby", "+hincrbyfloat"), [job, keys.node(ns, "*")]),
+        # checkpointed, idle_warning; the peak GPU memory, workers/usage.py; the log file's path and the
+        # claim of a --notify, job_record.claim_notify)
+        _selector(("+hset", "+hsetnx", "+hdel", "+hincrby", "+hincrbyfloat"), [job, keys.node(ns, "*")]),
         # a requeue (finish.lua: ZADD pending, ZREM active) and the heartbeat index
         _selector(("+zadd", "+zrem"), [keys.jobs_pending(ns), keys.jobs_active(ns), keys.nodes_heartbeat(ns)]),
         _selector(("+sadd",), [keys.jobs_changed(ns), keys.nodes_changed(ns)]),

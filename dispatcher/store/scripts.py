@@ -236,8 +236,8 @@ class Scripts:
         NO_JOB. `state`: what a pending job ends as ("failed": the scheduler failing a job whose
         dependency failed)."""
         ns = self.ns
-        return self._call("cancel", [keys.job(ns, job_id), keys.jobs_pending(ns), keys.jobs_changed(ns)],
-                          [job_id, now_ms, reason, state], client)
+        return self._call("cancel", [keys.job(ns, job_id), keys.jobs_pending(ns), keys.jobs_changed(ns),
+                                     keys.jobs_notify(ns)], [job_id, now_ms, reason, state], client)
 
     def hold(self, job_id, action, who, reason="", client=None):
         """Hold ("hold") or release ("release") a pending job: DONE, STALE (already so), NOT_PENDING or

@@ -153,3 +153,25 @@ def test_an_agent_that_is_not_root_runs_only_its_own_users_jobs(cli, client, rea
     got = ended(cli, theirs, "alice's job to be refused")
     assert got["state"] == "failed" and "agent runs as nobody and cannot run a job of alice" in got["reason"]
     assert cli.run("logs", theirs).stdout == ""
+
+
+def test_an_output_file_and_a_notify_command_are_their_users_and_a_file_not_theirs_is_not_written(
+        cli, lab, reachable_dir):
+    home = reachable_dir / "nobody-home"
+    home.mkdir()
+    os.chown(home, NOBODY.pw_uid, NOBODY.pw_gid)
+    env = as_user(cli, lab, "nobody")
+    job = submit(cli, env, "--cwd", str(home), "--output", "out/%u-%j.txt", "--notify", 'sh -c "id -un > told"',
+                 "--", "echo", "hi")
+    assert ended(cli, job, "the job with --output")["state"] == "succeeded"
+    out = home / "out" / f"nobody-{job}.txt"
+    assert out.read_text() == "hi\n"
+    assert out.stat().st_uid == out.parent.stat().st_uid == NOBODY.pw_uid
+    cli.wait_for(lambda: (home / "told").exists(), what="the --notify command")
+    assert (home / "told").read_text() == "nobody\n" and (home / "told").stat().st_uid == NOBODY.pw_uid
+    elsewhere = submit(cli, env, "--cwd", str(home), "--output", "/etc/dispatch-%j.txt", "--", "echo", "still")
+    assert ended(cli, elsewhere, "the job whose --output is not its user's")["state"] == "succeeded"
+    assert not Path(f"/etc/dispatch-{elsewhere}.txt").exists()
+    assert cli.run("logs", elsewhere).stdout.splitlines() == [
+        f"[dispatch: cannot write --output /etc/dispatch-{elsewhere}.txt on n1: a directory on the way is not the "
+        f"job user's; the output goes to `dispatch logs` only]", "still"]

@@ -1,0 +1,109 @@
+"""--output and --notify through real processes (a worker with --fake-gpus and a scheduler): the output
+file is written on the node as the job runs and `show` names it; an array writes one file per element;
+a --notify command runs once per job end (success, failure, cancel) and a URL is POSTed the end as JSON,
+also for a job cancelled while it was pending (told by the leading scheduler: no agent ran it)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+from dispatcher.store.jobs import LOG_MAXLEN, append_log, read_job
+
+
+def state_of(client, ns, job_id):
+    return read_job(client, ns, job_id)["state"]
+
+
+def start_cluster(cli, gpus="2xA100-40GB"):
+    cli.start("worker", "--node", "n1", "--fake-gpus", gpus, "--cpus", "8")
+    cli.start("scheduler")
+
+
+def test_output_goes_to_its_file_as_the_job_runs_and_show_names_the_file(cli, client, tmp_path):
+    start_cluster(cli)
+    job = cli.submit("--name", "train", "--output", "logs/%x-%j.out", "--cwd", str(tmp_path), "--",
+                     "sh", "-c", "echo step 1; echo oops >&2; sleep 60")
+    out = tmp_path / "logs" / f"train-{job}.out"
+    cli.wait_for(lambda: out.exists() and out.read_text() == "step 1\noops\n", what="the output file to fill")
+    assert state_of(client, cli.ns, job) == "running", "read while the job still runs"
+    shown = cli.show(job)
+    assert shown["output"] == str(out)
+    assert shown["log_file"].endswith(f"logs/{job}.log") and shown["node"] == "n1"
+    assert f"output: {out}" in cli.run("show", job).stdout
+    cli.run("cancel", job)
+    cli.wait_for(lambda: state_of(client, cli.ns, job) == "cancelled", what="the cancel")
+
+    for n in range(LOG_MAXLEN + 1):  # more entries than the stream keeps: its beginning is trimmed
+        append_log(client, cli.ns, job, b"x\n" if n else b"lost\n")
+    shown_logs = cli.run("logs", job)
+    assert "lost" not in shown_logs.stdout and shown_logs.stdout.count("x\n") == LOG_MAXLEN
+    assert shown_logs.stderr.strip() == f"[dispatch: earlier output trimmed; the whole of it is in {out} on n1]"
+
+
+def test_an_array_writes_one_output_file_per_element(cli, tmp_path):
+    start_cluster(cli)
+    array = cli.submit("--array", "0-2", "--output", "o/%A_%a.txt", "--cwd", str(tmp_path), "--",
+                       "sh", "-c", "echo element $DISPATCH_ARRAY_INDEX")
+    assert cli.run("wait", array, "--timeout", "60").returncode == 0
+    files = {p.name: p.read_text() for p in (tmp_path / "o").iterdir()}
+    assert files == {f"{array}_{i}.txt": f"element {i}\n" for i in range(3)}
+
+
+def test_a_notify_command_runs_once_for_a_success_a_failure_and_a_cancel(cli, client, tmp_path):
+    start_cluster(cli)
+    told = tmp_path / "told.txt"
+    notify = f'sh -c "echo $DISPATCH_JOB_ID $DISPATCH_JOB_STATE $DISPATCH_EXIT_CODE >> {told}"'
+    ok = cli.submit("--notify", notify, "--", "true")
+    bad = cli.submit("--notify", notify, "--", "sh", "-c", "exit 3")
+    long = cli.submit("--notify", notify, "--", "sleep", "60")
+    cli.wait_for(lambda: state_of(client, cli.ns, long) == "running", what="the long job to start")
+    cli.run("cancel", long)
+    cli.wait_for(lambda: told.exists() and len(told.read_text().splitlines()) >= 3, what="three notifications")
+    time.sleep(1.5)  # nothing more comes
+    lines = sorted(told.read_text().splitlines())
+    assert len(lines) == 3, lines
+    by_job = {line.split()[0]: line.split()[1:] for line in lines}
+    assert by_job[ok] == ["succeeded", "0"] and by_job[bad] == ["failed", "3"]
+    assert by_job[long][0] == "cancelled"
+    assert "[dispatch: --notify ran on n1: exit code 0]" in cli.run("logs", ok).stdout
+    assert cli.show(ok)["notified"].startswith("n1 ")
+
+
+class Hook(BaseHTTPRequestHandler):
+    got: list = []
+
+    def do_POST(self):
+        self.got.append((self.headers["Content-Type"], json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_notify_url_is_posted_the_end_as_json_also_for_a_job_cancelled_while_pending(cli, client):
+    Hook.got = []
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/hook"
+    try:
+        start_cluster(cli, gpus="1xA100-40GB")
+        done = cli.submit("--name", "fine", "--notify", url, "--", "sh", "-c", "exit 0")
+        waiting = cli.submit("--name", "never", "--gpus", "2", "--notify", url, "--",  # more than n1 has: it waits
+                             "true")
+        cli.wait_for(lambda: state_of(client, cli.ns, done) == "succeeded", what="the first job")
+        assert state_of(client, cli.ns, waiting) == "pending"
+        cli.run("cancel", waiting)
+        cli.wait_for(lambda: len(Hook.got) >= 2, what="two POSTs")
+        time.sleep(1.5)
+        bodies = {body["job_id"]: body for _, body in Hook.got}
+        assert len(Hook.got) == 2 and {kind for kind, _ in Hook.got} == {"application/json"}
+        assert bodies[done] == {"job_id": done, "state": "succeeded", "exit_code": 0, "reason": "", "name": "fine"}
+        assert bodies[waiting] == {"job_id": waiting, "state": "cancelled", "exit_code": None,
+                                   "reason": "cancelled by user", "name": "never"}
+        assert cli.show(waiting)["notified"].startswith("scheduler ")
+    finally:
+        server.shutdown()
