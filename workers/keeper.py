@@ -14,7 +14,10 @@ It reads the attempt records the agent keeps in its work dir. It talks to Redis 
 agent is late: an attempt that ended meanwhile, unreaped, has its exit status read from /proc and
 recorded (dispatcher/store/exits.py), and so has one whose outcome waits in the agent's outbox (it
 ended while Redis was away, then the agent stopped), so the scheduler records that outcome instead of
-rerunning a job that finished while its agent was stopped. When the agent dies (its stdin closes) the keeper kills the node's jobs and exits.
+rerunning a job that finished while its agent was stopped. Each such end is kept in the work dir
+first (<work dir>/exits/<job id>): if Redis is down too, the next agent of the node records it from
+there (workers/recovery.py). When the agent dies (its stdin closes) the keeper kills the node's jobs
+and exits.
 Each job it kills is marked in <work dir>/fenced/<job id> (its epoch), so the agent reports it as
 fenced rather than as killed from outside.
 
@@ -33,11 +36,13 @@ import threading
 import time
 from pathlib import Path
 
+from dispatcher.store.exits import exit_text, parse_exit
+
 from . import outbox, proctrack
 
 log = logging.getLogger("dispatch.keeper")
 
-PID_DIR, FENCED_DIR = "pids", "fenced"
+PID_DIR, FENCED_DIR, EXITS_DIR = "pids", "fenced", "exits"
 
 
 def read_attempts(work_dir: Path) -> list[proctrack.Attempt]:
@@ -61,6 +66,25 @@ def read_attempts(work_dir: Path) -> list[proctrack.Attempt]:
         if job_id and epoch.isdigit() and (job_id, int(epoch)) not in out:
             out[(job_id, int(epoch))] = proctrack.Attempt(job_id, int(epoch), 0, cg)
     return list(out.values())
+
+
+def keep_exit(work_dir: Path, job_id: str, epoch: int, code: int, at_ms: int) -> None:
+    """An end the keeper saw, kept in the work dir too (<work dir>/exits/<job id>): when Redis cannot
+    take it (the agent was killed while the server was down), the next agent of the node records it
+    from here (workers/recovery.py) rather than rerun a job that ended."""
+    folder = work_dir / EXITS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{job_id}.tmp"
+    tmp.write_text(exit_text(epoch, code, at_ms))
+    tmp.replace(folder / job_id)
+
+
+def kept_exit(work_dir: Path, job_id: str) -> tuple[int, int, int] | None:
+    """(epoch, code, ms) keep_exit kept for `job_id`, or None."""
+    try:
+        return parse_exit((work_dir / EXITS_DIR / job_id).read_text())
+    except OSError:
+        return None
 
 
 def fenced_epoch(work_dir: Path, job_id: str) -> int | None:
@@ -109,9 +133,10 @@ class ExitReports:
     def report(self, work_dir: Path) -> None:
         if not self.url:
             return
-        for job_id, epoch, code, at_ms in self.ended(work_dir):
-            if (job_id, epoch) in self.sent:
-                continue
+        ended = [e for e in self.ended(work_dir) if (e[0], e[1]) not in self.sent]
+        for job_id, epoch, code, at_ms in ended:  # on disk first: Redis may be down too
+            keep_exit(work_dir, job_id, epoch, code, at_ms)
+        for job_id, epoch, code, at_ms in ended:
             try:
                 if self.client is None:
                     from dispatcher.store.connect import connect

@@ -16,7 +16,7 @@ from dispatcher.store.scripts import Outcome, lost_attempt
 
 from . import proctrack
 from .gang import rank_of
-from .keeper import PID_DIR, read_attempts
+from .keeper import PID_DIR, kept_exit, read_attempts
 
 log = logging.getLogger("dispatch.agent")
 
@@ -77,8 +77,8 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
                                    else state == "assigned" and launch_lost
                                    and _settled(r["assigned_ms"], now, ASSIGNED_SETTLE_MS)):
             continue
-        ended = reported_outcome(read_exits(sup.client, sup.ns, [job_id]).get(job_id), epoch) \
-            if state == "running" else None
+        ended = reported_outcome(read_exits(sup.client, sup.ns, [job_id]).get(job_id)
+                                 or kept_exit(sup.work_dir, job_id), epoch) if state == "running" else None
         if ended is not None:  # it ended while the agent before this one was stopped; its keeper saw it
             if sup.scripts.finish(job_id, sup.node, epoch, ended[0], ended[1], ended[2], ended[3],
                                   rank=rank) == Outcome.DONE:

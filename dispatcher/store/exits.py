@@ -17,7 +17,7 @@ KEPT_S = 86400
 
 
 def write_exit(client, ns: str, job_id: str, epoch: int, code: int, at_ms: int) -> None:
-    client.set(keys.job_exit(ns, job_id), f"{epoch} {code} {at_ms}", ex=KEPT_S)
+    client.set(keys.job_exit(ns, job_id), exit_text(epoch, code, at_ms), ex=KEPT_S)
 
 
 def read_exits(client, ns: str, ids: list[str]) -> dict[str, tuple[int, int, int]]:
@@ -26,10 +26,23 @@ def read_exits(client, ns: str, ids: list[str]) -> dict[str, tuple[int, int, int
         return {}
     out = {}
     for job_id, raw in zip(ids, client.mget([keys.job_exit(ns, i) for i in ids])):
-        parts = text(raw).split()
-        if len(parts) == 3 and all(p.lstrip("-").isdigit() for p in parts):
-            out[job_id] = (int(parts[0]), int(parts[1]), int(parts[2]))
+        report = parse_exit(text(raw))
+        if report is not None:
+            out[job_id] = report
     return out
+
+
+def exit_text(epoch: int, code: int, at_ms: int) -> str:
+    """A report as it is kept: in Redis, and in the node's work dir (workers/keeper.py keep_exit)."""
+    return f"{epoch} {code} {at_ms}"
+
+
+def parse_exit(value: str) -> tuple[int, int, int] | None:
+    """(epoch, code, ms) of a kept report; None for anything else."""
+    parts = value.split()
+    if len(parts) == 3 and all(p.lstrip("-").isdigit() for p in parts):
+        return int(parts[0]), int(parts[1]), int(parts[2])
+    return None
 
 
 def reported_outcome(report: tuple[int, int, int] | None, epoch: int) -> tuple[str, int, int, str] | None:

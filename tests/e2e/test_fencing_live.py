@@ -154,6 +154,37 @@ def test_a_job_that_ends_while_redis_is_down_is_recorded_once_though_its_agent_i
     client.close()
 
 
+def test_a_job_that_ends_unreaped_while_redis_is_down_and_its_agent_is_killed_is_recorded_not_rerun(
+        cli, tmp_path, own_server):
+    """The chaos suite's double run: the agent is stopped (its job ends, unreaped), the server goes down,
+    the agent is killed. Its keeper sees the exit but cannot write it to Redis; it keeps it in the work
+    dir, and the next agent records the job as it ended."""
+    env = dict(FAST, DISPATCH_REDIS_URL=own_server.url, DISPATCH_NODE_TIMEOUT_S="30")
+    out = tmp_path / "runs"
+    out.mkdir()
+    work = tmp_path / "a"
+    agent = cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), **env)
+    cli.start("scheduler", **env)
+    client = connect(own_server.url)
+    job = cli.run("submit", "--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=8),
+                  **env).stdout.strip()
+    wait_running(cli, client, job)
+    client.close()
+    os.kill(agent.pid, signal.SIGSTOP)  # it reaps nothing now
+    own_server.proc.send_signal(signal.SIGKILL)
+    own_server.proc.wait()
+    cli.wait_for(lambda: any(r["ended"] for r in attempts(out, job)), timeout=30, what="the job to end")
+    cli.wait_for(lambda: (work / "exits" / job).exists(), timeout=40, what="the keeper to keep the exit on disk")
+    os.kill(agent.pid, signal.SIGKILL)
+    agent.wait(10)
+    own_server.start()
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), log_name="worker-again",
+              **env)
+    assert cli.run("wait", job, "--timeout", "60", **env).returncode == 0
+    runs = attempts(out, job)
+    assert len(runs) == 1 and runs[0]["ended"], f"the finished job ran again: {runs}"
+
+
 def test_agents_outlive_redis_killed_three_times_during_submits(cli, tmp_path, own_server):
     env = dict(FAST, DISPATCH_REDIS_URL=own_server.url)
     out = tmp_path / "runs"
