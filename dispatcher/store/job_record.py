@@ -126,9 +126,15 @@ JobRecord = make_dataclass(
 JobRecord.__module__ = __name__
 
 
+#: The fields record_from_hash parses, by their stored name.
+_PARSED = {n.encode(): n for n in NAMES if n != "spec"}
+
+
 def record_from_hash(job_id: str, raw: dict, key: str | None = None):
-    """The JobRecord of an HGETALL reply (bytes keys); `key` names the record in a malformed spec's error."""
-    values = {n: parse(n, raw.get(n.encode())) for n in NAMES if n != "spec"}
+    """The JobRecord of an HGETALL reply (bytes keys); `key` names the record in a malformed spec's error.
+    Only the fields present are parsed (a record holds about a third of them); the others take the
+    dataclass's defaults, which are what parse() gives an absent field."""
+    values = {_PARSED[k]: parse(_PARSED[k], v) for k, v in raw.items() if k in _PARSED}
     try:
         return JobRecord(job_id, decode_spec(raw.get(b"spec"), key=key or f"job {job_id}"), "", **values)
     except MalformedRecord as e:
