@@ -17,6 +17,7 @@ import logging
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 from dispatcher.auth.identity import seal_attempt
@@ -96,6 +97,8 @@ def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int 
     identity, cwd = _identity(sup, spec, env)
     log_path, progress = _private_files(sup, job_id, ckpt, identity)
     env["DISPATCH_PROGRESS_FILE"] = str(progress)
+    if record["attempt"]:  # a rerun: `dispatch logs` shows where one attempt's output ends and the next begins
+        _separate(sup, job_id, record["attempt"], rank)
     cgroup = proctrack.make_cgroup(proctrack.attempt_cgroup(sup.cgroups, job_id, epoch))
     proc, cgroup, term = _spawn(sup, job_id, epoch, spec, cwd, env, identity, cgroup)
     run = _register(sup, job_id, epoch, proc, spec, ckpt, gpu_list, cgroup)
@@ -106,6 +109,15 @@ def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int 
     log.info("job %s%s started on GPUs [%s], pid %d", job_id, "" if rank is None else f" rank {rank}", gpu_list,
              proc.pid)
     return "started"
+
+
+def _separate(sup, job_id: str, attempt: int, rank) -> None:
+    """A line in the job's log stream before a rerun's output (best effort: a failed write starts it anyway)."""
+    line = f"[dispatch: attempt {attempt} on {sup.node} at {time.strftime('%Y-%m-%d %H:%M:%S')}]\n"
+    try:
+        append_log(sup.client, sup.ns, job_id, line.encode(), rank=rank or 0)
+    except Exception as e:
+        log.warning("job %s: could not write its attempt separator (%s)", job_id, e)
 
 
 def _check_seal(sup, job_id: str, epoch: int, seal: str) -> None:

@@ -173,6 +173,7 @@ def test_a_restarted_agent_requeues_the_job_the_dead_one_left_and_runs_it_again(
     assert (shown["state"], shown["attempt"], shown["lost"]) == ("succeeded", 1, 1), shown
     assert [(a["node"], a["outcome"]) for a in shown["attempts"]] == [("a", "lost"), ("a", "succeeded")]
     assert not (work / "pids" / job).exists()
+    assert "[dispatch: attempt 1 on a at " in cli.run("logs", job).stdout, "a line between the attempts' output"
 
 
 def test_a_restarted_agent_kills_the_children_the_dead_ones_job_left(cli, client):
