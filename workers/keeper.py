@@ -69,9 +69,10 @@ def read_attempts(work_dir: Path) -> list[proctrack.Attempt]:
 
 
 def keep_exit(work_dir: Path, job_id: str, epoch: int, code: int, at_ms: int) -> None:
-    """An end the keeper saw, kept in the work dir too (<work dir>/exits/<job id>): when Redis cannot
-    take it (the agent was killed while the server was down), the next agent of the node records it
-    from here (workers/recovery.py) rather than rerun a job that ended."""
+    """An end kept in the work dir (<work dir>/exits/<job id>): by the keeper, of an attempt it saw end
+    unreaped (when Redis cannot take it: the agent was killed while the server was down), and by the
+    agent, of one it reaped, until its outcome is written or queued. The next agent of the node records
+    it from here (workers/recovery.py) rather than rerun a job that ended."""
     folder = work_dir / EXITS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{job_id}.tmp"
@@ -85,6 +86,13 @@ def kept_exit(work_dir: Path, job_id: str) -> tuple[int, int, int] | None:
         return parse_exit((work_dir / EXITS_DIR / job_id).read_text())
     except OSError:
         return None
+
+
+def forget_exit(work_dir: Path, job_id: str, epoch: int) -> None:
+    """The end kept for `job_id` at `epoch` is written (or queued in the outbox): drop it."""
+    kept = kept_exit(work_dir, job_id)
+    if kept is not None and kept[0] == epoch:
+        (work_dir / EXITS_DIR / job_id).unlink(missing_ok=True)
 
 
 def fenced_epoch(work_dir: Path, job_id: str) -> int | None:
