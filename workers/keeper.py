@@ -142,8 +142,9 @@ class ExitReports:
         if not self.url:
             return
         ended = [e for e in self.ended(work_dir) if (e[0], e[1]) not in self.sent]
-        for job_id, epoch, code, at_ms in ended:  # on disk first: Redis may be down too
-            keep_exit(work_dir, job_id, epoch, code, at_ms)
+        for job_id, epoch, code, at_ms in ended:  # on disk first (once): Redis may be down too
+            if (kept_exit(work_dir, job_id) or (None,))[0] != epoch:
+                keep_exit(work_dir, job_id, epoch, code, at_ms)
         for job_id, epoch, code, at_ms in ended:
             try:
                 if self.client is None:

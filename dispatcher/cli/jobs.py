@@ -223,21 +223,19 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
     job, with its own exit code (as `tsp -w`: 1 if it was cancelled or lost)."""
     from ..api import Client
     from ..core.units import parse_duration
-    from ..store.jobs import is_final
 
     timeout_s = None if timeout is None else parse_duration(timeout, flag="--timeout")
     sel = needs_some(selection(job_ids, users, states, names, teams), "wait for")
-    ids = [j["id"] for j in resolve(ctx.client, ctx.ns, sel, include_final=False)
-           if not (sel.filtered and not sel.ids and is_final(j["state"]))]
+    ids = [j["id"] for j in resolve(ctx.client, ctx.ns, sel, include_final=False)]  # (filters alone: the queue's)
     if not ids:
         click.echo("dispatch: no job matches", err=True)
     client = Client(ctx.url, ctx.ns)
     try:
-        client.wait(ids, timeout_s=timeout_s)
+        ended = client.wait(ids, timeout_s=timeout_s)
     except TimeoutError as e:
         click.echo(f"dispatch: {e}", err=True)
         sys.exit(errors.EXIT_TIMEOUT)
-    failed = [j for j in (client.show(i) for i in ids) if j["state"] != "succeeded"]
+    failed = [client.show(i) for i in ids if ended[i] != "succeeded"]  # (their codes and reasons)
     for j in failed:
         code = f" (exit {j['exit_code']})" if j["exit_code"] not in (None, 0) else ""
         click.echo(f"{j['id']}: {j['state']}{code}" + (f": {j['reason']}" if j["reason"] else ""), err=True)

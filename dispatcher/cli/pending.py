@@ -13,13 +13,18 @@ from ..core.model import JobSpec
 from .select import act_each, filter_options, needs_some, resolve, selection
 
 
+def _pending(ctx, verb: str, job_ids, users, states, names, teams) -> list[dict]:
+    """The jobs a command on pending jobs means: those named (each checked by the store), or the
+    pending ones the filters pick."""
+    sel = needs_some(selection(job_ids, users, states, names, teams), verb)
+    jobs = resolve(ctx.client, ctx.ns, sel, include_final=False)
+    return jobs if sel.ids else [j for j in jobs if j["state"] == "pending"]
+
+
 def _act(ctx, action: str, job_ids, users, states, names, teams) -> None:
     from ..store.pending import hold_job
 
-    sel = needs_some(selection(job_ids, users, states, names, teams), action)
-    jobs = resolve(ctx.client, ctx.ns, sel, include_final=False)
-    if sel.filtered and not sel.ids:
-        jobs = [j for j in jobs if j["state"] == "pending"]
+    jobs = _pending(ctx, action, job_ids, users, states, names, teams)
     act_each(ctx, action, jobs,
              lambda job_id: hold_job(ctx.scripts, ctx.client, ctx.ns, job_id, action, current_user(), now_ms()))
 
@@ -58,8 +63,5 @@ def update(ctx, job_ids, priority, est, time, users, states, names, teams):
 
     changes = {k: v for k, v in (("priority", priority), ("est", est), ("time", time)) if v is not None}
     amended(JobSpec(id="", command=("true",)), changes)  # a bad value is refused before anything is read
-    sel = needs_some(selection(job_ids, users, states, names, teams), "update")
-    jobs = resolve(ctx.client, ctx.ns, sel, include_final=False)
-    if sel.filtered and not sel.ids:
-        jobs = [j for j in jobs if j["state"] == "pending"]
+    jobs = _pending(ctx, "update", job_ids, users, states, names, teams)
     act_each(ctx, "update", jobs, lambda job_id: update_job(ctx.client, ctx.ns, job_id, changes), changes=changes)

@@ -79,11 +79,6 @@ def element_name(text: str) -> tuple[str, int] | None:
     return None
 
 
-def label(spec: JobSpec) -> str:
-    """How a job is named in lists: '12_5' for an element of array 12, else its id."""
-    return f"{spec.array_of}_{spec.array_index}" if spec.array_of and spec.array_index is not None else spec.id
-
-
 def request_jobs(request, build, token: str) -> list[JobSpec]:
     """The jobs of one submit request: `build(request)` (core/spec.spec_from_request), or, for a request
     with "array", its elements. `token`: unique among the arrays of one submit (the request's number)."""
