@@ -19,14 +19,14 @@ def most_at_once(lines: list[str]) -> int:
 
 def test_an_array_of_20_capped_at_4_runs_each_index_once_and_never_more_than_4(cli, tmp_path):
     out = tmp_path / "runs.txt"
-    cli.start("worker", "--node", "a", "--fake-gpus", "8xA100-40GB", "--cpus", "16")
-    cli.start("scheduler")
     script = (f'echo index $DISPATCH_ARRAY_INDEX of $DISPATCH_ARRAY_COUNT; echo start $DISPATCH_ARRAY_INDEX $(date +%s.%N) >> {out}; sleep 0.4; '
               f'echo end $DISPATCH_ARRAY_INDEX $(date +%s.%N) >> {out}')
     array = cli.submit("--array", "0-19%4", "--gpus", "1", "--name", "sweep", "--", "sh", "-c", script)
     assert array.isdigit() and "\n" not in array, "one id for the whole array"
-    queued = cli.run("queue").stdout
-    assert f"{array}_[0-19%4]" in queued and " pending" in queued and len(queued.splitlines()) == 2, queued
+    queued = cli.run("queue").stdout  # before any node runs it: the whole array pending, one line
+    assert f"{array}_[0-19%4]" in queued and "20 pending" in queued and len(queued.splitlines()) == 2, queued
+    cli.start("worker", "--node", "a", "--fake-gpus", "8xA100-40GB", "--cpus", "16")
+    cli.start("scheduler")
     assert cli.run("wait", array, "--timeout", "90").returncode == 0
     lines = out.read_text().splitlines()
     starts = sorted(int(line.split()[1]) for line in lines if line.startswith("start"))

@@ -124,7 +124,9 @@ def test_a_clock_that_cannot_fence_in_time_is_refused_in_one_line(cli):
     assert p.stderr.strip().count("\n") == 0 and "DISPATCH_NODE_TIMEOUT_S" in p.stderr, p.stderr
 
 
-def test_a_job_that_ends_while_redis_is_down_is_recorded_once_though_its_agent_is_killed(cli, tmp_path, own_server):
+def ticking_job_on_own_server(cli, tmp_path, own_server, ticks: int):
+    """An agent (node a) and a scheduler on the test's own server, which the test may kill, and a job
+    writing its attempts to $OUT, running. Returns env, out, work dir, agent and job."""
     env = dict(FAST, DISPATCH_REDIS_URL=own_server.url, DISPATCH_NODE_TIMEOUT_S="30")
     out = tmp_path / "runs"
     out.mkdir()
@@ -132,20 +134,29 @@ def test_a_job_that_ends_while_redis_is_down_is_recorded_once_though_its_agent_i
     agent = cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), **env)
     cli.start("scheduler", **env)
     client = connect(own_server.url)
-    job = cli.run("submit", "--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=10),
+    job = cli.run("submit", "--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=ticks),
                   **env).stdout.strip()
     wait_running(cli, client, job)
     client.close()
+    return env, out, work, agent, job
 
+
+def server_and_next_agent_back(cli, own_server, env, work) -> None:
+    """The server restarted on its files, and a new agent of node a on the same work dir."""
+    own_server.start()
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), log_name="worker-again",
+              **env)
+
+
+def test_a_job_that_ends_while_redis_is_down_is_recorded_once_though_its_agent_is_killed(cli, tmp_path, own_server):
+    env, out, work, agent, job = ticking_job_on_own_server(cli, tmp_path, own_server, ticks=10)
     own_server.proc.send_signal(signal.SIGKILL)  # Redis away ...
     own_server.proc.wait()
     cli.wait_for(lambda: any(r["ended"] for r in attempts(out, job)), timeout=30, what="the job to end")
     time.sleep(1.0)
     os.kill(agent.pid, signal.SIGKILL)  # ... and then the agent holding its outcome dies
     agent.wait(10)
-    own_server.start()
-    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), log_name="worker-again",
-              **env)
+    server_and_next_agent_back(cli, own_server, env, work)
     assert cli.run("wait", job, "--timeout", "60", **env).returncode == 0
     runs = attempts(out, job)
     assert len(runs) == 1 and runs[0]["ended"], f"the finished job ran again: {runs}"
@@ -159,17 +170,7 @@ def test_a_job_that_ends_unreaped_while_redis_is_down_and_its_agent_is_killed_is
     """The chaos suite's double run: the agent is stopped (its job ends, unreaped), the server goes down,
     the agent is killed. Its keeper sees the exit but cannot write it to Redis; it keeps it in the work
     dir, and the next agent records the job as it ended."""
-    env = dict(FAST, DISPATCH_REDIS_URL=own_server.url, DISPATCH_NODE_TIMEOUT_S="30")
-    out = tmp_path / "runs"
-    out.mkdir()
-    work = tmp_path / "a"
-    agent = cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), **env)
-    cli.start("scheduler", **env)
-    client = connect(own_server.url)
-    job = cli.run("submit", "--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=8),
-                  **env).stdout.strip()
-    wait_running(cli, client, job)
-    client.close()
+    env, out, work, agent, job = ticking_job_on_own_server(cli, tmp_path, own_server, ticks=8)
     os.kill(agent.pid, signal.SIGSTOP)  # it reaps nothing now
     own_server.proc.send_signal(signal.SIGKILL)
     own_server.proc.wait()
@@ -177,9 +178,7 @@ def test_a_job_that_ends_unreaped_while_redis_is_down_and_its_agent_is_killed_is
     cli.wait_for(lambda: (work / "exits" / job).exists(), timeout=40, what="the keeper to keep the exit on disk")
     os.kill(agent.pid, signal.SIGKILL)
     agent.wait(10)
-    own_server.start()
-    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), log_name="worker-again",
-              **env)
+    server_and_next_agent_back(cli, own_server, env, work)
     assert cli.run("wait", job, "--timeout", "60", **env).returncode == 0
     runs = attempts(out, job)
     assert len(runs) == 1 and runs[0]["ended"], f"the finished job ran again: {runs}"
