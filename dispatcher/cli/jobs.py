@@ -33,7 +33,7 @@ from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_opt
 def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as_json):
     """Pending and running jobs, oldest first (-u, --state, --name, --team to filter)."""
     from ..store import keys
-    from ..store.connect import text
+    from ..store import stats as published
     from ..store.quarantine import report, tolerant
 
     sel = selection(job_ids, users, states, names, teams)
@@ -50,8 +50,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
         return
     now = time.time()
     rows = []
-    rest = text(tolerant(lambda: ctx.client.hget(keys.scheduler_stats(ctx.ns), "rest_reason"),
-                         None))  # why the jobs the last cycle did not reach wait
+    rest = published.read(ctx.client, ctx.ns)["rest_reason"] or ""  # why the jobs the last cycle did not reach wait
     shown = [(f"{j['array_of']}_{j['array_index']}" if j["array_of"] else j["id"], j, [j]) for j in jobs] \
         if expand else folded(jobs)
     for label, j, group in shown:
@@ -246,13 +245,18 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
 
 @click.command()
 @click.argument("job_id")
+@click.option("--fresh", is_flag=True, help="Run the policy now on the whole queue (a what-if; slow on a long "
+              "queue) instead of showing what the scheduler decided at its last cycle.")
+@click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=click.FloatRange(0.1, 3600),
+              help="With --fresh: give up after this many seconds.")
 @json_flag
 @common
-def why(ctx, job_id, as_json):
+def why(ctx, job_id, fresh, timeout_s, as_json):
     """Why a job waits: its score terms, its rank, what blocks it, and the decisions about it."""
-    from ..views.explain import explain
+    from ..views.explain import decision_words, recorded, what_if
 
-    out = explain(ctx.client, ctx.ns, one_job(ctx.client, ctx.ns, job_id))
+    job_id = one_job(ctx.client, ctx.ns, job_id)
+    out = what_if(ctx.client, ctx.ns, job_id, timeout_s) if fresh else recorded(ctx.client, ctx.ns, job_id)
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
@@ -285,8 +289,13 @@ def why(ctx, job_id, as_json):
 
         click.echo(f"  forecast: {describe(out['forecast'], with_job=False)}")
     for d in out["decisions"]:
-        when = time.strftime("%H:%M:%S", time.localtime(d["time"]))
-        click.echo(f"  decision {when}: started on {d['node']} GPUs {d['gpus']}, score {d['score']:.1f}: {d['why']}")
+        click.echo(f"  decision {time.strftime('%H:%M:%S', time.localtime(d['time']))}: {decision_words(d, job['id'])}")
+    if out.get("as_of"):
+        a = out["as_of"]
+        click.echo("  as of the scheduler's last cycle, " + (
+            f"{time.strftime('%H:%M:%S', time.localtime(a['at']))} ({age(a['age_s'])} ago)" if a["at"] else "none yet")
+            + ("; STALE: is the scheduler running? (dispatch top)" if a["stale"] else "")
+            + "; --fresh runs the policy now")
 
 
 @click.command()

@@ -29,6 +29,7 @@ from ..auth.identity import seal_attempt
 from .policy_source import PolicySource
 from ..policy import place_arrivals, plan_cycle
 from ..store import keys
+from ..store import stats as published
 from ..store.decisions import write_decisions
 from ..store.policies import write_policy
 from ..store.exits import read_exits
@@ -55,16 +56,15 @@ class CycleStats:
     requeued_lost: int = 0
     last_cycle_ms: float = 0.0
 
-    def publish(self, client, ns: str, now_ms: int, holder: str, pending: int, running: int,
-                rest_reason: str | None = None) -> None:
-        """The leader's figures for `dispatch top`, the dashboard and /metrics (keys.scheduler_stats), and
-        after a full cycle why the jobs it did not reach wait (they carry no reason of their own)."""
+    def publish(self, client, ns: str, now_ms: int, holder: str, pending: int, running: int, *,
+                profile: str, live_nodes: int, plan: Plan | None = None) -> None:
+        """The leader's figures for `dispatch why`, `top`, the dashboard and /metrics (store/stats.py); after
+        a full cycle (`plan`) why the jobs it did not reach wait, and the reservations it made."""
         fields = {"cycles": self.cycles, "placed": self.placed, "preempted": self.preempted,
                   "requeued_lost": self.requeued_lost, "cycle_ms": round(self.last_cycle_ms, 3), "at_ms": now_ms,
-                  "holder": holder, "pending": pending, "running": running}
-        if rest_reason is not None:
-            fields["rest_reason"] = rest_reason
-        client.hset(keys.scheduler_stats(ns), mapping=fields)
+                  "holder": holder, "pending": pending, "running": running, "profile": profile,
+                  "live_nodes": live_nodes, "rest_reason": plan.rest_reason if plan is not None else None}
+        published.publish(client, ns, fields, plan.reservations if plan is not None else None)
 
 
 def _kinds(message) -> set:
@@ -96,6 +96,7 @@ class Scheduler:
         self.mirror = Mirror(client, ns)
         self.notifier = Notifier(client, ns)  # --notify URLs of jobs that ended with no agent (dispatcher/notify.py)
         self.stats = CycleStats()
+        self._live_nodes = 0
         self._published: tuple | None = None
         self._state = None  # (the last full cycle's policy state, when it ran) while quick cycles may use it
         self._token = 0  # the fencing token this scheduler leads with (0: standing by)
@@ -199,6 +200,7 @@ class Scheduler:
         state = None  # the last cycle's state holds the backlog it saw: not alive through a re-read
         read = self.mirror.sync(now, self.timing.node_timeout_s, config,  # a sample needs fresh utilization
                                 all_nodes=sample_due(self.client, self.ns, now))
+        self._live_nodes = len(read.snapshot.nodes)  # published with the cycle's figures
         self.planner.quarantine(read.bad_jobs, now)
         if read.stray or read.aside:  # bad index entries, keys of the wrong type (store/quarantine.py)
             quarantine(self.client, self.ns, read.stray, now)
@@ -234,7 +236,7 @@ class Scheduler:
                 full: bool) -> None:
         """Commit `plan`, log and record what took; keep `state` for the next quick cycle if all of it took."""
         taken, preempted = self.planner.commit(plan, epochs, now, config.keep_wait_on_requeue, fence=self.lease.fence,
-                                               held=self.mirror.held_why, waiting=self.mirror.backlog)
+                                               held=self.mirror.held_why, waiting=self.mirror.backlog, full=full)
         if self.planner.held_gpus:  # a GPU the job records call free is held: by a job that holds it?
             free_stale_gpus(self.client, self.ns, self.planner.held_gpus, now)
         ok = dict(taken)
@@ -256,7 +258,7 @@ class Scheduler:
         pipe = self.client.pipeline(transaction=False)
         write_decisions(pipe, self.ns, started, now, profile, preempted)
         self.stats.publish(pipe, self.ns, now, self.lease.holder, len(self.mirror.backlog), len(self.mirror.running),
-                           plan.rest_reason if full else None)
+                           profile=profile, live_nodes=self._live_nodes, plan=plan if full else None)
         # once a tick, in this same round trip: is every key read whole of its type? (a pending index of
         # the wrong type is met by no read while nothing changes, and submits fail on it meanwhile); and
         # every NODE_TYPES_S the nodes' keys (a control stream of the wrong type stalls its agent)

@@ -33,7 +33,7 @@ class RedisPlanner:
         self.client, self.ns, self.scripts, self.seal = client, ns, scripts, seal
         self._queue_cls, self._serializer = Queue, JSONSerializer
         self._queues: dict = {}
-        self._reasons: dict[str, str] = {}
+        self._reasons: dict[str, tuple] = {}  # job id -> what was written of its verdict
         self.held_gpus: list = []  # placements refused because a GPU was held (GPU_HELD)
         self.failed: Exception | None = None  # the first error a command of the last commit met
 
@@ -46,7 +46,7 @@ class RedisPlanner:
 
     def commit(self, plan: Plan, epochs: dict[str, int], now_ms: int, keep_wait: bool = True,
                fence: str = "", held: dict[str, str] | None = None,
-               waiting=()) -> tuple[list[tuple[str, int]], list[Preemption]]:
+               waiting=(), full: bool = True) -> tuple[list[tuple[str, int]], list[Preemption]]:
         """Returns (job id, new epoch) for placements that took, and the preemptions that took.
 
         Each preemption marks the victim `preempting` and queues its command on its node's control
@@ -54,7 +54,8 @@ class RedisPlanner:
         plan saw; an agent ignores a command whose epoch is stale. A stream of the wrong type fails
         that preemption whole (in `failed`; the scheduler sets the stream aside and replans).
         `held`: jobs waiting for their dependencies, with what they wait for (written as reasons);
-        `waiting`: the pending jobs the policy saw (a job that left them keeps the reason it ended with).
+        `waiting`: the pending jobs the policy saw (a job that left them keeps the reason it ended with);
+        `full`: the plan judged the whole queue (a quick cycle's judges only its arrivals).
         `fence` is the leader's lease value: once another scheduler leads, both scripts refuse (NOT_LEADER).
         """
         pipe = self.client.pipeline(transaction=True)
@@ -73,7 +74,7 @@ class RedisPlanner:
                                               client=pipe)
             for node in (p.node, *(node for node, _ in p.extra)):
                 by_node.setdefault(node, []).append(self._launch(p.job_id, epoch + 1, node))
-        self._write_reasons(pipe, plan, held or {}, waiting)
+        self._write_reasons(pipe, plan, held or {}, waiting, now_ms, full)
         for node, datas in by_node.items():
             self._queue(node).enqueue_many(datas, pipeline=pipe)
         if plan.placements or plan.preemptions:
@@ -109,15 +110,23 @@ class RedisPlanner:
                          Outcome.name_of(code))
         return done
 
-    def _write_reasons(self, pipe, plan: Plan, held: dict[str, str], waiting) -> None:
-        """Each judged job's reason, when it changed; a job the cycle did not reach (plan.rest) loses
-        the reason an earlier cycle gave it (`dispatch why` works its reason out; the queue shows the
-        scheduler's rest reason). Costs what changed, not what waits."""
-        judged = {**held, **{v.job_id: v.reason for v in plan.verdicts}}
-        for job_id, reason in judged.items():
-            if self._reasons.get(job_id) != reason:
-                self._reasons[job_id] = reason
-                job_record.set_reason(pipe, self.ns, job_id, reason)
+    def _write_reasons(self, pipe, plan: Plan, held: dict[str, str], waiting, now_ms: int, full: bool) -> None:
+        """Each judged job's reason and the numbers behind it (its verdict: code, score, rank), when they
+        changed; after a full cycle, a job it did not reach (plan.rest) loses the reason an earlier cycle
+        gave it (`dispatch why` then shows the scheduler's rest reason). Costs what changed, not what
+        waits."""
+        judged = {job_id: (why, None) for job_id, why in held.items()}
+        judged.update((v.job_id, (v.reason, v)) for v in plan.verdicts)
+        for job_id, (reason, v) in judged.items():
+            said = (reason, v.code.value, round(v.score, 1), v.rank) if v is not None else (reason, "held")
+            if self._reasons.get(job_id) != said:
+                self._reasons[job_id] = said
+                verdict = {"code": said[1], "at_ms": now_ms} if v is None else {
+                    "code": said[1], "score": said[2], "rank": v.rank, "at_ms": now_ms,
+                    "terms": {k: round(t, 2) for k, t in v.terms.items()}}
+                job_record.set_reason(pipe, self.ns, job_id, reason, verdict)
+        if not full:
+            return
         for job_id in [j for j in self._reasons if j not in judged]:
             del self._reasons[job_id]
             if job_id in waiting:  # still waiting, now among the jobs the cycle did not reach

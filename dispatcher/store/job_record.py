@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, make_dataclass
 from dataclasses import field as dataclass_field
 
+import msgpack
+
 from ..core.errors import MalformedRecord
 from ..core.model import FAILED
 from . import keys
@@ -43,6 +45,8 @@ FIELDS: tuple[Field, ...] = (
     Field("finished_ms", int, "finish, cancel", "when it ended"),
     Field("exit_code", int, "finish", "its last exit code", optional=True),
     Field("reason", str, "scheduler (why it waits), finish, cancel", "why it waits or how it ended"),
+    Field("verdict", bytes, "scheduler (with reason)", "the numbers behind the scheduler's reason (msgpack: reason, "
+          "code, score, rank, terms, at_ms); stale once reason changes"),
     Field("pid", int, "mark_running", "the current attempt's main process on its node"),
     Field("cancel_ms", int, "cancel", "when a cancel of a held job was asked"),
     Field("preempting_ms", int, "preempt", "when it was told to stop for another job"),
@@ -160,12 +164,38 @@ def read_fields(client, ns: str, job_id: str, selection: tuple[str, ...]) -> dic
     return values(selection, client.hmget(keys.job(ns, job_id), *selection))
 
 
-def set_reason(pipe, ns: str, job_id: str, reason: str | None) -> None:
-    """The scheduler's word on why a pending job waits (None: it has none now)."""
+def set_reason(pipe, ns: str, job_id: str, reason: str | None, verdict: dict | None = None) -> None:
+    """The scheduler's word on why a pending job waits (None: it has none now), with the numbers behind
+    it (`verdict`: code, score, rank, terms, at_ms) for `dispatch why` to show without a policy run."""
     if reason is None:
-        pipe.hdel(keys.job(ns, job_id), "reason")
-    else:
-        pipe.hset(keys.job(ns, job_id), "reason", reason)
+        pipe.hdel(keys.job(ns, job_id), "reason", "verdict")
+        return
+    fields = {"reason": reason}
+    if verdict is not None:
+        fields["verdict"] = msgpack.packb({**verdict, "reason": reason}, use_bin_type=True)
+    pipe.hset(keys.job(ns, job_id), mapping=fields)
+    if verdict is None:
+        pipe.hdel(keys.job(ns, job_id), "verdict")
+
+
+def verdict_of(rec) -> dict | None:
+    """The scheduler's recorded verdict on a record, if it still explains the record's reason (a commit,
+    an end or a hold rewrites the reason and leaves an old verdict behind); None otherwise."""
+    if not rec.verdict or not rec.reason:
+        return None
+    try:
+        v = msgpack.unpackb(rec.verdict, raw=False)
+    except Exception:
+        return None
+    if not isinstance(v, dict) or v.get("reason") != rec.reason or not isinstance(v.get("code"), str):
+        return None
+    num = (int, float)
+    return {"code": v["code"], "reason": rec.reason,
+            "score": float(v["score"]) if isinstance(v.get("score"), num) else 0.0,
+            "rank": int(v["rank"]) if isinstance(v.get("rank"), int) else None,
+            "terms": {k: float(t) for k, t in v.get("terms", {}).items() if isinstance(k, str) and isinstance(t, num)}
+            if isinstance(v.get("terms"), dict) else {},
+            "at_ms": int(v["at_ms"]) if isinstance(v.get("at_ms"), int) else 0}
 
 
 def set_failed(pipe, ns: str, job_id: str, reason: str, now_ms: int) -> None:

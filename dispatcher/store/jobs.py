@@ -17,7 +17,7 @@ from .codec import encode_spec
 from .connect import text
 from .dependencies import check_dependencies
 from .history import Predictor, plan_estimate
-from .job_record import gang_ranks, queue_record, read_fields, record_from_hash
+from .job_record import gang_ranks, queue_record, read_fields, record_from_hash, verdict_of
 from .quarantine import tolerant, valid_name, wrong_type
 from .scripts import Outcome
 
@@ -132,6 +132,7 @@ def record_view(rec) -> dict:
         "exit_code": rec.exit_code,
         "hold": rec.hold or None,  # who held it, and when (ms): dispatch hold
         "reason": rec.reason or rec.spec_error,
+        "verdict": verdict_of(rec),  # the scheduler's numbers behind its reason, while they still hold
         "cancel_requested": bool(rec.cancel_ms),
         "min_gpus": spec.min_gpus if spec else None,
         "preemptions": rec.preemptions,

@@ -9,7 +9,7 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:job:<id>              | hash   | submit, scheduler, agent    | until purged                     |
 |   fields (their types and writers: store/job_record.py FIELDS, checked against this list):  |
 |   spec, seal, state, node, gpus, attempt, epoch, submit_ms, assigned_ms, started_ms,       |
-|   finished_ms, exit_code, reason, pid, cancel_ms, preempting_ms, preempted_by,             |
+|   finished_ms, exit_code, reason, verdict, pid, cancel_ms, preempting_ms, preempted_by,             |
 |   preempt_mode, preempt_reason, preemptions, last_preempted_ms, gpu_s_lost, checkpoint_ms, |
 |   lost, pred_s, pred_conf, pred_runs, pred_src, pred_mem_gb, plan_est_s, peak_gpu_mem_gb,  |
 |   warning, idle_since_ms, gang, ranks_left, ranks_ended, gang_end, rendezvous, progress_ms |
@@ -61,8 +61,9 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:scheduler:leader      | string | leading scheduler (lease)   | "<token> <holder>", TTL lease_s  |
 | <ns>:scheduler:token       | string | lease.lua (INCR)            | fencing tokens, forever          |
 | <ns>:scheduler:stats       | hash   | leading scheduler, each cycle| cycles, placed, preempted,       |
-|                            |        |                             | requeued_lost, cycle_ms, at_ms,  |
-|                            |        |                             | holder, pending, running         |
+|                            | (store/stats.py)            | requeued_lost, cycle_ms, at_ms,  |
+|                            |        |                             | holder, pending, running,        |
+|                            |        |                             | rest_reason, reservations, ...   |
 | <ns>:samples               | stream | leading scheduler           | cluster figures every 15 s for   |
 |                            |        | (store/samples.py)          | the dashboard's charts and       |
 |                            |        |                             | alerts; MAXLEN ~ 12 h of them    |

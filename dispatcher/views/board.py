@@ -20,6 +20,7 @@ from ..scheduler.policy_source import policy_in_force
 from ..core.model import FINAL_STATES, PRIORITIES
 from ..policy.score import dominant_share
 from ..store import job_record, keys, scripts
+from ..store import stats as published
 from ..store.connect import text
 from ..store.decisions import read_decisions
 from ..store.jobs import read_jobs
@@ -31,6 +32,8 @@ from ..store.snapshot import SpecCache, read_snapshot
 OUTCOMES_WINDOW = 1000
 #: The most job records looked at, newest first, to find them.
 OUTCOMES_SCAN = 20_000
+#: The longest a job page's what-if run (?fresh=1) may take.
+WHAT_IF_S = 20.0
 #: Lines of a job's output its page shows.
 LOG_TAIL_LINES = 200
 
@@ -86,8 +89,7 @@ class Board:
             job_record.queue_fields(pipe, self.ns, r.spec.id, job_record.IDLE)
         warnings = [job_record.values(job_record.IDLE, w if isinstance(w, list) else [None, None])
                     for w in pipe.execute(raise_on_error=False)]
-        stats = {text(k): text(v) for k, v in tolerant(lambda: self.client.hgetall(keys.scheduler_stats(self.ns)),
-                                                       {}).items()}
+        stats = published.read(self.client, self.ns)
         rest = stats.get("rest_reason") or "no reason recorded yet"  # jobs the last full cycle did not reach
         reasons = {p.spec.id: ("" if isinstance(r, Exception) else text(r)) or rest
                    for p, r in zip(read.snapshot.pending, written)}
@@ -156,10 +158,7 @@ class Board:
     @staticmethod
     def _scheduler(stats: dict, now: int) -> dict:
         def num(k, kind=int):
-            try:
-                return kind(stats.get(k) or 0)
-            except ValueError:
-                return kind(0)
+            return kind(stats.get(k) or 0)
 
         at = num("at_ms")
         return {"holder": stats.get("holder", ""), "cycles": num("cycles"), "placed": num("placed"),
@@ -267,12 +266,14 @@ class Board:
         samples = read_samples(self.client, self.ns, int(now_ms() - hours * 3600 * 1000))
         return [{k: v for k, v in s.items() if k != "idle"} for s in samples]
 
-    def job(self, job_id: str) -> dict:
+    def job(self, job_id: str, fresh: bool = False) -> dict:
         """A job's page: `dispatch why` (its record, attempts, score and blocking reason, the
-        decisions about it), a timeline, and the tail of its output. JobNotFound for a bad id."""
-        from .explain import explain
+        decisions about it: as the scheduler recorded them, or with `fresh` a what-if run, kept until
+        the scheduler's next cycle), a timeline, and the tail of its output. JobNotFound for a bad id."""
+        from .explain import decision_words, recorded, what_if
 
-        out = explain(self.client, self.ns, job_id, self.timing)
+        out = what_if(self.client, self.ns, job_id, WHAT_IF_S, self.timing) if fresh else \
+            recorded(self.client, self.ns, job_id, self.timing)
         job = out["job"]
         events = [(job[k], what) for k, what in (("submitted_at", "submitted"), ("assigned_at", "assigned"),
                                                   ("started_at", "started"), ("checkpoint_at", "checkpoint"),
@@ -283,8 +284,8 @@ class Board:
                 events.append((a["ended_at"], f"attempt {a['attempt']} {a['outcome']} on {a['node'] or '-'}"
                                               + (f": {a['reason']}" if a["reason"] else "")))
         for d in out["decisions"]:
-            events.append((d["time"], f"started on {d['node']} GPUs {d['gpus']}, score {d['score']:.1f}"
-                           if d["kind"] == "start" else f"preempted ({d.get('mode')}) for job {d.get('for_job')}"))
+            d["words"] = decision_words(d, job_id)
+            events.append((d["time"], d["words"]))
         out["timeline"] = [{"t": t, "what": w} for t, w in sorted(events, key=lambda e: e[0])]
         chunks = tolerant(lambda: self.client.xrevrange(keys.job_log(self.ns, job_id), count=LOG_TAIL_LINES), [])
         tail = b"".join(f.get(b"d", b"") for _, f in reversed(chunks)).decode(errors="replace")

@@ -1,29 +1,81 @@
-"""`dispatch why JOB`: the policy run on a fresh snapshot, without committing anything.
+"""`dispatch why JOB`: what the scheduler decided about a job, and on demand a fresh what-if run.
 
-Like `nomad job plan`: the same schedule() the scheduler calls, under the policy
-the scheduler published, on what Redis holds right now, with the scheduler's node
-timeout (Timing.from_env: DISPATCH_NODE_TIMEOUT_S) deciding which nodes are live.
-Nothing is written.
+`recorded` answers from what the leader wrote at its last cycle: the job's reason with the numbers
+behind it (its verdict on the job record: code, score, terms, rank), the reservations and the rest
+reason it published (store/stats.py), and the class promise. It reads one job, never the queue, so
+it costs the same at any queue length, and it says how old it is.
+
+`explain` is the what-if (`dispatch why --fresh`), like `nomad job plan`: the same schedule() the
+scheduler calls, under the policy the scheduler published, on what Redis holds right now, with the
+scheduler's node timeout (Timing.from_env: DISPATCH_NODE_TIMEOUT_S) deciding which nodes are live.
+It reads the whole queue. Nothing is written.
 """
 
 from __future__ import annotations
 
+import threading
+
 from ..clock import now_ms
 from ..config import Timing
+from ..core.errors import DispatcherError
 from .forecast import forecast_read
 from ..policy import rest_verdict, schedule
 from ..policy.promises import promise
 from ..scheduler.policy_source import policy_in_force
 from ..store.decisions import read_decisions
+from ..store import stats as published
 from ..store.jobs import read_job
 from ..store.snapshot import SpecCache, read_snapshot
+
+#: A recorded answer older than this many of the scheduler's ticks is called stale.
+STALE_TICKS = 3
+
+
+def recorded(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
+    """The scheduler's last word on a job (see the module's docstring), in explain()'s shape, with
+    `as_of` {at, age_s, stale}. JobNotFound for a bad id."""
+    job = read_job(client, ns, job_id)
+    now = now_ms()
+    out = {"job": job, "decisions": read_decisions(client, ns, job_id=job_id, limit=10), "fresh": False}
+    if job["state"] != "pending":
+        return out
+    stats = published.read(client, ns)
+    profile, config, source = policy_in_force(client, ns, now / 1000.0)
+    at = stats["at_ms"]
+    tick_s = (timing or Timing.from_env()).tick_s
+    out["as_of"] = {"at": at / 1000.0 if at else None, "age_s": round((now - at) / 1000.0, 1) if at else None,
+                    "stale": not at or now - at > STALE_TICKS * tick_s * 1000 + 5000}
+    out.update(profile=stats["profile"] or profile, policy_source=source, weights=config.weights,
+               pending=stats["pending"] or 0, live_nodes=stats["live_nodes"] or 0)
+    v = job["verdict"]
+    if job.get("hold"):
+        out["outcome"] = {"code": "held", "reason": job["reason"] or "held: dispatch release it", "rank": None}
+    elif v is not None:
+        out["outcome"] = {"code": v["code"], "score": v["score"], "terms": v["terms"], "rank": v["rank"],
+                          "reason": v["reason"], "since": v["at_ms"] / 1000.0}
+    elif job["reason"]:
+        out["outcome"] = {"code": "waiting", "reason": job["reason"], "rank": None}
+    elif at:
+        out["outcome"] = {"code": "not_reached", "rank": None,
+                          "reason": stats["rest_reason"] or "the scheduler's last cycle did not reach it"}
+    else:
+        out["outcome"] = {"code": "not_judged", "rank": None, "reason": "no scheduler has run yet: dispatch up "
+                          "starts one (or dispatch scheduler)"}
+    out["reservations"] = [{"job": r["job"], "node": r["node"], "gpus": r["gpus"],
+                            "starts_in_s": round(max(0, r["start_ms"] - now) / 1000, 1)} for r in stats["reservations"]]
+    since = job["submitted_at"]
+    if not config.keep_wait_on_requeue and job["last_preempted_at"]:  # its wait restarted when requeued
+        since = job["last_preempted_at"]
+    if since:
+        out["promise"] = promise(job["priority"], max(0.0, now / 1000.0 - since), config)
+    return out
 
 
 def explain(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
     """`timing`: the clocks of failure handling (default: Timing.from_env(), as the scheduler's)."""
     job = read_job(client, ns, job_id)
     now = now_ms()
-    out = {"job": job, "decisions": read_decisions(client, ns, job_id=job_id, limit=10)}
+    out = {"job": job, "decisions": read_decisions(client, ns, job_id=job_id, limit=10), "fresh": True}
     if job["state"] != "pending":
         return out
     profile, config, source = policy_in_force(client, ns, now / 1000.0)
@@ -55,3 +107,56 @@ def explain(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
         out["promise"] = promise(waiting.spec.priority, (now - waiting.wait_from_ms) / 1000.0, config)
     out["forecast"] = forecast_read(read, job_id, now, config)  # `dispatch eta`'s line
     return out
+
+
+def decision_words(d: dict, job_id: str) -> str:
+    """One decision about `job_id` in words: its start, its preemption, or a preemption it made."""
+    if d["kind"] != "preempt":
+        return f"started on {d['node']} GPUs {d['gpus']}, score {d['score']:.1f}: {d['why']}"
+    if d["job"] == job_id:
+        return f"preempted ({d.get('mode') or 'checkpoint'}) on {d['node']} for job {d.get('for_job')}: {d['why']}"
+    return f"preempted job {d['job']} on {d['node']} ({d.get('mode') or 'checkpoint'}) to start: {d['why']}"
+
+
+class WhatIfTimeout(DispatcherError):
+    pass
+
+
+_cache: dict[tuple, dict] = {}  # (ns, job id, the leader's cycle count and time) -> a what-if's answer
+_cache_lock = threading.Lock()
+_CACHE_KEPT = 64
+
+
+def what_if(client, ns: str, job_id: str, timeout_s: float = 60.0, timing: Timing | None = None) -> dict:
+    """explain(), given up after `timeout_s` (WhatIfTimeout), and kept per state of the scheduler: asked
+    again before the leader's next cycle, the same answer comes back without a second run. The run
+    goes on in the background past the timeout, and its answer is kept for the next ask."""
+    stats = published.read(client, ns)
+    key = (ns, job_id, stats["cycles"], stats["at_ms"])
+    with _cache_lock:
+        if key in _cache:
+            return _cache[key]
+    done = threading.Event()
+
+    def run():
+        try:
+            out = explain(client, ns, job_id, timing)
+            with _cache_lock:
+                while len(_cache) >= _CACHE_KEPT:
+                    _cache.pop(next(iter(_cache)))
+                _cache[key] = out
+            box.append(out)
+        except Exception as e:  # noqa: BLE001 - handed to the caller below
+            box.append(e)
+        finally:
+            done.set()
+
+    box: list = []
+    threading.Thread(target=run, name=f"what-if {job_id}", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise WhatIfTimeout(f"the what-if run for job {job_id} did not finish in {timeout_s:g}s "
+                            f"({stats['pending'] or 0} pending jobs); `dispatch why {job_id}` without --fresh "
+                            "answers from the scheduler's last cycle")
+    if isinstance(box[0], Exception):
+        raise box[0]
+    return box[0]

@@ -75,10 +75,21 @@ def test_why_gives_score_terms_rank_and_the_decision_that_started_a_job(cli):
     hog = cli.submit("--gpus", "1", "--", "sleep", "30")
     cli.wait_for(lambda: cli.show(hog)["state"] == "running", what="the hog to run")
     waiting = cli.submit("--priority", "high", "--gpus", "1", "--est", "5m", "--", "true")
-    out = json.loads(cli.run("why", waiting, "--json").stdout)
+    out = json.loads(cli.run("why", waiting, "--fresh", "--json").stdout)  # the policy run now
     o = out["outcome"]
-    assert o["code"] == "no_fit_now" and o["rank"] == 1 and set(o["terms"]) >= {"priority", "wait", "remaining"}
+    assert out["fresh"] and o["code"] == "no_fit_now" and o["rank"] == 1
+    assert set(o["terms"]) >= {"priority", "wait", "remaining"}
     assert "best node n1 has 0 of 1 matching GPUs free" in o["reason"], o["reason"]
+
+    def recorded():  # what the scheduler wrote at its last cycle, once a full cycle judged the job
+        out = json.loads(cli.run("why", waiting, "--json").stdout)
+        return out if out["outcome"]["code"] == "no_fit_now" else None
+    out = cli.wait_for(recorded, what="the scheduler's recorded verdict")
+    o = out["outcome"]
+    assert not out["fresh"] and o["rank"] == 1 and set(o["terms"]) >= {"priority", "wait", "remaining"}
+    assert "best node n1 has 0 of 1 matching GPUs free" in o["reason"] and out["as_of"]["stale"] is False
+    text = cli.run("why", waiting).stdout
+    assert "score" in text and "rank 1 of 1 pending" in text and "as of the scheduler's last cycle" in text, text
     text = cli.run("why", hog).stdout
     assert "running on n1" in text and "decision" in text and "best fit on n1" in text, text
     cli.run("cancel", hog, waiting)

@@ -129,7 +129,7 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
 
     @app.get("/api/job/<job_id>")
     def job(job_id):
-        return jsonify(board.job(job_id))
+        return jsonify(board.job(job_id, fresh=request.args.get("fresh", "") in ("1", "true")))
 
     @app.post("/api/job/<job_id>/cancel")
     def cancel(job_id):

@@ -26,12 +26,37 @@ function why(out) {
     if (o.rank) html += `<div class="muted">rank ${o.rank} of ${out.pending} pending · profile ${esc(out.profile)} · ${out.live_nodes} live nodes</div>`;
     html += `</div>`;
   }
+  if (out.promise) {
+    const p = out.promise;
+    html += `<div class="muted" style="margin-top:4px">promise: waited ${age(p.waited_s)} of the ${esc(p.class)} ` +
+      `class's ${age(p.target_s)} target (${Math.round(100 * p.share)}%)</div>`;
+  }
+  for (const r of out.reservations || []) {
+    if (r.job !== j.id) html += `<div class="muted">reservation: job ${jobLink(r.job)} holds ${esc(r.node)} GPUs ` +
+      `${r.gpus.join(",")} from ~${age(r.starts_in_s)}</div>`;
+  }
   for (const d of out.decisions) {
-    html += `<div class="muted" style="margin-top:4px">decision ${clock(d.time)}: ` + (d.kind === "preempt"
-      ? `preempted (${esc(d.mode)}) for job ${jobLink(d.for_job)}: ${esc(d.why)}`
-      : `started on ${esc(d.node)} GPUs ${d.gpus.join(",")}, score ${d.score.toFixed(1)}: ${esc(d.why)}`) + `</div>`;
+    html += `<div class="muted" style="margin-top:4px">decision ${clock(d.time)}: ${esc(d.words)}</div>`;
+  }
+  if (out.as_of) {
+    const a = out.as_of;
+    html += `<div class="${a.stale ? "error" : "muted"}" style="margin-top:4px">as of the scheduler's last cycle, ` +
+      (a.at ? `${clock(a.at)} (${age(a.age_s)} ago)` : "none yet") + (a.stale ? ": stale, is the scheduler running?" : "") +
+      ` · <a href="#" id="what-if">run the policy now</a></div>`;
   }
   $("why").innerHTML = html;
+  const link = $("what-if");
+  if (link) link.onclick = async ev => {
+    ev.preventDefault();
+    $("what-if-out").textContent = "running the policy on the whole queue…";
+    try {
+      const f = await getJSON(`/api/job/${encodeURIComponent(jobId)}?fresh=1`), fo = f.outcome;
+      $("what-if-out").innerHTML = fo ? `<div class="why"><b>now: ${esc(fo.code.replace(/_/g, " "))}</b>: ${esc(fo.reason)}` +
+        (fo.rank ? ` <span class="muted">(rank ${fo.rank} of ${f.pending})</span>` : "") + `</div>` : "";
+    } catch (e) {
+      $("what-if-out").innerHTML = `<span class="error">${esc(e.message)}</span>`;
+    }
+  };
 }
 
 function spec(j) {

@@ -1,0 +1,66 @@
+"""The leader's published figures (keys.scheduler_stats): what the leading scheduler wrote at its last
+cycle, for `dispatch why`, `top`, the dashboard and /metrics to show without a read of the queue.
+
+The one writer is the leading scheduler (`publish`, once a cycle, in the commit's round trip); every
+reader takes `read`, which types each field and never fails on a bad one (a field that does not parse
+reads as absent).
+"""
+
+from __future__ import annotations
+
+import msgpack
+
+from . import keys
+from .connect import text
+from .quarantine import tolerant
+
+#: The most reservations kept in the published figures (a cycle makes a few: one per EASY
+#: reservation, starving job and preemptor).
+RESERVATIONS_KEPT = 64
+
+_INTS = ("cycles", "placed", "preempted", "requeued_lost", "at_ms", "pending", "running", "live_nodes",
+         "full_at_ms")
+_FLOATS = ("cycle_ms",)
+_TEXTS = ("holder", "rest_reason", "profile")
+
+
+def publish(pipe, ns: str, fields: dict, reservations=None) -> None:
+    """The leader's figures of one cycle. `reservations` (a full cycle's plan.reservations) replace the
+    published ones, with the cycle's time as `full_at_ms`; a quick cycle leaves them as they are."""
+    out = {k: v for k, v in fields.items() if v is not None}
+    if reservations is not None:
+        out["reservations"] = msgpack.packb([[r.job_id, r.node, list(r.gpus), int(r.start_ms)]
+                                             for r in list(reservations)[:RESERVATIONS_KEPT]], use_bin_type=True)
+        out["full_at_ms"] = fields["at_ms"]
+    pipe.hset(keys.scheduler_stats(ns), mapping=out)
+
+
+def read(client, ns: str) -> dict:
+    """{field: value} of what the leader published ({} if nothing yet); `reservations` a list of
+    {job, node, gpus, start_ms}."""
+    raw = tolerant(lambda: client.hgetall(keys.scheduler_stats(ns)), {}) or {}
+    got = {text(k): v for k, v in raw.items()}
+    out: dict = {}
+    for kind, names in ((int, _INTS), (float, _FLOATS)):
+        for k in names:
+            try:
+                out[k] = kind(float(text(got[k]))) if k in got else None
+            except (TypeError, ValueError, OverflowError):
+                out[k] = None
+    for k in _TEXTS:
+        out[k] = text(got[k]) if k in got else None
+    out["reservations"] = _reservations(got.get("reservations"))
+    return out
+
+
+def _reservations(raw) -> list[dict]:
+    try:
+        rows = msgpack.unpackb(raw, raw=False) if raw else []
+    except Exception:
+        return []
+    out = []
+    for r in rows if isinstance(rows, list) else []:
+        if isinstance(r, list) and len(r) == 4 and isinstance(r[0], str) and isinstance(r[1], str) \
+                and isinstance(r[2], list) and all(isinstance(g, int) for g in r[2]) and isinstance(r[3], int):
+            out.append({"job": r[0], "node": r[1], "gpus": r[2], "start_ms": r[3]})
+    return out

@@ -1,0 +1,87 @@
+"""`dispatch why` answers from what the leading scheduler recorded at its last cycle (the job's
+verdict, the published reservations and rest reason), against a real server and the real
+scheduler; `--fresh` runs the policy on the whole queue, bounded in time."""
+
+import pytest
+
+from dispatcher.clock import now_ms
+from dispatcher.scheduler.loop import Scheduler
+from dispatcher.store import keys
+from dispatcher.store import stats as published
+from dispatcher.store.jobs import read_job
+from dispatcher.views.explain import WhatIfTimeout, explain, recorded, what_if
+from tests.redis.test_store import beat, submit
+
+
+def test_a_blocked_job_gets_its_verdict_numbers_and_the_reservation_from_the_last_cycle(client, ns):
+    beat(client, ns, "a", gpus=2)
+    small = submit(client, ns, gpus=1, est="1h")
+    sched = Scheduler(client, ns)
+    sched.cycle()  # the small job starts
+    big = submit(client, ns, gpus=2, est="10m")
+    sched.cycle()
+    out = recorded(client, ns, big)
+    o = out["outcome"]
+    fresh = explain(client, ns, big)["outcome"]
+    assert o["code"] == fresh["code"] and o["reason"] == fresh["reason"] and o["rank"] == fresh["rank"]
+    assert abs(o["score"] - fresh["score"]) < 0.1 and set(o["terms"]) == set(fresh["terms"])
+    assert out["pending"] == 1 and out["live_nodes"] == 1 and out["as_of"]["stale"] is False
+    assert [r["job"] for r in out["reservations"]] == [big]  # EASY: the blocked 2-GPU job holds node a
+    assert out["promise"]["class"] == "normal" and not out["fresh"]
+    assert read_job(client, ns, small)["verdict"] is None  # it started: no verdict on its record
+
+
+def test_a_verdict_left_behind_by_a_new_reason_is_not_shown(client, ns):
+    beat(client, ns, "a", gpus=1)
+    hog = submit(client, ns, gpus=1)
+    waiting = submit(client, ns, gpus=1)
+    Scheduler(client, ns).cycle()
+    assert read_job(client, ns, waiting)["verdict"]["code"] == "lower_score"  # the hog took its GPU this cycle
+    client.hset(keys.job(ns, waiting), "reason", "something else wrote this")  # as a commit or an end would
+    assert read_job(client, ns, waiting)["verdict"] is None
+    out = recorded(client, ns, waiting)["outcome"]
+    assert out == {"code": "waiting", "reason": "something else wrote this", "rank": None}
+    assert hog
+
+
+def test_quick_cycles_keep_the_reasons_of_the_jobs_they_did_not_judge(client, ns):
+    beat(client, ns, "a", gpus=1)
+    submit(client, ns, gpus=1)
+    waiting = submit(client, ns, gpus=1)
+    sched = Scheduler(client, ns)
+    sched.cycle()
+    sched.cycle()  # a full cycle judges `waiting`
+    reason = read_job(client, ns, waiting)["reason"]
+    assert reason
+    later = submit(client, ns, gpus=1)
+    sched.cycle(quick=True)  # only the arrival is judged
+    assert read_job(client, ns, waiting)["reason"] == reason and read_job(client, ns, later)["reason"]
+
+
+def test_a_job_the_cycle_did_not_reach_shows_the_published_rest_reason(client, ns):
+    # before any scheduler: says so; after one, a job with no reason of its own gets the rest reason
+    waiting = submit(client, ns, gpus=1)
+    assert recorded(client, ns, waiting)["outcome"]["code"] == "not_judged"
+    client.hset(keys.scheduler_stats(ns), mapping={"at_ms": now_ms(), "rest_reason": "no GPU free anywhere"})
+    out = recorded(client, ns, waiting)
+    assert out["outcome"] == {"code": "not_reached", "rank": None, "reason": "no GPU free anywhere"}
+
+
+def test_garbage_in_the_published_figures_reads_as_absent(client, ns):
+    client.hset(keys.scheduler_stats(ns), mapping={"at_ms": "soon", "cycles": "7", "reservations": b"\xc1\x00",
+                                                   "pending": "1e3"})
+    got = published.read(client, ns)
+    assert got["at_ms"] is None and got["cycles"] == 7 and got["reservations"] == [] and got["pending"] == 1000
+
+
+def test_a_what_if_that_takes_too_long_gives_up_with_one_line(client, ns, monkeypatch):
+    import threading
+
+    import dispatcher.views.explain as explain_mod
+
+    waiting = submit(client, ns, gpus=1)
+    release = threading.Event()
+    monkeypatch.setattr(explain_mod, "explain", lambda *a, **k: release.wait(5) and {})
+    with pytest.raises(WhatIfTimeout, match="did not finish in 0.2s"):
+        what_if(client, ns, waiting, 0.2)
+    release.set()
