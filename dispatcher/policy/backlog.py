@@ -131,6 +131,10 @@ class Backlog:
         self.shapes: dict[tuple, set[str]] = defaultdict(set)  # shape -> ids
         self.team_gpus: Counter = Counter()
         self.by_class: Counter = Counter()  # class -> pending jobs
+        # what the operators' views show of the queue (scheduler/summary.py), kept as jobs come and go
+        self.gpus_by_class: Counter = Counter()
+        self.by_user: Counter = Counter()  # (user, team) -> pending jobs
+        self.gpus_by_user: Counter = Counter()  # (user, team) -> GPUs they ask for
         self._dead = 0
         self._seq = 0
         self.config = config or PolicyConfig()
@@ -177,8 +181,7 @@ class Backlog:
         self._entry[spec.id] = (entry, b)
         heapq.heappush(self._starve[spec.priority], (spec.submit_ms, id_key(spec.id), seq, spec.id, p))
         self.shapes[b.shape].add(spec.id)
-        self.team_gpus[spec.team] += spec.gpus
-        self.by_class[spec.priority] += 1
+        self._count(spec, 1)
 
     def discard(self, job_id: str) -> None:
         p = self.jobs.pop(job_id, None)
@@ -190,11 +193,19 @@ class Backlog:
         ids.discard(job_id)
         if not ids:
             del self.shapes[shape]
-        self.team_gpus[p.spec.team] -= p.spec.gpus
-        self.by_class[p.spec.priority] -= 1
+        self._count(p.spec, -1)
         self._dead += 1
         if self._dead > 1024 and self._dead > 2 * len(self.jobs):
             self._rebuild(self.config)
+
+    def _count(self, spec: JobSpec, n: int) -> None:
+        self.team_gpus[spec.team] += n * spec.gpus
+        self.by_class[spec.priority] += n
+        self.gpus_by_class[spec.priority] += n * spec.gpus
+        self.by_user[(spec.user, spec.team)] += n
+        self.gpus_by_user[(spec.user, spec.team)] += n * spec.gpus
+        if not self.by_user[(spec.user, spec.team)]:
+            del self.by_user[(spec.user, spec.team)], self.gpus_by_user[(spec.user, spec.team)]
 
     def _rebuild(self, config: PolicyConfig) -> None:
         """Every job added again under `config`: new keys, and no dead heap entries."""
@@ -215,6 +226,10 @@ class Backlog:
             found += self._oldest(prio, n, lambda item, b=bound: (now_ms - item[0]) / 1000.0 > b)
         found.sort(key=lambda x: (x[0], x[1]))
         return [item[4] for item in found[:n]]
+
+    def oldest(self, prio: str, n: int) -> list[PendingJob]:
+        """Up to `n` of the class's jobs, oldest submit first."""
+        return [item[4] for item in self._oldest(prio, n, lambda item: True)]
 
     def longest_waiting(self, now_ms: int, n: int, share: float = 0.0) -> list[PendingJob]:
         """Up to `n` jobs that have waited at least `share` of their class's target, most overdue against

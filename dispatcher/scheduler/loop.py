@@ -41,6 +41,7 @@ from ..store.quarantine import any_wrong, check_types, quarantine, wrong_type
 from ..store.repair import free_stale_gpus, repair_types, set_aside_all
 from ..store.samples import record_sample, sample_due
 from .planner import RedisPlanner
+from .summary import queue_summary
 
 log = logging.getLogger("dispatch.scheduler")
 
@@ -57,14 +58,14 @@ class CycleStats:
     last_cycle_ms: float = 0.0
 
     def publish(self, client, ns: str, now_ms: int, holder: str, pending: int, running: int, *,
-                profile: str, live_nodes: int, plan: Plan | None = None) -> None:
+                profile: str, live_nodes: int, plan: Plan | None = None, queue: dict | None = None) -> None:
         """The leader's figures for `dispatch why`, `top`, the dashboard and /metrics (store/stats.py); after
         a full cycle (`plan`) why the jobs it did not reach wait, and the reservations it made."""
         fields = {"cycles": self.cycles, "placed": self.placed, "preempted": self.preempted,
                   "requeued_lost": self.requeued_lost, "cycle_ms": round(self.last_cycle_ms, 3), "at_ms": now_ms,
                   "holder": holder, "pending": pending, "running": running, "profile": profile,
                   "live_nodes": live_nodes, "rest_reason": plan.rest_reason if plan is not None else None}
-        published.publish(client, ns, fields, plan.reservations if plan is not None else None)
+        published.publish(client, ns, fields, plan.reservations if plan is not None else None, queue)
 
 
 def _kinds(message) -> set:
@@ -258,7 +259,9 @@ class Scheduler:
         pipe = self.client.pipeline(transaction=False)
         write_decisions(pipe, self.ns, started, now, profile, preempted)
         self.stats.publish(pipe, self.ns, now, self.lease.holder, len(self.mirror.backlog), len(self.mirror.running),
-                           profile=profile, live_nodes=self._live_nodes, plan=plan if full else None)
+                           profile=profile, live_nodes=self._live_nodes, plan=plan if full else None,
+                           queue=queue_summary(self.mirror.backlog, self.mirror.held, self.planner.reasons,
+                                               plan.rest_reason) if full else None)
         # once a tick, in this same round trip: is every key read whole of its type? (a pending index of
         # the wrong type is met by no read while nothing changes, and submits fail on it meanwhile); and
         # every NODE_TYPES_S the nodes' keys (a control stream of the wrong type stalls its agent)

@@ -37,6 +37,11 @@ class RedisPlanner:
         self.held_gpus: list = []  # placements refused because a GPU was held (GPU_HELD)
         self.failed: Exception | None = None  # the first error a command of the last commit met
 
+    @property
+    def reasons(self) -> dict[str, tuple]:
+        """Job id -> (reason, ...) as last written, for the jobs the scheduler gave a reason."""
+        return self._reasons
+
     def _queue(self, node: str):
         q = self._queues.get(node)
         if q is None:

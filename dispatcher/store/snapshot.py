@@ -176,16 +176,20 @@ def node_views(live: list[NodeRecord], running) -> tuple[NodeView, ...]:
 STAND_IN = 100_000
 
 
-def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: SpecCache) -> ReadResult:
-    """Everything at once, for `dispatch why` (the scheduler keeps a Mirror instead). Read-only: bad
-    index entries are left out (in ReadResult.stray), and an index of the wrong type is stood in for
-    by the newest STAND_IN jobs of the all-jobs index."""
+def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: SpecCache, *,
+                  with_pending: bool = True) -> ReadResult:
+    """Everything at once, for `dispatch why --fresh` (the scheduler keeps a Mirror instead); without
+    the pending jobs (`with_pending` False: the nodes and the running jobs) for the board. Read-only:
+    bad index entries are left out (in ReadResult.stray), and an index of the wrong type is stood in
+    for by the newest STAND_IN jobs of the all-jobs index."""
     nodes, _ = read_nodes(client, ns)
     live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
     index = client.pipeline(transaction=True)  # one consistent view of both indexes
-    index.zrange(keys.jobs_pending(ns), 0, -1)
+    if with_pending:
+        index.zrange(keys.jobs_pending(ns), 0, -1)
     index.zrange(keys.jobs_active(ns), 0, -1)
-    pending, active = index.execute(raise_on_error=False)
+    pending, active = index.execute(raise_on_error=False) if with_pending else ([], *index.execute(
+        raise_on_error=False))
     scores = None
     if isinstance(pending, Exception) or isinstance(active, Exception):
         for e in (pending, active):

@@ -24,10 +24,13 @@ _FLOATS = ("cycle_ms",)
 _TEXTS = ("holder", "rest_reason", "profile")
 
 
-def publish(pipe, ns: str, fields: dict, reservations=None) -> None:
+def publish(pipe, ns: str, fields: dict, reservations=None, queue: dict | None = None) -> None:
     """The leader's figures of one cycle. `reservations` (a full cycle's plan.reservations) replace the
-    published ones, with the cycle's time as `full_at_ms`; a quick cycle leaves them as they are."""
+    published ones, with the cycle's time as `full_at_ms`; a quick cycle leaves them as they are.
+    `queue`: scheduler/summary.queue_summary, after a full cycle."""
     out = {k: v for k, v in fields.items() if v is not None}
+    if queue is not None:
+        out["queue"] = msgpack.packb(queue, use_bin_type=True)
     if reservations is not None:
         out["reservations"] = msgpack.packb([[r.job_id, r.node, list(r.gpus), int(r.start_ms)]
                                              for r in list(reservations)[:RESERVATIONS_KEPT]], use_bin_type=True)
@@ -50,7 +53,34 @@ def read(client, ns: str) -> dict:
     for k in _TEXTS:
         out[k] = text(got[k]) if k in got else None
     out["reservations"] = _reservations(got.get("reservations"))
+    out["queue"] = _queue(got.get("queue"))
     return out
+
+
+def _queue(raw) -> dict:
+    """The published queue summary (scheduler/summary.py), its parts that do not have their shape left
+    out: {"classes": {class: {...}}, "users": [[user, team, pending, gpus]], "smallest_gpus": n}."""
+    try:
+        q = msgpack.unpackb(raw, raw=False) if raw else {}
+    except Exception:
+        q = {}
+    q = q if isinstance(q, dict) else {}
+    classes = {}
+    for c, v in (q.get("classes") or {}).items() if isinstance(q.get("classes"), dict) else ():
+        if not isinstance(c, str) or not isinstance(v, dict):
+            continue
+        try:
+            classes[c] = {"pending": int(v["pending"]), "held": int(v["held"]), "gpus_pending": int(v["gpus_pending"]),
+                          "oldest": [(int(t), str(j)) for t, j in v["oldest"]],
+                          "reasons": [(str(r), int(n)) for r, n in v["reasons"]]}
+        except (KeyError, TypeError, ValueError):
+            continue
+    users = [tuple(u) for u in q.get("users") or () if isinstance(u, list) and len(u) == 4
+             and isinstance(u[0], str) and isinstance(u[1], str) and all(isinstance(x, int) for x in u[2:])] \
+        if isinstance(q.get("users"), list) else []
+    small = q.get("smallest_gpus")
+    return {"classes": classes, "users": users, "smallest_gpus": small if isinstance(small, int) else 0,
+            "published": bool(q)}
 
 
 def _reservations(raw) -> list[dict]:

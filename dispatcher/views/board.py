@@ -9,6 +9,7 @@ paged, never sent whole.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter
@@ -19,13 +20,13 @@ from ..config import Timing
 from ..scheduler.policy_source import policy_in_force
 from ..core.model import FINAL_STATES, PRIORITIES
 from ..policy.score import dominant_share
-from ..store import job_record, keys, scripts
+from ..store import job_record, keys
 from ..store import stats as published
 from ..store.connect import text
 from ..store.decisions import read_decisions
 from ..store.jobs import read_jobs
 from ..store.quarantine import tolerant, valid_name
-from ..store.samples import figures, holders, read_samples, smallest_request
+from ..store.samples import figures, holders, read_samples
 from ..store.snapshot import SpecCache, read_snapshot
 
 #: Finished jobs the success/failure counts cover (the newest ones).
@@ -79,27 +80,26 @@ class Board:
 
     # -- reading ---------------------------------------------------------------------------
     def _read_cluster(self) -> dict:
+        """The nodes and the running jobs (O(nodes + running)), and the queue as the leader published it
+        at its last full cycle (scheduler/summary.py): never the pending jobs one by one."""
         now = now_ms()
         with self._specs_lock:
-            read = read_snapshot(self.client, self.ns, now, self.timing.node_timeout_s, self._specs)
-        written = scripts.hget_each(self.client, [keys.job(self.ns, p.spec.id) for p in read.snapshot.pending],
-                                    "reason")
+            read = read_snapshot(self.client, self.ns, now, self.timing.node_timeout_s, self._specs,
+                                 with_pending=False)
         pipe = self.client.pipeline(transaction=False)
         for r in read.snapshot.running:  # the node agents' idle warnings (workers/idle.py)
             job_record.queue_fields(pipe, self.ns, r.spec.id, job_record.IDLE)
-        warnings = [job_record.values(job_record.IDLE, w if isinstance(w, list) else [None, None])
-                    for w in pipe.execute(raise_on_error=False)]
+        pipe.zcard(keys.jobs_pending(self.ns))
+        replies = pipe.execute(raise_on_error=False)
+        indexed = replies.pop()
+        warnings = [job_record.values(job_record.IDLE, w if isinstance(w, list) else [None, None]) for w in replies]
         stats = published.read(self.client, self.ns)
-        rest = stats.get("rest_reason") or "no reason recorded yet"  # jobs the last full cycle did not reach
-        reasons = {p.spec.id: ("" if isinstance(r, Exception) else text(r)) or rest
-                   for p, r in zip(read.snapshot.pending, written)}
         idle = {r.spec.id: (w["warning"], w["idle_since_ms"]) for r, w in zip(read.snapshot.running, warnings)
                 if w["warning"]}
-        pending = sorted(read.snapshot.pending, key=lambda p: (-p.spec.rank, p.wait_from_ms, int(p.spec.id)))
         running = sorted(read.snapshot.running, key=lambda r: (-r.spec.rank, r.started_ms, int(r.spec.id)))
         _, config, _ = policy_in_force(self.client, self.ns, now / 1000.0)
-        return {"now_ms": now, "read": read, "pending": pending, "running": running, "reasons": reasons,
-                "stats": stats, "idle": idle, "config": config}
+        return {"now_ms": now, "read": read, "running": running, "queue": stats["queue"], "stats": stats,
+                "indexed": indexed if isinstance(indexed, int) else 0, "idle": idle, "config": config}
 
     def _read_outcomes(self) -> dict:
         """Counts of the newest finished jobs by state, and their most common reasons."""
@@ -136,20 +136,23 @@ class Board:
 
     def _build_overview(self) -> dict:
         c = self._read.get()
-        now, read = c["now_ms"], c["read"]
+        now, read, q = c["now_ms"], c["read"], c["queue"]
         view = {"now": now / 1000.0, "namespace": self.ns, "scheduler": self._scheduler(c["stats"], now),
                 "classes": self._classes(c, now), "nodes": self._nodes(c, now),
                 "decisions": read_decisions(self.client, self.ns, limit=20), "usage": self._usage(c),
                 "outcomes": self._outcomes.get()}
-        f = figures(read.nodes, c["running"], now, self.timing.node_timeout_s, smallest_request(c["pending"]),
+        f = figures(read.nodes, c["running"], now, self.timing.node_timeout_s, q["smallest_gpus"],
                     c["config"].idle_util_pct)
+        counted = sum(k["pending"] + k["held"] for k in q["classes"].values())
         view["totals"] = {"nodes": len(read.nodes), "nodes_dead": sum(1 for n in view["nodes"] if not n["alive"]),
                           "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
-                          "frag": f["frag"], "idle_held": len(f["idle"]), "pending": len(c["pending"]),
+                          "frag": f["frag"], "idle_held": len(f["idle"]),
+                          # every job of the pending index: held ones (dependencies, dispatch hold) too
+                          "pending": max(c["indexed"], counted), "jobs_held": max(0, c["indexed"] - sum(
+                              k["pending"] for k in q["classes"].values())),
                           "running": len(c["running"])}
-        waits: dict[str, list[float]] = {}
-        for p in c["pending"]:
-            waits.setdefault(p.spec.priority, []).append((now - p.wait_from_ms) / 1000.0)
+        # the wait alerts count the oldest jobs the leader listed (OLDEST_KEPT a class)
+        waits = {cls: [(now - t) / 1000.0 for t, _ in k["oldest"]] for cls, k in q["classes"].items()}
         window_s = self.alert_config.low_util_for_s + 60
         samples = read_samples(self.client, self.ns, int(now - window_s * 1000))
         view["alerts"] = evaluate(view, waits, samples, self.alert_config, now)
@@ -169,15 +172,15 @@ class Board:
     def _classes(c: dict, now: int) -> list[dict]:
         out = []
         for cls in reversed(PRIORITIES):
-            mine = [p for p in c["pending"] if p.spec.priority == cls]
-            oldest = min(mine, key=lambda p: p.wait_from_ms, default=None)
-            reasons = Counter(c["reasons"].get(p.spec.id) or "no reason recorded yet" for p in mine)
-            out.append({"class": cls, "pending": len(mine),
+            k = c["queue"]["classes"].get(cls) or {"pending": 0, "held": 0, "gpus_pending": 0, "oldest": [],
+                                                  "reasons": []}
+            oldest = k["oldest"][0] if k["oldest"] else None
+            out.append({"class": cls, "pending": k["pending"] + k["held"], "held": k["held"],
                         "running": sum(1 for r in c["running"] if r.spec.priority == cls),
-                        "gpus_pending": sum(p.spec.gpus for p in mine),
-                        "oldest_wait_s": round((now - oldest.wait_from_ms) / 1000.0, 1) if oldest else 0.0,
-                        "oldest_job": oldest.spec.id if oldest else None,
-                        "reasons": [{"reason": r, "count": n} for r, n in reasons.most_common(3)]})
+                        "gpus_pending": k["gpus_pending"],
+                        "oldest_wait_s": round((now - oldest[0]) / 1000.0, 1) if oldest else 0.0,
+                        "oldest_job": oldest[1] if oldest else None,
+                        "reasons": [{"reason": r, "count": n} for r, n in k["reasons"]]})
         return out
 
     def _nodes(self, c: dict, now: int) -> list[dict]:
@@ -218,10 +221,10 @@ class Board:
                 row["cpus"] = row.get("cpus", 0) + r.spec.cpus
                 row["mem_gb"] = row.get("mem_gb", 0.0) + r.spec.mem_gb
                 row["running"] = row.get("running", 0) + 1
-        for p in c["pending"]:
-            for row in (users.setdefault(p.spec.user, {"team": p.spec.team}), teams.setdefault(p.spec.team, {})):
-                row["pending"] = row.get("pending", 0) + 1
-                row["gpus_pending"] = row.get("gpus_pending", 0) + p.spec.gpus
+        for user, team, n, gpus in c["queue"]["users"]:
+            for row in (users.setdefault(user, {"team": team}), teams.setdefault(team, {})):
+                row["pending"] = row.get("pending", 0) + n
+                row["gpus_pending"] = row.get("gpus_pending", 0) + gpus
         config = c["config"]
         for t in config.teams:
             teams.setdefault(t, {})
@@ -244,22 +247,40 @@ class Board:
                 "teams": sorted(team_rows, key=lambda t: (-t["gpus"], t["team"]))}
 
     def queue_page(self, state: str = "pending", cls: str = "", page: int = 0, per: int = 50) -> dict:
-        """One page of the pending (or active) jobs, highest class first, longest wait first within
-        a class; each job's full record, its wait and why it waits."""
+        """One page of the pending (or active) jobs; each job's full record, its wait and why it waits.
+        Pending jobs of every class are paged through the pending index, oldest first (as `dispatch
+        queue`); of one class, through the oldest the leader listed of it (scheduler/summary.OLDEST_KEPT),
+        longest wait first, `total` counting them all. Running jobs: highest class first."""
         c = self._read.get()
-        jobs = c["pending"] if state == "pending" else c["running"]
-        if cls:
-            jobs = [j for j in jobs if j.spec.priority == cls]
-        per = max(1, min(per, 200))
-        pages = max(1, -(-len(jobs) // per))
-        page = max(0, min(page, pages - 1))
-        chosen = jobs[page * per:(page + 1) * per]
-        views = read_jobs(self.client, self.ns, [j.spec.id for j in chosen])
-        since = {j.spec.id: j.wait_from_ms if state == "pending" else j.started_ms for j in chosen}
+        now, per = c["now_ms"], max(1, min(per, 200))
+        if state == "pending" and not cls:
+            total = listed = c["indexed"]
+            pages = max(1, -(-total // per))
+            page = max(0, min(page, pages - 1))
+            got = tolerant(lambda: self.client.zrange(keys.jobs_pending(self.ns), page * per, (page + 1) * per - 1,
+                                                      withscores=True), [])
+            chosen = [(int(t) if math.isfinite(t) else now, text(j)) for j, t in got if valid_name(j)]
+        else:
+            if state == "pending":
+                k = c["queue"]["classes"].get(cls) or {}
+                rows, total = list(k.get("oldest", [])), k.get("pending", 0)
+            else:
+                jobs = [r for r in c["running"] if not cls or r.spec.priority == cls]
+                rows, total = [(r.started_ms, r.spec.id) for r in jobs], len(jobs)
+            listed = len(rows)
+            pages = max(1, -(-listed // per))
+            page = max(0, min(page, pages - 1))
+            chosen = rows[page * per:(page + 1) * per]
+        views = read_jobs(self.client, self.ns, [j for _, j in chosen])
+        since = {j: t for t, j in chosen}
         for v in views:
-            v["wait_s" if state == "pending" else "run_s"] = round((c["now_ms"] - since[v["id"]]) / 1000.0, 1)
-        return {"state": state, "class": cls, "total": len(jobs), "page": page, "pages": pages, "per": per,
-                "jobs": views}
+            v["wait_s" if state == "pending" else "run_s"] = round((now - since[v["id"]]) / 1000.0, 1)
+        if state == "pending":
+            rest = c["stats"]["rest_reason"] or "not judged yet"
+            for v in views:
+                v["reason"] = v["reason"] or rest
+        return {"state": state, "class": cls, "total": total, "listed": listed, "page": page, "pages": pages,
+                "per": per, "jobs": views}
 
     def history(self, hours: float = 6.0) -> list[dict]:
         """The recorded samples of the last `hours`, without the lists of idle GPUs."""

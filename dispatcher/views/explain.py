@@ -18,14 +18,11 @@ import threading
 from ..clock import now_ms
 from ..config import Timing
 from ..core.errors import DispatcherError
-from .forecast import forecast_read
-from ..policy import rest_verdict, schedule
 from ..policy.promises import promise
 from ..scheduler.policy_source import policy_in_force
 from ..store.decisions import read_decisions
 from ..store import stats as published
 from ..store.jobs import read_job
-from ..store.snapshot import SpecCache, read_snapshot
 
 #: A recorded answer older than this many of the scheduler's ticks is called stale.
 STALE_TICKS = 3
@@ -73,6 +70,10 @@ def recorded(client, ns: str, job_id: str, timing: Timing | None = None) -> dict
 
 def explain(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
     """`timing`: the clocks of failure handling (default: Timing.from_env(), as the scheduler's)."""
+    from .forecast import forecast_read  # the what-if's own: `dispatch why` without --fresh never loads them
+    from ..policy import rest_verdict, schedule
+    from ..store.snapshot import SpecCache, read_snapshot
+
     job = read_job(client, ns, job_id)
     now = now_ms()
     out = {"job": job, "decisions": read_decisions(client, ns, job_id=job_id, limit=10), "fresh": True}

@@ -249,7 +249,10 @@ def test_the_page_stays_small_with_ten_thousand_pending_jobs(cli, client):
     classes = ("low", "normal", "high", "critical")
     Client(cli.url, cli.ns).submit_many([{"command": ["true"], "gpus": 16, "priority": classes[i % 4],
                                           "user": f"u{i % 37}"} for i in range(10_000)])
+    cli.start("scheduler")  # the board shows the queue as the leader published it
     base = start_dashboard(cli)
+    cli.wait_for(lambda: sum(c["pending"] for c in json.loads(get(base + "/api/board"))["classes"]) == 10_000,
+                 timeout=60, what="the leader's published queue")
     timings = {}
     for path in ("/api/board", "/api/board", "/api/queue?page=3&per=25"):
         time.sleep(1.1)  # past the board's one-second cache: each answer is a fresh read of the cluster

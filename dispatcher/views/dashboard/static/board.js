@@ -108,6 +108,7 @@ async function refreshBoard() {
   $("sched").textContent = s.age_s === null ? "no scheduler has run" :
     `scheduler ${s.holder || "?"} · last cycle ${s.cycle_ms.toFixed(1)} ms, ${age(s.age_s)} ago · ${s.placed} placed · ${s.preempted} preempted`;
   tiles(b); alerts(b); classes(b); nodes(b); decisions(b); usage(b); outcomes(b);
+  return {at: s.age_s === null ? null : b.now - s.age_s, age_s: s.age_s};
 }
 
 async function refreshQueue() {
@@ -120,7 +121,8 @@ async function refreshQueue() {
       `<td class="num">${age(pending ? j.wait_s : j.run_s)}</td>` +
       `<td class="reason">${pending ? esc(j.reason || "no reason recorded yet") : `<span class="mono">${esc(j.node)}:${j.gpus.join(",")}</span> ${state(j.state)}`}</td></tr>`));
   if (!q.jobs.length) $("jobs").innerHTML = `<tr><td class="muted">No ${q.state} jobs${q.class ? " of class " + esc(q.class) : ""}.</td></tr>`;
-  $("q-page").textContent = `page ${q.page + 1} of ${q.pages} (${q.total.toLocaleString()} jobs)`;
+  $("q-page").textContent = `page ${q.page + 1} of ${q.pages} (${q.total.toLocaleString()} jobs` +
+    (pending && q.listed < q.total ? `; the oldest ${q.listed.toLocaleString()} are listed: dispatch queue lists them all)` : ")");
   $("q-prev").disabled = q.page === 0;
   $("q-next").disabled = q.page + 1 >= q.pages;
 }
@@ -183,8 +185,8 @@ async function init() {
   $("q-class").onchange = e => { view.cls = e.target.value; view.page = 0; refreshQueue(); };
   $("q-prev").onclick = () => { view.page = Math.max(0, view.page - 1); refreshQueue(); };
   $("q-next").onclick = () => { view.page += 1; refreshQueue(); };
-  poll(async () => { await Promise.all([refreshBoard(), refreshQueue()]); }, 2000);
-  poll(refreshHistory, 15000);
+  poll(async () => (await Promise.all([refreshBoard(), refreshQueue()]))[0], 2000);
+  poll(refreshHistory, 15000, false);
 }
 
 init();

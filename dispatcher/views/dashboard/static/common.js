@@ -35,14 +35,24 @@ function table(el, header, rows) {
     : `<th>${esc(h)}</th>`).join("")}</tr></thead><tbody>${rows.join("")}</tbody>`;
 }
 
-// Call `step` now and every `ms`; the header's dot turns red while the server does not answer.
-function poll(step, ms) {
-  const live = document.getElementById("live"), updated = document.getElementById("updated");
+// Data older than this (the scheduler's last cycle, s) greys the page out.
+const STALE_S = 10;
+
+// Call `step` now and every `ms`; the header's dot turns red while the server does not answer. `step`
+// may return {at, age_s}: when the data shown was true (the scheduler's last cycle), shown in the
+// header as "as of HH:MM:SS (N s ago)"; older than STALE_S, the page greys out.
+function poll(step, ms, header = true) {
+  const live = header && document.getElementById("live"), updated = header && document.getElementById("updated");
   async function tick() {
     try {
-      await step();
-      if (live) live.className = "live";
-      if (updated) updated.textContent = "updated " + new Date().toLocaleTimeString([], {hour12: false});
+      const asOf = await step();
+      if (!header) { setTimeout(tick, ms); return; }
+      const stale = !!asOf && (asOf.age_s === null || asOf.age_s > STALE_S);
+      document.body.classList.toggle("stale", stale);
+      if (live) live.className = stale ? "live stale" : "live";
+      if (updated) updated.textContent = !asOf ? "updated " + new Date().toLocaleTimeString([], {hour12: false})
+        : asOf.age_s === null ? "no scheduler has run: nothing is decided"
+        : `as of ${clock(asOf.at)} (${age(asOf.age_s)} ago)` + (stale ? ": is the scheduler running?" : "");
     } catch (e) {
       if (live) live.className = "live stale";
       if (updated) updated.textContent = "not updating: " + e.message;

@@ -103,6 +103,7 @@ async function refresh() {
   logAtBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
   log.textContent = out.log_tail || "(no output yet)";
   if (logAtBottom) log.scrollTop = log.scrollHeight;
+  return out.as_of || null;  // a pending job's answer is the scheduler's last cycle's
 }
 
 (async () => { cfg = await getJSON("/api/config"); poll(refresh, 2000); })();

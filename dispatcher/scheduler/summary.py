@@ -1,0 +1,52 @@
+"""What the leader publishes of its queue after each full cycle, for the operators' views.
+
+The board, /metrics and `dispatch top` used to read the whole queue to count it. The leader
+already holds it (the Mirror's Backlog, which keeps these counts as jobs come and go), so it
+publishes the counts instead (store/stats.py), and a view costs O(nodes + page), not O(queue):
+
+- per class: jobs pending, jobs held by their dependencies, GPUs asked for, the oldest
+  OLDEST_KEPT jobs (submit time and id: the longest waits, the wait alerts, the first pages of the
+  queue), and the commonest reasons;
+- per user and team: jobs pending and GPUs asked for;
+- the smallest GPU request (what fragmentation is measured against).
+
+Costs O(classes x OLDEST_KEPT + users + the jobs the cycle judged).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..core.model import PRIORITIES
+
+#: The oldest jobs of each class the summary lists.
+OLDEST_KEPT = 200
+#: The commonest reasons of each class it lists.
+REASONS_KEPT = 3
+
+
+def queue_summary(backlog, held: dict, reasons: dict[str, tuple], rest_reason: str | None) -> dict:
+    """`backlog`: the policy's Backlog; `held`: job id -> PendingJob held by its dependencies;
+    `reasons`: job id -> (reason, ...) as the planner last wrote it; `rest_reason`: why the jobs the
+    cycle did not reach wait."""
+    held_by_class = Counter(p.spec.priority for p in held.values())
+    said: dict[str, Counter] = {c: Counter() for c in PRIORITIES}
+    for job_id, written in reasons.items():
+        p = backlog.jobs.get(job_id) or held.get(job_id)
+        if p is not None:
+            said[p.spec.priority][written[0]] += 1
+    classes = {}
+    for c in PRIORITIES:
+        pending, n_held = backlog.by_class.get(c, 0), held_by_class.get(c, 0)
+        if not pending and not n_held:
+            continue
+        counted = said[c]
+        rest = pending + n_held - sum(counted.values())
+        if rest > 0:
+            counted[rest_reason or "not judged yet"] += rest
+        classes[c] = {"pending": pending, "held": n_held, "gpus_pending": backlog.gpus_by_class.get(c, 0),
+                      "oldest": [[p.wait_from_ms, p.spec.id] for p in backlog.oldest(c, OLDEST_KEPT)],
+                      "reasons": [[r, n] for r, n in counted.most_common(REASONS_KEPT)]}
+    return {"classes": classes,
+            "users": [[u, t, n, backlog.gpus_by_user[(u, t)]] for (u, t), n in backlog.by_user.items()],
+            "smallest_gpus": min((shape[0] for shape in backlog.shapes if shape[0] > 0), default=0)}

@@ -1,0 +1,128 @@
+"""The operators' views on the realistic queue (realqueue.py): what `dispatch why`, the job page
+(/api/job/ID), the board (/api/board), /metrics and `top --once` cost at 10k and 100k pending.
+
+For each size the parent writes the realistic cluster (about 3.4 running jobs a node, all four
+classes, types, memory, estimates, waits up to 3 days) and runs one cycle of the real Scheduler
+(its default Timing and lease), so the leader has recorded its verdicts and published its figures,
+as on a live cluster. Then, in this process, alternating so that a busy machine slows each alike:
+
+- why (recorded): views.explain.recorded, the answer `dispatch why JOB` prints, for pending jobs
+  the cycle judged and jobs it did not reach;
+- job page: Board.job, what /api/job/ID returns;
+- why --fresh: views.explain.what_if, the policy and the forecast run on the whole queue (the old
+  `why`), twice, given up after FRESH_S (reported as inf);
+- board, metrics: Board.overview and the /metrics exposition, each from a Board with no cache,
+  as the first viewer after its ttl meets them.
+- CLI: `dispatch why JOB` as a fresh process, against `python -c "import redis"` in the same run.
+
+Reports medians (and p95 where there are enough samples) in ms.
+
+    python scripts/bench/views.py [--sizes 10000x1000,100000x1000] [--repeats 15] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib as bl
+from realqueue import Realistic
+
+
+#: The longest the what-if (why --fresh) is waited for.
+FRESH_S = 120.0
+
+
+def timed_ms(fn, *args) -> float:
+    dt, _ = bl.timed(fn, *args)
+    return dt * 1000
+
+
+def measure(bench: bl.Bench, ns: str, repeats: int) -> dict:
+    from dispatcher.config import Timing
+    from dispatcher.scheduler.loop import Scheduler
+    from dispatcher.store import keys
+    from dispatcher.views.board import Board
+    from dispatcher.views.explain import WhatIfTimeout, recorded, what_if
+    from dispatcher.views.metrics import ClusterCollector, exposition
+
+    client, timing = bench.client, Timing(node_timeout_s=86400.0)
+    sched = Scheduler(client, ns, timing=timing)
+    sched.lease.keep()
+    cycle_s, _ = bl.timed(sched.cycle)
+    sched.lease.release()
+    pending = [i.decode() for i in client.zrange(keys.jobs_pending(ns), 0, -1)]
+    judged = [j for j in pending if client.hexists(keys.job(ns, j), "verdict")]
+    rng = random.Random(1)
+    sample = rng.sample(judged, min(len(judged), repeats)) + rng.sample(pending, repeats)
+    out = {"pending": len(pending), "judged": len(judged), "cycle_ms": round(cycle_s * 1000)}
+    why, page, fresh = [], [], []
+    board = Board(client, ns, timing=timing)
+    for j in sample:
+        why.append(timed_ms(recorded, client, ns, j, timing))
+        page.append(timed_ms(board.job, j))
+    for j in sample[:2]:  # the what-if, given up after FRESH_S as `dispatch why --fresh` would be
+        t0 = time.perf_counter()
+        try:
+            what_if(client, ns, j, FRESH_S, timing)
+            fresh.append((time.perf_counter() - t0) * 1000)
+        except WhatIfTimeout:
+            fresh.append(float("inf"))
+            break
+    boards, metrics = [], []
+    for _ in range(3):
+        boards.append(timed_ms(Board(client, ns, timing=timing).overview))
+        metrics.append(timed_ms(lambda: exposition(ClusterCollector(Board(client, ns, timing=timing)))))
+    env = dict(os.environ, DISPATCH_REDIS_URL=bench.url, DISPATCH_NAMESPACE=ns)
+    cli, base = [], []
+    for j in sample[:repeats]:
+        base.append(_run([sys.executable, "-c", "import redis"], env))
+        cli.append(_run([sys.executable, "-m", "dispatcher", "why", j], env))
+    out.update(why_ms=bl.median(why), why_p95_ms=bl.pct(why, 95), job_page_ms=bl.median(page),
+               job_page_p95_ms=bl.pct(page, 95), why_fresh_ms=bl.median(fresh), board_ms=bl.median(boards),
+               metrics_ms=bl.median(metrics), cli_why_ms=bl.median(cli), cli_baseline_ms=bl.median(base),
+               cli_ratio=round(bl.median(cli) / bl.median(base), 2))
+    return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+def _run(argv: list[str], env: dict) -> float:
+    t0 = time.perf_counter()
+    p = subprocess.run(argv, env=env, capture_output=True)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed: {p.stderr.decode()[-500:]}")
+    return (time.perf_counter() - t0) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="10000x1000,100000x1000")
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    bench = bl.Bench(Path(tempfile.mkdtemp(prefix="views-")), quick=False)
+    rows = []
+    try:
+        print(json.dumps({"machine": bench.machine()}), flush=True)
+        for size in args.sizes.split(","):
+            pending, nodes = (int(x) for x in size.split("x"))
+            ns = bench.namespace(f"views-{size}")
+            Realistic(size, nodes).write(bench.client, ns, pending)
+            row = {"size": size, **measure(bench, ns, args.repeats)}
+            bench.drop(ns)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        bench.close()
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
