@@ -270,7 +270,9 @@ def why(ctx, job_id, fresh, timeout_s, as_json):
             parts = " + ".join(f"{k} {v:.1f}x{out['weights'].get(k, 0):g}" for k, v in o["terms"].items())
             click.echo(f"  score {o['score']:.1f} = ({parts}) / {total:g}")
         if o.get("rank"):
-            click.echo(f"  rank {o['rank']} of {out['pending']} pending, profile {out['profile']!r} "
+            when = f" (its verdict since {time.strftime('%H:%M:%S', time.localtime(o['since']))})" \
+                if o.get("since") else ""
+            click.echo(f"  rank {o['rank']}{when} of {out['pending']} pending, profile {out['profile']!r} "
                        f"({out['policy_source']}), {out['live_nodes']} live nodes")
         if o["code"] == "would_start":
             click.echo(f"  would start now on {o['node']} GPUs {o['gpus']} ({o['reason']}); "
@@ -316,14 +318,17 @@ def eta(ctx, job_id, as_json):
 @json_flag
 @common
 def decisions(ctx, job_id, limit, as_json):
-    """The scheduler's latest decisions: each start, its score breakdown and why it won."""
+    """The scheduler's latest decisions: each start (its score breakdown and why it won) and each
+    preemption (its victim, the job it made room for, how, and why)."""
     from ..store.decisions import read_decisions
 
     got = read_decisions(ctx.client, ctx.ns, job_id=job_id, limit=limit)
     if as_json:
         click.echo(json.dumps(got, indent=1))
         return
-    rows = [[time.strftime("%H:%M:%S", time.localtime(d["time"])), d["job"], f"{d['node']}:{','.join(map(str, d['gpus']))}",
-             f"{d['score']:.1f}", " ".join(f"{k[:4]}={v:.0f}" for k, v in d["terms"].items()), d["profile"],
-             d["why"][:80]] for d in got]
-    click.echo(_table(rows, ["TIME", "JOB", "PLACED", "SCORE", "TERMS", "PROFILE", "WHY"]))
+    rows = [[time.strftime("%H:%M:%S", time.localtime(d["time"])), d["kind"], d["job"],
+             f"{d['node']}:{','.join(map(str, d['gpus']))}",
+             f"{d['score']:.1f}" if d["kind"] == "start" else f"for {d.get('for_job') or '-'}",
+             " ".join(f"{k[:4]}={v:.0f}" for k, v in d["terms"].items()) if d["kind"] == "start"
+             else d.get("mode") or "graceful", d["profile"], d["why"][:80]] for d in got]
+    click.echo(_table(rows, ["TIME", "KIND", "JOB", "ON", "SCORE/BY", "TERMS/MODE", "PROFILE", "WHY"]))

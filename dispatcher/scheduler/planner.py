@@ -116,14 +116,16 @@ class RedisPlanner:
         return done
 
     def _write_reasons(self, pipe, plan: Plan, held: dict[str, str], waiting, now_ms: int, full: bool) -> None:
-        """Each judged job's reason and the numbers behind it (its verdict: code, score, rank), when they
-        changed; after a full cycle, a job it did not reach (plan.rest) loses the reason an earlier cycle
+        """Each judged job's reason and the numbers behind it (its verdict: code, score, and its rank in the
+        cycle that gave it), when they changed; after a full cycle, a job it did not reach (plan.rest) loses the reason an earlier cycle
         gave it (`dispatch why` then shows the scheduler's rest reason). Costs what changed, not what
         waits."""
         judged = {job_id: (why, None) for job_id, why in held.items()}
         judged.update((v.job_id, (v.reason, v)) for v in plan.verdicts)
         for job_id, (reason, v) in judged.items():
-            said = (reason, v.code.value, round(v.score, 1), v.rank) if v is not None else (reason, "held")
+            # the rank is written with a verdict that changed, not on its own: one job ending moves the
+            # rank of every job judged after it, and rewriting them all would cost each cycle that much
+            said = (reason, v.code.value, round(v.score, 1)) if v is not None else (reason, "held")
             if self._reasons.get(job_id) != said:
                 self._reasons[job_id] = said
                 verdict = {"code": said[1], "at_ms": now_ms} if v is None else {

@@ -115,8 +115,8 @@ def decision_words(d: dict, job_id: str) -> str:
     if d["kind"] != "preempt":
         return f"started on {d['node']} GPUs {d['gpus']}, score {d['score']:.1f}: {d['why']}"
     if d["job"] == job_id:
-        return f"preempted ({d.get('mode') or 'checkpoint'}) on {d['node']} for job {d.get('for_job')}: {d['why']}"
-    return f"preempted job {d['job']} on {d['node']} ({d.get('mode') or 'checkpoint'}) to start: {d['why']}"
+        return f"preempted ({d.get('mode') or 'graceful'}) on {d['node']} for job {d.get('for_job')}: {d['why']}"
+    return f"preempted job {d['job']} on {d['node']} ({d.get('mode') or 'graceful'}) to start: {d['why']}"
 
 
 class WhatIfTimeout(DispatcherError):

@@ -52,6 +52,11 @@ def test_a_critical_job_preempts_exactly_one_checkpointable_low_job_which_resume
     assert all(s["state"] == "succeeded" for s in shown.values())
     kinds = {(d["kind"], d["job"]) for d in json.loads(cli.run("decisions", "--json").stdout)}
     assert ("preempt", victim) in kinds and ("start", crit) in kinds
+    table = cli.run("decisions").stdout
+    assert any(ln.split()[1:3] == ["preempt", victim] and f"for {crit}" in ln for ln in table.splitlines()), table
+    said = cli.run("why", victim).stdout  # the victim's view, and the preemptor's, of the same decision
+    assert f"preempted (graceful) on n1 for job {crit}" in said, said
+    assert f"preempted job {victim} on n1 (graceful) to start" in cli.run("why", crit).stdout
 
 
 def test_a_preempt_sent_while_the_agent_is_stopped_is_carried_out_when_it_returns(cli):
