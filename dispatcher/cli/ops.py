@@ -252,6 +252,13 @@ def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None, rec
         write_private(state_dir() / "dashboard.url", url + "\n")
     click.echo(f"dispatch: dashboard on {url} (metrics at /metrics)" + ("" if allow_cancel else ", read-only"),
                err=True)
+    if allow_cancel:
+        from ..store.requests import identity_on
+
+        if not identity_on(ctx.client, ctx.ns):
+            click.echo("dispatch: warning: --allow-cancel with identity off: anyone who can reach this page "
+                       "may cancel any job (recorded as 'anonymous from ADDR'); a dispatch up with identity "
+                       "asks for a user and token instead", err=True)
     return server
 
 

@@ -326,6 +326,20 @@ def test_cancel_from_the_page_needs_the_owners_or_an_admins_token_when_identity_
     cli.wait_for(lambda: cli.show(job)["state"] == "cancelled", what="the owner's cancel")
 
 
+def test_without_identity_a_cancel_from_the_page_is_warned_of_and_recorded_as_anonymous(cli):
+    job = cli.submit("--", "sleep", "60")  # no node: it waits
+    base = start_dashboard(cli, "--allow-cancel")
+    log = (cli.home / f"dashboard-{len(cli.procs) - 1}.log").read_text()
+    assert "anyone who can reach this page may cancel any job" in log, log
+    csrf = json.loads(get(f"{base}/api/config"))["csrf"]
+    req = urllib.request.Request(f"{base}/api/job/{job}/cancel", data=b"{}", method="POST",
+                                 headers={"Content-Type": "application/json", "X-Dispatch-CSRF": csrf})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 200
+    shown = cli.show(job)
+    assert shown["state"] == "cancelled" and shown["reason"] == "cancelled from the dashboard by anonymous from 127.0.0.1"
+
+
 def test_a_taken_port_is_a_one_line_error(cli):
     import socket
 

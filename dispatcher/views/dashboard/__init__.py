@@ -135,16 +135,17 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
     def cancel(job_id):
         if not allow_cancel:
             raise NotAllowed("this dashboard is read-only; start it with --allow-cancel to cancel from the page")
-        return jsonify(outcome=cancel_as(board, job_id, request.get_json(silent=True) or {}))
+        return jsonify(outcome=cancel_as(board, job_id, request.get_json(silent=True) or {}, request.remote_addr))
 
     @app.get("/metrics")
     def metrics():
         return Response(exposition(collector), mimetype="text/plain; version=0.0.4; charset=utf-8")
 
 
-def cancel_as(board, job_id: str, who: dict) -> str:
+def cancel_as(board, job_id: str, who: dict, addr: str | None = None) -> str:
     """Cancel a job from the page. With identity on, `who` must carry the user and their token, and
-    the scheduler decides (owner or admin); without it, anyone who can reach the page may cancel."""
+    the scheduler decides (owner or admin) and records who; without it, anyone who can reach the page
+    may cancel, and the job's reason (and this process's log) says "anonymous from ADDR"."""
     from ...store.jobs import cancel_job
     from ...store.requests import identity_on, send
     from ...store.scripts import Scripts
@@ -154,8 +155,10 @@ def cancel_as(board, job_id: str, who: dict) -> str:
         if not user or not token:
             raise NotAllowed("identity is on: give your user name and token to cancel")
         return str(send(board.client, board.ns, "cancel", user, token, {"job": job_id})["outcome"])
+    by = f"anonymous from {addr or 'an unknown address'}"
+    log.warning("job %s cancelled from the dashboard by %s", job_id, by)
     return cancel_job(Scripts(board.client, board.ns), board.client, board.ns, job_id, now_ms(),
-                      "cancelled from the dashboard")
+                      f"cancelled from the dashboard by {by}")
 
 
 def make_server(board, host: str, port: int, *, allow_cancel: bool = False, access_key: str | None = None):

@@ -77,6 +77,7 @@ function cancelBox(j) {
     (cfg.identity ? `<input id="c-user" placeholder="user" size="10"><input id="c-token" type="password" placeholder="token" size="16">` : "") +
     `<button id="c-go">cancel job</button><span id="c-msg"></span></span>`;
   $("c-go").onclick = async () => {
+    if (!confirm(`Cancel job ${jobId}? Its running attempt is stopped and it will not run again.`)) return;
     const who = cfg.identity ? {user: $("c-user").value, token: $("c-token").value} : {};
     try {
       const r = await getJSON(`/api/job/${encodeURIComponent(jobId)}/cancel`, {method: "POST",
