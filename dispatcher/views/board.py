@@ -9,6 +9,7 @@ paged, never sent whole.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -29,6 +30,8 @@ from ..store.quarantine import tolerant, valid_name
 from ..store.samples import figures, holders, read_samples
 from ..store.snapshot import SpecCache, read_snapshot
 
+log = logging.getLogger("dispatch.dashboard")
+
 #: Finished jobs the success/failure counts cover (the newest ones).
 OUTCOMES_WINDOW = 1000
 #: The most job records looked at, newest first, to find them.
@@ -46,24 +49,45 @@ def _secs(ms: int) -> float | None:
 
 class _Cached:
     """A value recomputed at most every ttl_s, shared by threads; and at most every LOAD_FACTOR times
-    as long as computing it took, so that a long queue (a read of 100,000 jobs takes seconds) keeps
-    the dashboard's share of Redis and of this process bounded, whoever is watching."""
+    as long as computing it took, so that a slow read keeps the dashboard's share of Redis and of this
+    process bounded, whoever is watching. Only the first get() waits for it: after that a stale value
+    is served at once while one background thread reads the next (a viewer never waits on a slow read;
+    what it is shown says how old it is)."""
 
     LOAD_FACTOR = 5.0
 
     def __init__(self, ttl_s: float, compute):
         self.ttl_s, self.compute = ttl_s, compute
         self._lock = threading.Lock()
-        self._value, self._at, self._took = None, -1e18, 0.0
+        self._first = threading.Lock()  # held while the first value is computed
+        self._value, self._at, self._took, self._busy = None, -1e18, 0.0, False
 
     def get(self):
         with self._lock:
-            if time.monotonic() - self._at >= max(self.ttl_s, self.LOAD_FACTOR * self._took):
-                t0 = time.monotonic()
-                self._value = self.compute()
-                self._at = time.monotonic()
-                self._took = self._at - t0
+            due = time.monotonic() - self._at >= max(self.ttl_s, self.LOAD_FACTOR * self._took)
+            if self._at > -1e18 and due and not self._busy:
+                self._busy = True
+                threading.Thread(target=self._refresh, name="board read", daemon=True).start()
+            if self._at > -1e18:
+                return self._value
+        with self._first:
+            if self._at == -1e18:
+                self._refresh()
             return self._value
+
+    def _refresh(self) -> None:
+        t0 = time.monotonic()
+        try:
+            value = self.compute()
+        except Exception as e:  # the next get() tries again; the first one meets the error itself
+            with self._lock:
+                self._busy = False
+            if self._at == -1e18:
+                raise
+            log.warning("reading the cluster for the board failed (%s); showing the last read", e)
+            return
+        with self._lock:
+            self._value, self._at, self._took, self._busy = value, time.monotonic(), time.monotonic() - t0, False
 
 
 class Board:
@@ -131,8 +155,12 @@ class Board:
 
     # -- the views -----------------------------------------------------------------------------
     def overview(self) -> dict:
-        """Everything on the dashboard's front page but the job list: small whatever the queue's length."""
-        return self._overview.get()
+        """Everything on the dashboard's front page but the job list: small whatever the queue's length.
+        Read in the background (the last read is served meanwhile); its `now` and the scheduler's
+        `age_s` are those of this call, so an old read shows its age."""
+        view = self._overview.get()
+        s, now = view["scheduler"], time.time()
+        return {**view, "now": now, "scheduler": {**s, "age_s": round(now - s["at"], 1) if s["at"] else None}}
 
     def _build_overview(self) -> dict:
         c = self._read.get()
@@ -164,8 +192,8 @@ class Board:
             return kind(stats.get(k) or 0)
 
         at = num("at_ms")
-        return {"holder": stats.get("holder", ""), "cycles": num("cycles"), "placed": num("placed"),
-                "preempted": num("preempted"), "requeued_lost": num("requeued_lost"),
+        return {"holder": stats.get("holder") or "", "at": at / 1000.0 if at else None, "cycles": num("cycles"),
+                "placed": num("placed"), "preempted": num("preempted"), "requeued_lost": num("requeued_lost"),
                 "cycle_ms": num("cycle_ms", float), "age_s": round((now - at) / 1000.0, 1) if at else None}
 
     @staticmethod
