@@ -28,7 +28,8 @@ from ..notify import Notifier
 from ..auth.identity import seal_attempt
 from .policy_source import PolicySource
 from ..policy import place_arrivals, plan_cycle
-from ..store import keys
+from ..core.model import FINAL_STATES
+from ..store import counters, job_record, keys
 from ..store import stats as published
 from ..store.decisions import write_decisions
 from ..store.policies import write_policy
@@ -203,6 +204,7 @@ class Scheduler:
                                 all_nodes=sample_due(self.client, self.ns, now))
         self._live_nodes = len(read.snapshot.nodes)  # published with the cycle's figures
         self.planner.quarantine(read.bad_jobs, now)
+        self._count_ends()
         if read.stray or read.aside:  # bad index entries, keys of the wrong type (store/quarantine.py)
             quarantine(self.client, self.ns, read.stray, now)
             set_aside_all(self.client, self.ns, read.aside, now)
@@ -220,6 +222,44 @@ class Scheduler:
         plan, cycle_state = plan_cycle(read.snapshot, now, config)
         self._commit(plan, read.epochs, now, profile, config, (cycle_state, time.monotonic()), t0, full=True)
         return plan
+
+    def _count_commit(self, pipe, started, preempted, now: int, full: bool) -> None:
+        """The persistent counters (store/counters.py) of one commit: each start's wait from submit and
+        its class, each preemption, and the cycle's time."""
+        for p in started:
+            job = self.mirror.backlog.jobs.get(p.job_id)
+            if job is not None:
+                cls = {"class": job.spec.priority}
+                counters.observe(pipe, self.ns, "queue_wait", max(0.0, (now - job.spec.submit_ms) / 1000.0), **cls)
+                counters.count(pipe, self.ns, "jobs_started", **cls)
+        for pr in preempted:
+            victim = self.mirror.running.get(pr.job_id)
+            counters.count(pipe, self.ns, "preemptions", mode=pr.mode,
+                           **{"class": victim.spec.priority if victim else "unknown"})
+        counters.observe(pipe, self.ns, "cycle", self.stats.last_cycle_ms / 1000.0, kind="full" if full else "quick")
+
+    def _count_ends(self) -> None:
+        """The ends the mirror saw since the last cycle, by final state and class, and how long each ran:
+        one read of the ended records, one write (only in a cycle that saw an end)."""
+        ended, self.mirror.ended = self.mirror.ended, []
+        if not ended:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for job_id, _ in ended:
+            job_record.queue_fields(pipe, self.ns, job_id, job_record.ENDED)
+        replies = pipe.execute(raise_on_error=False)
+        pipe = self.client.pipeline(transaction=False)
+        for (_, cls), reply in zip(ended, replies):
+            if not isinstance(reply, list):
+                continue
+            f = job_record.values(job_record.ENDED, reply)
+            if f["state"] not in FINAL_STATES:
+                continue
+            counters.count(pipe, self.ns, "jobs_ended", state=f["state"], **{"class": cls})
+            if f["started_ms"] and f["finished_ms"] >= f["started_ms"]:
+                counters.observe(pipe, self.ns, "job_run", (f["finished_ms"] - f["started_ms"]) / 1000.0,
+                                 **{"class": cls})
+        pipe.execute(raise_on_error=False)
 
     def _fail_doomed(self, now: int) -> None:
         """Held jobs whose --after dependency failed or was cancelled fail with that reason (and their
@@ -258,6 +298,7 @@ class Scheduler:
         self.stats.last_cycle_ms = (time.perf_counter() - t0) * 1000
         pipe = self.client.pipeline(transaction=False)
         write_decisions(pipe, self.ns, started, now, profile, preempted)
+        self._count_commit(pipe, started, preempted, now, full)
         self.stats.publish(pipe, self.ns, now, self.lease.holder, len(self.mirror.backlog), len(self.mirror.running),
                            profile=profile, live_nodes=self._live_nodes, plan=plan if full else None,
                            queue=queue_summary(self.mirror.backlog, self.mirror.held, self.planner.reasons,

@@ -49,6 +49,7 @@ class Mirror:
         self.held: dict[str, PendingJob] = {}  # pending jobs whose dependencies are not met yet
         self.held_why: dict[str, str] = {}  # held job id -> what it waits for
         self.doomed: dict[str, str] = {}  # held job id -> the dependency that failed (the scheduler fails it)
+        self.ended: list[tuple[str, str]] = []  # (job id, class) of jobs seen to end since the leader took them
         self._waiting_on: dict[str, set[str]] = {}  # dependency id -> held jobs waiting on it
 
     def nodes(self) -> list[NodeRecord]:
@@ -128,6 +129,7 @@ class Mirror:
         """Take one job as read_jobs gave it; returns `arrivals`, or None once the change is more than
         arrivals."""
         known, was = job_id in self.epochs, self._running_as(job_id)
+        prior = self.running.get(job_id) or self.backlog.jobs.get(job_id) or self.held.get(job_id)
         self._forget(job_id)
         if isinstance(got, Strays):
             self.stray += got
@@ -139,6 +141,8 @@ class Mirror:
             self.bad[job_id] = str(got)
             return None
         if got is None:
+            if prior is not None and not in_active:  # it ended: for the leader's counters (store/counters.py)
+                self.ended.append((job_id, prior.spec.priority))
             self.cache.specs.pop(job_id, None)
             if in_active:  # ended between the two reads, or stray: quarantine.lua tells
                 self.stray.append(job_entry(self.ns, keys.jobs_active(self.ns), job_id, "not an active job",

@@ -91,6 +91,7 @@ LAUNCH = ("spec", "epoch", "node", "gpus", "attempt", "cancel_ms", "state", "sea
 RECOVERY = ("node", "epoch", "state", "started_ms", "spec", "assigned_ms", "gang")  # a restarted agent's
 PLACED = ("state", "node", "gpus")  # the index repair's
 IDLE = ("warning", "idle_since_ms")  # the board's, of a running job
+ENDED = ("state", "started_ms", "finished_ms")  # the leader's counters, of a job that ended
 WHERE = ("state", "node", "epoch")  # a cancel's: is it held, and where
 FENCE = ("state", "epoch", "cancel_ms", "progress_ms")  # the agent's check that a copy is still current
 RENDEZVOUS = ("state", "epoch", "rendezvous")  # a gang's rank > 0 waiting for rank 0's address

@@ -64,6 +64,8 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |                            | (store/stats.py)            | requeued_lost, cycle_ms, at_ms,  |
 |                            |        |                             | holder, pending, running,        |
 |                            |        |                             | rest_reason, reservations, ...   |
+| <ns>:metrics               | hash   | leading scheduler           | counters and histograms for      |
+|                            |        | (store/counters.py)         | /metrics, forever (whoever leads)|
 | <ns>:samples               | stream | leading scheduler           | cluster figures every 15 s for   |
 |                            |        | (store/samples.py)          | the dashboard's charts and       |
 |                            |        |                             | alerts; MAXLEN ~ 12 h of them    |
@@ -197,6 +199,10 @@ def scheduler_token(ns: str) -> str:
 
 def scheduler_stats(ns: str) -> str:
     return f"{ns}:scheduler:stats"
+
+
+def metrics(ns: str) -> str:
+    return f"{ns}:metrics"
 
 
 def samples(ns: str) -> str:

@@ -72,7 +72,7 @@ def read_patterns(ns: str) -> list[str]:
             keys.nodes_heartbeat(ns), keys.nodes_changed(ns), keys.nodes_drain(ns),
             keys.decisions(ns), keys.policy(ns), keys.policy_applied(ns), keys.policy_history(ns),
             keys.auth(ns), keys.scheduler_leader(ns), keys.scheduler_stats(ns), keys.samples(ns),
-            keys.quarantine(ns)]
+            keys.metrics(ns), keys.quarantine(ns)]
 
 
 def _selector(commands, patterns, perm: str = "") -> str:

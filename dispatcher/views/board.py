@@ -47,7 +47,7 @@ def _secs(ms: int) -> float | None:
     return ms / 1000.0 if ms else None
 
 
-class _Cached:
+class Cached:
     """A value recomputed at most every ttl_s, shared by threads; and at most every LOAD_FACTOR times
     as long as computing it took, so that a slow read keeps the dashboard's share of Redis and of this
     process bounded, whoever is watching. Only the first get() waits for it: after that a stale value
@@ -98,9 +98,9 @@ class Board:
         self.alert_config = alerts or AlertConfig()
         self._specs = SpecCache()
         self._specs_lock = threading.Lock()
-        self._read = _Cached(ttl_s, self._read_cluster)
-        self._overview = _Cached(ttl_s, self._build_overview)
-        self._outcomes = _Cached(max(ttl_s, 5.0), self._read_outcomes)
+        self._read = Cached(ttl_s, self._read_cluster)
+        self._overview = Cached(ttl_s, self._build_overview)
+        self._outcomes = Cached(max(ttl_s, 5.0), self._read_outcomes)
 
     # -- reading ---------------------------------------------------------------------------
     def _read_cluster(self) -> dict:

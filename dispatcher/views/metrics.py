@@ -1,25 +1,29 @@
-"""Prometheus metrics of a cluster, from the board (dispatcher/views/board.py): served at /metrics by
-`dispatch dashboard`. The names and labels are listed in docs/dashboard.md.
+"""Prometheus metrics of a cluster, from the board (dispatcher/views/board.py) and the leading
+scheduler's counters (store/counters.py): served at /metrics by `dispatch dashboard`. The names and
+labels are listed in docs/dashboard.md.
 
-Everything but the queueing-delay histogram is read fresh at each scrape (gauges, and the
-leading scheduler's counters). The histogram is this process's own: it observes each start
-in the decision log once (the wait from submit to that start), so it counts from when the
-exporter started, taking in the log's backlog at the first scrape, as a histogram must.
+Gauges are read at each scrape (from the board's last read). The histograms (queue wait, run time,
+cycle time) and the counters of starts, ends and preemptions are the scheduler's, kept in Redis where
+each event is decided, so every dashboard process exports the same numbers, and a restart of one
+neither loses nor counts them again.
 """
 
 from __future__ import annotations
 
-import threading
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from .. import __version__
+from ..store import counters
 
-from ..store.decisions import DECISIONS_KEPT, read_decisions
-from ..store.jobs import read_jobs
-
-#: Queueing-delay buckets, seconds: from a few seconds to a day.
-DELAY_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
 ALERT_KINDS = ("wait", "low_util", "dead_node", "zombie", "idle_gpu")
+#: The scheduler's histograms and counters as exported: (store/counters.py name, metric name, help).
+HISTOGRAMS = (("queue_wait", "dispatch_queue_wait_seconds", "Wait from submit to each start, by class"),
+              ("job_run", "dispatch_job_run_seconds", "Run time of each ended job's last attempt, by class"),
+              ("cycle", "dispatch_scheduler_cycle_duration_seconds", "Duration of each scheduling cycle, by kind"))
+COUNTERS = (("jobs_started", "dispatch_jobs_started", "Jobs started, by class"),
+            ("jobs_ended", "dispatch_jobs_ended", "Jobs that ended, by final state and class"),
+            ("preemptions", "dispatch_job_preemptions", "Preemptions started, by the victim's class and mode"))
 
 
 def _gauge(name, doc, labels=()):
@@ -29,35 +33,50 @@ def _gauge(name, doc, labels=()):
 class ClusterCollector:
     def __init__(self, board):
         self.board = board
-        self._delay = Histogram("dispatch_queue_wait_seconds", "Wait from submit to each start, by class",
-                                ["class"], buckets=DELAY_BUCKETS_S, registry=None)
-        self._lock = threading.Lock()
-        self._seen: set[tuple[float, str]] = set()
-
-    def _observe_new_starts(self) -> None:
-        starts = [d for d in read_decisions(self.board.client, self.board.ns, limit=DECISIONS_KEPT)
-                  if d["kind"] == "start"]
-        with self._lock:
-            new = [d for d in starts if (d["time"], d["job"]) not in self._seen]
-            self._seen = {(d["time"], d["job"]) for d in starts}
-            jobs = {j["id"]: j for j in read_jobs(self.board.client, self.board.ns, list({d["job"] for d in new}))}
-            for d in new:
-                j = jobs.get(d["job"])
-                if j and j["submitted_at"] and j["priority"]:
-                    self._delay.labels(j["priority"]).observe(max(0.0, d["time"] - j["submitted_at"]))
 
     def describe(self):
         return []  # collected at scrape time only; registering must not read Redis
 
     def collect(self):
         v = self.board.overview()
-        self._observe_new_starts()
-        yield from self._delay.collect()
+        yield InfoMetricFamily("dispatch_build", "The dispatch version serving these metrics",
+                               value={"version": __version__})
+        yield from _counted(counters.read(self.board.client, self.board.ns))
         yield from _classes(v)
         yield from _nodes(v)
         yield from _cluster(v)
+        yield from _teams(v)
         yield from _scheduler(v)
         yield from _outcomes_and_alerts(v)
+
+
+def _counted(got: dict):
+    for name, metric, doc in HISTOGRAMS:
+        per = got["histograms"].get(name, {})
+        labels = sorted({k for lbl in per for k, _ in lbl})
+        h = HistogramMetricFamily(metric, doc, labels=labels)
+        bounds = [str(float(b)) for b in counters.BUCKETS[name]] + ["+Inf"]
+        for lbl, v in sorted(per.items()):
+            d = dict(lbl)
+            h.add_metric([d.get(k, "") for k in labels], list(zip(bounds, v["buckets"])), v["sum"])
+        yield h
+    for name, metric, doc in COUNTERS:
+        per = got["counters"].get(name, {})
+        labels = sorted({k for lbl in per for k, _ in lbl})
+        c = CounterMetricFamily(metric, doc + " (the scheduler's, kept in Redis)", labels=labels)
+        for lbl, n in sorted(per.items()):
+            d = dict(lbl)
+            c.add_metric([d.get(k, "") for k in labels], n)
+        yield c
+
+
+def _teams(v: dict):
+    held = _gauge("dispatch_team_gpus", "GPUs held by each team's running jobs", ["team"])
+    pending = _gauge("dispatch_team_gpus_pending", "GPUs asked for by each team's pending jobs", ["team"])
+    for t in v["usage"]["teams"]:
+        held.add_metric([t["team"]], t["gpus"])
+        pending.add_metric([t["team"]], t["gpus_pending"])
+    yield from (held, pending)
 
 
 def _classes(v: dict):
@@ -79,6 +98,7 @@ def _nodes(v: dict):
     util = _gauge("dispatch_gpu_utilization_percent", "GPU utilization as the node's agent last read it",
                   ["node", "gpu"])
     alloc = _gauge("dispatch_gpu_allocated", "1 while a job holds the GPU", ["node", "gpu"])
+    info = _gauge("dispatch_gpu_info", "1 for each GPU, with its model", ["node", "gpu", "model"])
     mem_used = _gauge("dispatch_gpu_memory_used_bytes", "GPU memory in use", ["node", "gpu"])
     mem_total = _gauge("dispatch_gpu_memory_total_bytes", "GPU memory", ["node", "gpu"])
     age = _gauge("dispatch_node_heartbeat_age_seconds", "Time since the node's last heartbeat", ["node"])
@@ -92,9 +112,10 @@ def _nodes(v: dict):
             labels = [n["name"], str(g["index"])]
             util.add_metric(labels, g["util_pct"])
             alloc.add_metric(labels, 1 if g["job"] else 0)
+            info.add_metric(labels + [g["name"]], 1)
             mem_used.add_metric(labels, g["mem_used_gb"] * 1e9)
             mem_total.add_metric(labels, g["mem_total_gb"] * 1e9)
-    yield from (gpus, util, alloc, mem_used, mem_total, age, up)
+    yield from (gpus, util, alloc, info, mem_used, mem_total, age, up)
 
 
 def _cluster(v: dict):

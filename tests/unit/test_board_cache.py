@@ -2,7 +2,7 @@
 
 import time
 
-from dispatcher.views.board import _Cached
+from dispatcher.views.board import Cached
 
 
 def test_a_slow_read_is_reused_for_several_times_as_long_as_it_took():
@@ -13,7 +13,7 @@ def test_a_slow_read_is_reused_for_several_times_as_long_as_it_took():
         time.sleep(0.3)  # as a read of a very long queue would
         return len(calls)
 
-    cache = _Cached(0.0, slow_read)  # no ttl of its own: only the back-off keeps it
+    cache = Cached(0.0, slow_read)  # no ttl of its own: only the back-off keeps it
     assert cache.get() == 1
     assert cache.get() == 1  # within 5 x 0.3 s of the read: reused, not read again
     assert len(calls) == 1
@@ -21,7 +21,7 @@ def test_a_slow_read_is_reused_for_several_times_as_long_as_it_took():
 
 def test_a_quick_read_is_redone_once_its_ttl_has_passed():
     calls = []
-    cache = _Cached(0.5, lambda: calls.append(1) or len(calls))
+    cache = Cached(0.5, lambda: calls.append(1) or len(calls))
     assert (cache.get(), cache.get()) == (1, 1)
     time.sleep(0.6)
     assert cache.get() == 1  # served at once; the next read runs in the background
@@ -43,7 +43,7 @@ def test_a_viewer_never_waits_on_a_slow_read_after_the_first():
             release.wait(10)  # the second read hangs, as a read of a long queue would
         return len(calls)
 
-    cache = _Cached(0.0, read)
+    cache = Cached(0.0, read)
     assert cache.get() == 1
     time.sleep(0.01)
     t0 = time.monotonic()
@@ -61,7 +61,7 @@ def test_a_failed_background_read_keeps_the_last_value():
             raise ConnectionError("server gone")
         return len(calls)
 
-    cache = _Cached(0.0, read)
+    cache = Cached(0.0, read)
     assert cache.get() == 1
     deadline = time.monotonic() + 5
     while len(calls) < 3 and time.monotonic() < deadline:
