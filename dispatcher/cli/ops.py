@@ -21,17 +21,26 @@ DASHBOARD_PORT = 8090
 
 
 def _alerts_option(fn):
-    return click.option("--alerts", default=None, envvar="DISPATCH_ALERTS", metavar="KEY=VALUE,...",
-                        help="Alert thresholds, e.g. critical_wait=5m,high_wait=30m,low_util=50,low_util_for=30m "
-                             "(docs/dashboard.md; idle GPUs: the policy's idle_warn).")(fn)
+    """--alerts (and DISPATCH_ALERTS) are gone: the thresholds are the policy file's [alerts] table, one
+    place for every view. Kept hidden, to say so."""
+    return click.option("--alerts", default=None, envvar="DISPATCH_ALERTS", hidden=True)(fn)
+
+
+def _no_alerts_flag(alerts) -> None:
+    if alerts:
+        from ..core.errors import ConfigError
+
+        raise ConfigError("--alerts (or DISPATCH_ALERTS): alert thresholds are set in the policy file's [alerts] "
+                          "table now, so the page, top and /metrics show the same alerts; e.g. [alerts] "
+                          "critical_wait = \"5m\" (docs/dashboard.md#alerts)", key="--alerts")
 
 
 def _board(ctx, alerts):
-    from ..views.alerts import AlertConfig
     from ..views.board import Board
     from ..config import Timing
 
-    return Board(ctx.client, ctx.ns, timing=Timing.from_env(), alerts=AlertConfig.parse(alerts))
+    _no_alerts_flag(alerts)
+    return Board(ctx.client, ctx.ns, timing=Timing.from_env())
 
 
 @click.command()
@@ -314,7 +323,6 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
     it, unless --shared (docs/security.md)."""
     import socket
 
-    from ..views.alerts import AlertConfig
     from . import DEFAULT_NAMESPACE
     from ..config import Timing
     from ..scheduler.policy_source import PolicySource
@@ -325,7 +333,7 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
     ctx._ns_flag = ns = ctx._ns_flag or DEFAULT_NAMESPACE  # never a login's: this is a server of its own
     sock = login_socket(shared, socket_path, ctx._url_flag)
     PolicySource(policy_path)  # a bad policy file stops `up` before anything starts
-    AlertConfig.parse(alerts)  # and so do bad alert thresholds
+    _no_alerts_flag(alerts)  # and so does the old --alerts (the thresholds are the policy file's)
     Timing.from_env().check()  # and clocks that cannot fence in time
     node = node or socket.gethostname().split(".")[0]
     agent_options(node_opts, embedded=ctx._url_flag is None, socket_path=sock, node=node)

@@ -44,6 +44,9 @@ def policy_check(path):
     teams = next(iter(pset.profiles.values())).teams
     for t, q in teams.items():
         click.echo(f"team {t}: guarantee {q.guarantee_gpus} GPUs, limit {q.limit_gpus if q.limit_gpus is not None else 'none'}")
+    a = pset.alerts
+    click.echo(f"alerts: critical_wait {short_span(a.critical_wait_s)}, high_wait {short_span(a.high_wait_s)}, "
+               f"low_util {a.low_util_pct:g}% for {short_span(a.low_util_for_s)}")
     click.echo(f"{path}: ok")
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 
+from ..core.alerts import AlertConfig
 from ..core.errors import ConfigError, InvalidRequestError
 from ..core.model import PRIORITIES
 from ..core.units import parse_duration
@@ -66,6 +67,8 @@ class PolicySet:
     profiles: dict[str, PolicyConfig] = field(default_factory=lambda: {"default": PolicyConfig()})
     default_profile: str = "default"
     schedule: tuple[ScheduleEntry, ...] = ()
+    #: The [alerts] table: the thresholds every view's alerts use (core/alerts.py).
+    alerts: AlertConfig = field(default_factory=AlertConfig)
 
     def config_at(self, weekday: int, minute: int) -> tuple[str, PolicyConfig]:
         """The profile in force on `weekday` (0 = Monday) at `minute` past local midnight."""
@@ -239,7 +242,7 @@ def parse_policy(text: str) -> PolicySet:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"not valid TOML: {e}", key="") from None
-    known = {"default_profile", "defaults", "profiles", "schedule", "teams"}
+    known = {"alerts", "default_profile", "defaults", "profiles", "schedule", "teams"}
     unknown = set(raw) - known
     if unknown:
         raise _err(sorted(unknown)[0], f"unknown section; known: {', '.join(sorted(known))}")
@@ -270,7 +273,7 @@ def parse_policy(text: str) -> PolicySet:
             raise _err(f"{k}.days", f"use day names: {', '.join(DAYS)}")
         entries.append(ScheduleEntry(e["profile"], _clock(e["from"], f"{k}.from"), _clock(e["to"], f"{k}.to"),
                                      frozenset(DAYS.index(str(d).lower()[:3]) for d in days)))
-    return PolicySet(profiles, default, tuple(entries))
+    return PolicySet(profiles, default, tuple(entries), AlertConfig.from_table(raw.get("alerts", {})))
 
 
 def describe(config: PolicyConfig) -> dict:

@@ -145,6 +145,13 @@ class PolicySource:
 
 def policy_in_force(client, ns: str, t: float | None = None):
     """(profile name, PolicyConfig, source) as the scheduler last published it; defaults if none did."""
+    policy, source = published_policy(client, ns)
+    profile, config = policy.config_at(*local_weekday_minute(t))
+    return profile, config, source
+
+
+def published_policy(client, ns: str) -> tuple[PolicySet, str]:
+    """(the whole PolicySet, source) as the scheduler last published it; defaults if none did."""
     published = read_policy(client, ns)
     policy = PolicySet()
     if published.get("text"):
@@ -152,5 +159,4 @@ def policy_in_force(client, ns: str, t: float | None = None):
             policy = parse_policy(published["text"])
         except ConfigError:
             pass  # the scheduler only publishes what parsed; a hand-edited key falls back to defaults
-    profile, config = policy.config_at(*local_weekday_minute(t))
-    return profile, config, published.get("source", "(built-in defaults; no scheduler has run)")
+    return policy, published.get("source", "(built-in defaults; no scheduler has run)")

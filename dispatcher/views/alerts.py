@@ -1,4 +1,5 @@
-"""Alerts for operators, computed from the board (dispatcher/views/board.py) and the recorded samples.
+"""Alerts for operators, computed from the board (dispatcher/views/board.py) and the recorded samples,
+against the thresholds of the policy file's [alerts] table (core/alerts.py), the same for every view.
 
 Pure: no Redis, no clock; the caller passes what it read and `now_ms`. The same list is
 shown on the dashboard, by `dispatch top`, and exported as the dispatch_alert metric.
@@ -6,52 +7,10 @@ shown on the dashboard, by `dispatch top`, and exported as the dispatch_alert me
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from ..core.alerts import AlertConfig
+from ..core.units import age
 
-from ..core.errors import ConfigError, InvalidRequestError
-from ..core.units import age, parse_duration
-
-
-@dataclass(frozen=True)
-class AlertConfig:
-    """Thresholds. Set with --alerts (or DISPATCH_ALERTS): comma-separated key=value, durations
-    like 90s, 15m, 2h; e.g. ``critical_wait=5m,low_util=40,low_util_for=1h``."""
-
-    #: A critical job pending longer than this.
-    critical_wait_s: float = 600.0
-    #: A high job pending longer than this.
-    high_wait_s: float = 1800.0
-    #: Cluster allocation (GPUs held / usable GPUs, %) below this in every sample of low_util_for,
-    #: while jobs waited in every one of them.
-    low_util_pct: float = 50.0
-    low_util_for_s: float = 1800.0
-    # Idle GPUs have no threshold here: the idle_gpu alert shows the node agents' idle warnings,
-    # whose thresholds are the policy's idle_util and idle_warn (dispatcher/policy/idle.py).
-
-    @classmethod
-    def parse(cls, raw: str | None) -> "AlertConfig":
-        """From 'key=value,...' (keys without their _s/_pct suffix); ConfigError names a bad key."""
-        cfg = cls()
-        names = {f.name.removesuffix("_s").removesuffix("_pct"): f.name for f in fields(cls)}
-        for item in filter(None, (p.strip() for p in (raw or "").split(","))):
-            key, _, value = item.partition("=")
-            name = names.get(key.strip())
-            if key.strip() == "idle_gpu_for":
-                raise ConfigError("--alerts: idle_gpu_for is now the policy's idle_warn (docs/policy.md): "
-                                  "one threshold for the jobs' idle warnings and this alert", key="--alerts")
-            if name is None:
-                raise ConfigError(f"--alerts: unknown key {key.strip()!r}; known: {', '.join(sorted(names))}",
-                                  key="--alerts")
-            try:
-                number = parse_duration(value.strip()) if name.endswith("_s") else float(value)
-            except (InvalidRequestError, ValueError):
-                number = -1.0
-            if not number > 0:
-                raise ConfigError(f"--alerts: {key.strip()}={value.strip()!r} must be a positive "
-                                  f"{'duration (90s, 15m, 2h)' if name.endswith('_s') else 'number'}",
-                                  key="--alerts")
-            cfg = replace(cfg, **{name: number})
-        return cfg
+__all__ = ["AlertConfig", "evaluate"]
 
 
 def _window(samples: list[dict], now_ms: int, span_s: float) -> list[dict] | None:

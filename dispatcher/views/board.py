@@ -15,10 +15,10 @@ import threading
 import time
 from collections import Counter
 
-from .alerts import AlertConfig, evaluate
+from .alerts import evaluate
 from ..clock import now_ms
 from ..config import Timing
-from ..scheduler.policy_source import policy_in_force
+from ..scheduler.policy_source import local_weekday_minute, published_policy
 from ..core.model import FINAL_STATES, PRIORITIES
 from ..policy.score import dominant_share
 from ..store import job_record, keys
@@ -91,11 +91,10 @@ class Cached:
 
 
 class Board:
-    def __init__(self, client, ns: str, *, timing: Timing | None = None, alerts: AlertConfig | None = None,
+    def __init__(self, client, ns: str, *, timing: Timing | None = None,
                  ttl_s: float = 1.0):
         self.client, self.ns = client, ns
         self.timing = timing or Timing.from_env()
-        self.alert_config = alerts or AlertConfig()
         self._specs = SpecCache()
         self._specs_lock = threading.Lock()
         self._read = Cached(ttl_s, self._read_cluster)
@@ -121,9 +120,11 @@ class Board:
         idle = {r.spec.id: (w["warning"], w["idle_since_ms"]) for r, w in zip(read.snapshot.running, warnings)
                 if w["warning"]}
         running = sorted(read.snapshot.running, key=lambda r: (-r.spec.rank, r.started_ms, int(r.spec.id)))
-        _, config, _ = policy_in_force(self.client, self.ns, now / 1000.0)
+        policy, _ = published_policy(self.client, self.ns)
+        _, config = policy.config_at(*local_weekday_minute(now / 1000.0))
         return {"now_ms": now, "read": read, "running": running, "queue": stats["queue"], "stats": stats,
-                "indexed": indexed if isinstance(indexed, int) else 0, "idle": idle, "config": config}
+                "indexed": indexed if isinstance(indexed, int) else 0, "idle": idle, "config": config,
+                "alerts": policy.alerts}
 
     def _read_outcomes(self) -> dict:
         """Counts of the newest finished jobs by state, and their most common reasons."""
@@ -181,9 +182,9 @@ class Board:
                           "running": len(c["running"])}
         # the wait alerts count the oldest jobs the leader listed (OLDEST_KEPT a class)
         waits = {cls: [(now - t) / 1000.0 for t, _ in k["oldest"]] for cls, k in q["classes"].items()}
-        window_s = self.alert_config.low_util_for_s + 60
+        window_s = c["alerts"].low_util_for_s + 60
         samples = read_samples(self.client, self.ns, int(now - window_s * 1000))
-        view["alerts"] = evaluate(view, waits, samples, self.alert_config, now)
+        view["alerts"] = evaluate(view, waits, samples, c["alerts"], now)
         return view
 
     @staticmethod

@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from dispatcher.policy.profiles import parse_policy
 from dispatcher.views.alerts import AlertConfig, evaluate
 from dispatcher.views.board import Board
 from dispatcher.core.errors import ConfigError
@@ -62,18 +63,18 @@ def test_one_sample_per_slot_and_read_back_in_order(client, ns):
     assert read_samples(client, ns, t + 1) == got[1:]
 
 
-@pytest.mark.parametrize("raw,field,value", [("critical_wait=5m", "critical_wait_s", 300.0),
-                                             ("low_util=40, low_util_for=1h", "low_util_for_s", 3600.0),
-                                             ("", "high_wait_s", 1800.0)], ids=["duration", "two", "defaults"])
-def test_alert_thresholds_parse(raw, field, value):
-    assert getattr(AlertConfig.parse(raw), field) == value
+@pytest.mark.parametrize("table,field,value", [('critical_wait = "5m"', "critical_wait_s", 300.0),
+                                               ('low_util = 40\nlow_util_for = "1h"', "low_util_for_s", 3600.0),
+                                               ("", "high_wait_s", 1800.0)], ids=["duration", "two", "defaults"])
+def test_alert_thresholds_come_from_the_policy_files_alerts_table(table, field, value):
+    assert getattr(parse_policy(f"[alerts]\n{table}\n").alerts, field) == value
 
 
-@pytest.mark.parametrize("raw", ["nope=1", "high_wait=soon", "low_util=-3"])
-def test_bad_alert_thresholds_name_the_flag(raw):
+@pytest.mark.parametrize("table", ["nope = 1", 'high_wait = "soon"', "low_util = -3"])
+def test_bad_alert_thresholds_name_the_key(table):
     with pytest.raises(ConfigError) as e:
-        AlertConfig.parse(raw)
-    assert e.value.key == "--alerts"
+        parse_policy(f"[alerts]\n{table}\n")
+    assert e.value.key == f"alerts.{table.split()[0]}"
 
 
 def test_alerts_fire_on_long_waits_dead_nodes_zombies_low_allocation_and_idle_gpus():
@@ -101,8 +102,24 @@ def test_alerts_fire_on_long_waits_dead_nodes_zombies_low_allocation_and_idle_gp
 
 def test_the_old_idle_alert_threshold_points_to_the_policy():
     with pytest.raises(ConfigError) as e:
-        AlertConfig.parse("idle_gpu_for=1h")
-    assert e.value.key == "--alerts" and "idle_warn" in str(e.value)
+        parse_policy('[alerts]\nidle_gpu_for = "1h"\n')
+    assert e.value.key == "alerts.idle_gpu_for" and "idle_warn" in str(e.value)
+
+
+def test_every_view_takes_the_thresholds_the_scheduler_published(client, ns, cli):
+    from dispatcher.scheduler.loop import Scheduler
+    from dispatcher.scheduler.policy_source import PolicySource
+
+    waiting = write_jobs(client, ns, [build_spec(command=["true"], user="u", submit_ms=now_ms() - 120_000, gpus=1,
+                                                 priority="critical")])[0]
+    policy = cli.home / "policy.toml"
+    policy.write_text('[alerts]\ncritical_wait = "1m"\n')
+    Scheduler(client, ns, policy=PolicySource(str(policy))).cycle()  # publishes the policy, and its queue
+    alerts = Board(client, ns).overview()["alerts"]
+    assert [(a["kind"], a["subject"]) for a in alerts] == [("wait", "critical")], alerts
+    assert f"job {waiting}" in alerts[0]["message"]
+    out = cli.run("top", "--once", "--alerts", "critical_wait=5m", check=False)
+    assert out.returncode != 0 and "policy file's [alerts] table" in out.stderr and len(out.stderr.splitlines()) == 1
 
 
 def dump_all(client, ns):
