@@ -297,7 +297,7 @@ def why(ctx, job_id, fresh, timeout_s, as_json):
         click.echo("  as of the scheduler's last cycle, " + (
             f"{time.strftime('%H:%M:%S', time.localtime(a['at']))} ({age(a['age_s'])} ago)" if a["at"] else "none yet")
             + ("; STALE: is the scheduler running? (dispatch top)" if a["stale"] else "")
-            + "; --fresh runs the policy now")
+            + f"; --fresh runs the policy now, dispatch eta {job['id']} forecasts its start")
 
 
 @click.command()

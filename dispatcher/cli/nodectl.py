@@ -46,13 +46,17 @@ def _said(name: str, mark: dict) -> str:
 
 
 @click.command()
+@click.option("--free", "free", is_flag=True, help="Free capacity by GPU model: free GPUs (and those stranded "
+              "with no CPU or memory beside them), and on how many nodes a job of 1, 2, 4 or 8 GPUs fits now.")
 @json_flag
 @common
-def nodes(ctx, as_json):
+def nodes(ctx, free, as_json):
     """Nodes, their state (up, draining, drained, down), their GPUs and what holds them."""
     from ..config import Timing
     from ..store.nodes import read_nodes
 
+    if free:
+        return _capacity(ctx, as_json)
     found, problems = read_nodes(ctx.client, ctx.ns)
     now = now_ms()
     timeout = Timing.from_env().node_timeout_s
@@ -85,6 +89,25 @@ def nodes(ctx, as_json):
                 click.echo(f"{n['name']} GPU {g['index']}: {g['blocked']}")
     for p in problems:
         click.echo(f"warning: {p}", err=True)
+
+
+def _capacity(ctx, as_json: bool) -> None:
+    from ..config import Timing
+    from ..store.snapshot import SpecCache, read_snapshot
+    from ..views.capacity import SIZES, capacity, describe
+
+    now, timeout = now_ms(), Timing.from_env().node_timeout_s
+    read = read_snapshot(ctx.client, ctx.ns, now, timeout, SpecCache(), with_pending=False)
+    rows = capacity(read.nodes, read.snapshot.running, now, timeout)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    if not rows:
+        click.echo("no live node takes jobs (dispatch nodes shows them all)")
+        return
+    click.echo(_table(describe(rows), ["GPU", "NODES", "GPUS", "FREE", *(f"FITS {s}x" for s in SIZES)]))
+    click.echo("FITS Nx: nodes where N GPUs of that model, and a CPU and memory beside them, are free now "
+               "(the queue before a job is not counted: dispatch why --fresh does)")
 
 
 def _act(ctx, kind: str, node: str, reason: str = ""):

@@ -44,14 +44,16 @@ def holders(running) -> dict[tuple[str, int], list]:
 def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int,
             idle_pct: float = IDLE_UTIL_PCT) -> dict:
     """Figures of the live nodes (NodeRecords) with the RunningJobs: usable GPUs, GPUs held, GPUs
-    blocked by zombies, mean utilization (%), fragmentation, and the held GPUs that are idle
-    ("node:index").
+    blocked by zombies, mean utilization (%), fragmentation, the held GPUs that are idle
+    ("node:index"), and the free GPUs no job can use now (`stranded`).
 
-    Fragmentation, in [0, 1], is the share of free GPUs stranded for the queue: they sit on nodes
-    with fewer free GPUs than the smallest pending request (`smallest`), so no waiting job can use
-    them however long it waits for them. 0 when nothing is free or no job waits for a GPU."""
+    A free GPU is stranded when its node has no CPU or no GB of memory left beside it (the jobs there
+    asked for them all), or fewer free GPUs than the smallest pending request (`smallest`): no
+    waiting job can use it however long it waits. Fragmentation, in [0, 1], is the stranded share of
+    the free GPUs; 0 when nothing is free."""
     gpus = held = blocked = free = stranded = 0
     util_sum, idle, taken = 0.0, [], holders(running)
+    cpus_used, mem_used = node_use(running)
     for n in nodes:
         if not n.alive(now_ms, node_timeout_s):
             continue
@@ -69,11 +71,21 @@ def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int,
             else:
                 node_free += 1
         free += node_free
-        if node_free < smallest:
+        if node_free < smallest or n.cpus - cpus_used.get(n.name, 0) < 1 or n.mem_gb - mem_used.get(n.name, 0.0) < 1:
             stranded += node_free
     seen = gpus + blocked
     return {"gpus": gpus, "held": held, "blocked": blocked, "util_pct": round(util_sum / seen, 1) if seen else 0.0,
-            "frag": round(stranded / free, 3) if free else 0.0, "idle": idle}
+            "frag": round(stranded / free, 3) if free else 0.0, "idle": idle, "free": free, "stranded": stranded}
+
+
+def node_use(running) -> tuple[dict[str, int], dict[str, float]]:
+    """CPUs and GB of memory the running jobs asked for, per node (a gang's per rank, on each rank's)."""
+    cpus: dict[str, int] = {}
+    mem: dict[str, float] = {}
+    for r in running:
+        cpus[r.node] = cpus.get(r.node, 0) + r.spec.cpus
+        mem[r.node] = mem.get(r.node, 0.0) + r.spec.mem_gb
+    return cpus, mem
 
 
 #: (id of the client, namespace) -> the last slot this process recorded: a cycle between two

@@ -16,6 +16,7 @@ import time
 from collections import Counter
 
 from .alerts import evaluate
+from .capacity import capacity
 from ..clock import now_ms
 from ..config import Timing
 from ..scheduler.policy_source import local_weekday_minute, published_policy
@@ -175,11 +176,12 @@ class Board:
         counted = sum(k["pending"] + k["held"] for k in q["classes"].values())
         view["totals"] = {"nodes": len(read.nodes), "nodes_dead": sum(1 for n in view["nodes"] if not n["alive"]),
                           "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
-                          "frag": f["frag"], "idle_held": len(f["idle"]),
+                          "frag": f["frag"], "idle_held": len(f["idle"]), "free": f["free"], "stranded": f["stranded"],
                           # every job of the pending index: held ones (dependencies, dispatch hold) too
                           "pending": max(c["indexed"], counted), "jobs_held": max(0, c["indexed"] - sum(
                               k["pending"] for k in q["classes"].values())),
                           "running": len(c["running"])}
+        view["capacity"] = capacity(read.nodes, c["running"], now, self.timing.node_timeout_s)
         # the wait alerts count the oldest jobs the leader listed (OLDEST_KEPT a class)
         waits = {cls: [(now - t) / 1000.0 for t, _ in k["oldest"]] for cls, k in q["classes"].items()}
         window_s = c["alerts"].low_util_for_s + 60

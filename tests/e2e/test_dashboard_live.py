@@ -326,6 +326,26 @@ def test_cancel_from_the_page_needs_the_owners_or_an_admins_token_when_identity_
     cli.wait_for(lambda: cli.show(job)["state"] == "cancelled", what="the owner's cancel")
 
 
+def test_on_a_phone_the_page_is_as_wide_as_the_screen_and_shows_its_age(cli):
+    cli.start("worker", "--node", "gpu-01", "--fake-gpus", "8xA100-80GB")
+    cli.start("scheduler")
+    for i in range(6):
+        cli.submit("--gpus", "2", "--name", f"a-rather-long-job-name-that-does-not-wrap-{i}", "--", "sleep", "60")
+    base = start_dashboard(cli)
+    driver = browser()
+    try:
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": 390, "height": 844, "deviceScaleFactor": 3, "mobile": True})
+        driver.get(base + "/")
+        wait_page(driver, lambda d: "as of" in text_of(d, "updated"), "its age (as of the scheduler's last cycle)")
+        wait_page(driver, lambda d: "A100" in text_of(d, "capacity"), "the capacity by GPU model")
+        width = driver.execute_script("return document.documentElement.scrollWidth")
+        assert width <= 390, f"the page is {width} px wide on a 390 px screen"
+        assert "stale" not in driver.find_element("tag name", "body").get_attribute("class")
+    finally:
+        driver.quit()
+
+
 def test_without_identity_a_cancel_from_the_page_is_warned_of_and_recorded_as_anonymous(cli):
     job = cli.submit("--", "sleep", "60")  # no node: it waits
     base = start_dashboard(cli, "--allow-cancel")

@@ -1,5 +1,5 @@
 """Start-time forecasts, live: a scheduler and a node agent with fake GPUs; a job queued behind a
-running job with a known estimate gets an eta (`dispatch eta`, and a line of `dispatch why`), then
+running job with a known estimate gets an eta (`dispatch eta`, and a line of `dispatch why --fresh`), then
 actually starts, and the forecast's error against that start is measured and printed."""
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def test_eta_of_a_queued_job_matches_when_it_actually_starts(cli, tmp_path):
     line = cli.run("eta", queued).stdout.strip()
     assert line.startswith(f"job {queued}: expected to start in ~") and f"when job {first} ends" in line, line
     assert line.endswith("with --gpus 1 it would start now on en"), line
-    why = cli.run("why", queued).stdout
-    print(f"\n$ dispatch eta {queued}\n{line}\n$ dispatch why {queued}\n{why}")
+    why = cli.run("why", queued, "--fresh").stdout  # the what-if carries the forecast
+    print(f"\n$ dispatch eta {queued}\n{line}\n$ dispatch why {queued} --fresh\n{why}")
     assert "  forecast: expected to start in ~" in why, why
 
     cli.wait_for(lambda: cli.show(queued)["started_at"], what=f"job {queued} to start")

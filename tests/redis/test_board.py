@@ -7,6 +7,7 @@ import pytest
 from dispatcher.policy.profiles import parse_policy
 from dispatcher.views.alerts import AlertConfig, evaluate
 from dispatcher.views.board import Board
+from dispatcher.views.capacity import capacity
 from dispatcher.core.errors import ConfigError
 from dispatcher.views.metrics import ClusterCollector, exposition
 from dispatcher.core.model import GpuInfo
@@ -31,8 +32,9 @@ def read_of(nodes, pending=(), running=()):
     return SimpleNamespace(nodes=nodes, snapshot=SimpleNamespace(pending=list(pending), running=list(running)))
 
 
-def running_on(node, *gpu_lists):
-    return [SimpleNamespace(node=node, gpus=tuple(g)) for g in gpu_lists]
+def running_on(node, *gpu_lists, cpus=0, mem_gb=0.0):
+    return [SimpleNamespace(node=node, gpus=tuple(g), spec=SimpleNamespace(cpus=cpus, mem_gb=mem_gb))
+            for g in gpu_lists]
 
 
 def test_figures_count_held_idle_blocked_and_stranded_gpus():
@@ -48,6 +50,32 @@ def test_figures_count_held_idle_blocked_and_stranded_gpus():
     assert f["idle"] == ["a:0", "a:1", "a:2"]  # held and under 5% (b's GPU 0 is at 50%)
     assert f["util_pct"] == round(4 * 50.0 / 10, 1)  # every GPU of a live node, blocked ones too
     assert figures(nodes, running, t, 10.0, smallest=0)["frag"] == 0.0  # nobody waits for a GPU
+
+
+def test_free_gpus_with_no_cpu_or_memory_beside_them_are_stranded_not_free():
+    t = 1_000_000
+    nodes = [NodeRecord("cpu-bound", gpus(4), 8, 64.0, t, {}),  # its one job asked for every CPU
+             NodeRecord("mem-bound", gpus(4), 8, 64.0, t, {}),  # ... for all but half a GB
+             NodeRecord("roomy", gpus(4), 8, 64.0, t, {})]
+    running = running_on("cpu-bound", (0,), cpus=8) + running_on("mem-bound", (0,), mem_gb=63.5) + \
+        running_on("roomy", (0,), cpus=2, mem_gb=8.0)
+    f = figures(nodes, running, t, 10.0, smallest=1)
+    assert (f["free"], f["stranded"], f["frag"]) == (9, 6, round(6 / 9, 3))
+    rows = capacity(nodes, running, t, 10.0)
+    assert [(r["model"], r["nodes"], r["gpus"], r["free"], r["stranded"]) for r in rows] == [
+        ("A100-40GB", 3, 12, 9, 6)]
+    assert rows[0]["fits"] == {"1": 1, "2": 1, "4": 0, "8": 0}  # only "roomy": 3 free GPUs with room beside them
+
+
+def test_capacity_leaves_out_dead_and_drained_nodes_and_blocked_gpus():
+    from dispatcher.store.nodes import Drain
+
+    t = 1_000_000
+    nodes = [NodeRecord("a", gpus(2, blocked="zombie"), 8, 64.0, t, {}),
+             NodeRecord("dead", gpus(8), 8, 64.0, t - 60_000, {}),
+             NodeRecord("drained", gpus(8), 8, 64.0, t, {}, Drain("maintenance", "ops", t))]
+    (row,) = capacity(nodes, [], t, 10.0)
+    assert (row["nodes"], row["gpus"], row["free"], row["fits"]["1"], row["fits"]["2"]) == (1, 1, 1, 1, 0)
 
 
 def test_one_sample_per_slot_and_read_back_in_order(client, ns):

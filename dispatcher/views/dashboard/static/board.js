@@ -13,6 +13,7 @@ function tiles(b) {
     [`${t.held}/${t.gpus}`, "GPUs held"],
     [`${pct}%`, "allocation"],
     [`${Math.round(t.util_pct)}%`, "GPU utilization"],
+    [`${t.free - t.stranded}` + (t.stranded ? ` (+${t.stranded} stranded)` : ""), "GPUs free"],
     [`${Math.round(100 * t.frag)}%`, "fragmentation"],
     [t.pending.toLocaleString(), "pending"],
     [t.running.toLocaleString(), "running"],
@@ -79,6 +80,14 @@ function decisions(b) {
   if (!b.decisions.length) $("decisions").innerHTML = `<tr><td class="muted">No decisions yet.</td></tr>`;
 }
 
+function capacity(b) {
+  table($("capacity"), ["GPU", "#nodes", "#GPUs", "#free", "#stranded", "#fits 1", "#fits 2", "#fits 4", "#fits 8"],
+    b.capacity.map(r => `<tr><td>${esc(r.model)}</td><td class="num">${r.nodes}</td><td class="num">${r.gpus}</td>` +
+      `<td class="num">${r.free}</td><td class="num">${r.stranded}</td>` +
+      ["1", "2", "4", "8"].map(s => `<td class="num">${r.fits[s]}</td>`).join("") + `</tr>`));
+  if (!b.capacity.length) $("capacity").innerHTML = `<tr><td class="muted">No live node takes jobs.</td></tr>`;
+}
+
 function usage(b) {
   const u = b.usage;
   table($("users"), ["user", "team", "#GPUs", "#running", "#pending", "share (line: fair share)"], u.users.map(r =>
@@ -107,7 +116,7 @@ async function refreshBoard() {
   const s = b.scheduler;
   $("sched").textContent = s.age_s === null ? "no scheduler has run" :
     `scheduler ${s.holder || "?"} · last cycle ${s.cycle_ms.toFixed(1)} ms, ${age(s.age_s)} ago · ${s.placed} placed · ${s.preempted} preempted`;
-  tiles(b); alerts(b); classes(b); nodes(b); decisions(b); usage(b); outcomes(b);
+  tiles(b); alerts(b); classes(b); nodes(b); decisions(b); usage(b); outcomes(b); capacity(b);
   return {at: s.age_s === null ? null : b.now - s.age_s, age_s: s.age_s};
 }
 

@@ -1,0 +1,53 @@
+"""Free capacity by GPU model: how many GPUs of each model are free and usable now, and on how many
+nodes a job of 1, 2, 4 or 8 of them could start ("can a 4xA100 job start now?", before the queue is
+counted: `dispatch why --fresh` and `eta` count it). Pure: the caller passes the node records and the
+running jobs it read; `dispatch nodes --free`, the board and the page show it.
+"""
+
+from __future__ import annotations
+
+from ..store.samples import holders, node_use
+
+#: The job sizes the view answers for.
+SIZES = (1, 2, 4, 8)
+
+
+def capacity(nodes, running, now_ms: int, node_timeout_s: float) -> list[dict]:
+    """One row per GPU model (name and memory) on live, undrained nodes: nodes, GPUs (zombie-blocked
+    ones left out), free GPUs, the free ones stranded (no CPU or memory left beside them), and for
+    each size in SIZES the nodes where that many of its free GPUs are usable now."""
+    taken = holders(running)
+    cpus_used, mem_used = node_use(running)
+    rows: dict[tuple[str, float], dict] = {}
+    for n in sorted(nodes, key=lambda n: n.name):
+        if not n.alive(now_ms, node_timeout_s) or n.drain is not None:
+            continue
+        room = n.cpus - cpus_used.get(n.name, 0) >= 1 and n.mem_gb - mem_used.get(n.name, 0.0) >= 1
+        here: dict[tuple[str, float], int] = {}
+        for g in n.gpus:
+            key = (g.name.replace("NVIDIA ", ""), g.mem_total_gb)
+            row = rows.setdefault(key, {"model": key[0], "mem_gb": key[1], "nodes": 0, "gpus": 0, "free": 0,
+                                        "stranded": 0, "fits": {str(s): 0 for s in SIZES}, "_seen": set()})
+            if n.name not in row["_seen"]:
+                row["_seen"].add(n.name)
+                row["nodes"] += 1
+            if g.blocked:
+                continue
+            row["gpus"] += 1
+            if (n.name, g.index) not in taken:
+                row["free"] += 1
+                row["stranded"] += 0 if room else 1
+                here[key] = here.get(key, 0) + (1 if room else 0)
+        for key, usable in here.items():
+            for s in SIZES:
+                rows[key]["fits"][str(s)] += usable >= s
+    out = sorted(rows.values(), key=lambda r: (r["model"], r["mem_gb"]))
+    for r in out:
+        del r["_seen"]
+    return out
+
+
+def describe(rows: list[dict]) -> list[list]:
+    """Table rows: model, nodes, GPUs, free (stranded), and the nodes that fit each size now."""
+    return [[r["model"], r["nodes"], r["gpus"], f"{r['free']}" + (f" ({r['stranded']} stranded)" if r["stranded"] else ""),
+             *(r["fits"][str(s)] for s in SIZES)] for r in rows]
