@@ -217,7 +217,9 @@ def signal_attempt(attempt: Attempt, sig: signal.Signals) -> int:
             sent += 1
         except (ProcessLookupError, PermissionError):
             pass
-    for pid in members:
+    # the job's main process first: signalled after its children, a shell that waits for them sees them
+    # die and ends its script before its own signal arrives, and never runs its trap (a checkpoint lost)
+    for pid in sorted(members, key=lambda p: (p != attempt.pgid, p)):
         try:
             os.kill(pid, sig)
             sent += 1

@@ -66,7 +66,8 @@ def seed_history(client, ns: str, hours: float = 3.0) -> None:
             gpus = [GpuInfo(g, "NVIDIA A100-80GB", 80.0, util_pct=60 + 35 * math.sin((i + 7 * g + n) / 5) ** 2
                             if g < held else 0.0) for g in range(size)]
             nodes.append(NodeRecord(f"gpu-0{n + 1}", tuple(gpus), 32, 256.0, t, {}))
-            running += [SimpleNamespace(node=f"gpu-0{n + 1}", gpus=(g,)) for g in range(held)]
+            running += [SimpleNamespace(node=f"gpu-0{n + 1}", gpus=(g,), spec=SimpleNamespace(cpus=1, mem_gb=4.0))
+                        for g in range(held)]
         pending = max(0, int(30 * phase * (1.3 - phase) + 6 * math.sin(i / 7)))
         waiting = [SimpleNamespace(spec=SimpleNamespace(gpus=1 + (j + i // 20) % 3)) for j in range(pending)]
         read = SimpleNamespace(nodes=nodes, snapshot=SimpleNamespace(pending=waiting, running=running))
@@ -340,7 +341,11 @@ def test_on_a_phone_the_page_is_as_wide_as_the_screen_and_shows_its_age(cli):
         wait_page(driver, lambda d: "as of" in text_of(d, "updated"), "its age (as of the scheduler's last cycle)")
         wait_page(driver, lambda d: "A100" in text_of(d, "capacity"), "the capacity by GPU model")
         width = driver.execute_script("return document.documentElement.scrollWidth")
-        assert width <= 390, f"the page is {width} px wide on a 390 px screen"
+        wide = driver.execute_script(
+            "return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 391)"
+            ".slice(0, 8).map(e => e.tagName + '#' + e.id + '.' + e.className + ' ' + "
+            "Math.round(e.getBoundingClientRect().right))")
+        assert width <= 390, f"the page is {width} px wide on a 390 px screen: {wide}"
         assert "stale" not in driver.find_element("tag name", "body").get_attribute("class")
     finally:
         driver.quit()

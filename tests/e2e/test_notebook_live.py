@@ -98,8 +98,12 @@ def test_no_wait_prints_the_job_id_and_url_prints_nothing_before_it_runs(cli, cl
 
 
 def test_ctrl_c_while_it_waits_for_a_gpu_cancels_the_job(cli, client):
+    # (no node: it waits) Its own session, as a terminal's foreground job, with Ctrl-C's default action: a
+    # suite run in the background of a shell inherits SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt (the CI's first run of this test hung so)
     waiting = subprocess.Popen([sys.executable, "-m", "dispatcher", *LAB], env=cli.env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)  # (no node: it waits)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     cli.procs.append(waiting)
     job_id = re.fullmatch(r"waiting for a GPU: job (\d+) \(dispatch why \d+\)\n", waiting.stderr.readline())[1]
     waiting.send_signal(signal.SIGINT)

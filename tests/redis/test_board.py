@@ -161,7 +161,9 @@ def test_the_board_summarises_pages_and_never_writes(client, ns):
     specs = [build_spec(command=["true"], user=f"u{i % 3}", team="vision" if i % 2 else "", submit_ms=t - 1000 * i,
                         gpus=1 + i % 2, priority=("low", "normal", "high", "critical")[i % 4]) for i in range(130)]
     ids = write_jobs(client, ns, specs)
-    Scheduler(client, ns).cycle()  # no node yet: every job waits, and the leader publishes its queue
+    sched = Scheduler(client, ns)
+    sched.cycle()  # no node yet: every job waits, and the leader publishes its queue
+    sched.lease.release()  # (its lease would lapse during the test: a key gone that no view took)
     write_heartbeat(client, ns, "n1", list(gpus(2)), 8, 64.0, t)
     before = dump_all(client, ns)
     board = Board(client, ns)
