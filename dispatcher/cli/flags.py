@@ -29,3 +29,18 @@ def resources(priority: str = "normal"):
             fn = option(fn)
         return fn
     return decorate
+
+
+def alerts_option(fn):
+    """--alerts (and DISPATCH_ALERTS) are gone: the thresholds are the policy file's [alerts] table, one
+    place for every view. Kept hidden, to say so."""
+    return click.option("--alerts", default=None, envvar="DISPATCH_ALERTS", hidden=True)(fn)
+
+
+def no_alerts_flag(alerts) -> None:
+    if alerts:
+        from ..core.errors import ConfigError
+
+        raise ConfigError("--alerts (or DISPATCH_ALERTS): alert thresholds are set in the policy file's [alerts] "
+                          "table now, so the page, top and /metrics show the same alerts; e.g. [alerts] "
+                          "critical_wait = \"5m\" (docs/dashboard.md#alerts)", key="--alerts")

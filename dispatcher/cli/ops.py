@@ -11,6 +11,7 @@ import sys
 import click
 
 from ..core import errors
+from .flags import alerts_option, no_alerts_flag
 from . import _setup_logging, common
 from ..core.errors import masked_url
 from ..core.errors import InvalidRequestError
@@ -20,26 +21,11 @@ _NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 DASHBOARD_PORT = 8090
 
 
-def _alerts_option(fn):
-    """--alerts (and DISPATCH_ALERTS) are gone: the thresholds are the policy file's [alerts] table, one
-    place for every view. Kept hidden, to say so."""
-    return click.option("--alerts", default=None, envvar="DISPATCH_ALERTS", hidden=True)(fn)
-
-
-def _no_alerts_flag(alerts) -> None:
-    if alerts:
-        from ..core.errors import ConfigError
-
-        raise ConfigError("--alerts (or DISPATCH_ALERTS): alert thresholds are set in the policy file's [alerts] "
-                          "table now, so the page, top and /metrics show the same alerts; e.g. [alerts] "
-                          "critical_wait = \"5m\" (docs/dashboard.md#alerts)", key="--alerts")
-
-
 def _board(ctx, alerts):
     from ..views.board import Board
     from ..config import Timing
 
-    _no_alerts_flag(alerts)
+    no_alerts_flag(alerts)
     return Board(ctx.client, ctx.ns, timing=Timing.from_env())
 
 
@@ -47,7 +33,7 @@ def _board(ctx, alerts):
 @click.option("--once", is_flag=True, help="Print one frame and exit (for scripts and logs).")
 @click.option("--interval", default="2s", show_default=True, metavar="DURATION",
               help="Time between frames (0.5, 2s, 1m; at least 0.2s).")
-@_alerts_option
+@alerts_option
 @common
 def top(ctx, once, interval, alerts):
     """A live terminal view: queue by class, GPUs per node, decisions, usage, alerts."""
@@ -243,7 +229,7 @@ def worker(ctx, node, secret_file, admins, **node_opts):
 def _dashboard_options(fn):
     fn = click.option("--allow-cancel", is_flag=True,
                       help="Let the page cancel jobs (with identity on: the owner's or an admin's token).")(fn)
-    return _alerts_option(fn)
+    return alerts_option(fn)
 
 
 def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None, record_url=False):
@@ -333,7 +319,7 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
     ctx._ns_flag = ns = ctx._ns_flag or DEFAULT_NAMESPACE  # never a login's: this is a server of its own
     sock = login_socket(shared, socket_path, ctx._url_flag)
     PolicySource(policy_path)  # a bad policy file stops `up` before anything starts
-    _no_alerts_flag(alerts)  # and so does the old --alerts (the thresholds are the policy file's)
+    no_alerts_flag(alerts)  # and so does the old --alerts (the thresholds are the policy file's)
     Timing.from_env().check()  # and clocks that cannot fence in time
     node = node or socket.gethostname().split(".")[0]
     agent_options(node_opts, embedded=ctx._url_flag is None, socket_path=sock, node=node)
