@@ -129,7 +129,8 @@ class Mirror:
         """Take one job as read_jobs gave it; returns `arrivals`, or None once the change is more than
         arrivals."""
         known, was = job_id in self.epochs, self._running_as(job_id)
-        prior = self.running.get(job_id) or self.backlog.jobs.get(job_id) or self.held.get(job_id)
+        prior = None if not known else \
+            self.running.get(job_id) or self.backlog.jobs.get(job_id) or self.held.get(job_id)
         self._forget(job_id)
         if isinstance(got, Strays):
             self.stray += got

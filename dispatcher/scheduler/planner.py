@@ -117,9 +117,9 @@ class RedisPlanner:
 
     def _write_reasons(self, pipe, plan: Plan, held: dict[str, str], waiting, now_ms: int, full: bool) -> None:
         """Each judged job's reason and the numbers behind it (its verdict: code, score, and its rank in the
-        cycle that gave it), when they changed; after a full cycle, a job it did not reach (plan.rest) loses the reason an earlier cycle
-        gave it (`dispatch why` then shows the scheduler's rest reason). Costs what changed, not what
-        waits."""
+        cycle that gave it), when they changed; after a full cycle, a job it did not reach (plan.rest)
+        loses the reason an earlier cycle gave it (`dispatch why` then shows the scheduler's rest
+        reason). Costs what changed, not what waits."""
         judged = {job_id: (why, None) for job_id, why in held.items()}
         judged.update((v.job_id, (v.reason, v)) for v in plan.verdicts)
         for job_id, (reason, v) in judged.items():

@@ -188,8 +188,8 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
     if with_pending:
         index.zrange(keys.jobs_pending(ns), 0, -1)
     index.zrange(keys.jobs_active(ns), 0, -1)
-    pending, active = index.execute(raise_on_error=False) if with_pending else ([], *index.execute(
-        raise_on_error=False))
+    replies = index.execute(raise_on_error=False)
+    pending, active = replies if with_pending else ([], replies[0])
     scores = None
     if isinstance(pending, Exception) or isinstance(active, Exception):
         for e in (pending, active):

@@ -49,5 +49,6 @@ def capacity(nodes, running, now_ms: int, node_timeout_s: float) -> list[dict]:
 
 def describe(rows: list[dict]) -> list[list]:
     """Table rows: model, nodes, GPUs, free (stranded), and the nodes that fit each size now."""
-    return [[r["model"], r["nodes"], r["gpus"], f"{r['free']}" + (f" ({r['stranded']} stranded)" if r["stranded"] else ""),
+    return [[r["model"], r["nodes"], r["gpus"],
+             f"{r['free']}" + (f" ({r['stranded']} stranded)" if r["stranded"] else ""),
              *(r["fits"][str(s)] for s in SIZES)] for r in rows]

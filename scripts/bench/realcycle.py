@@ -26,13 +26,10 @@ import argparse
 import json
 import random
 import sys
-import tempfile
-import time
-from pathlib import Path
 
 import benchlib as bl
 import cluster
-from realqueue import Realistic
+from realqueue import Realistic, run_sizes
 
 
 def run_child(bench: bl.Bench, ns: str, seed: str, nodes: int, repeats: int) -> dict:
@@ -46,25 +43,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="realcycle-"))
-    bench = bl.Bench(tmp, quick=False)
-    rows = []
-    try:
-        print(json.dumps({"machine": bench.machine()}), flush=True)
-        for size in args.sizes.split(","):
-            pending, nodes = (int(x) for x in size.split("x"))
-            ns = bench.namespace(f"real-{size}")
-            t0 = time.perf_counter()
-            got = Realistic(size, nodes).write(bench.client, ns, pending)
-            row = {"size": size, "running": len(got["running"]), "setup_s": round(time.perf_counter() - t0, 1)}
-            row.update(run_child(bench, ns, size, nodes, args.repeats))
-            bench.drop(ns)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    finally:
-        bench.close()
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+    run_sizes("real", args.sizes, lambda bench, ns, size, nodes: run_child(bench, ns, size, nodes, args.repeats),
+              args.json)
 
 
 # -- the child --------------------------------------------------------------------------------

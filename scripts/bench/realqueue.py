@@ -17,9 +17,12 @@ commit_placement.lua and mark_running.lua, pending jobs through submit).
 
 from __future__ import annotations
 
+import json
 import random
+import tempfile
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from dispatcher.core.plan import NodeView, PendingJob, RunningJob
 from dispatcher.core.model import PRIORITIES, GpuInfo, JobSpec
@@ -143,3 +146,31 @@ def _checked(spec: JobSpec, submit_ms: int) -> JobSpec:
                      gpu_type=",".join(spec.gpu_types) or None, gpu_mem_gb=spec.gpu_mem_gb,
                      priority=spec.priority, est=spec.est_s, checkpointable=spec.checkpointable)
     return replace(got, id="")
+
+
+def run_sizes(name: str, sizes: str, measure, json_path: str | None = None) -> list[dict]:
+    """For each "PENDINGxNODES" of `sizes` (comma-separated): a fresh namespace on a server of the bench's
+    own holding the realistic cluster and queue, and `measure(bench, ns, size, nodes)`'s figures. Each row
+    (with the running jobs written and the set-up time) is printed as a JSON line, after one of the
+    machine; all of them go to `json_path`."""
+    import benchlib as bl
+
+    bench = bl.Bench(Path(tempfile.mkdtemp(prefix=f"{name}-")), quick=False)
+    rows = []
+    try:
+        print(json.dumps({"machine": bench.machine()}), flush=True)
+        for size in sizes.split(","):
+            pending, nodes = (int(x) for x in size.split("x"))
+            ns = bench.namespace(f"{name}-{size}")
+            t0 = time.perf_counter()
+            got = Realistic(size, nodes).write(bench.client, ns, pending)
+            row = {"size": size, "running": len(got["running"]), "setup_s": round(time.perf_counter() - t0, 1)}
+            row.update(measure(bench, ns, size, nodes))
+            bench.drop(ns)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        bench.close()
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=1))
+    return rows

@@ -29,12 +29,10 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import benchlib as bl
-from realqueue import Realistic
+from realqueue import run_sizes
 
 
 #: The longest the what-if (why --fresh) is waited for.
@@ -121,22 +119,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    bench = bl.Bench(Path(tempfile.mkdtemp(prefix="views-")), quick=False)
-    rows = []
-    try:
-        print(json.dumps({"machine": bench.machine()}), flush=True)
-        for size in args.sizes.split(","):
-            pending, nodes = (int(x) for x in size.split("x"))
-            ns = bench.namespace(f"views-{size}")
-            Realistic(size, nodes).write(bench.client, ns, pending)
-            row = {"size": size, **measure(bench, ns, args.repeats)}
-            bench.drop(ns)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    finally:
-        bench.close()
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+    run_sizes("views", args.sizes, lambda bench, ns, size, nodes: measure(bench, ns, args.repeats), args.json)
 
 
 if __name__ == "__main__":
