@@ -29,7 +29,7 @@ from ..auth.identity import seal_attempt
 from .policy_source import PolicySource
 from ..policy import place_arrivals, plan_cycle
 from ..core.model import FINAL_STATES
-from ..store import counters, job_record, keys
+from ..store import cluster, counters, job_record, keys
 from ..store import stats as published
 from ..store.decisions import write_decisions
 from ..store.policies import write_policy
@@ -99,6 +99,8 @@ class Scheduler:
         self.notifier = Notifier(client, ns)  # --notify URLs of jobs that ended with no agent (dispatcher/notify.py)
         self.stats = CycleStats()
         self._live_nodes = 0
+        self._seen = None  # the last full cycle's read, published for the board (store/cluster.py)
+        self._cluster_at = -10**18
         self._published: tuple | None = None
         self._state = None  # (the last full cycle's policy state, when it ran) while quick cycles may use it
         self._token = 0  # the fencing token this scheduler leads with (0: standing by)
@@ -203,6 +205,7 @@ class Scheduler:
         read = self.mirror.sync(now, self.timing.node_timeout_s, config,  # a sample needs fresh utilization
                                 all_nodes=sample_due(self.client, self.ns, now))
         self._live_nodes = len(read.snapshot.nodes)  # published with the cycle's figures
+        self._seen = read
         self.planner.quarantine(read.bad_jobs, now)
         self._count_ends()
         if read.stray or read.aside:  # bad index entries, keys of the wrong type (store/quarantine.py)
@@ -249,16 +252,20 @@ class Scheduler:
             job_record.queue_fields(pipe, self.ns, job_id, job_record.ENDED)
         replies = pipe.execute(raise_on_error=False)
         pipe = self.client.pipeline(transaction=False)
-        for (_, cls), reply in zip(ended, replies):
+        cluster.forget_idle(pipe, self.ns, [job_id for job_id, _ in ended])
+        ends = []
+        for (job_id, cls), reply in zip(ended, replies):
             if not isinstance(reply, list):
                 continue
             f = job_record.values(job_record.ENDED, reply)
             if f["state"] not in FINAL_STATES:
                 continue
+            ends.append((job_id, f["state"], cls, f["reason"], f["exit_code"], f["finished_ms"]))
             counters.count(pipe, self.ns, "jobs_ended", state=f["state"], **{"class": cls})
             if f["started_ms"] and f["finished_ms"] >= f["started_ms"]:
                 counters.observe(pipe, self.ns, "job_run", (f["finished_ms"] - f["started_ms"]) / 1000.0,
                                  **{"class": cls})
+        cluster.record_ends(pipe, self.ns, ends)
         pipe.execute(raise_on_error=False)
 
     def _fail_doomed(self, now: int) -> None:
@@ -303,6 +310,9 @@ class Scheduler:
                            profile=profile, live_nodes=self._live_nodes, plan=plan if full else None,
                            queue=queue_summary(self.mirror.backlog, self.mirror.held, self.planner.reasons,
                                                plan.rest_reason) if full else None)
+        if full and self._seen is not None and now - self._cluster_at >= cluster.PUBLISH_EVERY_MS:
+            cluster.publish(pipe, self.ns, now, self._seen.nodes, self._seen.snapshot.running)
+            self._cluster_at = now
         # once a tick, in this same round trip: is every key read whole of its type? (a pending index of
         # the wrong type is met by no read while nothing changes, and submits fail on it meanwhile); and
         # every NODE_TYPES_S the nodes' keys (a control stream of the wrong type stalls its agent)

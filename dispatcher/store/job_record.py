@@ -77,6 +77,8 @@ FIELDS: tuple[Field, ...] = (
     Field("notify", str, "submit", "\"url\" or \"cmd\": the job has a --notify of that kind (cancel.lua queues a URL's)"),
     Field("notified", str, "the notifier (claim_notify)", "who told the job's end and when (\"node 1700000000000\"): once"),
     Field("log_path", str, "agent, as an attempt starts", "its node-side log file, on its node (rank 0's)"),
+    Field("requeued", str, "requeue", "who last put the ended job back in the queue and when (\"alice 1700000000000\"; "
+          "dispatch requeue)"),
 )
 NAMES = tuple(f.name for f in FIELDS)
 _KIND = {f.name: f.kind for f in FIELDS}
@@ -91,10 +93,11 @@ LAUNCH = ("spec", "epoch", "node", "gpus", "attempt", "cancel_ms", "state", "sea
 RECOVERY = ("node", "epoch", "state", "started_ms", "spec", "assigned_ms", "gang")  # a restarted agent's
 PLACED = ("state", "node", "gpus")  # the index repair's
 IDLE = ("warning", "idle_since_ms")  # the board's, of a running job
-ENDED = ("state", "started_ms", "finished_ms")  # the leader's counters, of a job that ended
+ENDED = ("state", "started_ms", "finished_ms", "reason", "exit_code")  # the leader's counters and recent ends
 WHERE = ("state", "node", "epoch")  # a cancel's: is it held, and where
 FENCE = ("state", "epoch", "cancel_ms", "progress_ms")  # the agent's check that a copy is still current
 RENDEZVOUS = ("state", "epoch", "rendezvous")  # a gang's rank > 0 waiting for rank 0's address
+SEARCH = ("state", "epoch", "node", "gpus", "submit_ms", "started_ms", "finished_ms")  # the dashboard's search
 
 
 def parse(name: str, raw):
@@ -200,8 +203,10 @@ def verdict_of(rec) -> dict | None:
 
 
 def set_failed(pipe, ns: str, job_id: str, reason: str, now_ms: int) -> None:
-    """A record the scheduler cannot read, set aside as failed (its index entries are the caller's)."""
+    """A record the scheduler cannot read, set aside as failed (its index entries are the caller's, but
+    for the ended-jobs index, where it is listed as failed)."""
     pipe.hset(keys.job(ns, job_id), mapping={"state": FAILED, "reason": reason, "finished_ms": now_ms})
+    pipe.zadd(keys.jobs_ended(ns, FAILED), {job_id: now_ms})
 
 
 def set_log_path(client, ns: str, job_id: str, path: str) -> None:

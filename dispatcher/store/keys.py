@@ -13,7 +13,7 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |   preempt_mode, preempt_reason, preemptions, last_preempted_ms, gpu_s_lost, checkpoint_ms, |
 |   lost, pred_s, pred_conf, pred_runs, pred_src, pred_mem_gb, plan_est_s, peak_gpu_mem_gb,  |
 |   warning, idle_since_ms, gang, ranks_left, ranks_ended, gang_end, rendezvous, progress_ms |
-|   hold, notify, notified, log_path                                                          |
+|   hold, notify, notified, log_path, requeued                                                |
 | <ns>:job:<id>:log          | stream | agent (XADD, MAXLEN ~)      | until purged                     |
 | <ns>:job:<id>:r<n>:log     | stream | agent of a gang's rank n>0  | until purged                     |
 | <ns>:job:<id>:attempts     | list   | finish.lua (RPUSH)          | one msgpack map per ended attempt|
@@ -32,8 +32,15 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:jobs:all              | zset   | submit; id -> submit_ms     | until purged                     |
 | <ns>:jobs:pending          | zset   | submit, scheduler, agent    | member removed when placed       |
 | <ns>:jobs:active           | zset   | scheduler, agent            | id -> assigned_ms while held     |
+| <ns>:jobs:ended:<state>    | zset   | finish, cancel, quarantine; | id -> finished_ms of the jobs    |
+|                            |        | requeue removes             | that ended so (succeeded, failed,|
+|                            |        |                             | cancelled): the ended-jobs page  |
 | <ns>:jobs:changed          | set    | submit and every job script | ids whose record changed since   |
 |                            |        |                             | the leader last read them        |
+| <ns>:jobs:idle             | hash   | idle_warning.lua; leader    | id -> "<since_ms> <warning>" of  |
+|                            |        | HDELs ended ids             | running jobs with an idle warning|
+| <ns>:jobs:ended:recent     | list   | leading scheduler (LPUSH,   | the newest RECENT_ENDS ends it   |
+|                            |        | LTRIM; store/cluster.py)    | saw, msgpack, newest first       |
 | <ns>:jobs:notify           | list   | cancel.lua (RPUSH)          | ended jobs no agent ran whose    |
 |                            |        |                             | --notify URL the leader POSTs to;|
 |                            |        |                             | LPOPed by it (dispatcher/notify) |
@@ -64,6 +71,8 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |                            | (store/stats.py)            | requeued_lost, cycle_ms, at_ms,  |
 |                            |        |                             | holder, pending, running,        |
 |                            |        |                             | rest_reason, reservations, ...   |
+| <ns>:scheduler:cluster     | string | leading scheduler, a full   | msgpack: every node's GPUs and   |
+|                            |        | cycle a second (cluster.py) | the running jobs, for the board  |
 | <ns>:metrics               | hash   | leading scheduler           | counters and histograms for      |
 |                            |        | (store/counters.py)         | /metrics, forever (whoever leads)|
 | <ns>:samples               | stream | leading scheduler           | cluster figures every 15 s for   |
@@ -130,6 +139,11 @@ def jobs_pending(ns: str) -> str:
 
 def jobs_active(ns: str) -> str:
     return f"{ns}:jobs:active"
+
+
+def jobs_ended(ns: str, state: str) -> str:
+    """The jobs that ended in final `state` (core.model.FINAL_STATES), by when they ended."""
+    return f"{ns}:jobs:ended:{state}"
 
 
 def jobs_changed(ns: str) -> str:
@@ -199,6 +213,18 @@ def scheduler_token(ns: str) -> str:
 
 def scheduler_stats(ns: str) -> str:
     return f"{ns}:scheduler:stats"
+
+
+def scheduler_cluster(ns: str) -> str:
+    return f"{ns}:scheduler:cluster"
+
+
+def jobs_idle(ns: str) -> str:
+    return f"{ns}:jobs:idle"
+
+
+def jobs_ended_recent(ns: str) -> str:
+    return f"{ns}:jobs:ended:recent"
 
 
 def metrics(ns: str) -> str:

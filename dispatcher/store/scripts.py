@@ -14,6 +14,7 @@ import functools
 from dataclasses import dataclass, fields
 from importlib import resources
 
+from ..core.model import FINAL_STATES
 from . import keys
 
 
@@ -29,6 +30,7 @@ class Outcome(enum.IntEnum):
     NOT_LEADER = -4  # the caller's fencing value is not the leader key's: another scheduler leads
     NO_JOB = -5  # cancel: no such job
     ENDED = -6  # cancel: the job had already ended
+    NOT_ENDED = -7  # requeue: the job has not ended
 
     @classmethod
     def name_of(cls, reply) -> str:
@@ -51,7 +53,7 @@ def _typed(reply, *, counts: bool = False):
         return reply
 
 _NAMES = ("commit_placement", "commit_gang", "mark_running", "finish", "cancel", "preempt", "shrink", "checkpointed",
-          "lease", "idle_warning", "rendezvous", "progress", "hold")
+          "lease", "idle_warning", "rendezvous", "progress", "hold", "requeue")
 
 
 @functools.cache
@@ -228,7 +230,8 @@ class Scripts:
             rank=None if rank is None else int(rank), for_gang=for_gang)
         return self._call(
             "finish", [keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
-                       keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns), *history],
+                       keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns), *history,
+                       *[keys.jobs_ended(ns, s) for s in FINAL_STATES]],
             args.argv(), client)
 
     def cancel(self, job_id, now_ms, reason, *, state="cancelled", client=None):
@@ -237,7 +240,16 @@ class Scripts:
         dependency failed)."""
         ns = self.ns
         return self._call("cancel", [keys.job(ns, job_id), keys.jobs_pending(ns), keys.jobs_changed(ns),
-                                     keys.jobs_notify(ns)], [job_id, now_ms, reason, state], client)
+                                     keys.jobs_notify(ns), keys.jobs_ended(ns, state)], [job_id, now_ms, reason, state],
+                          client)
+
+    def requeue(self, job_id, now_ms, who, reason, *, client=None):
+        """Put an ended job back in the queue as a new attempt (lua/requeue.lua): DONE, NOT_ENDED (it has not
+        ended) or NO_JOB."""
+        ns = self.ns
+        return self._call("requeue", [keys.job(ns, job_id), keys.jobs_pending(ns), keys.jobs_changed(ns),
+                                      *[keys.jobs_ended(ns, s) for s in FINAL_STATES]],
+                          [job_id, now_ms, who, reason], client)
 
     def hold(self, job_id, action, who, reason="", client=None):
         """Hold ("hold") or release ("release") a pending job: DONE, STALE (already so), NOT_PENDING or
@@ -269,8 +281,8 @@ class Scripts:
     def idle_warning(self, job_id, epoch, since_ms, warning, *, client=None):
         """Write (since_ms an int) or clear (since_ms None) a running job's idle warning at its epoch:
         DONE or STALE."""
-        return self._call("idle_warning", [keys.job(self.ns, job_id)],
-                          [epoch, "" if since_ms is None else int(since_ms), warning], client)
+        return self._call("idle_warning", [keys.job(self.ns, job_id), keys.jobs_idle(self.ns)],
+                          [epoch, "" if since_ms is None else int(since_ms), warning, job_id], client)
 
     def lease(self, holder, ttl_ms, op, *, client=None):
         """Not a job script: "hold" returns the fencing token (> 0) while `holder` leads, 0 while another

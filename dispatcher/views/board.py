@@ -1,10 +1,10 @@
 """The operators' view of a cluster, read from Redis: what the dashboard, `dispatch top` and
 /metrics show. Read-only: nothing here writes.
 
-One Board serves any number of viewers: the cluster is read (a snapshot, as the scheduler
-reads it and with its node timeout, Timing.from_env unless given, plus the pending jobs'
-blocking reasons) at most once per `ttl_s`, and a long queue is summarised by class and
-paged, never sent whole.
+One Board serves any number of viewers: the cluster is read (the nodes and running jobs the
+leader published, store/cluster.py, or read here when none publishes; the queue as the leader
+summarised it; with the scheduler's node timeout, Timing.from_env unless given) at most once per
+`ttl_s`, in the background once it has been read once, and a long queue is paged, never sent whole.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ..config import Timing
 from ..scheduler.policy_source import local_weekday_minute, published_policy
 from ..core.model import FINAL_STATES, PRIORITIES
 from ..policy.score import dominant_share
-from ..store import job_record, keys
+from ..store import cluster, keys
 from ..store import stats as published
 from ..store.connect import text
 from ..store.decisions import read_decisions
@@ -35,8 +35,9 @@ log = logging.getLogger("dispatch.dashboard")
 
 #: Finished jobs the success/failure counts cover (the newest ones).
 OUTCOMES_WINDOW = 1000
-#: The most job records looked at, newest first, to find them.
-OUTCOMES_SCAN = 20_000
+#: The oldest publication of the nodes and running jobs (store/cluster.py) the board shows; past it
+#: (no leader runs, or it stalls) the board reads them itself.
+PUBLISHED_FRESH_MS = 5000
 #: The longest a job page's what-if run (?fresh=1) may take.
 WHAT_IF_S = 20.0
 #: Lines of a job's output its page shows.
@@ -104,55 +105,40 @@ class Board:
 
     # -- reading ---------------------------------------------------------------------------
     def _read_cluster(self) -> dict:
-        """The nodes and the running jobs (O(nodes + running)), and the queue as the leader published it
-        at its last full cycle (scheduler/summary.py): never the pending jobs one by one."""
+        """The nodes and the running jobs as the leader published them (store/cluster.py: one value,
+        O(nodes)), or read here when no leader has published lately; and the queue as the leader
+        published it at its last full cycle (scheduler/summary.py): never the pending jobs one by one."""
         now = now_ms()
-        with self._specs_lock:
-            read = read_snapshot(self.client, self.ns, now, self.timing.node_timeout_s, self._specs,
-                                 with_pending=False)
-        pipe = self.client.pipeline(transaction=False)
-        for r in read.snapshot.running:  # the node agents' idle warnings (workers/idle.py)
-            job_record.queue_fields(pipe, self.ns, r.spec.id, job_record.IDLE)
-        pipe.zcard(keys.jobs_pending(self.ns))
-        replies = pipe.execute(raise_on_error=False)
-        indexed = replies.pop()
-        warnings = [job_record.values(job_record.IDLE, w if isinstance(w, list) else [None, None]) for w in replies]
+        seen = cluster.read(self.client, self.ns)
+        if seen is None or now - seen.at_ms > PUBLISHED_FRESH_MS:  # no leader: read the nodes and jobs here
+            with self._specs_lock:
+                read = read_snapshot(self.client, self.ns, now, self.timing.node_timeout_s, self._specs,
+                                     with_pending=False)
+            seen = cluster.Published(now, sorted(read.nodes, key=lambda n: n.name), list(read.snapshot.running),
+                                     cluster.read_idle(self.client, self.ns, {r.spec.id for r in read.snapshot.running}))
+        indexed = tolerant(lambda: self.client.zcard(keys.jobs_pending(self.ns)), 0)
         stats = published.read(self.client, self.ns)
-        idle = {r.spec.id: (w["warning"], w["idle_since_ms"]) for r, w in zip(read.snapshot.running, warnings)
-                if w["warning"]}
-        running = sorted(read.snapshot.running, key=lambda r: (-r.spec.rank, r.started_ms, int(r.spec.id)))
+        running = sorted(seen.running, key=lambda r: (-r.spec.rank, r.started_ms, int(r.spec.id)))
         policy, _ = published_policy(self.client, self.ns)
         _, config = policy.config_at(*local_weekday_minute(now / 1000.0))
-        return {"now_ms": now, "read": read, "running": running, "queue": stats["queue"], "stats": stats,
-                "indexed": indexed if isinstance(indexed, int) else 0, "idle": idle, "config": config,
-                "alerts": policy.alerts}
+        return {"now_ms": now, "nodes": seen.nodes, "nodes_at_ms": seen.at_ms, "running": running,
+                "queue": stats["queue"], "stats": stats, "indexed": indexed if isinstance(indexed, int) else 0,
+                "idle": seen.idle, "config": config, "alerts": policy.alerts}
 
     def _read_outcomes(self) -> dict:
-        """Counts of the newest finished jobs by state, and their most common reasons."""
-        counts, reasons, seen = Counter(), Counter(), 0
-        total = tolerant(lambda: self.client.zcard(keys.jobs_all(self.ns)), 0)
-        for end in range(total, max(0, total - OUTCOMES_SCAN), -1000):
-            ids = tolerant(lambda: self.client.zrange(keys.jobs_all(self.ns), max(0, end - 1000), end - 1), [])
-            pipe = self.client.pipeline(transaction=False)
-            for i in ids:
-                if valid_name(i):
-                    job_record.queue_fields(pipe, self.ns, text(i), job_record.OUTCOME)
-            got = [job_record.values(job_record.OUTCOME, r) for r in pipe.execute(raise_on_error=False)
-                   if isinstance(r, list)]
-            for end_ in reversed(got):
-                state, code = end_["state"], end_["exit_code"]
-                if state not in FINAL_STATES:
-                    continue
-                counts[state] += 1
-                if state != "succeeded":
-                    why = end_["reason"] or (f"exit code {code}" if code is not None else "no reason recorded")
-                    reasons[(state, why[:120])] += 1
-                seen += 1
-                if seen >= OUTCOMES_WINDOW:
-                    break
-            if seen >= OUTCOMES_WINDOW:
-                break
-        return {"window": seen, "counts": {s: counts.get(s, 0) for s in FINAL_STATES},
+        """Counts of the newest finished jobs by state (the ends the leader saw: store/cluster.py), and
+        their most common reasons."""
+        ends = cluster.recent_ends(self.client, self.ns)[:OUTCOMES_WINDOW]
+        counts, reasons = Counter(), Counter()
+        for e in ends:
+            if e["state"] not in FINAL_STATES:
+                continue
+            counts[e["state"]] += 1
+            if e["state"] != "succeeded":
+                code = e["exit_code"]
+                why = e["reason"] or (f"exit code {code}" if code is not None else "no reason recorded")
+                reasons[(e["state"], why[:120])] += 1
+        return {"window": sum(counts.values()), "counts": {s: counts.get(s, 0) for s in FINAL_STATES},
                 "reasons": [{"state": s, "reason": r, "count": n} for (s, r), n in reasons.most_common(8)]}
 
     # -- the views -----------------------------------------------------------------------------
@@ -166,22 +152,22 @@ class Board:
 
     def _build_overview(self) -> dict:
         c = self._read.get()
-        now, read, q = c["now_ms"], c["read"], c["queue"]
+        now, q = c["now_ms"], c["queue"]
         view = {"now": now / 1000.0, "namespace": self.ns, "scheduler": self._scheduler(c["stats"], now),
                 "classes": self._classes(c, now), "nodes": self._nodes(c, now),
                 "decisions": read_decisions(self.client, self.ns, limit=20), "usage": self._usage(c),
                 "outcomes": self._outcomes.get()}
-        f = figures(read.nodes, c["running"], now, self.timing.node_timeout_s, q["smallest_gpus"],
+        f = figures(c["nodes"], c["running"], now, self.timing.node_timeout_s, q["smallest_gpus"],
                     c["config"].idle_util_pct)
         counted = sum(k["pending"] + k["held"] for k in q["classes"].values())
-        view["totals"] = {"nodes": len(read.nodes), "nodes_dead": sum(1 for n in view["nodes"] if not n["alive"]),
+        view["totals"] = {"nodes": len(c["nodes"]), "nodes_dead": sum(1 for n in view["nodes"] if not n["alive"]),
                           "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
                           "frag": f["frag"], "idle_held": len(f["idle"]), "free": f["free"], "stranded": f["stranded"],
                           # every job of the pending index: held ones (dependencies, dispatch hold) too
                           "pending": max(c["indexed"], counted), "jobs_held": max(0, c["indexed"] - sum(
                               k["pending"] for k in q["classes"].values())),
                           "running": len(c["running"])}
-        view["capacity"] = capacity(read.nodes, c["running"], now, self.timing.node_timeout_s)
+        view["capacity"] = capacity(c["nodes"], c["running"], now, self.timing.node_timeout_s)
         # the wait alerts count the oldest jobs the leader listed (OLDEST_KEPT a class)
         waits = {cls: [(now - t) / 1000.0 for t, _ in k["oldest"]] for cls, k in q["classes"].items()}
         window_s = c["alerts"].low_util_for_s + 60
@@ -217,7 +203,7 @@ class Board:
     def _nodes(self, c: dict, now: int) -> list[dict]:
         taken = holders(c["running"])
         out = []
-        for n in c["read"].nodes:
+        for n in c["nodes"]:
             alive = n.alive(now, self.timing.node_timeout_s)
             gpus = []
             for g in n.gpus:
@@ -241,7 +227,7 @@ class Board:
     def _usage(self, c: dict) -> dict:
         """GPUs, CPUs and memory held by each user and team; each user's dominant share against the
         equal share DRF aims at (1 / users with work), each team's against its guarantee and limit."""
-        live = c["read"].snapshot.nodes
+        live = [n for n in c["nodes"] if n.alive(c["now_ms"], self.timing.node_timeout_s)]
         total = (sum(len([g for g in n.gpus if not g.blocked]) for n in live), sum(n.cpus for n in live),
                  sum(n.mem_gb for n in live))
         users: dict[str, dict] = {}
@@ -329,7 +315,8 @@ class Board:
         job = out["job"]
         events = [(job[k], what) for k, what in (("submitted_at", "submitted"), ("assigned_at", "assigned"),
                                                   ("started_at", "started"), ("checkpoint_at", "checkpoint"),
-                                                  ("last_preempted_at", "preempted"), ("finished_at", job["state"]))
+                                                  ("last_preempted_at", "preempted"), ("finished_at", job["state"]),
+                                                  ("requeued_at", f"requeued by {job.get('requeued_by')}"))
                   if job.get(k)]
         for a in job["attempts"]:
             if a.get("ended_at"):

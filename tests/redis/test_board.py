@@ -164,6 +164,7 @@ def test_the_board_summarises_pages_and_never_writes(client, ns):
     sched = Scheduler(client, ns)
     sched.cycle()  # no node yet: every job waits, and the leader publishes its queue
     sched.lease.release()  # (its lease would lapse during the test: a key gone that no view took)
+    client.delete(keys.scheduler_cluster(ns))  # nothing published of the nodes: the board reads them itself
     write_heartbeat(client, ns, "n1", list(gpus(2)), 8, 64.0, t)
     before = dump_all(client, ns)
     board = Board(client, ns)
@@ -187,3 +188,47 @@ def test_the_board_summarises_pages_and_never_writes(client, ns):
     text = exposition(ClusterCollector(board)).decode()
     assert 'dispatch_jobs_pending{class="critical"} 32.0' in text
     assert dump_all(client, ns) == before  # read-only, endpoints and metrics included
+
+
+def test_the_board_shows_the_nodes_jobs_and_ends_the_leader_published(client, ns):
+    """The board reads what the leader published (store/cluster.py), not the nodes and jobs one by one:
+    a node the leader has not seen yet is not on it; the idle warnings and the ends are; and with no
+    fresh publication (no leader runs) it reads the cluster itself."""
+    import time
+
+    from dispatcher.scheduler.loop import Scheduler
+    from dispatcher.store import cluster
+    from dispatcher.store.jobs import cancel_job
+    from dispatcher.store.scripts import Scripts
+
+    scripts, t = Scripts(client, ns), now_ms()
+    for name in ("n2", "n1"):
+        write_heartbeat(client, ns, name, list(gpus(2)), 8, 64.0, t)
+    (held,) = write_jobs(client, ns, [build_spec(command=["sleep", "9"], user="ann", submit_ms=t, gpus=2)])
+    epoch = scripts.commit_placement(held, "n1", (0, 1), 0, t)
+    assert scripts.mark_running(held, epoch, t, 4242) == 1
+    (doomed,) = write_jobs(client, ns, [build_spec(command=["true"], user="bo", submit_ms=t, gpus=9)])
+    sched = Scheduler(client, ns)
+    sched.cycle()
+    write_heartbeat(client, ns, "n3", list(gpus(2)), 8, 64.0, now_ms())  # after the leader's read
+    assert scripts.idle_warning(held, epoch, now_ms() - 600_000, "GPUs idle: all below 5% for 5m") == 1
+    view = Board(client, ns).overview()
+    assert [n["name"] for n in view["nodes"]] == ["n1", "n2"]
+    assert [g["job"] for g in view["nodes"][0]["gpus"]] == [held, held]
+    assert view["nodes"][0]["gpus"][0]["users"] == ["ann"] and view["usage"]["users"][0]["gpus"] == 2
+    assert [a["kind"] for a in view["alerts"]] == ["idle_gpu", "idle_gpu"]
+
+    cancel_job(scripts, client, ns, doomed, now_ms(), "not wanted")
+    time.sleep(cluster.PUBLISH_EVERY_MS / 1000 + 0.1)
+    sched.cycle()  # sees the end, and publishes n3
+    sched.lease.release()
+    view = Board(client, ns).overview()
+    assert [n["name"] for n in view["nodes"]] == ["n1", "n2", "n3"]
+    assert view["outcomes"]["counts"]["cancelled"] == 1
+    assert view["outcomes"]["reasons"] == [{"state": "cancelled", "reason": "not wanted", "count": 1}]
+
+    cluster.publish(client, ns, now_ms() - 60_000, [], [])  # a leader that stopped a minute ago
+    write_heartbeat(client, ns, "n4", list(gpus(2)), 8, 64.0, now_ms())
+    view = Board(client, ns).overview()
+    assert [n["name"] for n in view["nodes"]] == ["n1", "n2", "n3", "n4"]
+    assert view["nodes"][0]["gpus"][1]["job"] == held and view["nodes"][0]["gpus"][1]["idle"]
