@@ -9,6 +9,8 @@ top` and /metrics read them for the charts and for the alerts that need a durati
 
 from __future__ import annotations
 
+import json
+
 from ..core.model import IDLE_UTIL_PCT
 from . import keys
 from .connect import text
@@ -20,6 +22,9 @@ SAMPLE_EVERY_MS = 15_000
 SAMPLES_KEPT = 12 * 3600 * 1000 // SAMPLE_EVERY_MS
 #: At most this many idle GPUs are named in one sample (the count is always exact).
 IDLE_NAMED = 512
+#: The users (and teams) holding the most GPUs a sample names; the rest are summed under OTHERS.
+TOP_HOLDERS = 20
+OTHERS = "others"
 
 
 def smallest_request(pending) -> int:
@@ -42,7 +47,7 @@ def holders(running) -> dict[tuple[str, int], list]:
 
 
 def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int,
-            idle_pct: float = IDLE_UTIL_PCT) -> dict:
+            idle_pct: float = IDLE_UTIL_PCT, *, taken=None, use=None) -> dict:
     """Figures of the live nodes (NodeRecords) with the RunningJobs: usable GPUs, GPUs held, GPUs
     blocked by zombies, mean utilization (%), fragmentation, the held GPUs that are idle
     ("node:index"), and the free GPUs no job can use now (`stranded`).
@@ -50,10 +55,11 @@ def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int,
     A free GPU is stranded when its node has no CPU or no GB of memory left beside it (the jobs there
     asked for them all), or fewer free GPUs than the smallest pending request (`smallest`): no
     waiting job can use it however long it waits. Fragmentation, in [0, 1], is the stranded share of
-    the free GPUs; 0 when nothing is free."""
+    the free GPUs; 0 when nothing is free. `taken` and `use`: holders(running) and node_use(running),
+    when the caller has them already."""
     gpus = held = blocked = free = stranded = 0
-    util_sum, idle, taken = 0.0, [], holders(running)
-    cpus_used, mem_used = node_use(running)
+    util_sum, idle, taken = 0.0, [], holders(running) if taken is None else taken
+    cpus_used, mem_used = node_use(running) if use is None else use
     for n in nodes:
         if not n.alive(now_ms, node_timeout_s):
             continue
@@ -76,6 +82,27 @@ def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int,
     seen = gpus + blocked
     return {"gpus": gpus, "held": held, "blocked": blocked, "util_pct": round(util_sum / seen, 1) if seen else 0.0,
             "frag": round(stranded / free, 3) if free else 0.0, "idle": idle, "free": free, "stranded": stranded}
+
+
+def held_by(running, top: int = TOP_HOLDERS) -> tuple[dict[str, int], dict[str, int]]:
+    """GPUs held per team and per user by the RunningJobs (one per node a gang holds): the `top` holders
+    of each by name, the rest summed under OTHERS, so a sample stays small however many users run."""
+    teams: dict[str, int] = {}
+    users: dict[str, int] = {}
+    for r in running:
+        spec = r.spec
+        team, user = getattr(spec, "team", "") or "", getattr(spec, "user", "") or ""
+        teams[team] = teams.get(team, 0) + len(r.gpus)
+        users[user] = users.get(user, 0) + len(r.gpus)
+
+    def capped(held: dict[str, int]) -> dict[str, int]:
+        ranked = sorted(held.items(), key=lambda kv: (-kv[1], kv[0]))
+        out = dict(ranked[:top])
+        if ranked[top:]:
+            out[OTHERS] = out.get(OTHERS, 0) + sum(n for _, n in ranked[top:])
+        return out
+
+    return capped(teams), capped(users)
 
 
 def node_use(running) -> tuple[dict[str, int], dict[str, float]]:
@@ -115,6 +142,8 @@ def record_sample(client, ns: str, now_ms: int, read, node_timeout_s: float,
     fields = {"v": 1, "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
               "frag": f["frag"], "pending": len(read.snapshot.pending), "running": len(read.snapshot.running),
               "idle_n": len(f["idle"]), "idle": " ".join(f["idle"][:IDLE_NAMED])}
+    teams, users = held_by(read.snapshot.running)  # fair share over time: the dashboard's chart
+    fields.update(teams=json.dumps(teams, separators=(",", ":")), users=json.dumps(users, separators=(",", ":")))
     try:
         client.xadd(keys.samples(ns), fields, id=f"{slot}-0", maxlen=SAMPLES_KEPT,
                     approximate=True)
@@ -125,7 +154,8 @@ def record_sample(client, ns: str, now_ms: int, read, node_timeout_s: float,
 
 def read_samples(client, ns: str, since_ms: int = 0) -> list[dict]:
     """Samples from `since_ms` on, oldest first: t_ms, gpus, held, blocked, util_pct, frag, pending,
-    running, idle_n, and idle (a list of "node:index")."""
+    running, idle_n, idle (a list of "node:index"), and teams and users (name -> GPUs held: empty in a
+    sample recorded before they were)."""
     out = []
     for entry_id, raw in tolerant(lambda: client.xrange(keys.samples(ns), min=str(since_ms)), []):
         f = {text(k): text(v) for k, v in raw.items()}
@@ -138,5 +168,15 @@ def read_samples(client, ns: str, since_ms: int = 0) -> list[dict]:
             continue
         s["t_ms"] = int(text(entry_id).split("-")[0])
         s["idle"] = f.get("idle", "").split()
+        s["teams"], s["users"] = _counts(f.get("teams")), _counts(f.get("users"))
         out.append(s)
     return out
+
+
+def _counts(raw: str | None) -> dict[str, int]:
+    """A sample's {name: GPUs} field; {} when absent (an older sample) or unreadable."""
+    try:
+        d = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return {k: v for k, v in d.items() if isinstance(k, str) and type(v) is int} if isinstance(d, dict) else {}

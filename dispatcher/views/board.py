@@ -28,7 +28,7 @@ from ..store.connect import text
 from ..store.decisions import read_decisions
 from ..store.jobs import read_jobs
 from ..store.quarantine import tolerant, valid_name
-from ..store.samples import figures, holders, read_samples
+from ..store.samples import figures, holders, node_use, read_samples
 from ..store.snapshot import SpecCache, read_snapshot
 
 log = logging.getLogger("dispatch.dashboard")
@@ -42,6 +42,10 @@ PUBLISHED_FRESH_MS = 5000
 WHAT_IF_S = 20.0
 #: Lines of a job's output its page shows.
 LOG_TAIL_LINES = 200
+
+
+#: What a free GPU shows of the jobs holding it.
+_FREE = {"job": None, "users": [], "shared": False, "idle": None, "idle_since": None}
 
 
 def _secs(ms: int) -> float | None:
@@ -122,6 +126,7 @@ class Board:
         policy, _ = published_policy(self.client, self.ns)
         _, config = policy.config_at(*local_weekday_minute(now / 1000.0))
         return {"now_ms": now, "nodes": seen.nodes, "nodes_at_ms": seen.at_ms, "running": running,
+                "taken": holders(running), "use": node_use(running),
                 "queue": stats["queue"], "stats": stats, "indexed": indexed if isinstance(indexed, int) else 0,
                 "idle": seen.idle, "config": config, "alerts": policy.alerts}
 
@@ -158,7 +163,7 @@ class Board:
                 "decisions": read_decisions(self.client, self.ns, limit=20), "usage": self._usage(c),
                 "outcomes": self._outcomes.get()}
         f = figures(c["nodes"], c["running"], now, self.timing.node_timeout_s, q["smallest_gpus"],
-                    c["config"].idle_util_pct)
+                    c["config"].idle_util_pct, taken=c["taken"], use=c["use"])
         counted = sum(k["pending"] + k["held"] for k in q["classes"].values())
         view["totals"] = {"nodes": len(c["nodes"]), "nodes_dead": sum(1 for n in view["nodes"] if not n["alive"]),
                           "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
@@ -167,7 +172,8 @@ class Board:
                           "pending": max(c["indexed"], counted), "jobs_held": max(0, c["indexed"] - sum(
                               k["pending"] for k in q["classes"].values())),
                           "running": len(c["running"])}
-        view["capacity"] = capacity(c["nodes"], c["running"], now, self.timing.node_timeout_s)
+        view["capacity"] = capacity(c["nodes"], c["running"], now, self.timing.node_timeout_s, taken=c["taken"],
+                                    use=c["use"])
         # the wait alerts count the oldest jobs the leader listed (OLDEST_KEPT a class)
         waits = {cls: [(now - t) / 1000.0 for t, _ in k["oldest"]] for cls, k in q["classes"].items()}
         window_s = c["alerts"].low_util_for_s + 60
@@ -201,22 +207,24 @@ class Board:
         return out
 
     def _nodes(self, c: dict, now: int) -> list[dict]:
-        taken = holders(c["running"])
+        taken, holding = c["taken"], {}  # holding: what the GPUs a set of jobs holds show of them
         out = []
         for n in c["nodes"]:
             alive = n.alive(now, self.timing.node_timeout_s)
             gpus = []
             for g in n.gpus:
-                jobs = taken.get((n.name, g.index), [])
-                idle = [c["idle"][r.spec.id] for r in jobs if r.spec.id in c["idle"]]
+                jobs = taken.get((n.name, g.index))
+                held = holding.get(id(jobs)) if jobs else _FREE
+                if held is None:
+                    idle = [c["idle"][r.spec.id] for r in jobs if r.spec.id in c["idle"]]
+                    every = len(idle) == len(jobs)  # the holder's idle warning, when every job has one
+                    held = holding[id(jobs)] = {
+                        "job": ",".join(r.spec.id for r in jobs), "users": sorted({r.spec.user for r in jobs}),
+                        "shared": any(r.spec.share for r in jobs), "idle": idle[0][0] if every else None,
+                        "idle_since": _secs(idle[0][1]) if every else None}
                 gpus.append({"index": g.index, "name": g.name.replace("NVIDIA ", ""), "util_pct": g.util_pct,
-                             "mem_used_gb": g.mem_used_gb, "mem_total_gb": g.mem_total_gb,
-                             "job": ",".join(r.spec.id for r in jobs) or None,
-                             "users": sorted({r.spec.user for r in jobs}), "shared": any(r.spec.share for r in jobs),
+                             "mem_used_gb": g.mem_used_gb, "mem_total_gb": g.mem_total_gb, **held,
                              "blocked": g.blocked or None,
-                             # the holder's idle warning, when every job holding it has one (policy/idle.py)
-                             "idle": idle[0][0] if jobs and len(idle) == len(jobs) else None,
-                             "idle_since": _secs(idle[0][1]) if jobs and len(idle) == len(jobs) else None,
                              "state": "dead" if not alive else "blocked" if g.blocked else
                                       "held" if jobs else "free"})
             out.append({"name": n.name, "alive": alive, "seen_s_ago": round((now - n.seen_ms) / 1000.0, 1),

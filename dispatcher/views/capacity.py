@@ -12,12 +12,13 @@ from ..store.samples import holders, node_use
 SIZES = (1, 2, 4, 8)
 
 
-def capacity(nodes, running, now_ms: int, node_timeout_s: float) -> list[dict]:
+def capacity(nodes, running, now_ms: int, node_timeout_s: float, *, taken=None, use=None) -> list[dict]:
     """One row per GPU model (name and memory) on live, undrained nodes: nodes, GPUs (zombie-blocked
     ones left out), free GPUs, the free ones stranded (no CPU or memory left beside them), and for
-    each size in SIZES the nodes where that many of its free GPUs are usable now."""
-    taken = holders(running)
-    cpus_used, mem_used = node_use(running)
+    each size in SIZES the nodes where that many of its free GPUs are usable now. `taken`, `use`:
+    holders(running) and node_use(running), when the caller has them."""
+    taken = holders(running) if taken is None else taken
+    cpus_used, mem_used = node_use(running) if use is None else use
     rows: dict[tuple[str, float], dict] = {}
     for n in sorted(nodes, key=lambda n: n.name):
         if not n.alive(now_ms, node_timeout_s) or n.drain is not None:
@@ -26,8 +27,10 @@ def capacity(nodes, running, now_ms: int, node_timeout_s: float) -> list[dict]:
         here: dict[tuple[str, float], int] = {}
         for g in n.gpus:
             key = (g.name.replace("NVIDIA ", ""), g.mem_total_gb)
-            row = rows.setdefault(key, {"model": key[0], "mem_gb": key[1], "nodes": 0, "gpus": 0, "free": 0,
-                                        "stranded": 0, "fits": {str(s): 0 for s in SIZES}, "_seen": set()})
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = {"model": key[0], "mem_gb": key[1], "nodes": 0, "gpus": 0, "free": 0,
+                                   "stranded": 0, "fits": {str(s): 0 for s in SIZES}, "_seen": set()}
             if n.name not in row["_seen"]:
                 row["_seen"].add(n.name)
                 row["nodes"] += 1
