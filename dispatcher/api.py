@@ -1,4 +1,4 @@
-"""The Python API: what `dispatch submit/show/cancel/wait` do, for programs.
+"""The Python API: what `dispatch submit/show/cancel/requeue/wait` do, for programs.
 
     from dispatcher.api import Client
     c = Client()                         # the server `dispatch up` recorded, or DISPATCH_REDIS_URL
@@ -77,6 +77,15 @@ class Client:
         if identity_on(self.redis, self.ns):
             return act_signed(self.redis, self.ns, "cancel", current_user(), str(job_id))
         return store_jobs.cancel_job(self.scripts, self.redis, self.ns, str(job_id), now_ms())
+
+    def requeue(self, job_id: str) -> str:
+        """Put an ended job back in the queue under its id, as a new attempt (dispatch requeue): "requeued"."""
+        from .store.ended import requeue_job
+        from .store.requests import act_signed, identity_on
+
+        if identity_on(self.redis, self.ns):
+            return act_signed(self.redis, self.ns, "requeue", current_user(), str(job_id))
+        return requeue_job(self.scripts, self.redis, self.ns, str(job_id), current_user(), now_ms())
 
     def wait(self, job_ids, timeout_s: float | None = None, poll_s: float = 0.2) -> dict[str, str]:
         """Block until every job is final; returns id -> state. Raises TimeoutError past timeout_s."""

@@ -12,7 +12,7 @@ This module holds the group, main() and the helpers the subcommands share. The
 subcommands live by area in cli/submit.py (submit alone: the command run most, kept
 small; its request flags in cli/flags.py, shared with shell and notebook), cli/jobs.py (the
 commands that look at or act on jobs; which jobs a command means, ids, ranges, arrays and
-filters, in cli/select.py), cli/pending.py (hold, release, update), cli/interactive.py (shell,
+filters, in cli/select.py), cli/pending.py (hold, release, update), cli/requeue.py, cli/interactive.py (shell,
 attach), cli/notebook.py, cli/nodectl.py (nodes, drain, resume), cli/policy.py (the policy
 group), cli/ops.py (top, the long-running parts, auth) and cli/lab.py (simulate, history,
 report, tune); the group imports only the module of the command it runs (COMMANDS).
@@ -140,7 +140,7 @@ COMMANDS = {
     "preempt": "dispatcher.cli.jobs:preempt", "checkpointed": "dispatcher.cli.jobs:checkpointed",
     "progress": "dispatcher.cli.jobs:progress",
     "hold": "dispatcher.cli.pending:hold", "release": "dispatcher.cli.pending:release",
-    "update": "dispatcher.cli.pending:update",
+    "update": "dispatcher.cli.pending:update", "requeue": "dispatcher.cli.requeue:requeue",
     "logs": "dispatcher.cli.jobs:logs", "wait": "dispatcher.cli.jobs:wait", "nodes": "dispatcher.cli.nodectl:nodes",
     "drain": "dispatcher.cli.nodectl:drain", "resume": "dispatcher.cli.nodectl:resume",
     "why": "dispatcher.cli.jobs:why", "eta": "dispatcher.cli.jobs:eta", "decisions": "dispatcher.cli.jobs:decisions",

@@ -228,7 +228,8 @@ def worker(ctx, node, secret_file, admins, **node_opts):
 
 def _dashboard_options(fn):
     fn = click.option("--allow-cancel", is_flag=True,
-                      help="Let the page cancel jobs (with identity on: the owner's or an admin's token).")(fn)
+                      help="Let the page cancel jobs and requeue ended ones (with identity on: the owner's or an "
+                           "admin's token).")(fn)
     return alerts_option(fn)
 
 
@@ -252,8 +253,8 @@ def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None, rec
 
         if not identity_on(ctx.client, ctx.ns):
             click.echo("dispatch: warning: --allow-cancel with identity off: anyone who can reach this page "
-                       "may cancel any job (recorded as 'anonymous from ADDR'); a dispatch up with identity "
-                       "asks for a user and token instead", err=True)
+                       "may cancel any job, or requeue an ended one (recorded as 'anonymous from ADDR'); a "
+                       "dispatch up with identity asks for a user and token instead", err=True)
     return server
 
 

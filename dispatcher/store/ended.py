@@ -91,3 +91,110 @@ def read_accounting(client, ns: str, since_ms: int, until_ms: int) -> dict:
     samples = [s for s in read_samples(client, ns, since_ms) if s["t_ms"] <= until_ms]
     return {"jobs": jobs, "skipped": skipped, "types": types, "samples": samples,
             "sample_s": SAMPLE_EVERY_MS / 1000}
+
+
+# -- the ended-jobs indexes (keys.jobs_ended: one per final state, id -> finished_ms) ------------------
+#: Ended jobs read at most per page asked for with a user filter (newest first, `batch` at a time).
+LOOK_LIMIT = 5000
+
+
+def newest_ended(client, ns: str, states=FINAL_STATES, batch: int = 200):
+    """(job id, finished_ms) of the ended jobs in `states`, newest end first, the indexes merged as they
+    are read: one round trip per `batch` entries of an index, never a read of a whole index."""
+    import heapq
+
+    def walk(state):
+        key, at = keys.jobs_ended(ns, state), 0
+        while True:
+            got = tolerant(lambda: client.zrevrange(key, at, at + batch - 1, withscores=True), [])
+            for member, score in got:
+                yield -score, text(member)
+            if len(got) < batch:
+                return
+            at += batch
+
+    for neg, job_id in heapq.merge(*(walk(s) for s in states)):
+        yield job_id, int(-neg)
+
+
+def ended_ids(client, ns: str, states=FINAL_STATES, *, user: str = "", skip: int = 0, count: int = 25,
+              look: int = LOOK_LIMIT) -> dict:
+    """One page of the ended jobs in `states`, newest end first: `ids` (at most `count`, after the first
+    `skip`), `total` (how many ended so: without a user, the indexes' sizes; with one, None: not counted),
+    `more` (whether a next page has any), `looked` (entries read) and `cut` (with a user: `look`
+    entries were read before the page filled; older ones were not looked at). Without a user it costs
+    one round trip per index of (skip + count) ids; with one, the records' users are read in batches as
+    the indexes are walked, at most `look` of them."""
+    if not user:
+        need = skip + count + 1  # one more: is there a next page
+        pipe = client.pipeline(transaction=False)
+        for s in states:
+            pipe.zrevrange(keys.jobs_ended(ns, s), 0, need - 1, withscores=True)
+            pipe.zcard(keys.jobs_ended(ns, s))
+        got = pipe.execute(raise_on_error=False)
+        merged = sorted(((score, text(m)) for part in got[::2] if isinstance(part, list) for m, score in part),
+                        key=lambda e: (-e[0], -int(e[1]) if e[1].isdigit() else 0))
+        total = sum(n for n in got[1::2] if isinstance(n, int))
+        ids = [i for _, i in merged[skip:skip + count]]
+        return {"ids": ids, "total": total, "more": len(merged) > skip + count, "looked": len(merged), "cut": False}
+    ids, matched, looked = [], 0, 0
+    for chunk in _chunks(newest_ended(client, ns, states), look):
+        looked += len(chunk)
+        for job_id, owner in zip(chunk, _users(client, ns, chunk)):
+            if owner != user:
+                continue
+            if matched == skip + count:
+                return {"ids": ids, "total": None, "more": True, "looked": looked, "cut": False}
+            if matched >= skip:
+                ids.append(job_id)
+            matched += 1
+    return {"ids": ids, "total": None, "more": False, "looked": looked, "cut": looked >= look}
+
+
+def _chunks(walk, look: int, size: int = 200):
+    """The ids `walk` gives, `size` at a time, the first `look` of them."""
+    chunk: list[str] = []
+    for n, (job_id, _) in enumerate(walk, 1):
+        chunk.append(job_id)
+        if len(chunk) == size or n == look:
+            yield chunk
+            chunk = []
+        if n == look:
+            return
+    if chunk:
+        yield chunk
+
+
+def _users(client, ns: str, ids: list[str]) -> list[str | None]:
+    """Each job's user, read from its spec in one round trip (None: gone, or unreadable)."""
+    from .codec import decode_spec
+
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hget(keys.job(ns, job_id), "spec") if valid_name(job_id) else pipe.echo("")
+    out = []
+    for raw in pipe.execute(raise_on_error=False):
+        try:
+            out.append(decode_spec(raw).user if isinstance(raw, bytes) and raw else None)
+        except Exception:  # an unreadable record is nobody's (the scheduler sets it aside)
+            out.append(None)
+    return out
+
+
+def requeue_job(scripts, client, ns: str, job_id: str, who: str, now_ms: int) -> str:
+    """Put an ended job back in the queue under its id, as a new attempt (lua/requeue.lua), as `who`:
+    returns "requeued". Raises JobNotFound, or InvalidStateError (saying its state) for a job that has
+    not ended."""
+    from ..core.errors import InvalidStateError, JobNotFound
+    from .job_record import read_fields
+    from .scripts import Outcome
+
+    if not valid_name(job_id):
+        raise JobNotFound(job_id)
+    code = scripts.requeue(job_id, now_ms, f"{who} {now_ms}", f"requeued by {who}")
+    if code == Outcome.NO_JOB:
+        raise JobNotFound(job_id)
+    if code == Outcome.NOT_ENDED:
+        raise InvalidStateError(job_id, read_fields(client, ns, job_id, ("state",))["state"] or "gone", "requeue")
+    client.publish(keys.events(ns), b"requeue")
+    return "requeued"

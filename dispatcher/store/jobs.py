@@ -93,6 +93,7 @@ def record_view(rec) -> dict:
     def secs(ms: int) -> float | None:
         return ms / 1000.0 if ms else None
 
+    requeued_by, _, requeued_ms = rec.requeued.rpartition(" ")
     return {
         "id": job_id,
         "name": spec.name if spec else "",
@@ -131,6 +132,9 @@ def record_view(rec) -> dict:
         "finished_at": secs(rec.finished_ms),
         "exit_code": rec.exit_code,
         "hold": rec.hold or None,  # who held it, and when (ms): dispatch hold
+        # who last put it back in the queue after it ended, and when (dispatch requeue)
+        "requeued_by": requeued_by or None,
+        "requeued_at": secs(int(requeued_ms)) if requeued_ms.isdigit() else None,
         "reason": rec.reason or rec.spec_error,
         "verdict": verdict_of(rec),  # the scheduler's numbers behind its reason, while they still hold
         "cancel_requested": bool(rec.cancel_ms),

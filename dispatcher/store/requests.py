@@ -5,7 +5,8 @@ on keys.reply(id). The leading scheduler reads the requests after the last one i
 handled (keys.requests_done), checks each signature and time, carries it out as
 that user, and answers. A submit is written in the same transaction that records
 the request as handled, so a scheduler killed mid-way never submits twice; cancel
-and preempt are idempotent; so are drain and resume, an admin's (store/nodes.py).
+and preempt are idempotent; so are drain and resume, an admin's (store/nodes.py). A requeue (of an ended job:
+store/ended.py) is refused once the job is back in the queue, so it too runs at most once.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .quarantine import Entry, quarantine
 
 log = logging.getLogger("dispatch.requests")
 
-KINDS = ("submit", "cancel", "preempt", "job-submit", "hold", "release", "update", "drain", "resume")
+KINDS = ("submit", "cancel", "preempt", "job-submit", "hold", "release", "update", "drain", "resume", "requeue")
 #: How long the leader remembers a handled request's id: the whole window in which its signature's time
 #: is accepted (MAX_SKEW_S either side), and a minute more.
 SEEN_TTL_S = int(2 * MAX_SKEW_S + 60)
@@ -189,6 +190,10 @@ class RequestServer:
         if kind == "cancel":
             return {"ok": True, "outcome": cancel_job(self.scripts, self.client, self.ns, job_id, now,
                                                       f"cancelled by {user}")}
+        if kind == "requeue":
+            from .ended import requeue_job
+
+            return {"ok": True, "outcome": requeue_job(self.scripts, self.client, self.ns, job_id, user, now)}
         if kind in ("hold", "release"):
             return {"ok": True, "outcome": hold_job(self.scripts, self.client, self.ns, job_id, kind, user, now)}
         if kind == "update":
@@ -283,5 +288,5 @@ def node_signed(client, ns: str, kind: str, user: str, node: str, reason: str = 
 
 
 def act_signed(client, ns: str, kind: str, user: str, job_id: str, **extra) -> str:
-    """Cancel, preempt, hold or release a job as `user` (its owner or an admin); returns the outcome."""
+    """Cancel, preempt, hold, release or requeue a job as `user` (its owner or an admin); returns the outcome."""
     return str(send(client, ns, kind, user, _token(), {"job": job_id, **extra})["outcome"])

@@ -28,6 +28,7 @@ import sys
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from ..core.errors import ConfigError
+from ..core.model import FINAL_STATES
 from . import keys
 
 ROLES = ("leader", "agent", "user")
@@ -67,12 +68,17 @@ def read_patterns(ns: str) -> list[str]:
     requests stream and its mark, the answers, the sequences and the fencing-token counter."""
     return [keys.job(ns, "*"),  # the job hashes and their log, attempts and exit report
             keys.jobs_all(ns), keys.jobs_pending(ns), keys.jobs_active(ns), keys.jobs_changed(ns),
-            keys.history(ns, "*"), keys.user_history(ns, "*"),
+            *_ended(ns), keys.history(ns, "*"), keys.user_history(ns, "*"),
             keys.node(ns, "*"),  # node hashes, their GPU holders and control streams
             keys.nodes_heartbeat(ns), keys.nodes_changed(ns), keys.nodes_drain(ns),
             keys.decisions(ns), keys.policy(ns), keys.policy_applied(ns), keys.policy_history(ns),
             keys.auth(ns), keys.scheduler_leader(ns), keys.scheduler_stats(ns), keys.samples(ns),
             keys.metrics(ns), keys.quarantine(ns)]
+
+
+def _ended(ns: str) -> list[str]:
+    """The ended-jobs indexes, one per final state (named one by one: no pattern that takes in more)."""
+    return [keys.jobs_ended(ns, s) for s in FINAL_STATES]
 
 
 def _selector(commands, patterns, perm: str = "") -> str:
@@ -84,15 +90,16 @@ def _agent_writes(ns: str) -> list[str]:
     """The agent's writes, as selectors: each command only on the keys it is sent to, by the agent's
     code or by the scripts it runs (Redis checks each command of a script against its caller)."""
     job, alloc = keys.job(ns, "*"), keys.node_alloc(ns, "*")
-    fenced = [job, alloc, keys.jobs_active(ns), keys.jobs_pending(ns), keys.jobs_changed(ns),
+    fenced = [job, alloc, keys.jobs_active(ns), keys.jobs_pending(ns), keys.jobs_changed(ns), *_ended(ns),
               keys.scheduler_leader(ns), keys.history(ns, "*"), keys.user_history(ns, "*"), keys.node_control(ns, "*")]
     return [
         # heartbeats (store/nodes.py), GPU holders and job fields (finish, shrink, mark_running,
         # checkpointed, idle_warning; the peak GPU memory, workers/usage.py; the log file's path and the
         # claim of a --notify, job_record.claim_notify)
         _selector(("+hset", "+hsetnx", "+hdel", "+hincrby", "+hincrbyfloat"), [job, keys.node(ns, "*")]),
-        # a requeue (finish.lua: ZADD pending, ZREM active) and the heartbeat index
-        _selector(("+zadd", "+zrem"), [keys.jobs_pending(ns), keys.jobs_active(ns), keys.nodes_heartbeat(ns)]),
+        # a requeue (finish.lua: ZADD pending, ZREM active), an end (ZADD ended) and the heartbeat index
+        _selector(("+zadd", "+zrem"), [keys.jobs_pending(ns), keys.jobs_active(ns), *_ended(ns),
+                                       keys.nodes_heartbeat(ns)]),
         _selector(("+sadd",), [keys.jobs_changed(ns), keys.nodes_changed(ns)]),
         # ended attempts and the run histories (finish.lua)
         _selector(("+rpush", "+lpush", "+ltrim"), [keys.job_attempts(ns, "*"), keys.history(ns, "*"),

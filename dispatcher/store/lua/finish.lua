@@ -2,6 +2,7 @@
 -- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] active zset   KEYS[4] pending zset
 -- KEYS[5] the job's attempts list   KEYS[6] scheduler leader key   KEYS[7] changed-jobs set
 -- KEYS[8] the history list of the job's fingerprint   KEYS[9] the history list of its user
+-- KEYS[10..12] the ended-jobs indexes of succeeded, failed and cancelled jobs (id -> finished_ms)
 -- ARGV[1] job id     ARGV[2] epoch the writer was given   ARGV[3] new state
 -- ARGV[4] exit code ("" if none)   ARGV[5] now_ms   ARGV[6] reason
 -- ARGV[7] "1" if this requeue is a preemption   ARGV[8] "1" to keep the original submit time for aging
@@ -133,6 +134,8 @@ else
   if A[10] ~= '' then redis.call('HINCRBY', KEYS[1], 'epoch', 1) end  -- fence a copy cut off with its node
   redis.call('HSET', KEYS[1], 'state', new_state, 'exit_code', A[4], 'finished_ms', ARGV[5],
              'reason', reason)
+  local ended = ({succeeded = KEYS[10], failed = KEYS[11], cancelled = KEYS[12]})[new_state]
+  if ended then redis.call('ZADD', ended, ARGV[5], ARGV[1]) end
   if new_state == 'succeeded' and A[12] ~= '' then
     local run_ms = 0
     for _, raw in ipairs(redis.call('LRANGE', KEYS[5], 0, -1)) do  -- every attempt, this one included

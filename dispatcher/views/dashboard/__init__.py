@@ -3,10 +3,10 @@
 A Flask app served by werkzeug's threaded server. The page (static/, plain HTML, CSS and
 JavaScript, no build step) polls the JSON endpoints every two seconds. Every endpoint reads
 through one Board (dispatcher/views/board.py), so any number of open pages cost one read of the
-cluster per second. Nothing is written to Redis except a cancel, and that only when the
+cluster per second. Nothing is written to Redis except a cancel or a requeue, and that only when the
 dashboard was started with --allow-cancel: then, with identity on, the request goes to the
 scheduler signed with the token the user typed, and the scheduler lets only the job's owner
-or an admin cancel it (docs/security.md); the dashboard never holds the lab secret.
+or an admin cancel or requeue it (docs/security.md); the dashboard never holds the lab secret.
 
 A state-changing request must come from the page itself: it carries the process's CSRF token
 (handed out by /api/config, which another site's script cannot read: no CORS headers are ever
@@ -141,6 +141,24 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
             raise NotAllowed("this dashboard is read-only; start it with --allow-cancel to cancel from the page")
         return jsonify(outcome=cancel_as(board, job_id, request.get_json(silent=True) or {}, request.remote_addr))
 
+    @app.get("/finished")
+    def finished_page():
+        return send_from_directory(app.static_folder, "finished.html")
+
+    @app.get("/api/finished")
+    def finished():
+        from ..finished import finished_page
+
+        return jsonify(finished_page(board.client, board.ns, request.args.get("state", "failed"),
+                                     request.args.get("user", ""), request.args.get("page", 0, type=int),
+                                     request.args.get("per", 25, type=int)))
+
+    @app.post("/api/job/<job_id>/requeue")
+    def requeue(job_id):
+        if not allow_cancel:
+            raise NotAllowed("this dashboard is read-only; start it with --allow-cancel to requeue from the page")
+        return jsonify(outcome=requeue_as(board, job_id, request.get_json(silent=True) or {}, request.remote_addr))
+
     @app.get("/metrics")
     def metrics():
         return Response(scrape.get(), mimetype="text/plain; version=0.0.4; charset=utf-8")
@@ -151,18 +169,38 @@ def cancel_as(board, job_id: str, who: dict, addr: str | None = None) -> str:
     the scheduler decides (owner or admin) and records who; without it, anyone who can reach the page
     may cancel, and the job's reason (and this process's log) says "anonymous from ADDR"."""
     from ...store.jobs import cancel_job
-    from ...store.requests import identity_on, send
     from ...store.scripts import Scripts
+
+    return _act_as(board, "cancel", job_id, who, addr, lambda by: cancel_job(
+        Scripts(board.client, board.ns), board.client, board.ns, job_id, now_ms(),
+        f"cancelled from the dashboard by {by}"))
+
+
+def requeue_as(board, job_id: str, who: dict, addr: str | None = None) -> str:
+    """Put an ended job back in the queue from the page, as cancel_as cancels: a signed request as the
+    user `who` names (identity on: the scheduler lets only the owner or an admin), else as "anonymous
+    from ADDR", which its record's `requeued` (the timeline's "requeued by ...") keeps."""
+    from ...store.ended import requeue_job
+    from ...store.scripts import Scripts
+
+    return _act_as(board, "requeue", job_id, who, addr, lambda by: requeue_job(
+        Scripts(board.client, board.ns), board.client, board.ns, job_id, by, now_ms()))
+
+
+def _act_as(board, kind: str, job_id: str, who: dict, addr: str | None, local) -> str:
+    """A job action from the page: with identity on, a signed request as the user and token `who`
+    carries (the scheduler decides, and records who); without it, `local(by)`, by "anonymous from ADDR"
+    (logged here too)."""
+    from ...store.requests import identity_on, send
 
     if identity_on(board.client, board.ns):
         user, token = str(who.get("user") or "").strip(), str(who.get("token") or "").strip()
         if not user or not token:
-            raise NotAllowed("identity is on: give your user name and token to cancel")
-        return str(send(board.client, board.ns, "cancel", user, token, {"job": job_id})["outcome"])
+            raise NotAllowed(f"identity is on: give your user name and token to {kind}")
+        return str(send(board.client, board.ns, kind, user, token, {"job": job_id})["outcome"])
     by = f"anonymous from {addr or 'an unknown address'}"
-    log.warning("job %s cancelled from the dashboard by %s", job_id, by)
-    return cancel_job(Scripts(board.client, board.ns), board.client, board.ns, job_id, now_ms(),
-                      f"cancelled from the dashboard by {by}")
+    log.warning("job %s: %s from the dashboard by %s", job_id, kind, by)
+    return local(by)
 
 
 def make_server(board, host: str, port: int, *, allow_cancel: bool = False, access_key: str | None = None):

@@ -61,3 +61,18 @@ function poll(step, ms, header = true) {
   }
   tick();
 }
+
+// A job action from the page (cancel, requeue: the dashboard's --allow-cancel), after the caller's confirm():
+// POSTed with the CSRF token; with identity on, as the user and token typed in the inputs that
+// whoInputs(cfg, p) made. Resolves to the outcome; throws the server's one-line refusal.
+function whoInputs(cfg, p) {
+  return cfg.identity ? `<input id="${p}-user" placeholder="user" size="10">` +
+    `<input id="${p}-token" type="password" placeholder="token" size="16">` : "";
+}
+async function jobAction(cfg, kind, id, p) {
+  const who = cfg.identity ? {user: document.getElementById(`${p}-user`).value,
+                              token: document.getElementById(`${p}-token`).value} : {};
+  const r = await getJSON(`/api/job/${encodeURIComponent(id)}/${kind}`, {method: "POST",
+    headers: {"Content-Type": "application/json", "X-Dispatch-CSRF": cfg.csrf}, body: JSON.stringify(who)});
+  return r.outcome;
+}

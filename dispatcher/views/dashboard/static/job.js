@@ -68,21 +68,19 @@ function spec(j) {
   $("spec").innerHTML = rows.map(([k, v]) => `<dt>${esc(k)}</dt><dd class="${k === "command" ? "mono" : ""}">${esc(v)}</dd>`).join("");
 }
 
+// With --allow-cancel: "cancel job" while it has not ended, "requeue job" once it has.
 function cancelBox(j) {
-  const box = $("cancel-box");
-  if (!cfg.allow_cancel || FINAL.includes(j.state)) { box.innerHTML = ""; return; }
-  if (box.dataset.ready) return;
-  box.dataset.ready = "1";
-  box.innerHTML = `<span class="controls" style="margin:0">` +
-    (cfg.identity ? `<input id="c-user" placeholder="user" size="10"><input id="c-token" type="password" placeholder="token" size="16">` : "") +
-    `<button id="c-go">cancel job</button><span id="c-msg"></span></span>`;
+  const box = $("cancel-box"), kind = FINAL.includes(j.state) ? "requeue" : "cancel";
+  if (!cfg.allow_cancel) { box.innerHTML = ""; return; }
+  if (box.dataset.kind === kind) return;
+  box.dataset.kind = kind;
+  box.innerHTML = `<span class="controls" style="margin:0">${whoInputs(cfg, "c")}` +
+    `<button id="c-go">${kind} job</button><span id="c-msg"></span></span>`;
   $("c-go").onclick = async () => {
-    if (!confirm(`Cancel job ${jobId}? Its running attempt is stopped and it will not run again.`)) return;
-    const who = cfg.identity ? {user: $("c-user").value, token: $("c-token").value} : {};
+    if (!confirm(kind === "cancel" ? `Cancel job ${jobId}? Its running attempt is stopped and it will not run again.`
+      : `Requeue job ${jobId}? It goes back to the queue under the same id and runs again.`)) return;
     try {
-      const r = await getJSON(`/api/job/${encodeURIComponent(jobId)}/cancel`, {method: "POST",
-        headers: {"Content-Type": "application/json", "X-Dispatch-CSRF": cfg.csrf}, body: JSON.stringify(who)});
-      $("c-msg").textContent = " " + r.outcome;
+      $("c-msg").textContent = " " + await jobAction(cfg, kind, jobId, "c");
     } catch (e) {
       $("c-msg").innerHTML = ` <span class="error">${esc(e.message)}</span>`;
     }
