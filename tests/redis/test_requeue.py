@@ -191,7 +191,10 @@ def test_a_read_only_dashboard_refuses_a_requeue_and_serves_the_page(client, ns)
     csrf = app.get("/api/config").get_json()["csrf"]
     r = app.post(f"/api/job/{job_id}/requeue", data="{}", content_type="application/json",
                  headers={"X-Dispatch-CSRF": csrf})
-    assert r.status_code == 403 and "--allow-cancel" in r.get_json()["error"]
+    assert r.status_code == 403 and "--allow-cancel to requeue" in r.get_json()["error"]
+    r = app.post(f"/api/job/{job_id}/delete", data="{}", content_type="application/json",
+                 headers={"X-Dispatch-CSRF": csrf})
+    assert r.status_code == 404 and "no action 'delete'" in r.get_json()["error"]
     got = json.loads(app.get("/api/finished?state=cancelled&per=10").data)
     assert [j["id"] for j in got["jobs"]] == [job_id] and got["total"] == 1
     assert app.get("/api/finished?state=bogus").status_code == 400

@@ -135,11 +135,14 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
     def job(job_id):
         return jsonify(board.job(job_id, fresh=request.args.get("fresh", "") in ("1", "true")))
 
-    @app.post("/api/job/<job_id>/cancel")
-    def cancel(job_id):
+    @app.post("/api/job/<job_id>/<action>")
+    def act(job_id, action):  # cancel, requeue
+        acts = {"cancel": cancel_as, "requeue": requeue_as}
+        if action not in acts:
+            raise NotFoundError(f"no action {action!r}: a job is cancelled or requeued")
         if not allow_cancel:
-            raise NotAllowed("this dashboard is read-only; start it with --allow-cancel to cancel from the page")
-        return jsonify(outcome=cancel_as(board, job_id, request.get_json(silent=True) or {}, request.remote_addr))
+            raise NotAllowed(f"this dashboard is read-only; start it with --allow-cancel to {action} from the page")
+        return jsonify(outcome=acts[action](board, job_id, request.get_json(silent=True) or {}, request.remote_addr))
 
     @app.get("/finished")
     def finished_page():
@@ -152,12 +155,6 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
         return jsonify(finished_page(board.client, board.ns, request.args.get("state", "failed"),
                                      request.args.get("user", ""), request.args.get("page", 0, type=int),
                                      request.args.get("per", 25, type=int)))
-
-    @app.post("/api/job/<job_id>/requeue")
-    def requeue(job_id):
-        if not allow_cancel:
-            raise NotAllowed("this dashboard is read-only; start it with --allow-cancel to requeue from the page")
-        return jsonify(outcome=requeue_as(board, job_id, request.get_json(silent=True) or {}, request.remote_addr))
 
     @app.get("/metrics")
     def metrics():
