@@ -37,6 +37,7 @@ from ..store.exits import read_exits
 from ..store.policies import digest, record_policy
 from ..store.leader import Lease
 from ..store.scripts import Scripts
+from .counting import count_seen
 from .mirror import Mirror
 from ..store.quarantine import any_wrong, check_types, quarantine, wrong_type
 from ..store.repair import free_stale_gpus, repair_types, set_aside_all
@@ -208,6 +209,7 @@ class Scheduler:
         self._seen = read
         self.planner.quarantine(read.bad_jobs, now)
         self._count_ends()
+        count_seen(self.client, self.ns, self.mirror)  # starts' latencies, requeues (scheduler/counting.py)
         if read.stray or read.aside:  # bad index entries, keys of the wrong type (store/quarantine.py)
             quarantine(self.client, self.ns, read.stray, now)
             set_aside_all(self.client, self.ns, read.aside, now)

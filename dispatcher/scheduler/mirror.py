@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 import logging
 
-from ..core.plan import PendingJob, Snapshot, pieces
+from ..core.plan import PendingJob, RunningJob, Snapshot, pieces
 from ..core.errors import MalformedRecord
 from ..policy.backlog import Backlog
 from ..store import keys
@@ -50,6 +50,10 @@ class Mirror:
         self.held_why: dict[str, str] = {}  # held job id -> what it waits for
         self.doomed: dict[str, str] = {}  # held job id -> the dependency that failed (the scheduler fails it)
         self.ended: list[tuple[str, str]] = []  # (job id, class) of jobs seen to end since the leader took them
+        # for the leader's counters (scheduler/counting.py), taken at each full cycle:
+        self.started: list[tuple[str, float]] = []  # (class, seconds from placement to running) of jobs seen start
+        self.requeued: list[tuple[str, str, bool]] = []  # (job id, class, placed but not seen run) back in the queue
+        self.unseen: list[tuple[str, str]] = []  # (job id, class) of placed jobs that ended before seen running
         self._waiting_on: dict[str, set[str]] = {}  # dependency id -> held jobs waiting on it
 
     def nodes(self) -> list[NodeRecord]:
@@ -144,12 +148,14 @@ class Mirror:
         if got is None:
             if prior is not None and not in_active:  # it ended: for the leader's counters (store/counters.py)
                 self.ended.append((job_id, prior.spec.priority))
+                self._note(job_id, None, prior)
             self.cache.specs.pop(job_id, None)
             if in_active:  # ended between the two reads, or stray: quarantine.lua tells
                 self.stray.append(job_entry(self.ns, keys.jobs_active(self.ns), job_id, "not an active job",
                                             expect=ACTIVE))
             return None if known else arrivals
         job, self.epochs[job_id] = got
+        self._note(job_id, job, prior)
         if isinstance(job, PendingJob) and (job.spec.after or job.spec.after_any):
             self._hold(job)
             rejudge.add(job_id)
@@ -164,6 +170,24 @@ class Mirror:
             if now_as != was and now_as != self.expected.pop(job_id, None):
                 return None
         return arrivals
+
+    def _note(self, job_id: str, job, prior) -> None:
+        """For the leader's counters (scheduler/counting.py), what `job` (None: ended) did since `prior`:
+        a placed job its agent marked running, with how long that took; a job back in the queue after
+        holding resources, or after our own placement (it went back before this mirror saw it run). A
+        placed job that ended or went back before this mirror saw it run may have started: its record,
+        or its attempt, says. A shrunk job's restart (shrink.lua: the agent places it again) is no start."""
+        placed = isinstance(prior, PendingJob) and job_id in self.expected  # by our commit, not read since
+        waiting = placed or isinstance(prior, RunningJob) and prior.started_ms == prior.assigned_ms \
+            and prior.preempted_ms != prior.assigned_ms and prior.assigned_ms > 0
+        if job is None or isinstance(job, PendingJob):
+            self.expected.pop(job_id, None)
+            if job is None and waiting:
+                self.unseen.append((job_id, prior.spec.priority))
+            elif job is not None and (placed or isinstance(prior, RunningJob)):
+                self.requeued.append((job_id, job.spec.priority, waiting))
+        elif (waiting or isinstance(prior, PendingJob)) and job.started_ms != job.assigned_ms and job.assigned_ms:
+            self.started.append((job.spec.priority, max(0.0, (job.started_ms - job.assigned_ms) / 1000.0)))
 
     def _ids(self, raw, index: str, check: str = "member", kind: str = "zset") -> list[str]:
         """The members of an index that are job ids; the others are stray."""

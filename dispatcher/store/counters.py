@@ -2,8 +2,10 @@
 
 A histogram the dashboard computed from the decision log counted again in every dashboard process
 and after every restart; these are counted once, where the event is decided, and live as long as the
-namespace, whoever leads (a new leader adds to them). The one writer is the leading scheduler (in
-its commit's round trip); `read` gives them to the exporter (views/metrics.py).
+namespace, whoever leads (a new leader adds to them). The one writer is the leading scheduler: in
+its commit's round trip (queue_wait, cycle, jobs_started, preemptions), and once a full cycle for what
+its mirror saw jobs do (jobs_ended and job_run; start_latency, from placement to running, and requeues,
+by why: scheduler/counting.py). `read` gives them to the exporter (views/metrics.py).
 
 Fields: "<name>|<labels>|b<i>" a histogram bucket's own count (not cumulative; i indexes BUCKETS[name],
 the last is +Inf), "<name>|<labels>|sum" and "|count"; "<name>|<labels>" a plain counter. Labels are
@@ -23,6 +25,7 @@ BUCKETS = {
     "queue_wait": (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400),
     "job_run": (60, 300, 900, 1800, 3600, 7200, 14400, 43200, 86400, 259200, 604800),
     "cycle": (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    "start_latency": (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600),
 }
 
 

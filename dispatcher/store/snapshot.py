@@ -134,8 +134,8 @@ def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str |
         return RunningJob(spec, text(node), held,
                           int(started_ms or assigned_ms or 0), int(ckpt_ms or 0), int(preempted_ms or 0),
                           state == "preempting", extra=ranks[1:],
-                          ended=frozenset(int(r) for r in text(ended).split(",") if r.isdigit()) if ended else frozenset()
-                          ), epoch
+                          ended=frozenset(int(r) for r in text(ended).split(",") if r.isdigit()) if ended else frozenset(),
+                          assigned_ms=int(assigned_ms or 0)), epoch
     if since is not None and index is not None:  # no record, or one that is not pending, in the pending index
         return Strays((job_entry(ns, index, job_id, "not a pending job", expect="pending"),))
     return None

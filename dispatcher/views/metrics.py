@@ -2,10 +2,13 @@
 scheduler's counters (store/counters.py): served at /metrics by `dispatch dashboard`. The names and
 labels are listed in docs/dashboard.md.
 
-Gauges are read at each scrape (from the board's last read). The histograms (queue wait, run time,
-cycle time) and the counters of starts, ends and preemptions are the scheduler's, kept in Redis where
-each event is decided, so every dashboard process exports the same numbers, and a restart of one
-neither loses nor counts them again.
+Gauges are read at each scrape (from the board's last read). The histograms (queue wait, start
+latency, run time, cycle time) and the counters of starts, ends, preemptions and requeues are the
+scheduler's, kept in Redis where each event is decided, so every dashboard process exports the same
+numbers, and a restart of one neither loses nor counts them again.
+
+Units: seconds and bytes; a share of a whole (allocation, utilization, fragmentation) is a ratio
+from 0 to 1 named `_ratio`, never a percent (Prometheus's base units; docs/dashboard.md).
 """
 
 from __future__ import annotations
@@ -19,11 +22,15 @@ from ..store import counters
 ALERT_KINDS = ("wait", "low_util", "dead_node", "zombie", "idle_gpu")
 #: The scheduler's histograms and counters as exported: (store/counters.py name, metric name, help).
 HISTOGRAMS = (("queue_wait", "dispatch_queue_wait_seconds", "Wait from submit to each start, by class"),
+              ("start_latency", "dispatch_job_start_latency_seconds",
+               "Time from each placement to its agent marking the job running, by class"),
               ("job_run", "dispatch_job_run_seconds", "Run time of each ended job's last attempt, by class"),
               ("cycle", "dispatch_scheduler_cycle_duration_seconds", "Duration of each scheduling cycle, by kind"))
 COUNTERS = (("jobs_started", "dispatch_jobs_started", "Jobs started, by class"),
             ("jobs_ended", "dispatch_jobs_ended", "Jobs that ended, by final state and class"),
-            ("preemptions", "dispatch_job_preemptions", "Preemptions started, by the victim's class and mode"))
+            ("preemptions", "dispatch_job_preemptions", "Preemptions started, by the victim's class and mode"),
+            ("requeues", "dispatch_job_requeues", "Jobs back in the queue after holding GPUs, by class and kind "
+                                                  "(preempted, idle, node_lost, lost, other)"))
 
 
 def _gauge(name, doc, labels=()):
@@ -42,7 +49,7 @@ class ClusterCollector:
         yield InfoMetricFamily("dispatch_build", "The dispatch version serving these metrics",
                                value={"version": __version__})
         yield from _counted(counters.read(self.board.client, self.board.ns))
-        yield from _classes(v)
+        yield from _classes(v, self.board)
         yield from _nodes(v)
         yield from _cluster(v)
         yield from _teams(v)
@@ -79,8 +86,9 @@ def _teams(v: dict):
     yield from (held, pending)
 
 
-def _classes(v: dict):
+def _classes(v: dict, board):
     pending = _gauge("dispatch_jobs_pending", "Pending jobs, by class", ["class"])
+    gpus = _gauge("dispatch_class_gpus", "GPUs held by each class's running jobs", ["class"])
     running = _gauge("dispatch_jobs_running", "Jobs holding resources (assigned, running, preempting), by class",
                      ["class"])
     oldest = _gauge("dispatch_oldest_pending_wait_seconds", "Longest wait among pending jobs, by class",
@@ -89,13 +97,32 @@ def _classes(v: dict):
         pending.add_metric([c["class"]], c["pending"])
         running.add_metric([c["class"]], c["running"])
         oldest.add_metric([c["class"]], c["oldest_wait_s"])
-    yield from (pending, running, oldest)
+    held = _class_gpus(v, board)
+    if held is not None:
+        for c in v["classes"]:
+            gpus.add_metric([c["class"]], held.get(c["class"], 0))
+    yield from (pending, running, oldest, gpus)
+
+
+def _class_gpus(v: dict, board) -> dict | None:
+    """GPUs held by each class: the board's class rows' `gpus`, else counted from the running jobs of
+    the board's last read (None when neither is there)."""
+    if all("gpus" in c for c in v["classes"]):
+        return {c["class"]: c["gpus"] for c in v["classes"]}
+    try:  # until the board's class rows carry their GPUs
+        running = board._read.get()["running"]
+    except (AttributeError, KeyError, TypeError):
+        return None
+    held: dict[str, int] = {}
+    for r in running:  # (a gang: one entry per node, each with that rank's GPUs)
+        held[r.spec.priority] = held.get(r.spec.priority, 0) + len(r.gpus)
+    return held
 
 
 def _nodes(v: dict):
     gpus = _gauge("dispatch_node_gpus", "GPUs of each node by state (free, held, blocked by a zombie, dead)",
                   ["node", "state"])
-    util = _gauge("dispatch_gpu_utilization_percent", "GPU utilization as the node's agent last read it",
+    util = _gauge("dispatch_gpu_utilization_ratio", "GPU utilization (0 to 1) as the node's agent last read it",
                   ["node", "gpu"])
     alloc = _gauge("dispatch_gpu_allocated", "1 while a job holds the GPU", ["node", "gpu"])
     info = _gauge("dispatch_gpu_info", "1 for each GPU, with its model", ["node", "gpu", "model"])
@@ -110,7 +137,7 @@ def _nodes(v: dict):
             gpus.add_metric([n["name"], state], sum(1 for g in n["gpus"] if g["state"] == state))
         for g in n["gpus"]:
             labels = [n["name"], str(g["index"])]
-            util.add_metric(labels, g["util_pct"])
+            util.add_metric(labels, g["util_pct"] / 100.0)
             alloc.add_metric(labels, 1 if g["job"] else 0)
             info.add_metric(labels + [g["name"]], 1)
             mem_used.add_metric(labels, g["mem_used_gb"] * 1e9)
@@ -123,8 +150,8 @@ def _cluster(v: dict):
     yield GaugeMetricFamily("dispatch_cluster_gpus", "Usable GPUs on live nodes", value=t["gpus"])
     yield GaugeMetricFamily("dispatch_cluster_gpu_allocation_ratio", "GPUs held / usable GPUs, live nodes",
                             value=t["held"] / t["gpus"] if t["gpus"] else 0.0)
-    yield GaugeMetricFamily("dispatch_cluster_gpu_utilization_percent", "Mean GPU utilization, live nodes",
-                            value=t["util_pct"])
+    yield GaugeMetricFamily("dispatch_cluster_gpu_utilization_ratio", "Mean GPU utilization (0 to 1), live nodes",
+                            value=t["util_pct"] / 100.0)
     yield GaugeMetricFamily("dispatch_cluster_fragmentation_ratio",
                             "Share of free GPUs on nodes with fewer free than the smallest pending request", value=t["frag"])
 

@@ -1,7 +1,10 @@
 """The scheduler's counters and histograms (store/counters.py) against a real server and the real
 scheduler: counted once where each event is decided, and exported alike by every dashboard."""
 
+import time
+
 from dispatcher.clock import now_ms
+from dispatcher.scheduler.counting import REQUEUE_KINDS, requeue_kind
 from dispatcher.scheduler.loop import Scheduler
 from dispatcher.store import counters, keys
 from dispatcher.store.jobs import read_job
@@ -47,3 +50,77 @@ def test_a_garbled_counter_is_left_out(client, ns):
     got = counters.read(client, ns)
     assert got["counters"]["jobs_started"] == {(("class", "high"),): 4}
     assert got["histograms"]["queue_wait"][(("class", "low"),)]["buckets"][-1] == 3
+
+
+def test_start_latency_and_requeues_are_counted_by_class_and_kind(client, ns):
+    """The mirror sees each placed job start (its latency from placement, by class) and go back to the
+    queue (by class, and why: from its attempt's end)."""
+    beat(client, ns, "a", gpus=3)
+    high, normal, low = (submit(client, ns, gpus=1, priority=p) for p in ("high", "normal", "low"))
+    sched = Scheduler(client, ns)
+    sched.cycle()  # places all three
+    sched.cycle()  # sees them assigned
+    scripts = Scripts(client, ns)
+    epoch = {j: read_job(client, ns, j)["epoch"] for j in (high, normal, low)}
+    for job_id, after_ms in ((high, 1500), (normal, 40)):
+        assigned = int(client.hget(keys.job(ns, job_id), "assigned_ms"))
+        assert scripts.mark_running(job_id, epoch[job_id], assigned + after_ms, 4242) == 1
+    sched.cycle()  # sees two start
+    got = counters.read(client, ns)["histograms"]["start_latency"]
+    assert {lbl: (h["count"], h["sum"]) for lbl, h in got.items()} == {(("class", "high"),): (1, 1.5),
+                                                                       (("class", "normal"),): (1, 0.04)}
+    assert got[(("class", "high"),)]["buckets"][:5] == [0, 0, 0, 0, 0]  # 1.5 s: over the 1 s bucket
+    now = now_ms()
+    scripts.finish(high, "a", epoch[high], "pending", None, now, "node a lost: no heartbeat for 12s",
+                   lost_retries=3)
+    scripts.finish(normal, "a", epoch[normal], "pending", None, now,
+                   "preempted (graceful) by node a: idle: GPUs below 5% for 2h", preempted=True)
+    scripts.finish(low, "a", epoch[low], "pending", None, now, "preempted (forced) by job 9: for a critical job",
+                   preempted=True)  # never seen running: a requeue all the same, and no start
+    sched.cycle()  # sees three requeues (and places them again)
+    sched.cycle()
+    got = counters.read(client, ns)
+    assert got["counters"]["requeues"] == {(("class", "high"), ("kind", "node_lost")): 1,
+                                           (("class", "normal"), ("kind", "idle")): 1,
+                                           (("class", "low"), ("kind", "preempted")): 1}
+    assert sum(h["count"] for h in got["histograms"]["start_latency"].values()) == 2
+    time.sleep(1.1)  # the leader publishes the running jobs for the board at most once a second
+    sched.cycle()
+    text = exposition(ClusterCollector(Board(client, ns))).decode()
+    assert 'dispatch_job_requeues_total{class="normal",kind="idle"} 1.0' in text
+    assert 'dispatch_job_start_latency_seconds_count{class="high"} 1.0' in text
+    for cls in ("high", "normal", "low"):  # placed again: each holds its GPU
+        assert f'dispatch_class_gpus{{class="{cls}"}} 1.0' in text
+
+
+def test_requeue_kinds():
+    assert requeue_kind("preempted", "preempted (graceful) by job 7: a critical job waits") == "preempted"
+    assert requeue_kind("preempted", "preempted (graceful) by node n: idle: GPUs below 5% for 2h") == "idle"
+    assert requeue_kind("preempted", "idle: GPUs below 5% for 2h") == "idle"  # a gang's, stopped whole
+    assert requeue_kind("lost", "rank 1's node n2 lost: no heartbeat for 11s") == "node_lost"
+    assert requeue_kind("lost", "node n could not heartbeat in time (cut off from Redis, ...)") == "node_lost"
+    assert requeue_kind("lost", "no progress reported for 600s (--hang-timeout); attempt lost") == "lost"
+    assert requeue_kind("requeued", "node n agent stopped; requeued") == "other"
+    assert set(REQUEUE_KINDS) >= {requeue_kind(o, "") for o in ("preempted", "lost", "requeued", "")}
+
+
+def test_a_start_between_two_cycles_is_counted_from_the_record(client, ns):
+    """A short job that starts and ends (or goes back) before the leader reads it running still counts
+    its start: the job's record, or its attempt, keeps when it was placed and started."""
+    beat(client, ns, "a", gpus=2)
+    done, back = submit(client, ns, gpus=1, priority="high"), submit(client, ns, gpus=1)
+    sched = Scheduler(client, ns)
+    sched.cycle()  # places both; the next cycle is the first to read them again
+    scripts = Scripts(client, ns)
+    for job_id, state in ((done, "succeeded"), (back, "pending")):
+        epoch = read_job(client, ns, job_id)["epoch"]
+        assigned = int(client.hget(keys.job(ns, job_id), "assigned_ms"))
+        assert scripts.mark_running(job_id, epoch, assigned + 2000, 4242) == 1
+        assert scripts.finish(job_id, "a", epoch, state, 0 if state == "succeeded" else None, assigned + 3000,
+                              "preempted (graceful) by job 9: x", preempted=state == "pending") == 1
+    sched.cycle()
+    got = counters.read(client, ns)
+    assert {lbl: (h["count"], h["sum"]) for lbl, h in got["histograms"]["start_latency"].items()} == {
+        (("class", "high"),): (1, 2.0), (("class", "normal"),): (1, 2.0)}
+    assert got["counters"]["requeues"] == {(("class", "normal"), ("kind", "preempted")): 1}
+    assert got["counters"]["jobs_started"] == {(("class", "high"),): 1, (("class", "normal"),): 2}  # placed again
