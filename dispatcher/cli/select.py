@@ -4,21 +4,10 @@ queue, cancel and wait; pure but for the read of the queue it is given."""
 
 from __future__ import annotations
 
-import fnmatch
-import re
-from dataclasses import dataclass
-
 import click
 
 from ..core.errors import InvalidRequestError
-
-#: States a filter may name: the job states, and the two groups users think in.
-STATE_GROUPS = {"active": ("pending", "assigned", "running", "preempting"),
-                "done": ("succeeded", "failed", "cancelled")}
-STATES = ("pending", "assigned", "running", "preempting", "succeeded", "failed", "cancelled")
-#: The most ids one range may stand for (`1-1000000` is a typo, not a request).
-MAX_RANGE = 100_000
-_RANGE = re.compile(r"(\d+)-(\d+)")
+from ..core.selection import STATE_GROUPS, Selection, selection  # noqa: F401 (the commands import them here)
 
 
 def filter_options(fn):
@@ -33,58 +22,6 @@ def filter_options(fn):
     return fn
 
 
-def _split(values) -> tuple[str, ...]:
-    return tuple(v.strip() for item in values for v in str(item).split(",") if v.strip())
-
-
-@dataclass(frozen=True)
-class Selection:
-    ids: tuple[str, ...] = ()  # as given, ranges spelled out (resolve reads exactly these)
-    users: tuple[str, ...] = ()
-    states: frozenset[str] = frozenset()
-    names: tuple[str, ...] = ()
-    teams: tuple[str, ...] = ()
-
-    @property
-    def filtered(self) -> bool:
-        """Filters beyond ids were given."""
-        return bool(self.users or self.states or self.names or self.teams)
-
-    def matches(self, job: dict) -> bool:
-        """Whether the job passes the filters (the ids are resolve's)."""
-        return ((not self.users or job["user"] in self.users)
-                and (not self.states or job["state"] in self.states)
-                and (not self.teams or job["team"] in self.teams)
-                and (not self.names or any(fnmatch.fnmatchcase(job["name"] or "", g) for g in self.names)))
-
-
-def expand_ids(args) -> list[str]:
-    """Job ids as given, ranges `60-66` spelled out, order kept, no repeats."""
-    out: dict[str, None] = {}
-    for arg in _split(args):
-        m = _RANGE.fullmatch(arg)
-        if m:
-            lo, hi = int(m.group(1)), int(m.group(2))
-            if hi < lo or hi - lo >= MAX_RANGE:
-                raise InvalidRequestError(f"{arg}: a range is LOW-HIGH with LOW <= HIGH and at most "
-                                          f"{MAX_RANGE:,} ids", field="JOB")
-            out.update(dict.fromkeys(map(str, range(lo, hi + 1))))
-        else:
-            out[arg] = None
-    return list(out)
-
-
-def selection(ids=(), users=(), states=(), names=(), teams=()) -> Selection:
-    wanted: set[str] = set()
-    for s in _split(states):
-        s = s.lower()
-        if s not in STATES and s not in STATE_GROUPS:
-            raise InvalidRequestError(f"--state {s}: not a state; one of {', '.join(STATES)}, active, done",
-                                      field="--state")
-        wanted.update(STATE_GROUPS.get(s, (s,)))
-    return Selection(tuple(expand_ids(ids)), _split(users), frozenset(wanted), _split(names), _split(teams))
-
-
 #: What `dispatch queue` lists with no filter: the oldest pending jobs (and every running one).
 SHOWN = 1000
 #: With a filter, every pending job is looked at: `cancel -u alice` must reach all of alice's jobs.
@@ -96,42 +33,13 @@ def resolve(client, ns: str, sel: Selection, *, include_final: bool, limit: int 
     anything is done), kept if they pass the filters. Otherwise the matching jobs of the queue: pending
     and running (with include_final, the latest finished ones too), the oldest `limit` pending ones
     without a filter, all of them with one."""
-    from ..store.jobs import read_queue
+    from ..store.jobs import read_named, read_queue
 
     if sel.ids:
-        jobs = _with_arrays(client, ns, sel.ids)
+        jobs = read_named(client, ns, sel.ids)
     else:
         jobs = read_queue(client, ns, include_final=include_final, limit=EVERY if sel.filtered else limit)
     return [j for j in jobs if sel.matches(j)]
-
-
-def _with_arrays(client, ns: str, ids) -> list[dict]:
-    """The jobs these ids name, in order: a job; an array's id (its first element's) is every element
-    of the array; ID_INDEX one element. Every id must name something (JobNotFound, one line)."""
-    from ..core.arrays import element_name
-    from ..core.errors import JobNotFound
-    from ..store.jobs import read_job, read_jobs
-
-    named = [element_name(i) for i in ids]
-    heads = {j["id"]: j for j in read_jobs(client, ns, list({n[0] if n else i for i, n in zip(ids, named)}))}
-    members = {h: read_jobs(client, ns, [str(int(h) + k) for k in range(j["array_count"])])
-               for h, j in heads.items() if j["array_of"] == h and j["array_count"]}
-    out: dict[str, dict] = {}
-    for i, n in zip(ids, named):
-        head = n[0] if n else i
-        if head not in heads:
-            if not n:
-                read_job(client, ns, i)  # its own error: a bad id, or no such job
-            raise JobNotFound(i)
-        array = [j for j in members.get(head, []) if j["array_of"] == head]
-        if n:
-            hit = [j for j in array if j["array_index"] == n[1]]
-            if not hit:
-                raise JobNotFound(i)
-            array = hit
-        for j in array or [heads[head]]:
-            out.setdefault(j["id"], j)
-    return list(out.values())
 
 
 def needs_some(sel: Selection, verb: str) -> Selection:
@@ -173,8 +81,9 @@ def act_each(ctx, kind: str, jobs: list[dict], local, say=str, **extra) -> None:
 def one_job(client, ns: str, text: str) -> str:
     """The job id a single-job command (show, logs, why) means: `12_5` is element 5 of array 12."""
     from ..core.arrays import element_name
+    from ..store.jobs import read_named
 
-    return _with_arrays(client, ns, [text])[0]["id"] if element_name(text) else text
+    return read_named(client, ns, [text])[0]["id"] if element_name(text) else text
 
 
 def _ranges(indices) -> str:

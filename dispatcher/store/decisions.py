@@ -28,16 +28,18 @@ def write_decisions(pipe, ns: str, placements, now_ms: int, profile: str, preemp
     pipe.ltrim(keys.decisions(ns), 0, DECISIONS_KEPT - 1)
 
 
-def read_decisions(client, ns: str, *, job_id: str | None = None, limit: int = 50) -> list[dict]:
-    """Newest first. Entries that do not decode, or not into a decision, are skipped (and a log of
-    the wrong type reads as empty)."""
+def read_decisions(client, ns: str, *, job_id: str | None = None, node: str | None = None,
+                   limit: int = 50) -> list[dict]:
+    """Newest first (of one job, or on one node, when given). Entries that do not decode, or not into a
+    decision, are skipped (and a log of the wrong type reads as empty)."""
     out = []
     for raw in tolerant(lambda: client.lrange(keys.decisions(ns), 0, DECISIONS_KEPT - 1), []):
         try:
             d = msgpack.unpackb(raw, raw=False)
         except Exception:
             continue
-        if not _decision(d) or (job_id is not None and job_id not in (d.get("job"), d.get("for_job"))):
+        if not _decision(d) or (job_id is not None and job_id not in (d.get("job"), d.get("for_job"))) \
+                or (node is not None and d["node"] != node):
             continue
         d.setdefault("kind", "start")
         d["time"] = d.pop("t_ms", 0) / 1000.0

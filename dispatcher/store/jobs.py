@@ -7,7 +7,7 @@ ids to the pending and all-jobs indexes with lua/submit.lua, in one MULTI/EXEC.
 
 from __future__ import annotations
 
-from ..core.arrays import NEW, first_ids
+from ..core.arrays import NEW, element_name, first_ids
 from ..core.errors import DispatcherError, InvalidRequestError, JobNotFound, MalformedRecord
 from ..core.model import FINAL_STATES, JobSpec
 from ..core.outputs import is_url, output_path
@@ -238,6 +238,31 @@ def read_jobs(client, ns: str, job_ids: list[str]) -> list[dict]:
         queue_record(pipe, ns, job_id)
     return [job_view(j, raw) for j, raw in zip(job_ids, pipe.execute(raise_on_error=False))
             if raw and isinstance(raw, dict)]
+
+
+def read_named(client, ns: str, ids) -> list[dict]:
+    """The jobs these ids name, in order: a job; an array's id (its first element's) is every element
+    of the array; ID_INDEX one element. Every id must name something (JobNotFound, one line)."""
+    named = [element_name(i) for i in ids]
+    heads = {j["id"]: j for j in read_jobs(client, ns, list({n[0] if n else i for i, n in zip(ids, named)}))}
+    members = {h: read_jobs(client, ns, [str(int(h) + k) for k in range(j["array_count"])])
+               for h, j in heads.items() if j["array_of"] == h and j["array_count"]}
+    out: dict[str, dict] = {}
+    for i, n in zip(ids, named):
+        head = n[0] if n else i
+        if head not in heads:
+            if not n:
+                read_job(client, ns, i)  # its own error: a bad id, or no such job
+            raise JobNotFound(i)
+        array = [j for j in members.get(head, []) if j["array_of"] == head]
+        if n:
+            hit = [j for j in array if j["array_index"] == n[1]]
+            if not hit:
+                raise JobNotFound(i)
+            array = hit
+        for j in array or [heads[head]]:
+            out.setdefault(j["id"], j)
+    return list(out.values())
 
 
 def read_queue(client, ns: str, *, include_final: bool = False, limit: int = 1000) -> list[dict]:

@@ -13,7 +13,7 @@ from ..core.model import GpuInfo
 from . import keys, scripts
 from .codec import decode_node_info, encode_node_info
 from .connect import text
-from .quarantine import MAX_MS, NAME, Entry, tolerant
+from .quarantine import MAX_MS, NAME, Entry, tolerant, valid_name
 
 
 #: The longest reason `dispatch drain --reason` takes.
@@ -210,6 +210,27 @@ def read_nodes(client, ns: str) -> tuple[list[NodeRecord], list[str]]:
             problems.append(str(e))
             continue
     return sorted(nodes, key=lambda n: _natural(n.name)), problems  # (by heartbeat they reorder every poll)
+
+
+def read_node(client, ns: str, name: str) -> NodeRecord:
+    """One node as read_nodes reads each (its heartbeat, GPUs, CPUs, memory, GPUs held, drain mark): a
+    handful of commands, whatever the cluster's size. NotFoundError for a node with no record (never
+    seen, or gone: `remove_node`); MalformedRecord for one that cannot be read."""
+    if not valid_name(name):
+        raise NotFoundError(f"no node {name!r}")
+    pipe = client.pipeline(transaction=False)
+    pipe.zscore(keys.nodes_heartbeat(ns), name)
+    pipe.hget(keys.node(ns, name), "info")
+    pipe.hgetall(keys.node_alloc(ns, name))
+    pipe.hget(keys.nodes_drain(ns), name)
+    seen, info, alloc, mark = pipe.execute(raise_on_error=False)
+    if not isinstance(info, bytes):
+        raise NotFoundError(f"no node {name!r}" + ("" if info is None else f": {keys.node(ns, name)} is no hash"))
+    gpus, cpus, mem_gb = decode_node_info(info, key=keys.node(ns, name))
+    held = {int(g): text(j) for g, j in (alloc.items() if isinstance(alloc, dict) else ())
+            if text(g).isascii() and text(g).isdigit()}
+    seen_ms = int(seen) if isinstance(seen, float) and -MAX_MS <= seen <= MAX_MS else 0
+    return NodeRecord(name, gpus, cpus, mem_gb, seen_ms, held, decode_drain(mark) if isinstance(mark, bytes) else None)
 
 
 def _natural(name: str) -> tuple:

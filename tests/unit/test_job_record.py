@@ -70,7 +70,7 @@ def test_the_scripts_write_no_job_field_outside_the_table():
 
 def test_every_named_selection_is_part_of_the_table():
     for selection in (job_record.SCHEDULER, job_record.OUTCOME, job_record.LAUNCH, job_record.RECOVERY,
-                      job_record.PLACED, job_record.IDLE, job_record.FENCE, job_record.WHERE):
+                      job_record.PLACED, job_record.IDLE, job_record.FENCE, job_record.WHERE, job_record.SEARCH):
         assert set(selection) <= set(NAMES), selection
 
 

@@ -156,6 +156,26 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
                                      request.args.get("user", ""), request.args.get("page", 0, type=int),
                                      request.args.get("per", 25, type=int)))
 
+    @app.get("/node/<name>")
+    def node_page(name):
+        return send_from_directory(app.static_folder, "node.html")
+
+    @app.get("/api/node/<name>")
+    def node(name):
+        from ..node import node_view
+
+        return jsonify(node_view(board.client, board.ns, name, board.timing.node_timeout_s))
+
+    from ..search import Search
+
+    finder = Search(board.client, board.ns)  # its specs and answers are kept between requests
+
+    @app.get("/api/search")
+    def search():
+        return jsonify(finder.find(request.args.get("q", ""), request.args.get("state", ""),
+                                   request.args.get("class", ""), request.args.get("page", 0, type=int),
+                                   request.args.get("per", 25, type=int)))
+
     @app.get("/metrics")
     def metrics():
         return Response(scrape.get(), mimetype="text/plain; version=0.0.4; charset=utf-8")

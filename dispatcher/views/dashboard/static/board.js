@@ -55,7 +55,7 @@ function gpuCell(g) {
 function nodes(b) {
   $("nodes").innerHTML = b.nodes.map(n =>
     `<div class="node ${n.alive ? "" : "dead"}" data-node="${esc(n.name)}"><div class="label">` +
-    `<div class="name">${esc(n.name)}</div><div class="muted">${n.alive ? (n.drain ? "drained" : "up") : "DEAD"}${n.drain && n.drain.reason ? ` (${esc(n.drain.reason)})` : ""} · seen ${age(n.seen_s_ago)} ago</div>` +
+    `<div class="name">${nodeLink(n.name)}</div><div class="muted">${n.alive ? (n.drain ? "drained" : "up") : "DEAD"}${n.drain && n.drain.reason ? ` (${esc(n.drain.reason)})` : ""} · seen ${age(n.seen_s_ago)} ago</div>` +
     `<div class="muted">${n.cpus} CPUs · ${Math.round(n.mem_gb)} GB</div></div>` +
     `<div class="gpus">${n.gpus.map(gpuCell).join("")}</div></div>`).join("") ||
     `<span class="muted">No node has sent a heartbeat.</span>`;

@@ -76,3 +76,45 @@ async function jobAction(cfg, kind, id, p) {
     headers: {"Content-Type": "application/json", "X-Dispatch-CSRF": cfg.csrf}, body: JSON.stringify(who)});
   return r.outcome;
 }
+
+function nodeLink(name) { return `<a href="/node/${encodeURIComponent(name)}">${esc(name)}</a>`; }
+
+// Lines over time on a canvas (CSS height `h`): `times` (ms), `series` [{name, color, values (null: a gap),
+// dash}], values from 0 to `max` on the left axis (`unit` after the numbers). Draws the legend into
+// `legend` (an element) when given. Returns false (and says so on the canvas) with under two times.
+function lineChart(canvas, times, series, {max = 1, unit = "", h = 220, legend = null, empty = "No samples yet."} = {}) {
+  const ctx = canvas.getContext("2d");
+  canvas.width = canvas.clientWidth * devicePixelRatio; canvas.height = h * devicePixelRatio;
+  ctx.scale(devicePixelRatio, devicePixelRatio);
+  const w = canvas.width / devicePixelRatio, L = 40, R = 16, T = 10, B = 24;
+  ctx.clearRect(0, 0, w, h);
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.fillStyle = "#6b7480";
+  if (legend) legend.innerHTML = series.map(s => `<span style="--c:${s.color}">${esc(s.name)}</span>`).join("");
+  if (times.length < 2) { ctx.fillText(empty, L, h / 2); return false; }
+  const t0 = times[0], t1 = times[times.length - 1];
+  const x = t => L + (w - L - R) * (t - t0) / Math.max(1, t1 - t0), y = v => T + (h - T - B) * (1 - v / max);
+  ctx.strokeStyle = "#e2e5ea"; ctx.lineWidth = 1;
+  for (let i = 0; i <= 4; i++) {
+    const v = max * i / 4;
+    ctx.beginPath(); ctx.moveTo(L, y(v)); ctx.lineTo(w - R, y(v)); ctx.stroke();
+    ctx.fillText(+v.toFixed(1) + unit, 6, y(v) + 4);
+    const t = t0 + (t1 - t0) * i / 4;
+    ctx.fillText(new Date(t).toLocaleTimeString([], {hour12: false, hour: "2-digit", minute: "2-digit"}), x(t) - 14, h - 6);
+  }
+  for (const s of series) {
+    ctx.beginPath(); ctx.strokeStyle = s.color; ctx.lineWidth = s.dash ? 1.5 : 2; ctx.setLineDash(s.dash ? [6, 4] : []);
+    let drawing = false;
+    s.values.forEach((v, i) => {
+      if (v === null || v === undefined) { drawing = false; return; }
+      (drawing ? ctx.lineTo : ctx.moveTo).call(ctx, x(times[i]), y(v)); drawing = true;
+    });
+    ctx.stroke();
+  }
+  ctx.setLineDash([]);
+  return true;
+}
+
+// The colour of the i-th line of a chart.
+const PALETTE = ["#2f6fde", "#e07b10", "#23925a", "#cc3340", "#7b5cc4", "#0c8a99", "#b5487e", "#7a6a1f",
+                 "#4a525c", "#5fa8e8", "#f0a35e", "#74c493", "#e8737e", "#a98fe0", "#5cc0cc", "#d88bb4"];

@@ -1,0 +1,72 @@
+"""Which jobs a filter means: `-u/--user`, `--state`, `--name` globs, `--team`, and ids with ranges
+(`60-66`), as `squeue -u`/`scancel -u --state --name` take them. Pure: the one reading of a filter for
+the CLI (cli/select.py: queue, cancel, wait, hold, ...) and the dashboard's search (views/search.py)."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+
+from .errors import InvalidRequestError
+
+#: States a filter may name: the job states, and the two groups users think in.
+STATE_GROUPS = {"active": ("pending", "assigned", "running", "preempting"),
+                "done": ("succeeded", "failed", "cancelled")}
+STATES = ("pending", "assigned", "running", "preempting", "succeeded", "failed", "cancelled")
+#: The most ids one range may stand for (`1-1000000` is a typo, not a request).
+MAX_RANGE = 100_000
+_RANGE = re.compile(r"(\d+)-(\d+)")
+
+
+def split(values) -> tuple[str, ...]:
+    """Repeated or comma-separated values, each stripped, empty ones left out."""
+    return tuple(v.strip() for item in values for v in str(item).split(",") if v.strip())
+
+
+@dataclass(frozen=True)
+class Selection:
+    ids: tuple[str, ...] = ()  # as given, ranges spelled out (resolve reads exactly these)
+    users: tuple[str, ...] = ()
+    states: frozenset[str] = frozenset()
+    names: tuple[str, ...] = ()
+    teams: tuple[str, ...] = ()
+
+    @property
+    def filtered(self) -> bool:
+        """Filters beyond ids were given."""
+        return bool(self.users or self.states or self.names or self.teams)
+
+    def matches(self, job: dict) -> bool:
+        """Whether the job (a dict with user, state, team, name) passes the filters (the ids are resolve's)."""
+        return ((not self.users or job["user"] in self.users)
+                and (not self.states or job["state"] in self.states)
+                and (not self.teams or job["team"] in self.teams)
+                and (not self.names or any(fnmatch.fnmatchcase(job["name"] or "", g) for g in self.names)))
+
+
+def expand_ids(args) -> list[str]:
+    """Job ids as given, ranges `60-66` spelled out, order kept, no repeats."""
+    out: dict[str, None] = {}
+    for arg in split(args):
+        m = _RANGE.fullmatch(arg)
+        if m:
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if hi < lo or hi - lo >= MAX_RANGE:
+                raise InvalidRequestError(f"{arg}: a range is LOW-HIGH with LOW <= HIGH and at most "
+                                          f"{MAX_RANGE:,} ids", field="JOB")
+            out.update(dict.fromkeys(map(str, range(lo, hi + 1))))
+        else:
+            out[arg] = None
+    return list(out)
+
+
+def selection(ids=(), users=(), states=(), names=(), teams=()) -> Selection:
+    wanted: set[str] = set()
+    for s in split(states):
+        s = s.lower()
+        if s not in STATES and s not in STATE_GROUPS:
+            raise InvalidRequestError(f"--state {s}: not a state; one of {', '.join(STATES)}, active, done",
+                                      field="--state")
+        wanted.update(STATE_GROUPS.get(s, (s,)))
+    return Selection(tuple(expand_ids(ids)), split(users), frozenset(wanted), split(names), split(teams))
