@@ -30,13 +30,15 @@ def _board(ctx, alerts):
 
 
 @click.command()
-@click.option("--once", is_flag=True, help="Print one frame and exit (for scripts and logs).")
+@click.option("--once", is_flag=True, help="Print one frame and exit (for scripts and logs; as when piped).")
 @click.option("--interval", default="2s", show_default=True, metavar="DURATION",
               help="Time between frames (0.5, 2s, 1m; at least 0.2s).")
 @alerts_option
 @common
 def top(ctx, once, interval, alerts):
-    """A live terminal view: queue by class, GPUs per node, decisions, usage, alerts."""
+    """A live terminal view, as nvtop and htop: GPUs (utilization, memory, job, user), jobs, users,
+    alerts. Keys: Tab pane, s sort, / filter, c class, arrows scroll, ? help, q quit. Piped or
+    redirected, it prints one frame (plain text) and exits."""
     from ..core.units import parse_duration
     from ..views.top import run
 

@@ -1,4 +1,7 @@
-"""`dispatch top`: the dashboard's essentials as a live terminal view (rich), from the same Board."""
+"""`dispatch top`: the dashboard's essentials in a terminal, from the same Board, as nvtop and htop
+show a machine. On a terminal it is interactive (top_term.py reads the keys, top_keys.py is their
+state machine, top_screen.py its frame, top_panes.py the lists); `--once`, piped or redirected, it
+prints one report (frame below)."""
 
 from __future__ import annotations
 
@@ -11,9 +14,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.units import age
+from .top_panes import CLASS_STYLE, GPU_STYLE, GPU_WORD
 
-CLASS_STYLE = {"critical": "bold red", "high": "bold dark_orange", "normal": "bold blue", "low": "bold grey50"}
-GPU_STYLE = {"free": "green", "held": "bold cyan", "blocked": "bold yellow", "dead": "red"}
+#: GPU rows in the one-frame report (`--once`, or piped), before an "N more" line.
+REPORT_GPUS = 48
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -65,6 +69,7 @@ def frame(board, rows: int = 12) -> Group:
         nodes.add_row(n["name"], Text("up" if n["alive"] else "DEAD", "green" if n["alive"] else "bold red"),
                       age(n["seen_s_ago"]), cells)
     parts.append(nodes)
+    parts.append(_gpu_table(b["nodes"]))
     decisions = _table("Latest decisions", "time", "#job", "where", "#score", "why")
     for d in b["decisions"][:rows // 2]:
         why = d["why"] if d["kind"] == "start" else f"preempted ({d.get('mode')}) for job {d.get('for_job')}"
@@ -84,19 +89,34 @@ def frame(board, rows: int = 12) -> Group:
     return Group(*parts)
 
 
+def _gpu_table(nodes: list[dict]) -> Table:
+    """A row per GPU, as nvtop lists them: utilization, memory, and the job and user holding it."""
+    gpus = _table("GPUs", "node", "#GPU", "model", "#util", "#memory", "state", "job", "user")
+    shown = 0
+    for n in nodes:
+        for g in n["gpus"]:
+            shown += 1
+            if shown > REPORT_GPUS:
+                continue
+            used, total = g.get("mem_used_gb") or 0.0, g.get("mem_total_gb") or 0.0
+            gpus.add_row(n["name"], str(g["index"]), g.get("name") or "", f"{g.get('util_pct') or 0:.0f}%",
+                         f"{used:.1f}/{total:.1f} GB", Text(GPU_WORD[g["state"]], GPU_STYLE[g["state"]]),
+                         g.get("job") or "-", ",".join(g.get("users") or []) or "-")
+    if shown > REPORT_GPUS:
+        gpus.add_row(f"{shown - REPORT_GPUS:,} more", "", "", "", "", "", "", "")
+    return gpus
+
+
 def run(board, *, interval_s: float = 2.0, once: bool = False, console=None) -> None:
-    """Print one frame (`once`), or redraw every interval_s until Ctrl-C."""
+    """Interactive on a terminal (until q, Ctrl-C or SIGTERM: top_term.live); with `once`, or when the
+    console is not a terminal (piped, redirected), one report, plain text."""
     from rich.console import Console
-    from rich.live import Live
 
     console = console or Console()
-    if once:
+    isatty = getattr(console.file, "isatty", None)
+    if once or not (console.is_terminal and isatty and isatty()):
         console.print(frame(board))
         return
-    with Live(frame(board), console=console, screen=True, auto_refresh=False) as live:
-        try:
-            while True:
-                time.sleep(interval_s)
-                live.update(frame(board), refresh=True)
-        except KeyboardInterrupt:
-            pass
+    from .top_term import live
+
+    live(board, console, interval_s=interval_s)

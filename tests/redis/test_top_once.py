@@ -1,0 +1,46 @@
+"""`dispatch top` when its output is not a terminal (piped, redirected) or with --once: one frame,
+plain text (no escape codes, no alternate screen), exit 0; with a row per GPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from dispatcher.clock import now_ms
+from dispatcher.core.model import GpuInfo
+from dispatcher.core.spec import build_spec
+from dispatcher.store.jobs import write_jobs
+from dispatcher.store.nodes import write_heartbeat
+
+
+def a_node_and_a_job(cli, client) -> str:
+    gpus = [GpuInfo(i, "NVIDIA A100-80GB", 80.0, mem_used_gb=12.5 * i, util_pct=40.0 * i) for i in range(2)]
+    write_heartbeat(client, cli.ns, "gpu-07", gpus, 8, 64.0, now_ms())
+    (job,) = write_jobs(client, cli.ns, [build_spec(command=["true"], user="zoe", gpus=1, submit_ms=now_ms())])
+    return job
+
+
+def check_one_frame(out: str, job: str) -> None:
+    assert "\x1b" not in out, repr(out[:300])
+    assert out.count("dispatch top") == 1, out
+    for expected in ("GPUs", "gpu-07", "A100-80GB", "40%", "12.5/80.0 GB", "free", job, "zoe"):
+        assert expected in out, (expected, out)
+
+
+def test_top_piped_prints_one_plain_frame_and_exits(cli, client):
+    job = a_node_and_a_job(cli, client)
+    p = subprocess.run(["bash", "-o", "pipefail", "-c", f"{sys.executable} -m dispatcher top | cat"],
+                       env=cli.env(TERM="xterm-256color"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    check_one_frame(p.stdout, job)
+    assert max(len(line) for line in p.stdout.splitlines()) <= 80  # no terminal, no COLUMNS: 80 wide
+
+
+def test_top_redirected_to_a_file_prints_one_frame(cli, client, tmp_path):
+    job = a_node_and_a_job(cli, client)
+    out = tmp_path / "top.txt"
+    with out.open("w") as f:
+        p = subprocess.run([sys.executable, "-m", "dispatcher", "top", "--interval", "1s"], env=cli.env(),
+                           stdout=f, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    check_one_frame(out.read_text(), job)
