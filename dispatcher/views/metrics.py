@@ -150,8 +150,8 @@ def _cluster(v: dict):
     yield GaugeMetricFamily("dispatch_cluster_gpus", "Usable GPUs on live nodes", value=t["gpus"])
     yield GaugeMetricFamily("dispatch_cluster_gpu_allocation_ratio", "GPUs held / usable GPUs, live nodes",
                             value=t["held"] / t["gpus"] if t["gpus"] else 0.0)
-    yield GaugeMetricFamily("dispatch_cluster_gpu_utilization_ratio", "Mean GPU utilization (0 to 1), live nodes",
-                            value=t["util_pct"] / 100.0)
+    yield GaugeMetricFamily("dispatch_cluster_gpu_utilization_ratio",
+                            "Mean GPU utilization (0 to 1), live nodes", value=t["util_pct"] / 100.0)
     yield GaugeMetricFamily("dispatch_cluster_fragmentation_ratio",
                             "Share of free GPUs on nodes with fewer free than the smallest pending request", value=t["frag"])
 

@@ -1,7 +1,7 @@
 """A real Prometheus scraping two `dispatch dashboard` processes of one live cluster (a scheduler and
-an agent on fake GPUs): the kept counters and histograms (store/counters.py) are the same from both,
-every query of examples/grafana/dispatch.json runs, and the rules of examples/prometheus/alerts.yml
-load and evaluate.
+an agent on fake GPUs): the kept counters and histograms (store/counters.py: starts, ends, waits, start
+latencies, a preempted job's requeue) are the same from both, every query of
+examples/grafana/dispatch.json runs, and the rules of examples/prometheus/alerts.yml load and evaluate.
 
 Needs Debian's `prometheus` package (/usr/bin/prometheus; .ci/run installs it): without it the test
 skips locally and fails in CI. The test starts its own server on a free port, with its data in the
@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 #: The kept counters and histograms that stand still once the jobs have ended (the cycles' go on).
 KEPT = ("dispatch_jobs_started_total", "dispatch_jobs_ended_total", "dispatch_queue_wait_seconds_count",
+        "dispatch_job_requeues_total",
         "dispatch_queue_wait_seconds_bucket", "dispatch_job_start_latency_seconds_count",
         "dispatch_job_start_latency_seconds_sum", "dispatch_job_run_seconds_count")
 
@@ -94,18 +95,29 @@ def test_two_dashboards_export_the_same_kept_counters_to_a_real_prometheus(cli, 
 
     cli.wait_for(lambda: all_scraped(len(jobs)), timeout=60, what="both dashboards scraped with every end counted")
     more = [cli.submit("--priority", "high", "--", "sh", "-c", "sleep 0.2") for _ in range(2)]  # while scraped
-    jobs += more
-    cli.wait_for(lambda: all(cli.show(j)["state"] == "succeeded" for j in more), timeout=60, what="two more jobs")
-    cli.wait_for(lambda: all_scraped(len(jobs)), timeout=60, what="the two more jobs' ends scraped")
+    long = cli.submit("--", "sleep", "300")
+    jobs += [*more, long]
+    cli.wait_for(lambda: cli.show(long)["state"] == "running", timeout=30, what="the long job to run")
+    cli.run("preempt", long, "--force")  # back to the queue, and placed again
+    cli.wait_for(lambda: (lambda j: j["state"] == "running" and j["attempt"] == 1)(cli.show(long)), timeout=30,
+                 what="the preempted job to run again")
+    cli.run("cancel", long)
+    cli.wait_for(lambda: all(cli.show(j)["state"] in ("succeeded", "cancelled") for j in [*more, long]), timeout=60,
+                 what="the jobs submitted while scraped to end")
+    cli.wait_for(lambda: all_scraped(len(jobs)), timeout=60, what="their ends scraped")
     for metric in KEPT:
         got = by_instance(base, metric)
         first, second = (got.get(d) for d in dashboards)
         assert first and first == second, (metric, got)
+    requeues = by_instance(base, "dispatch_job_requeues_total")
+    assert list(requeues[dashboards[0]].values()) == [1.0] and requeues[dashboards[0]] == requeues[dashboards[1]]
+    assert '"kind": "preempted"' in next(iter(requeues[dashboards[0]]))
     cycles = by_instance(base, 'dispatch_scheduler_cycle_duration_seconds_count{kind="full"}')
     assert sorted(cycles) == sorted(dashboards)  # counted on by the scheduler meanwhile
     started = query(base, f'sum(dispatch_jobs_started_total{{instance="{dashboards[0]}"}})')
     latencies = query(base, f'sum(dispatch_job_start_latency_seconds_count{{instance="{dashboards[0]}"}})')
-    assert float(started[0]["value"][1]) == float(latencies[0]["value"][1]) == len(jobs)  # every start timed
+    # every start timed (the long job started twice)
+    assert float(started[0]["value"][1]) == float(latencies[0]["value"][1]) == len(jobs) + 1
     ended = by_instance(base, "dispatch_jobs_ended_total")[dashboards[0]]
     assert ended[json.dumps({"__name__": "dispatch_jobs_ended_total", "class": "low", "state": "failed"},
                             sort_keys=True)] == 1

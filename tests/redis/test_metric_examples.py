@@ -66,8 +66,9 @@ def test_every_metric_the_grafana_dashboard_and_the_rules_query_is_exported(clie
 
 def test_the_grafana_dashboard_covers_what_operators_ask_for():
     used = " ".join(grafana_exprs())
-    for metric in ("dispatch_jobs_pending", "dispatch_queue_wait_seconds_bucket", "dispatch_cluster_gpu_allocation_ratio",
-                   "dispatch_cluster_gpu_utilization_ratio", "dispatch_cluster_fragmentation_ratio",
+    for metric in ("dispatch_jobs_pending", "dispatch_queue_wait_seconds_bucket",
+                   "dispatch_cluster_gpu_allocation_ratio", "dispatch_cluster_gpu_utilization_ratio",
+                   "dispatch_cluster_fragmentation_ratio",
                    "dispatch_jobs_started_total", "dispatch_jobs_ended_total", "dispatch_job_preemptions_total",
                    "dispatch_job_requeues_total", "dispatch_scheduler_cycle_duration_seconds_bucket",
                    "dispatch_node_gpus", "dispatch_alert"):
