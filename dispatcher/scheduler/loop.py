@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from itertools import islice
 
 from ..clock import now_ms
 from ..config import Timing
@@ -67,7 +68,9 @@ class CycleStats:
                   "requeued_lost": self.requeued_lost, "cycle_ms": round(self.last_cycle_ms, 3), "at_ms": now_ms,
                   "holder": holder, "pending": pending, "running": running, "profile": profile,
                   "live_nodes": live_nodes, "rest_reason": plan.rest_reason if plan is not None else None}
-        published.publish(client, ns, fields, plan.reservations if plan is not None else None, queue)
+        ranked = None if plan is None else \
+            list(islice((v.job_id for v in plan.verdicts if v.rank), published.RANKED_KEPT))
+        published.publish(client, ns, fields, plan.reservations if plan is not None else None, queue, ranked)
 
 
 def _kinds(message) -> set:

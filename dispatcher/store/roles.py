@@ -72,8 +72,8 @@ def read_patterns(ns: str) -> list[str]:
             keys.node(ns, "*"),  # node hashes, their GPU holders and control streams
             keys.nodes_heartbeat(ns), keys.nodes_changed(ns), keys.nodes_drain(ns),
             keys.decisions(ns), keys.policy(ns), keys.policy_applied(ns), keys.policy_history(ns),
-            keys.auth(ns), keys.scheduler_leader(ns), keys.scheduler_stats(ns), keys.samples(ns),
-            keys.metrics(ns), keys.quarantine(ns)]
+            keys.auth(ns), keys.scheduler_leader(ns), keys.scheduler_stats(ns), keys.scheduler_cluster(ns),
+            keys.jobs_idle(ns), keys.jobs_ended_recent(ns), keys.samples(ns), keys.metrics(ns), keys.quarantine(ns)]
 
 
 def _ended(ns: str) -> list[str]:
@@ -90,13 +90,15 @@ def _agent_writes(ns: str) -> list[str]:
     """The agent's writes, as selectors: each command only on the keys it is sent to, by the agent's
     code or by the scripts it runs (Redis checks each command of a script against its caller)."""
     job, alloc = keys.job(ns, "*"), keys.node_alloc(ns, "*")
-    fenced = [job, alloc, keys.jobs_active(ns), keys.jobs_pending(ns), keys.jobs_changed(ns), *_ended(ns),
+    fenced = [job, alloc, keys.jobs_active(ns), keys.jobs_pending(ns), keys.jobs_changed(ns), keys.jobs_idle(ns),
+              *_ended(ns),
               keys.scheduler_leader(ns), keys.history(ns, "*"), keys.user_history(ns, "*"), keys.node_control(ns, "*")]
     return [
         # heartbeats (store/nodes.py), GPU holders and job fields (finish, shrink, mark_running,
-        # checkpointed, idle_warning; the peak GPU memory, workers/usage.py; the log file's path and the
-        # claim of a --notify, job_record.claim_notify)
-        _selector(("+hset", "+hsetnx", "+hdel", "+hincrby", "+hincrbyfloat"), [job, keys.node(ns, "*")]),
+        # checkpointed, idle_warning and its index; the peak GPU memory, workers/usage.py; the log file's
+        # path and the claim of a --notify, job_record.claim_notify)
+        _selector(("+hset", "+hsetnx", "+hdel", "+hincrby", "+hincrbyfloat"), [job, keys.node(ns, "*"),
+                                                                               keys.jobs_idle(ns)]),
         # a requeue (finish.lua: ZADD pending, ZREM active), an end (ZADD ended) and the heartbeat index
         _selector(("+zadd", "+zrem"), [keys.jobs_pending(ns), keys.jobs_active(ns), *_ended(ns),
                                        keys.nodes_heartbeat(ns)]),

@@ -177,19 +177,21 @@ STAND_IN = 100_000
 
 
 def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: SpecCache, *,
-                  with_pending: bool = True) -> ReadResult:
+                  with_pending: bool = True, only_pending=None) -> ReadResult:
     """Everything at once, for `dispatch why --fresh` (the scheduler keeps a Mirror instead); without
-    the pending jobs (`with_pending` False: the nodes and the running jobs) for the board. Read-only:
-    bad index entries are left out (in ReadResult.stray), and an index of the wrong type is stood in
-    for by the newest STAND_IN jobs of the all-jobs index."""
+    the pending jobs (`with_pending` False: the nodes and the running jobs) for the board; with only
+    the pending jobs `only_pending` names (those of them still pending) for `dispatch eta` on a long
+    queue. Read-only: bad index entries are left out (in ReadResult.stray), and an index of the wrong
+    type is stood in for by the newest STAND_IN jobs of the all-jobs index."""
     nodes, _ = read_nodes(client, ns)
     live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
+    whole = with_pending and only_pending is None
     index = client.pipeline(transaction=True)  # one consistent view of both indexes
-    if with_pending:
+    if whole:
         index.zrange(keys.jobs_pending(ns), 0, -1)
     index.zrange(keys.jobs_active(ns), 0, -1)
     replies = index.execute(raise_on_error=False)
-    pending, active = replies if with_pending else ([], replies[0])
+    pending, active = replies if whole else (list(only_pending or ()), replies[0])
     scores = None
     if isinstance(pending, Exception) or isinstance(active, Exception):
         for e in (pending, active):

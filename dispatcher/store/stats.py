@@ -17,6 +17,9 @@ from .quarantine import tolerant
 #: The most reservations kept in the published figures (a cycle makes a few: one per EASY
 #: reservation, starving job and preemptor).
 RESERVATIONS_KEPT = 64
+#: The head of a full cycle's ranking kept (the ids it judged, in rank order): what `dispatch eta`
+#: forecasts a long queue's jobs from.
+RANKED_KEPT = 2000
 
 _INTS = ("cycles", "placed", "preempted", "requeued_lost", "at_ms", "pending", "running", "live_nodes",
          "full_at_ms")
@@ -24,13 +27,17 @@ _FLOATS = ("cycle_ms",)
 _TEXTS = ("holder", "rest_reason", "profile")
 
 
-def publish(pipe, ns: str, fields: dict, reservations=None, queue: dict | None = None) -> None:
+def publish(pipe, ns: str, fields: dict, reservations=None, queue: dict | None = None,
+            ranked: list[str] | None = None) -> None:
     """The leader's figures of one cycle. `reservations` (a full cycle's plan.reservations) replace the
     published ones, with the cycle's time as `full_at_ms`; a quick cycle leaves them as they are.
-    `queue`: scheduler/summary.queue_summary, after a full cycle."""
+    `queue`: scheduler/summary.queue_summary, and `ranked` the ids a full cycle judged in rank order (the
+    first RANKED_KEPT), after a full cycle."""
     out = {k: v for k, v in fields.items() if v is not None}
     if queue is not None:
         out["queue"] = msgpack.packb(queue, use_bin_type=True)
+    if ranked is not None:
+        out["ranked"] = msgpack.packb(list(ranked)[:RANKED_KEPT], use_bin_type=True)
     if reservations is not None:
         out["reservations"] = msgpack.packb([[r.job_id, r.node, list(r.gpus), int(r.start_ms)]
                                              for r in list(reservations)[:RESERVATIONS_KEPT]], use_bin_type=True)
@@ -54,7 +61,16 @@ def read(client, ns: str) -> dict:
         out[k] = text(got[k]) if k in got else None
     out["reservations"] = _reservations(got.get("reservations"))
     out["queue"] = _queue(got.get("queue"))
+    out["ranked"] = _ranked(got.get("ranked"))
     return out
+
+
+def _ranked(raw) -> list[str]:
+    try:
+        ids = msgpack.unpackb(raw, raw=False) if raw else []
+    except Exception:
+        return []
+    return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
 
 
 def _queue(raw) -> dict:

@@ -200,6 +200,7 @@ class Board:
             oldest = k["oldest"][0] if k["oldest"] else None
             out.append({"class": cls, "pending": k["pending"] + k["held"], "held": k["held"],
                         "running": sum(1 for r in c["running"] if r.spec.priority == cls),
+                        "gpus": sum(len(r.gpus) for r in c["running"] if r.spec.priority == cls),
                         "gpus_pending": k["gpus_pending"],
                         "oldest_wait_s": round((now - oldest[0]) / 1000.0, 1) if oldest else 0.0,
                         "oldest_job": oldest[1] if oldest else None,

@@ -1,9 +1,14 @@
-"""`dispatch eta JOB` (and a line of `dispatch why`): when a pending job is expected to start.
+"""`dispatch eta JOB` (and a line of `dispatch why --fresh`): when a pending job is expected to start.
 
-Reads a fresh snapshot as `dispatch why` does (the same node timeout) and runs the simulator forward from it under the
-policy in force (sim/forecast.py): running jobs end at their estimate, pending jobs run for
-theirs, nothing new arrives. Nothing is written. The result is a plain dict (the `--json` form);
-`describe` gives the one line.
+Reads a fresh snapshot (the scheduler's node timeout) and runs the simulator forward from it under the
+policy in force (sim/forecast.py): running jobs end at their estimate, pending jobs run for theirs,
+nothing new arrives. Nothing is written. The result is a plain dict (the `--json` form); `describe`
+gives the one line.
+
+On a long queue (more than EXACT_UP_TO pending jobs) the forecast is approximate, and says so: it
+counts only the jobs the scheduler's last full cycle ranked ahead of this one (the head of its
+ranking it publishes, store/stats.RANKED_KEPT jobs), not the jobs behind it that might backfill first;
+a job not among those ranked is forecast behind all of them, which is the earliest it can start.
 """
 
 from __future__ import annotations
@@ -15,14 +20,23 @@ from ..clock import now_ms
 from ..config import Timing
 from ..core.plan import taking_jobs
 from ..core.units import within
-from ..sim.forecast import Forecast, forecast
+from ..sim.forecast import HORIZON_S, Forecast, forecast, work_left
+from ..sim.list_forecast import list_start
 from ..scheduler.policy_source import policy_in_force
+from ..store import keys
+from ..store import stats as published
 from ..store.jobs import read_job
+from ..store.quarantine import tolerant
 from ..store.snapshot import SpecCache, read_snapshot
 
+#: Up to this many pending jobs the forecast runs on the whole queue; past it, on the jobs ranked ahead.
+EXACT_UP_TO = 2000
 
-def forecast_read(read, job_id: str, now_ms: int, config) -> dict:
-    """The forecast of `job_id` from a ReadResult (store.snapshot.read_snapshot) taken at `now_ms`."""
+
+def forecast_read(read, job_id: str, now_ms: int, config, *, ahead: list[str] | None = None) -> dict:
+    """The forecast of `job_id` from a ReadResult (store.snapshot.read_snapshot) taken at `now_ms`.
+    With `ahead` (the jobs ranked ahead of it, in order), approximate: list scheduling by estimates
+    (sim/list_forecast.py), without what-ifs."""
     if job_id in read.held:
         return {"job": job_id, "state": "pending", "held": read.held[job_id]}
     if read.unusable(job_id):
@@ -32,6 +46,9 @@ def forecast_read(read, job_id: str, now_ms: int, config) -> dict:
     # the simulator knows no drain: it is shown only the nodes that take jobs (a drained node's jobs
     # hold nothing there, as a dead node's)
     snapshot = replace(read.snapshot, nodes=taking_jobs(read.snapshot.nodes))
+    if ahead is not None:
+        start = list_start(snapshot, job_id, ahead, now_ms, work_left(snapshot, now_ms, config))
+        return as_dict(Forecast(job_id, now_ms, HORIZON_S, start))
     return as_dict(forecast(snapshot, job_id, now_ms, config))
 
 
@@ -44,8 +61,15 @@ def read_eta(client, ns: str, job_id: str, timing: Timing | None = None) -> dict
         return {"job": job_id, "state": job["state"], "started_at": job["started_at"], "node": job["node"]}
     now = now_ms()
     _, config, _ = policy_in_force(client, ns, now / 1000.0)
-    read = read_snapshot(client, ns, now, (timing or Timing.from_env()).node_timeout_s, SpecCache())
-    return forecast_read(read, job_id, now, config)
+    timeout_s = (timing or Timing.from_env()).node_timeout_s
+    waiting = tolerant(lambda: client.zcard(keys.jobs_pending(ns)), 0) or 0
+    if waiting <= EXACT_UP_TO:
+        return forecast_read(read_snapshot(client, ns, now, timeout_s, SpecCache()), job_id, now, config)
+    ranked = published.read(client, ns)["ranked"]
+    ahead = ranked[:ranked.index(job_id)] if job_id in ranked else ranked
+    read = read_snapshot(client, ns, now, timeout_s, SpecCache(), only_pending=ahead + [job_id])
+    return {**forecast_read(read, job_id, now, config, ahead=ahead),
+            "approximate": {"pending": waiting, "ahead": len(ahead), "ranked": job_id in ranked}}
 
 
 def as_dict(f: Forecast) -> dict:
@@ -93,5 +117,12 @@ def describe(d: dict, *, with_job: bool = True) -> str:
     c = d.get("change_start")
     if c:
         line += f"; with {d['change']} it would start {within(c['in_s'])} on {c['node']}"
+    a = d.get("approximate")
+    if a:
+        line += (f" (approximate: of {a['pending']:,} pending jobs, the {a['ahead']:,} the scheduler ranked ahead of "
+                 "it at its last cycle go first, each as its estimate allows; not counted: jobs behind it that may "
+                 "start first, CPUs and memory, preemption"
+                 + ("" if a["ranked"] else "; it was not among those ranked, so this is the earliest")
+                 + f"; dispatch why --fresh {d['job']} runs the whole forecast)")
     return line
 

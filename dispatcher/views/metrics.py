@@ -49,7 +49,7 @@ class ClusterCollector:
         yield InfoMetricFamily("dispatch_build", "The dispatch version serving these metrics",
                                value={"version": __version__})
         yield from _counted(counters.read(self.board.client, self.board.ns))
-        yield from _classes(v, self.board)
+        yield from _classes(v)
         yield from _nodes(v)
         yield from _cluster(v)
         yield from _teams(v)
@@ -86,7 +86,7 @@ def _teams(v: dict):
     yield from (held, pending)
 
 
-def _classes(v: dict, board):
+def _classes(v: dict):
     pending = _gauge("dispatch_jobs_pending", "Pending jobs, by class", ["class"])
     gpus = _gauge("dispatch_class_gpus", "GPUs held by each class's running jobs", ["class"])
     running = _gauge("dispatch_jobs_running", "Jobs holding resources (assigned, running, preempting), by class",
@@ -97,26 +97,8 @@ def _classes(v: dict, board):
         pending.add_metric([c["class"]], c["pending"])
         running.add_metric([c["class"]], c["running"])
         oldest.add_metric([c["class"]], c["oldest_wait_s"])
-    held = _class_gpus(v, board)
-    if held is not None:
-        for c in v["classes"]:
-            gpus.add_metric([c["class"]], held.get(c["class"], 0))
+        gpus.add_metric([c["class"]], c["gpus"])
     yield from (pending, running, oldest, gpus)
-
-
-def _class_gpus(v: dict, board) -> dict | None:
-    """GPUs held by each class: the board's class rows' `gpus`, else counted from the running jobs of
-    the board's last read (None when neither is there)."""
-    if all("gpus" in c for c in v["classes"]):
-        return {c["class"]: c["gpus"] for c in v["classes"]}
-    try:  # until the board's class rows carry their GPUs
-        running = board._read.get()["running"]
-    except (AttributeError, KeyError, TypeError):
-        return None
-    held: dict[str, int] = {}
-    for r in running:  # (a gang: one entry per node, each with that rank's GPUs)
-        held[r.spec.priority] = held.get(r.spec.priority, 0) + len(r.gpus)
-    return held
 
 
 def _nodes(v: dict):
