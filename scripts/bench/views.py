@@ -14,7 +14,11 @@ as on a live cluster. Then, in this process, alternating so that a busy machine 
 - board, metrics: Board.overview and the /metrics exposition, each from a Board with no cache
   (what `dispatch top --once` pays); served: the same from a Board that has read once, as the
   dashboard answers /api/board and /metrics (its next reads run in the background).
-- CLI: `dispatch why JOB` as a fresh process, against `python -c "import redis"` in the same run.
+- eta: views.forecast.read_eta, what `dispatch eta JOB` prints, for the same jobs (past EXACT_UP_TO
+  pending, the approximate forecast from the jobs the cycle ranked ahead: sim/list_forecast.py);
+- CLI: `dispatch why JOB`, `dispatch eta JOB` and `dispatch top --once` as fresh processes, against
+  `python -c "import redis"` in the same run;
+- board JSON: the size of /api/board's answer and what encoding it costs.
 
 Reports medians (and p95 where there are enough samples) in ms.
 
@@ -50,23 +54,24 @@ def measure(bench: bl.Bench, ns: str, repeats: int) -> dict:
     from dispatcher.store import keys
     from dispatcher.views.board import Board, Cached
     from dispatcher.views.explain import WhatIfTimeout, recorded, what_if
+    from dispatcher.views.forecast import read_eta
     from dispatcher.views.metrics import ClusterCollector, exposition
 
     client, timing = bench.client, Timing(node_timeout_s=86400.0)
     sched = Scheduler(client, ns, timing=timing)
     sched.lease.keep()
     cycle_s, _ = bl.timed(sched.cycle)
-    sched.lease.release()
     pending = [i.decode() for i in client.zrange(keys.jobs_pending(ns), 0, -1)]
     judged = [j for j in pending if client.hexists(keys.job(ns, j), "verdict")]
     rng = random.Random(1)
     sample = rng.sample(judged, min(len(judged), repeats)) + rng.sample(pending, repeats)
     out = {"pending": len(pending), "judged": len(judged), "cycle_ms": round(cycle_s * 1000)}
-    why, page, fresh = [], [], []
+    why, page, fresh, eta = [], [], [], []
     board = Board(client, ns, timing=timing)
     for j in sample:
         why.append(timed_ms(recorded, client, ns, j, timing))
         page.append(timed_ms(board.job, j))
+        eta.append(timed_ms(read_eta, client, ns, j, timing))
     for j in sample[:2]:  # the what-if, given up after FRESH_S as `dispatch why --fresh` would be
         t0 = time.perf_counter()
         try:
@@ -76,7 +81,8 @@ def measure(bench: bl.Bench, ns: str, repeats: int) -> dict:
             fresh.append(float("inf"))
             break
     boards, metrics = [], []
-    for _ in range(3):
+    for _ in range(5):  # each right after a cycle, as on a live cluster (the leader publishes every second)
+        sched.cycle()
         boards.append(timed_ms(Board(client, ns, timing=timing).overview))
         metrics.append(timed_ms(lambda: exposition(ClusterCollector(Board(client, ns, timing=timing)))))
     # what /api/board and /metrics answer from a dashboard that has read once (its reads then run in
@@ -93,14 +99,23 @@ def measure(bench: bl.Bench, ns: str, repeats: int) -> dict:
         served_metrics.append(timed_ms(scrape.get))
     out.update(served_board_ms=bl.median(served_board), served_board_max_ms=max(served_board),
                served_metrics_ms=bl.median(served_metrics), served_metrics_max_ms=max(served_metrics))
-    env = dict(os.environ, DISPATCH_REDIS_URL=bench.url, DISPATCH_NAMESPACE=ns)
-    cli, base = [], []
+    encoded = [timed_ms(json.dumps, warm.overview()) for _ in range(3)]
+    out.update(board_json_kb=round(len(json.dumps(warm.overview())) / 1024), board_json_ms=bl.median(encoded))
+    env = dict(os.environ, DISPATCH_REDIS_URL=bench.url, DISPATCH_NAMESPACE=ns, DISPATCH_NODE_TIMEOUT_S="86400")
+    cli, cli_eta, top, base = [], [], [], []
     for j in sample[:repeats]:
         base.append(_run([sys.executable, "-c", "import redis"], env))
         cli.append(_run([sys.executable, "-m", "dispatcher", "why", j], env))
+        cli_eta.append(_run([sys.executable, "-m", "dispatcher", "eta", j], env))
+    for _ in range(3):
+        sched.cycle()
+        top.append(_run([sys.executable, "-m", "dispatcher", "top", "--once"], env))
+    sched.lease.release()
     out.update(why_ms=bl.median(why), why_p95_ms=bl.pct(why, 95), job_page_ms=bl.median(page),
                job_page_p95_ms=bl.pct(page, 95), why_fresh_ms=bl.median(fresh), board_ms=bl.median(boards),
-               metrics_ms=bl.median(metrics), cli_why_ms=bl.median(cli), cli_baseline_ms=bl.median(base),
+               eta_ms=bl.median(eta), eta_p95_ms=bl.pct(eta, 95), eta_max_ms=max(eta),
+               metrics_ms=bl.median(metrics), cli_why_ms=bl.median(cli), cli_eta_ms=bl.median(cli_eta),
+               cli_top_once_ms=bl.median(top), cli_baseline_ms=bl.median(base),
                cli_ratio=round(bl.median(cli) / bl.median(base), 2))
     return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in out.items()}
 
