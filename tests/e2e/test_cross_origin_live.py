@@ -1,0 +1,67 @@
+"""A page of another web site, in headless Chromium, tries to cancel a job through a dashboard started
+with --allow-cancel (identity off, the weakest setting): a form post, a script's no-cors POST, and a
+script that first tries to read the dashboard's CSRF token. The dashboard refuses each (Origin and
+CSRF token checked), the browser keeps the token from the other site, and the job still waits."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+
+import pytest
+
+from tests.e2e.test_dashboard_live import browser, start_dashboard, wait_page
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+ATTACK = """<!doctype html><html><head><title>cute cats</title></head><body>
+<form id="f" method="POST" action="{base}/api/job/{job}/cancel" enctype="text/plain">
+  <input name='{{"x":"' value='"}}'></form>
+<script>
+const cancel = "{base}/api/job/{job}/cancel";
+fetch("{base}/api/config").then(r => r.json()).then(c => {{ window.stolen = c.csrf; }})
+  .catch(() => {{ window.stolen = "blocked"; }})
+  .then(() => fetch(cancel, {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "text/plain",
+                               "X-Dispatch-CSRF": window.stolen}}, body: "{{}}"}}).catch(() => null))
+  .then(() => {{ document.title = "tried:" + window.stolen; setTimeout(() => document.getElementById("f").submit(), 300); }});
+</script></body></html>"""
+
+
+def serve(page: str):
+    """Another site: `page` at / on a port of its own (another origin than the dashboard's)."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = page.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_page_of_another_site_cannot_cancel_a_job_through_the_dashboard(cli):
+    job = cli.submit("--", "sleep", "60")  # no node: it waits
+    base = start_dashboard(cli, "--allow-cancel")
+    site = serve(ATTACK.format(base=base, job=job))
+    driver = browser()
+    try:
+        driver.get(f"http://127.0.0.1:{site.server_address[1]}/")
+        wait_page(driver, lambda d: d.title.startswith("tried:"), "the other site's scripts done")
+        assert driver.title == "tried:blocked", driver.title  # the token stays the dashboard's
+        wait_page(driver, lambda d: d.current_url.startswith(base), "the form post's answer")
+        body = driver.find_element("tag name", "body").text
+        assert "refused" in body and "another site" in body, body
+        time.sleep(1)
+        shown = cli.show(job)
+        assert shown["state"] == "pending" and not (shown["reason"] or "").startswith("cancelled"), shown
+    finally:
+        driver.quit()
+        site.shutdown()
