@@ -60,15 +60,7 @@ def frame(board, rows: int = 12) -> Group:
         jobs.add_row(j["id"], j["name"] or "-", j["user"], Text(j["priority"], CLASS_STYLE.get(j["priority"], "")),
                      str(j["gpus_requested"]), age(j["wait_s"]), j["reason"] or "no reason recorded yet")
     parts.append(jobs)
-    nodes = _table("Nodes and GPUs (index:job)", "node", "state", "#seen", "GPUs")
-    for n in b["nodes"]:
-        cells = Text()
-        for g in n["gpus"]:
-            label = g["job"] or {"free": "free", "blocked": "zombie", "dead": "dead"}.get(g["state"], "")
-            cells.append(f"{g['index']}:{label} ", GPU_STYLE[g["state"]])
-        nodes.add_row(n["name"], Text("up" if n["alive"] else "DEAD", "green" if n["alive"] else "bold red"),
-                      age(n["seen_s_ago"]), cells)
-    parts.append(nodes)
+    parts.append(_node_lines(b["nodes"]))
     parts.append(_gpu_table(b["nodes"]))
     decisions = _table("Latest decisions", "time", "#job", "where", "#score", "why")
     for d in b["decisions"][:rows // 2]:
@@ -87,6 +79,23 @@ def frame(board, rows: int = 12) -> Group:
     parts.append(Text(f"newest {o['window']} finished: " + ", ".join(f"{n} {s}" for s, n in o["counts"].items())
                       + "".join(f"\n  {r['count']} {r['state']}: {r['reason']}" for r in o["reasons"][:3])))
     return Group(*parts)
+
+
+def _node_lines(nodes: list[dict]) -> Text:
+    """A line per node, its GPUs as index:job: one Text, not a table (a table of a thousand rows costs
+    rich over a second to lay out), each line cut at the console's width."""
+    width = max((len(n["name"]) for n in nodes), default=4)
+    out = Text("Nodes and GPUs (index:job)\n", style="bold", no_wrap=True, overflow="ellipsis")
+    out.append(f"{'node':<{width}}  state  {'seen':>6}  GPUs\n", "bold")
+    for n in nodes:
+        out.append(f"{n['name']:<{width}}  ")
+        out.append(f"{'up' if n['alive'] else 'DEAD':<5}", "green" if n["alive"] else "bold red")
+        out.append(f"  {age(n['seen_s_ago']):>6}  ")
+        for g in n["gpus"]:
+            label = g["job"] or {"free": "free", "blocked": "zombie", "dead": "dead"}.get(g["state"], "")
+            out.append(f"{g['index']}:{label} ", GPU_STYLE[g["state"]])
+        out.append("\n")
+    return out
 
 
 def _gpu_table(nodes: list[dict]) -> Table:
