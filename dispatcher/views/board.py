@@ -208,21 +208,23 @@ class Board:
         return out
 
     def _nodes(self, c: dict, now: int) -> list[dict]:
-        taken, holding = c["taken"], {}  # holding: what the GPUs a set of jobs holds show of them
+        taken, warned, holding = c["taken"], c["idle"], {}  # holding: what a job's GPUs show of it
         out = []
         for n in c["nodes"]:
             alive = n.alive(now, self.timing.node_timeout_s)
             gpus = []
             for g in n.gpus:
                 jobs = taken.get((n.name, g.index))
-                held = holding.get(id(jobs)) if jobs else _FREE
+                key = jobs[0].spec.id if jobs and len(jobs) == 1 else None  # a GPU shared by jobs: not kept
+                held = _FREE if not jobs else holding.get(key)
                 if held is None:
-                    idle = [c["idle"][r.spec.id] for r in jobs if r.spec.id in c["idle"]]
+                    idle = [warned[r.spec.id] for r in jobs if r.spec.id in warned]
                     every = len(idle) == len(jobs)  # the holder's idle warning, when every job has one
-                    held = holding[id(jobs)] = {
-                        "job": ",".join(r.spec.id for r in jobs), "users": sorted({r.spec.user for r in jobs}),
-                        "shared": any(r.spec.share for r in jobs), "idle": idle[0][0] if every else None,
-                        "idle_since": _secs(idle[0][1]) if every else None}
+                    held = {"job": ",".join(r.spec.id for r in jobs), "users": sorted({r.spec.user for r in jobs}),
+                            "shared": any(r.spec.share for r in jobs), "idle": idle[0][0] if every else None,
+                            "idle_since": _secs(idle[0][1]) if every else None}
+                    if key is not None:
+                        holding[key] = held
                 gpus.append({"index": g.index, "name": g.name.replace("NVIDIA ", ""), "util_pct": g.util_pct,
                              "mem_used_gb": g.mem_used_gb, "mem_total_gb": g.mem_total_gb, **held,
                              "blocked": g.blocked or None,
