@@ -27,6 +27,7 @@ class _Free:
 
     def __init__(self, now_ms: int, free_now: int, releases: list[tuple[int, int]]):
         self.times, self.free = [now_ms], [free_now]
+        self._first: dict[int, int | None] = {}  # need -> the first instant that many are free (kept until a take)
         for at, n in sorted(releases):
             self._add(max(at, now_ms), n, None)
 
@@ -61,8 +62,15 @@ class _Free:
         return next((at for i, at in enumerate(self.times) if self.free[i] >= need and self.holds(at, need, run_ms)),
                     None)
 
+    def first(self, need: int) -> int | None:
+        """The first instant `need` GPUs are free, however briefly: no run of them starts earlier here."""
+        if need not in self._first:
+            self._first[need] = next((at for at, n in zip(self.times, self.free) if n >= need), None)
+        return self._first[need]
+
     def take(self, start: int, need: int, run_ms: int) -> None:
         self._add(start, -need, start + run_ms)
+        self._first.clear()
 
 
 def _shape(spec, nodes) -> tuple[int, int]:
@@ -75,6 +83,30 @@ def _shape(spec, nodes) -> tuple[int, int]:
     if spec.gpus <= biggest or biggest == 0:
         return 1, spec.gpus
     return -(-spec.gpus // biggest), biggest
+
+
+def _one(free: dict, fits: list[str], need: int, run_ms: int) -> tuple[int, list[str]] | None:
+    """The node (the first of `fits` on a tie) where `need` GPUs are free soonest for the run: nodes
+    tried in the order of the first instant they have that many free at all, until none can do better."""
+    order = sorted((at, i) for i, n in enumerate(fits) if (at := free[n].first(need)) is not None)
+    best = None
+    for bound, i in order:
+        if best is not None and bound > best[0]:
+            break
+        at = free[fits[i]].earliest(need, run_ms)
+        if at is not None and (best is None or (at, i) < best):
+            best = (at, i)
+    return None if best is None else (best[0], [fits[best[1]]])
+
+
+def _many(free: dict, fits: list[str], count: int, per: int, run_ms: int) -> tuple[int, list[str]] | None:
+    """The first instant at which `count` of the nodes each hold `per` GPUs for the run, and those nodes."""
+    starts = sorted({at for n in fits if (at := free[n].earliest(per, run_ms)) is not None})
+    for at in starts:
+        ok = [n for n in fits if free[n].holds(at, per, run_ms)]
+        if len(ok) >= count:
+            return at, ok[:count]
+    return None
 
 
 def list_start(snapshot: Snapshot, job_id: str, ahead: list[str], now_ms: int, work: dict[str, float]) -> Start:
@@ -92,18 +124,16 @@ def list_start(snapshot: Snapshot, job_id: str, ahead: list[str], now_ms: int, w
             ending.setdefault((r.node, at), []).append(r.spec.id)
     free = {v.name: _Free(now_ms, len(v.free_gpus), ends[v.name]) for v in snapshot.nodes}
     target = pending[job_id].spec
+    fitting: dict[tuple, list[str]] = {}  # the nodes a request shape fits, by shape
     for spec in [pending[j].spec for j in ahead if j in pending and j != job_id] + [target]:
         count, per = _shape(spec, snapshot.nodes)
         piece = spec if count == 1 else spec.filled(gpus=per, nodes=0)
         run_ms = max(1, int(work.get(spec.id, 0.0) * 1000))
-        fits = [v.name for v in snapshot.nodes if memo.fits_ever(piece, v)]
-        starts = sorted({at for n in fits if (at := free[n].earliest(per, run_ms)) is not None})
-        chosen = None
-        for at in starts:  # the first instant at which `count` of the nodes each hold `per` for the run
-            ok = [n for n in fits if free[n].holds(at, per, run_ms)]
-            if len(ok) >= count:
-                chosen = (at, ok[:count])
-                break
+        shape = (piece.gpus, piece.gpu_types, piece.gpu_mem_gb, piece.cpus, piece.mem_gb)
+        fits = fitting.get(shape)
+        if fits is None:
+            fits = fitting[shape] = [v.name for v in snapshot.nodes if memo.fits_ever(piece, v)]
+        chosen = _one(free, fits, per, run_ms) if count == 1 else _many(free, fits, count, per, run_ms)
         if spec is target:
             if chosen is None:
                 return Start(None)
