@@ -28,7 +28,11 @@ END, HOME, DOWN = "\x1b[F", "\x1b[H", "\x1b[B"
 
 
 def _controlling_terminal() -> None:
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # (in the child, after setsid: stdin is the PTY)
+    """In the child, after setsid: stdin (the PTY) becomes its terminal, and Ctrl-C gets its default
+    action back (a suite started in a shell's background runs with SIGINT ignored, which its children
+    inherit, and then Python never raises KeyboardInterrupt), as in a user's terminal."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class Top(Term):
