@@ -99,8 +99,9 @@ def publish(pipe, ns: str, at_ms: int, nodes, running) -> None:
 
 
 class Published:
-    """The cluster as the leader published it: `at_ms`, `nodes` (NodeRecords, by name), `running`
-    (RunningJobs) and `idle` ({job id: (warning, since_ms)} of the running jobs)."""
+    """The cluster as the leader published it: `at_ms`, `nodes` (Node tuples, or NodeRecords when the
+    board read them itself; by name), `running` (Held tuples, or RunningJobs) and `idle` ({job id:
+    (warning, since_ms)} of the running jobs)."""
 
     def __init__(self, at_ms: int, nodes: list, running: list, idle: dict):
         self.at_ms, self.nodes, self.running, self.idle = at_ms, nodes, running, idle
@@ -119,9 +120,10 @@ def read(client, ns: str) -> Published | None:
         nodes = [Node(name, seen, cpus, mem_gb, Drain(*drain) if drain else None, tuple(map(gpu, gpus)))
                  for name, seen, cpus, mem_gb, drain, gpus in rows_n]
         running = [Held(Spec(r[0], *r[4:12]), r[1], tuple(r[2]), r[3], r[12], r[13]) for r in rows_r]
+        at_ms = int(at_ms)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
         return None
-    return Published(int(at_ms), sorted(nodes, key=lambda n: n.name), running,
+    return Published(at_ms, sorted(nodes, key=lambda n: n.name), running,
                      read_idle(client, ns, {r.spec.id for r in running}))
 
 

@@ -232,3 +232,16 @@ def test_the_board_shows_the_nodes_jobs_and_ends_the_leader_published(client, ns
     view = Board(client, ns).overview()
     assert [n["name"] for n in view["nodes"]] == ["n1", "n2", "n3", "n4"]
     assert view["nodes"][0]["gpus"][1]["job"] == held and view["nodes"][0]["gpus"][1]["idle"]
+
+
+@pytest.mark.parametrize("raw", [b"\xc1", b"\x93\x01\x02\x03", b"\x94\x01\xa1x\x90\x90", b"\x94\x02\x01\x90\x90"],
+                         ids=["not-msgpack", "three-parts", "time-not-a-number", "another-format"])
+def test_a_publication_that_does_not_read_is_read_past(client, ns, raw):
+    """A value under the published key that is not the leader's (a bad write, another version): the
+    board reads the nodes itself, and shows them."""
+    from dispatcher.store import cluster
+
+    client.set(keys.scheduler_cluster(ns), raw)
+    write_heartbeat(client, ns, "n1", list(gpus(2)), 8, 64.0, now_ms())
+    assert cluster.read(client, ns) is None
+    assert [n["name"] for n in Board(client, ns).overview()["nodes"]] == ["n1"]
