@@ -29,8 +29,7 @@ from ..notify import Notifier
 from ..auth.identity import seal_attempt
 from .policy_source import PolicySource
 from ..policy import place_arrivals, plan_cycle
-from ..core.model import FINAL_STATES
-from ..store import cluster, counters, job_record, keys
+from ..store import cluster, counters, keys
 from ..store import stats as published
 from ..store.decisions import write_decisions
 from ..store.policies import write_policy
@@ -103,7 +102,7 @@ class Scheduler:
         self.notifier = Notifier(client, ns)  # --notify URLs of jobs that ended with no agent (dispatcher/notify.py)
         self.stats = CycleStats()
         self._live_nodes = 0
-        self._seen = None  # the last full cycle's read, published for the board (store/cluster.py)
+        self._seen = None  # the last full cycle's nodes and running jobs, published for the board (store/cluster.py)
         self._cluster_at = -10**18
         self._published: tuple | None = None
         self._state = None  # (the last full cycle's policy state, when it ran) while quick cycles may use it
@@ -209,10 +208,9 @@ class Scheduler:
         read = self.mirror.sync(now, self.timing.node_timeout_s, config,  # a sample needs fresh utilization
                                 all_nodes=sample_due(self.client, self.ns, now))
         self._live_nodes = len(read.snapshot.nodes)  # published with the cycle's figures
-        self._seen = read
+        self._seen = (read.nodes, read.snapshot.running)  # not the read: its backlog is not kept past a re-read
         self.planner.quarantine(read.bad_jobs, now)
-        self._count_ends()
-        count_seen(self.client, self.ns, self.mirror)  # starts' latencies, requeues (scheduler/counting.py)
+        count_seen(self.client, self.ns, self.mirror)  # ends, starts' latencies, requeues (scheduler/counting.py)
         if read.stray or read.aside:  # bad index entries, keys of the wrong type (store/quarantine.py)
             quarantine(self.client, self.ns, read.stray, now)
             set_aside_all(self.client, self.ns, read.aside, now)
@@ -245,33 +243,6 @@ class Scheduler:
             counters.count(pipe, self.ns, "preemptions", mode=pr.mode,
                            **{"class": victim.spec.priority if victim else "unknown"})
         counters.observe(pipe, self.ns, "cycle", self.stats.last_cycle_ms / 1000.0, kind="full" if full else "quick")
-
-    def _count_ends(self) -> None:
-        """The ends the mirror saw since the last cycle, by final state and class, and how long each ran:
-        one read of the ended records, one write (only in a cycle that saw an end)."""
-        ended, self.mirror.ended = self.mirror.ended, []
-        if not ended:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for job_id, _ in ended:
-            job_record.queue_fields(pipe, self.ns, job_id, job_record.ENDED)
-        replies = pipe.execute(raise_on_error=False)
-        pipe = self.client.pipeline(transaction=False)
-        cluster.forget_idle(pipe, self.ns, [job_id for job_id, _ in ended])
-        ends = []
-        for (job_id, cls), reply in zip(ended, replies):
-            if not isinstance(reply, list):
-                continue
-            f = job_record.values(job_record.ENDED, reply)
-            if f["state"] not in FINAL_STATES:
-                continue
-            ends.append((job_id, f["state"], cls, f["reason"], f["exit_code"], f["finished_ms"]))
-            counters.count(pipe, self.ns, "jobs_ended", state=f["state"], **{"class": cls})
-            if f["started_ms"] and f["finished_ms"] >= f["started_ms"]:
-                counters.observe(pipe, self.ns, "job_run", (f["finished_ms"] - f["started_ms"]) / 1000.0,
-                                 **{"class": cls})
-        cluster.record_ends(pipe, self.ns, ends)
-        pipe.execute(raise_on_error=False)
 
     def _fail_doomed(self, now: int) -> None:
         """Held jobs whose --after dependency failed or was cancelled fail with that reason (and their
@@ -316,7 +287,7 @@ class Scheduler:
                            queue=queue_summary(self.mirror.backlog, self.mirror.held, self.planner.reasons,
                                                plan.rest_reason) if full else None)
         if full and self._seen is not None and now - self._cluster_at >= cluster.PUBLISH_EVERY_MS:
-            cluster.publish(pipe, self.ns, now, self._seen.nodes, self._seen.snapshot.running)
+            cluster.publish(pipe, self.ns, now, *self._seen)
             self._cluster_at = now
         # once a tick, in this same round trip: is every key read whole of its type? (a pending index of
         # the wrong type is met by no read while nothing changes, and submits fail on it meanwhile); and
