@@ -126,11 +126,11 @@ def _act(ctx, kind: str, node: str, reason: str = ""):
 def _holding(ctx, node: str) -> int:
     """How many jobs hold GPUs on `node` now."""
     from ..store import keys
-    from ..store.connect import text
+    from ..store.nodes import holder_ids
     from ..store.quarantine import tolerant
 
     alloc = tolerant(lambda: ctx.client.hgetall(keys.node_alloc(ctx.ns, node)), {})
-    return len({j for v in alloc.values() for j in text(v).lstrip("~").split(",") if j})
+    return len({j for v in alloc.values() for j in holder_ids(v)})
 
 
 @click.command()

@@ -212,6 +212,11 @@ def read_nodes(client, ns: str) -> tuple[list[NodeRecord], list[str]]:
     return sorted(nodes, key=lambda n: _natural(n.name)), problems  # (by heartbeat they reorder every poll)
 
 
+def holder_ids(value) -> list[str]:
+    """The job ids in a GPU's holder value (keys.node_alloc): "id", or "~id,id" for sharing jobs."""
+    return [h for h in text(value).lstrip("~").split(",") if h and ":" not in h]
+
+
 def read_node(client, ns: str, name: str) -> NodeRecord:
     """One node as read_nodes reads each (its heartbeat, GPUs, CPUs, memory, GPUs held, drain mark): a
     handful of commands, whatever the cluster's size. NotFoundError for a node with no record (never

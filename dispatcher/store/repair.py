@@ -15,6 +15,7 @@ import logging
 from . import control, job_record, keys
 from .connect import text
 from .jobs import rebuild_indexes
+from .nodes import holder_ids
 from .quarantine import ACTIVE, Entry, quarantine, set_aside, sweep, tolerant
 from .snapshot import SpecCache, Strays, read_jobs
 
@@ -79,22 +80,17 @@ def free_stale_gpus(client, ns: str, placements, now_ms: int) -> list[Entry]:
         pipe.hget(keys.node_alloc(ns, node), g)
     values = pipe.execute(raise_on_error=False)
     held = [(node, g, v) for (node, g), v in zip(wanted, values) if isinstance(v, bytes)]
-    holders = sorted({h for _, _, v in held for h in _holders(v)})
+    holders = sorted({h for _, _, v in held for h in holder_ids(v)})
     pipe = client.pipeline(transaction=False)
     for h in holders:
         job_record.queue_fields(pipe, ns, h, job_record.PLACED)
     records = dict(zip(holders, pipe.execute(raise_on_error=False)))
     stale = []
     for node, g, v in held:
-        if not any(_holds(records.get(h), node, g) for h in _holders(v)):
+        if not any(_holds(records.get(h), node, g) for h in holder_ids(v)):
             stale.append(Entry(keys.node_alloc(ns, node), g, "held by no job active there", "value", v,
                                kind="hash"))
     return quarantine(client, ns, stale, now_ms) if stale else []
-
-
-def _holders(value: bytes) -> list[str]:
-    """The job ids in a holder value: "id", or "~id,id" for sharing jobs."""
-    return [h for h in text(value).lstrip("~").split(",") if h and ":" not in h]
 
 
 def _holds(record, node: str, gpu: str) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..clock import now_ms
 from ..store.decisions import read_decisions
 from ..store.jobs import read_jobs
-from ..store.nodes import read_node
+from ..store.nodes import holder_ids, read_node
 
 #: The decisions about the node the page lists (newest first).
 DECISIONS_SHOWN = 20
@@ -21,7 +21,7 @@ DECISIONS_SHOWN = 20
 def holders_of(alloc: dict[int, str]) -> dict[int, list[str]]:
     """GPU index -> the job ids holding it, from the allocation hash (a shared GPU's value is
     "~id1,id2", lua/commit_placement.lua)."""
-    return {g: [j for j in v.lstrip("~").split(",") if j] for g, v in alloc.items()}
+    return {g: holder_ids(v) for g, v in alloc.items()}
 
 
 def node_view(client, ns: str, name: str, node_timeout_s: float) -> dict:
