@@ -48,11 +48,11 @@ class _Free:
             self.free[k] += n
 
     def holds(self, at: int, need: int, run_ms: int) -> bool:
-        """Are `need` GPUs free from `at` for `run_ms`?"""
+        """Are `need` GPUs free from `at` (now or later) for `run_ms`?"""
         times, free = self.times, self.free
-        j = bisect.bisect_right(times, at) - 1
-        while j < len(times) and (j < 0 or times[j] < at + run_ms):
-            if j >= 0 and free[j] < need:
+        j = bisect.bisect_right(times, at) - 1  # the step `at` falls in (times[0] is now)
+        while j < len(times) and times[j] < at + run_ms:
+            if free[j] < need:
                 return False
             j += 1
         return True
