@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from ..core.units import age
+from .top_report import GPU_WORD
 
 CLASS_STYLE = {"critical": "bold red", "high": "bold dark_orange", "normal": "bold blue", "low": "bold grey50"}
 CLASS_RANK = {"critical": 0, "high": 1, "normal": 2, "low": 3}
 GPU_STYLE = {"free": "green", "held": "bold cyan", "blocked": "bold yellow", "dead": "red"}
-#: How a GPU's state reads in a list ("blocked": a process no job owns holds it).
-GPU_WORD = {"free": "free", "held": "held", "blocked": "zombie", "dead": "dead"}
 
 
 @dataclass(frozen=True)

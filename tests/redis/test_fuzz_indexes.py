@@ -22,7 +22,6 @@ import pytest
 import redis
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from rich.console import Console
 
 from dispatcher.views import top
 from dispatcher.views.board import Board
@@ -59,9 +58,9 @@ def views(client, ns, good: list[str]) -> None:
         out = explain(client, ns, job_id)
         assert out["job"]["id"] == job_id
         read_eta(client, ns, job_id)
-    console = Console(file=io.StringIO(), width=120)
-    top.run(Board(client, ns, ttl_s=0), once=True, console=console)
-    assert "dispatch top" in console.file.getvalue()
+    out = io.StringIO()
+    top.run(Board(client, ns, ttl_s=0), once=True, out=out)
+    assert "dispatch top" in out.getvalue()
 
 
 def quarantined(client, ns) -> set[tuple[str, bytes]]:
@@ -252,7 +251,7 @@ def test_any_key_of_the_wrong_type_is_set_aside_and_scheduling_goes_on(rc, broke
                     read_eta(rc, ns, job_id)
                 except DispatcherError:
                     pass
-        top.run(Board(rc, ns, ttl_s=0), once=True, console=Console(file=io.StringIO()))
+        top.run(Board(rc, ns, ttl_s=0), once=True, out=io.StringIO())
         for _ in range(4):
             sched._types_at = (-1e18, -1e18)  # a tick (and 15 s) have passed
             sched.cycle()

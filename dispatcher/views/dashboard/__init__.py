@@ -24,6 +24,7 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
+import threading
 from urllib.parse import urlsplit
 
 import redis
@@ -97,6 +98,8 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
     # a scrape is served the last exposition while the next is made in the background (at 1,000 nodes
     # it is ~50,000 samples: formatting them takes longer than a scrape should wait)
     scrape = Cached(1.0, lambda: exposition(collector))
+    # read once now, so that no viewer's first request waits for a cold read (~0.1-0.2 s at 1,000 nodes)
+    threading.Thread(target=_warm, args=(board, scrape), name="dashboard warm-up", daemon=True).start()
 
     @app.get("/")
     def index():
@@ -115,7 +118,7 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
 
     @app.get("/api/board")
     def overview():
-        return jsonify(board.overview())
+        return Response(board.overview_json(), mimetype="application/json")
 
     @app.get("/api/queue")
     def queue():
@@ -179,6 +182,14 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
     @app.get("/metrics")
     def metrics():
         return Response(scrape.get(), mimetype="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _warm(board, scrape) -> None:
+    try:
+        board.overview_json()
+        scrape.get()
+    except Exception as e:  # Redis away at the start: the first request reads, and says why it cannot
+        log.warning("could not read the cluster at the start (%s); the first request will", e)
 
 
 def cancel_as(board, job_id: str, who: dict, addr: str | None = None) -> str:
