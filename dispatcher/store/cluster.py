@@ -17,6 +17,7 @@ nothing published, or something it cannot decode, gets None and reads the cluste
 
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple
 
 import msgpack
@@ -35,6 +36,8 @@ RECENT_ENDS = 1000
 REASON_CHARS = 160
 
 _FORMAT = 1
+
+log = logging.getLogger("dispatch.scheduler")
 
 
 # What a reader gets back: read-only copies with the attributes of NodeRecord, GpuInfo, RunningJob and
@@ -95,7 +98,24 @@ def publish(pipe, ns: str, at_ms: int, nodes, running) -> None:
     rows_r = [[r.spec.id, r.node, list(r.gpus), r.started_ms, r.spec.user, r.spec.team, r.spec.priority,
                r.spec.cpus, r.spec.mem_gb, r.spec.share, r.spec.name, r.spec.gpus, r.stopping, r.rank]
               for r in running]
-    pipe.set(keys.scheduler_cluster(ns), msgpack.packb([_FORMAT, at_ms, rows_n, rows_r], use_bin_type=True))
+    try:
+        value = msgpack.packb([_FORMAT, at_ms, rows_n, rows_r], use_bin_type=True)
+    except (OverflowError, ValueError, TypeError):  # a record's garbage (an int past 64 bits): without its rows
+        value = msgpack.packb([_FORMAT, at_ms, _packable(rows_n), _packable(rows_r)], use_bin_type=True)
+    pipe.set(keys.scheduler_cluster(ns), value)
+
+
+def _packable(rows: list) -> list:
+    """The rows msgpack can pack; the others are left out of the publication, with a log line."""
+    out = []
+    for row in rows:
+        try:
+            msgpack.packb(row, use_bin_type=True)
+        except (OverflowError, ValueError, TypeError) as e:
+            log.warning("left %r out of the board's publication: %s", row[0], e)
+            continue
+        out.append(row)
+    return out
 
 
 class Published:

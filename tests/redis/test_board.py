@@ -245,3 +245,23 @@ def test_a_publication_that_does_not_read_is_read_past(client, ns, raw):
     write_heartbeat(client, ns, "n1", list(gpus(2)), 8, 64.0, now_ms())
     assert cluster.read(client, ns) is None
     assert [n["name"] for n in Board(client, ns).overview()["nodes"]] == ["n1"]
+
+
+def test_a_running_job_whose_record_msgpack_cannot_pack_is_left_out_of_the_publication(client, ns):
+    """A running job's record with an int past 64 bits (garbage in its started time) does not stop the
+    leader's publication: the other jobs and every node are published, that job is left out."""
+    from types import SimpleNamespace
+
+    from dispatcher.store import cluster
+    from dispatcher.store.nodes import read_nodes
+
+    spec = build_spec(command=["true"], user="ann", submit_ms=now_ms(), gpus=1)
+    good = SimpleNamespace(spec=spec, node="n1", gpus=(0,), started_ms=now_ms(), stopping=False, rank=0)
+    bad = SimpleNamespace(spec=spec, node="n1", gpus=(1,), started_ms=2 ** 70, stopping=False, rank=0)
+    write_heartbeat(client, ns, "n1", list(gpus(2)), 8, 64.0, now_ms())
+    nodes, _ = read_nodes(client, ns)
+    pipe = client.pipeline(transaction=False)
+    cluster.publish(pipe, ns, now_ms(), nodes, [good, bad])
+    pipe.execute()
+    seen = cluster.read(client, ns)
+    assert [n.name for n in seen.nodes] == ["n1"] and [r.gpus for r in seen.running] == [(0,)]
