@@ -17,7 +17,8 @@ as on a live cluster. Then, in this process, alternating so that a busy machine 
 - eta: views.forecast.read_eta, what `dispatch eta JOB` prints, for the same jobs (past EXACT_UP_TO
   pending, the approximate forecast from the jobs the cycle ranked ahead: sim/list_forecast.py);
 - CLI: `dispatch why JOB`, `dispatch eta JOB` and `dispatch top --once` as fresh processes, against
-  `python -c "import redis"` in the same run;
+  `python -c "import redis"` in the same run (the floor of any Python process that talks to Redis);
+- over HTTP: GET /api/board and /metrics from a real `dispatch dashboard` process, the leader cycling;
 - board JSON: the size of /api/board's answer and what encoding it costs.
 
 Reports medians (and p95 where there are enough samples) in ms.
@@ -104,9 +105,12 @@ def measure(bench: bl.Bench, ns: str, repeats: int) -> dict:
         base.append(_run([sys.executable, "-c", "import redis"], env))
         cli.append(_run([sys.executable, "-m", "dispatcher", "why", j], env))
         cli_eta.append(_run([sys.executable, "-m", "dispatcher", "eta", j], env))
-    for _ in range(3):
+    top_base = []
+    for _ in range(5):
         sched.cycle()
+        top_base.append(_run([sys.executable, "-c", "import redis"], env))
         top.append(_run([sys.executable, "-m", "dispatcher", "top", "--once"], env))
+    out.update(_over_http(env, sched, repeats))
     sched.lease.release()
     # the what-if as `dispatch why --fresh` runs it, a process of its own: given up, it would run on in
     # the background of this one (as on the dashboard) and share it with every measure after it
@@ -121,9 +125,46 @@ def measure(bench: bl.Bench, ns: str, repeats: int) -> dict:
                job_page_p95_ms=bl.pct(page, 95), why_fresh_ms=bl.median(fresh), board_ms=bl.median(boards),
                eta_ms=bl.median(eta), eta_p95_ms=bl.pct(eta, 95), eta_max_ms=max(eta),
                metrics_ms=bl.median(metrics), cli_why_ms=bl.median(cli), cli_eta_ms=bl.median(cli_eta),
-               cli_top_once_ms=bl.median(top), cli_baseline_ms=bl.median(base),
+               cli_top_once_ms=bl.median(top), cli_top_baseline_ms=bl.median(top_base),
+               cli_top_over_baseline_ms=bl.median(top) - bl.median(top_base), cli_baseline_ms=bl.median(base),
                cli_ratio=round(bl.median(cli) / bl.median(base), 2))
     return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+def _over_http(env: dict, sched, repeats: int) -> dict:
+    """/api/board and /metrics as a browser and Prometheus get them: GETs to a real `dispatch dashboard`
+    process, the leader cycling beside it (a cycle, then the requests, as pages poll); the first
+    answer (the dashboard reads once at its start) and the medians after it."""
+    import urllib.request
+
+    dash = subprocess.Popen([sys.executable, "-m", "dispatcher", "dashboard", "--port", "0"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = dash.stderr.readline()
+        url = line.split(" on ", 1)[1].split()[0] if " on " in line else None
+        if url is None:
+            raise SystemExit(f"dispatch dashboard did not start: {line}")
+
+        def get(path: str) -> float:
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(url.rstrip("/") + path, timeout=60) as r:
+                r.read()
+            return (time.perf_counter() - t0) * 1000
+
+        time.sleep(1.0)  # its warm-up read
+        first = {"board": get("/api/board"), "metrics": get("/metrics")}
+        board, metrics = [], []
+        for _ in range(repeats):
+            sched.cycle()
+            time.sleep(0.3)
+            board.append(get("/api/board"))
+            metrics.append(get("/metrics"))
+    finally:
+        dash.terminate()
+        dash.wait(timeout=30)
+    return {"http_board_first_ms": first["board"], "http_board_ms": bl.median(board), "http_board_max_ms": max(board),
+            "http_metrics_first_ms": first["metrics"], "http_metrics_ms": bl.median(metrics),
+            "http_metrics_max_ms": max(metrics)}
 
 
 def _run(argv: list[str], env: dict) -> float:
