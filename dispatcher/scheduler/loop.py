@@ -3,7 +3,8 @@
 It wakes on any message on keys.events (submit, finish, node change, cancel) and at
 least every tick; a burst of events is coalesced into one cycle. It keeps no state
 that a restart would lose: a Mirror (scheduler/mirror.py) holds its copy of the queue,
-read whole when it takes the lead and then only what changed.
+read whole once, then only what changed (the change feed, store/feed.py), whether it
+leads or stands by.
 Several may run: one leads, through a lease with a fencing token that every write
 it commits carries (store/leader.py); the others stand by and take over when the
 lease lapses. The leader requeues the jobs of dead nodes (liveness.py). The
@@ -137,7 +138,8 @@ class Scheduler:
 
     def _lead(self) -> bool:
         """Acquire or renew the lease; False while another scheduler leads. Whenever the token changes
-        hands (even back to this scheduler after a lapse), the mirror is read whole again."""
+        hands (even back to this scheduler after a lapse), the mirror forgets what it expected of its
+        commits and reads the nodes whole; its jobs it keeps, current from the change feed (Mirror.lead)."""
         token = self.lease.hold()
         if not token:
             if self.watch is not None:
@@ -151,7 +153,7 @@ class Scheduler:
             self._state = None
             log.info("leading the scheduling of namespace %s (fencing token %d)", self.ns, token)
             self.watch = HeartbeatWatch(self.timing.node_timeout_s)
-            self.mirror.invalidate()
+            self.mirror.lead()
             self._published = None
             if self.requests is not None:
                 self.requests.publish_mode()
@@ -159,7 +161,7 @@ class Scheduler:
 
     def cycle(self, quick: bool = False) -> Plan:
         """One scheduling cycle; returns the plan (placements refused at commit are replanned next cycle).
-        A standby (another scheduler holds the lease) does nothing and returns an empty plan.
+        A standby (another scheduler holds the lease) follows the change feed and returns an empty plan.
         A key of the wrong type met anywhere in it (WRONGTYPE) makes it set aside every such key of the
         namespace, rebuild the indexes behind them (store/repair.py) and run once more.
 
@@ -186,8 +188,23 @@ class Scheduler:
         self.lease.recheck()
         self._state = None
 
+    def _follow(self) -> None:
+        """Standing by: keep the mirror current from the change feed (store/feed.py), so that a takeover
+        costs what changed since, not a read of the whole queue. A key of the wrong type is the leader's
+        to set aside: here it only means reading everything again later."""
+        import redis
+
+        self.policy.refresh()
+        _, config = self.policy.current(now_ms() / 1000.0)
+        try:
+            self.mirror.follow(config)
+        except redis.exceptions.ResponseError as e:
+            log.warning("standing by, cannot follow the change feed (%s); will read every job again", e)
+            self.mirror.invalidate()
+
     def _cycle(self, quick: bool) -> Plan:
         if not self._lead():
+            self._follow()
             return Plan()
         t0 = time.perf_counter()
         if self.requests is not None:

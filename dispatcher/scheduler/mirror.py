@@ -1,13 +1,17 @@
 """Mirror: the leading scheduler's copy of the queue, kept current from what changed.
 
 Every write that changes a job's state (submit, and each job script in lua/) adds the
-job's id to keys.jobs_changed in the same atomic step. Each cycle the mirror takes
-that set (SMEMBERS + DEL in one MULTI) and rereads only those jobs, so a cycle costs
-what changed, not what waits. A change made after the take is in the set again for
-the next cycle, so the mirror never misses one; reading a job twice is harmless.
+job's id to keys.jobs_changed in the same atomic step. Each cycle the leader's mirror takes
+that set into the change feed (store/feed.py: one atomic script) and rereads the jobs of
+every feed entry past its cursor, so a cycle costs what changed, not what waits. A change
+made after the take is in the set again for the next cycle, so the mirror never misses
+one; reading a job twice is harmless.
 
-The mirror reads everything again (`full`) when it starts, when its scheduler takes
-the lead, and after any Redis error (a restarted server may have lost the set).
+A standby's mirror follows the same feed from its own cursor without taking the set
+(`follow`), so when its scheduler takes the lead the mirror is current but for the last
+take: a takeover rereads what changed, not the queue. The mirror reads everything again
+when it starts, when the feed no longer holds the entries past its cursor (a gap), and
+after any Redis error (a restarted server may have lost the set).
 Specs are immutable and stay decoded; pending jobs live in a policy Backlog, which
 keeps their order across cycles.
 """
@@ -20,7 +24,7 @@ import logging
 from ..core.plan import PendingJob, RunningJob, Snapshot, pieces
 from ..core.errors import MalformedRecord
 from ..policy.backlog import Backlog
-from ..store import keys
+from ..store import feed, keys
 from ..store.codec import decode_node_info
 from ..store.nodes import NodeRecord, read_changed_infos, read_drains, read_infos
 from ..store.dependencies import HELD, READY, judge_all
@@ -38,6 +42,7 @@ class Mirror:
         self.epochs: dict[str, int] = {}
         self.cache = SpecCache()
         self.fresh = False
+        self.cursor: tuple[str, int] | None = None  # the last change-feed entry read (store/feed.py)
         self.nodes_fresh = False  # node records read whole since the last invalidate()
         self._nodes: dict[str, tuple[bytes, NodeRecord]] = {}  # name -> (raw info, decoded)
         self.changed = 0  # jobs reread by the last refresh
@@ -64,6 +69,22 @@ class Mirror:
         """Read everything again at the next sync."""
         self.fresh = self.nodes_fresh = False
 
+    def follow(self, config) -> None:
+        """A standby's turn: reread what the feed says changed (everything, the first time), so that
+        taking the lead costs the last changes only. What the leader counts and quarantines of them is
+        the leader's to do: not kept here."""
+        self.backlog.configure(config)
+        self.refresh(leader=False)
+        for seen in (self.ended, self.started, self.requeued, self.unseen, self.stray, self.aside):
+            seen.clear()
+
+    def lead(self) -> None:
+        """Its scheduler takes the lead: the mirror is kept (it followed the feed; the next refresh takes
+        the changes since, or reads all if it never followed, or the feed lost its place), but not what
+        it expected of commits made under another token, and the nodes are read whole."""
+        self.expected = {}
+        self.nodes_fresh = False
+
     def sync(self, now_ms: int, node_timeout_s: float, config, *, all_nodes: bool = False) -> ReadResult:
         """Take what changed, read the nodes (`all_nodes`: every record, e.g. for a sample of their
         utilization, which a heartbeat changes without marking the node changed), and give the policy
@@ -80,17 +101,19 @@ class Mirror:
         return ReadResult(snap, self.epochs, nodes, pending_only(bad, self._pending_ids(bad)), stray=stray,
                           aside=aside)
 
-    def refresh(self) -> list[PendingJob] | None:
-        """Reread the jobs that changed. Returns the jobs that arrived (new to the mirror, pending), or
-        None if anything else changed too (a job ended, was requeued, was placed or stopped other than
-        by our own commit (expect), ...) or all was read again. A job that started running where it
-        was placed is no change."""
-        whole = not self.fresh
-        if self.fresh:
-            ids, active, arrivals = self._changed_ids(), set(), []
-        else:
-            ids, active = self._read_whole()
+    def refresh(self, *, leader: bool = True) -> list[PendingJob] | None:
+        """Reread the jobs that changed (`leader`: taking the changed set into the feed; a standby only
+        reads the feed). Returns the jobs that arrived (new to the mirror, pending), or None if anything
+        else changed too (a job ended, was requeued, was placed or stopped other than by our own commit
+        (expect), ...) or all was read again. A job that started running where it was placed is no
+        change."""
+        ids = self._changed_ids(leader) if self.fresh else None
+        whole = ids is None
+        if whole:
+            ids, active = self._read_whole(leader)
             arrivals = None
+        else:
+            active, arrivals = set(), []
         rejudge = set()  # held jobs to judge again: new ones, and those waiting on a job that changed
         for job_id, got in read_jobs(self.client, self.ns, ids, self.cache):
             rejudge |= self._waiting_on.get(job_id, set())
@@ -103,25 +126,33 @@ class Mirror:
             arrivals += released
         return arrivals
 
-    def _changed_ids(self) -> list[str]:
-        """The ids in the changed-jobs set, which this read empties. Their specs are read again: a pending
-        job's may have been updated (store/pending.py); a few hundred bytes a changed job."""
-        pipe = self.client.pipeline(transaction=True)
-        pipe.smembers(keys.jobs_changed(self.ns))
-        pipe.delete(keys.jobs_changed(self.ns))
-        ids = sorted(self._ids(pipe.execute()[0], keys.jobs_changed(self.ns), "gone", "set"))
+    def _changed_ids(self, leader: bool) -> list[str] | None:
+        """The ids of the feed's entries past the cursor (the leader first takes the changed set into it),
+        or None when entries past the cursor are gone (read everything again). Their specs are read
+        again: a pending job's may have been updated (store/pending.py); a few hundred bytes a job."""
+        pipe = self.client.pipeline(transaction=False)
+        feed.take(pipe, self.ns, self.cursor, leader=leader)
+        got = feed.parse(pipe.execute()[0])
+        if got.gap:
+            log.warning("the change feed no longer holds what followed entry %s; reading every job again",
+                        self.cursor[0])
+            return None
+        self.cursor = got.cursor
+        ids = sorted(set(self._ids(got.ids, keys.jobs_changed(self.ns), "gone", "set")))
         for job_id in ids:
             self.cache.specs.pop(job_id, None)
         return ids
 
-    def _read_whole(self) -> tuple[list[str], set[str]]:
+    def _read_whole(self, leader: bool) -> tuple[list[str], set[str]]:
         """Start again from nothing: every pending and active id, and the active ones apart (an id of
-        the active index that is no active job is stray)."""
+        the active index that is no active job is stray); the feed's cursor where it stands (the
+        leader takes the changed set into it: the read covers those jobs)."""
         pipe = self.client.pipeline(transaction=True)
-        pipe.delete(keys.jobs_changed(self.ns))
+        feed.take(pipe, self.ns, None, leader=leader)
         pipe.zrange(keys.jobs_pending(self.ns), 0, -1)
         pipe.zrange(keys.jobs_active(self.ns), 0, -1)
-        _, pending, active = pipe.execute()
+        taken, pending, active = pipe.execute()
+        self.cursor = feed.parse(taken).cursor
         active = self._ids(active, keys.jobs_active(self.ns))
         self.backlog = Backlog(self.backlog.config)
         self.running, self.epochs, self.cache, self.expected = {}, {}, SpecCache(), {}

@@ -37,6 +37,9 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |                            |        |                             | cancelled): the ended-jobs page  |
 | <ns>:jobs:changed          | set    | submit and every job script | ids whose record changed since   |
 |                            |        |                             | the leader last read them        |
+| <ns>:jobs:feed             | stream | the scheduler that takes    | each take of jobs:changed: n (a  |
+|                            |        | jobs:changed (take_changed. | count), ids; every scheduler     |
+|                            |        | lua, MAXLEN ~ FEED_KEPT)    | reads it from its own cursor     |
 | <ns>:jobs:idle             | hash   | idle_warning.lua; leader    | id -> "<since_ms> <warning>" of  |
 |                            |        | HDELs ended ids             | running jobs with an idle warning|
 | <ns>:jobs:ended:recent     | list   | leading scheduler (LPUSH,   | the newest RECENT_ENDS ends it   |
@@ -148,6 +151,12 @@ def jobs_ended(ns: str, state: str) -> str:
 
 def jobs_changed(ns: str) -> str:
     return f"{ns}:jobs:changed"
+
+
+def jobs_feed(ns: str) -> str:
+    """The change feed: what the leader took of jobs_changed, each take an entry (store/feed.py), so that
+    standbys keep their mirror of the queue current and a takeover costs what changed."""
+    return f"{ns}:jobs:feed"
 
 
 def jobs_notify(ns: str) -> str:

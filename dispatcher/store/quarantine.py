@@ -39,7 +39,8 @@ ACTIVE = "assigned,running,preempting"
 #: defensively by policy_source; renaming it would drop the policy an operator applied).
 FIXED = (
     (keys.quarantine, "stream"), (keys.jobs_pending, "zset"), (keys.jobs_active, "zset"), (keys.jobs_all, "zset"),
-    (keys.jobs_changed, "set"), (keys.nodes_changed, "set"), (keys.nodes_heartbeat, "zset"), (keys.nodes_drain, "hash"),
+    (keys.jobs_changed, "set"), (keys.jobs_feed, "stream"), (keys.nodes_changed, "set"), (keys.nodes_heartbeat, "zset"),
+    (keys.nodes_drain, "hash"),
     (keys.decisions, "list"), (keys.policy, "hash"), (keys.policy_history, "list"), (keys.scheduler_stats, "hash"),
     (keys.samples, "stream"), (keys.metrics, "hash"), (keys.auth, "hash"), (keys.requests, "stream"), (keys.requests_done, "string"),
     (keys.scheduler_leader, "string"), (keys.scheduler_token, "string"),
