@@ -75,27 +75,57 @@ class Strays(tuple):
     """Index entries to quarantine (quarantine.Entry), which read_jobs yields in place of a job."""
 
 
+#: Past this many jobs, read_jobs reads them in batches of this size, the next batch read from Redis
+#: (by a helper thread, waiting on the socket) while this one is decoded: a new leader's read of
+#: 100,000 jobs overlaps the server's work with ours instead of waiting for all of it first.
+BATCH = 10_000
+
+
 def read_jobs(client, ns: str, ids, cache: SpecCache, scores: str | None = None):
-    """Queue-side view of the given jobs, in one round trip: yields (job id, what) where what is a
-    PendingJob, a RunningJob (with its epoch: (job, epoch)), None (neither: ended, or moved between
-    two reads), an Exception (an unusable record), or Strays: entries of the pending index (a score
-    that is not a time, no record, a job not pending) or of either index (a record of the wrong type)
-    to quarantine. `scores`: another zset to take pending jobs' wait scores from (and then the
-    pending index is not judged), for a view that cannot read the pending index."""
+    """Queue-side view of the given jobs, in one round trip (one a BATCH past it): yields (job id,
+    what) where what is a PendingJob, a RunningJob (with its epoch: (job, epoch)), None (neither:
+    ended, or moved between two reads), an Exception (an unusable record), or Strays: entries of the
+    pending index (a score that is not a time, no record, a job not pending) or of either index (a
+    record of the wrong type) to quarantine. `scores`: another zset to take pending jobs' wait scores
+    from (and then the pending index is not judged), for a view that cannot read the pending index."""
     ids = list(ids)
-    pending = keys.jobs_pending(ns)
+    index = None if scores else keys.jobs_pending(ns)
+    batches = [ids[i:i + BATCH] for i in range(0, len(ids), BATCH)]
+    if len(batches) <= 1:
+        yield from _decoded(ns, ids, _fetch(client, ns, ids, _wanted(ids, cache), scores), cache, index)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="dispatch-read") as pool:
+        ahead = pool.submit(_fetch, client, ns, batches[0], _wanted(batches[0], cache), scores)
+        for k, batch in enumerate(batches):
+            replies = ahead.result()
+            if k + 1 < len(batches):
+                ahead = pool.submit(_fetch, client, ns, batches[k + 1], _wanted(batches[k + 1], cache), scores)
+            yield from _decoded(ns, batch, replies, cache, index)
+
+
+def _wanted(ids: list[str], cache: SpecCache) -> list[str]:
+    """Each job's spec, or only its state where its spec is decoded already."""
+    specs = cache.specs
+    return ["spec" if j not in specs else "state" for j in ids]
+
+
+def _fetch(client, ns: str, ids: list[str], extra: list[str], scores: str | None) -> list:
+    """The read_jobs.lua replies for `ids`, in one round trip."""
     pipe = client.pipeline(transaction=False)
     for chunk in scripts.chunks(len(ids)):
-        part = ids[chunk]
-        scripts.read_jobs(pipe, ns, part, ["spec" if j not in cache.specs else "state" for j in part],
-                          job_record.SCHEDULER,
-                          scores=scores)
+        scripts.read_jobs(pipe, ns, ids[chunk], extra[chunk], job_record.SCHEDULER, scores=scores)
     replies = []
     for got in pipe.execute(raise_on_error=False):
         if isinstance(got, Exception):  # the call failed as a whole: Redis's trouble, not a record's
             raise got
         replies += got
-    index = None if scores else pending
+    return replies
+
+
+def _decoded(ns: str, ids: list[str], replies: list, cache: SpecCache, index: str | None):
+    pending = keys.jobs_pending(ns)
     for job_id, reply in zip(ids, replies):
         if isinstance(reply, Exception):  # a key of the wrong type is one bad record, not a failed cycle
             yield job_id, Strays((job_entry(ns, pending, job_id, "not a pending job", expect="pending"),

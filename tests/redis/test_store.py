@@ -148,3 +148,21 @@ def test_the_mirror_rereads_only_nodes_whose_scheduling_facts_changed(client, ns
     assert not client.exists(keys.nodes_changed(ns))
     full = mirror.sync(now_ms(), timeout, PolicyConfig(), all_nodes=True)
     assert {n.name: n.gpus[0].util_pct for n in full.nodes}["n1"] == 93.0
+
+
+def test_a_read_in_batches_gives_what_one_read_gives(client, ns, monkeypatch):
+    """Past snapshot.BATCH jobs, read_jobs reads the next batch while this one is decoded: the same
+    jobs, in the same order, with the same verdicts on bad records, as one read."""
+    from dispatcher.store import snapshot
+
+    t = now_ms()
+    ids = write_jobs(client, ns, [build_spec(command=["true"], user=f"u{i % 3}", submit_ms=t + i, gpus=1 + i % 2)
+                                  for i in range(11)])
+    client.hset(keys.job(ns, ids[4]), "spec", b"\xc1")  # one bad record among them
+    one = list(snapshot.read_jobs(client, ns, ids, snapshot.SpecCache()))
+    monkeypatch.setattr(snapshot, "BATCH", 3)
+    batched = list(snapshot.read_jobs(client, ns, ids, snapshot.SpecCache()))
+    assert [j for j, _ in batched] == [j for j, _ in one] == ids
+    assert [type(w).__name__ for _, w in batched] == [type(w).__name__ for _, w in one]
+    assert isinstance(batched[4][1], Exception)
+    assert [w[0].spec for _, w in batched if isinstance(w, tuple)] == [w[0].spec for _, w in one if isinstance(w, tuple)]
