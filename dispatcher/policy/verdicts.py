@@ -26,6 +26,10 @@ class NeverFit:
 
     def __init__(self, views: list[NodeView], gangs: bool, fit: GpuMemo, drained=()):
         self.views, self.gangs, self.fit, self.memo, self.drained = views, gangs, fit, {}, drained
+        kinds: dict = {}  # fits_ever reads a node's GPU kind, CPUs and memory only: one node of each will do
+        for v in views:
+            kinds.setdefault((fit.facts(v).kind, v.cpus, v.mem_gb), v)
+        self.kinds = list(kinds.values())
 
     def check(self, spec: JobSpec) -> bool:
         key = (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb, spec.nodes, spec.gpus_per_node,
@@ -35,7 +39,7 @@ class NeverFit:
             if spec.nodes >= 2:
                 got = not self.gangs or self.gang_nodes(spec) < spec.nodes
             else:
-                got = not any(self.fit.fits_ever(spec, v) for v in self.views)
+                got = not any(self.fit.fits_ever(spec, v) for v in self.kinds)
             if got and self.gangs and spec.gpus and not spec.share and spec.nodes == 0:
                 got = self.whole_gpus(spec) < spec.gpus
             self.memo[key] = got
