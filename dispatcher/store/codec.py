@@ -156,7 +156,7 @@ def _checked_shared(values: tuple) -> JobSpec:
         array_limit=_count(_given(d["arr_cap"], 0), "arr_cap"),  # (absent: no array)
         output=_checked(parse_output, _given(d["out"], ""), "out"),  # (absent: from before --output, none)
         notify=_checked(parse_notify, _given(d["notify"], ""), "notify"),
-    )
+    ).sparse()  # every job decoded from it holds only what differs from the defaults
 
 
 def _given(value, default=None):
