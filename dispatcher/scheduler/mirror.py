@@ -29,9 +29,14 @@ from ..store.codec import decode_node_info
 from ..store.nodes import NodeRecord, read_changed_infos, read_drains, read_infos
 from ..store.dependencies import HELD, READY, judge_all
 from ..store.quarantine import ACTIVE, NAME, Entry, job_entry
-from ..store.snapshot import ReadResult, SpecCache, Strays, node_views, pending_only, read_jobs
+from ..store.snapshot import BATCH, ReadResult, SpecCache, Strays, node_views, pending_only, read_jobs
 
 log = logging.getLogger("dispatch.store")
+
+#: A standby reads in steps this small (one script call of this many jobs each): the server answers
+#: other clients between two, and the leader's lease renewals must not wait behind a standby's read of
+#: the whole queue (with 100,000 jobs and a 1 s lease they did, and the lease lapsed).
+FOLLOW_BATCH = 1_000
 
 
 class Mirror:
@@ -115,7 +120,7 @@ class Mirror:
         else:
             active, arrivals = set(), []
         rejudge = set()  # held jobs to judge again: new ones, and those waiting on a job that changed
-        for job_id, got in read_jobs(self.client, self.ns, ids, self.cache):
+        for job_id, got in read_jobs(self.client, self.ns, ids, self.cache, batch=BATCH if leader else FOLLOW_BATCH):
             rejudge |= self._waiting_on.get(job_id, set())
             arrivals = self._take(job_id, got, job_id in active, arrivals, rejudge)
         self.changed = len(ids)

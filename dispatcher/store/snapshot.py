@@ -81,16 +81,17 @@ class Strays(tuple):
 BATCH = 10_000
 
 
-def read_jobs(client, ns: str, ids, cache: SpecCache, scores: str | None = None):
+def read_jobs(client, ns: str, ids, cache: SpecCache, scores: str | None = None, batch: int = BATCH):
     """Queue-side view of the given jobs, in one round trip (one a BATCH past it): yields (job id,
     what) where what is a PendingJob, a RunningJob (with its epoch: (job, epoch)), None (neither:
     ended, or moved between two reads), an Exception (an unusable record), or Strays: entries of the
     pending index (a score that is not a time, no record, a job not pending) or of either index (a
     record of the wrong type) to quarantine. `scores`: another zset to take pending jobs' wait scores
-    from (and then the pending index is not judged), for a view that cannot read the pending index."""
+    from (and then the pending index is not judged), for a view that cannot read the pending index.
+    `batch`: the most jobs one round trip reads (smaller: the server answers other clients sooner)."""
     ids = list(ids)
     index = None if scores else keys.jobs_pending(ns)
-    batches = [ids[i:i + BATCH] for i in range(0, len(ids), BATCH)]
+    batches = [ids[i:i + batch] for i in range(0, len(ids), batch)]
     if len(batches) <= 1:
         yield from _decoded(ns, ids, _fetch(client, ns, ids, _wanted(ids, cache), scores), cache, index)
         return
