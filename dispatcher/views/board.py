@@ -65,7 +65,7 @@ class Cached:
     as long as computing it took, so that a slow read keeps the dashboard's share of Redis and of this
     process bounded, whoever is watching. Only the first get() waits for it: after that a stale value
     is served at once while one background thread reads the next (a viewer never waits on a slow read;
-    what it is shown says how old it is)."""
+    what it is shown says how old it is). The value is computed with the garbage collector paused."""
 
     LOAD_FACTOR = 5.0
 
@@ -91,7 +91,8 @@ class Cached:
     def _refresh(self) -> None:
         t0 = time.monotonic()
         try:
-            value = self.compute()
+            with gc_paused():  # a read of the cluster makes tens of thousands of objects with no cycles
+                value = self.compute()  # among them: each collection would walk them all again
         except Exception as e:  # the next get() tries again; the first one meets the error itself
             with self._lock:
                 self._busy = False
@@ -121,10 +122,6 @@ class Board:
         """The nodes and the running jobs as the leader published them (store/cluster.py: one value,
         O(nodes)), or read here when no leader has published lately; and the queue as the leader
         published it at its last full cycle (scheduler/summary.py): never the pending jobs one by one."""
-        with gc_paused():  # tens of thousands of objects that hold no cycles: a collection would walk them all
-            return self._read_cluster_now()
-
-    def _read_cluster_now(self) -> dict:
         now = now_ms()
         seen = cluster.read(self.client, self.ns)
         if seen is None or now - seen.at_ms > PUBLISHED_FRESH_MS:  # no leader: read the nodes and jobs here
@@ -185,10 +182,6 @@ class Board:
         return {"now": now, "scheduler": {**s, "age_s": round(now - s["at"], 1) if s["at"] else None}}
 
     def _build_overview(self) -> dict:
-        with gc_paused():  # as _read_cluster: a row per node and a cell per GPU, no cycles among them
-            return self._build_overview_now()
-
-    def _build_overview_now(self) -> dict:
         c = self._read.get()
         now, q = c["now_ms"], c["queue"]
         view = {"now": now / 1000.0, "namespace": self.ns, "scheduler": self._scheduler(c["stats"], now),
