@@ -135,9 +135,7 @@ class Mirror:
         """The ids of the feed's entries past the cursor (the leader first takes the changed set into it),
         or None when entries past the cursor are gone (read everything again). Their specs are read
         again: a pending job's may have been updated (store/pending.py); a few hundred bytes a job."""
-        pipe = self.client.pipeline(transaction=False)
-        feed.take(pipe, self.ns, self.cursor, leader=leader)
-        got = feed.parse(pipe.execute()[0])
+        got = feed.parse(feed.take(self.client, self.ns, self.cursor, leader=leader))
         if got.gap:
             log.warning("the change feed no longer holds what followed entry %s; reading every job again",
                         self.cursor[0])

@@ -30,12 +30,13 @@ class Taken:
     ids: list  # the job ids (bytes, as the set held them) of the entries past the caller's cursor
 
 
-def take(pipe, ns: str, cursor: tuple[str, int] | None, *, leader: bool) -> None:
-    """Queue take_changed.lua on `pipe` (or run it on a client): with `leader`, the changed set moves
-    into the feed first. `cursor` None: only where the feed stands (for a whole read)."""
+def take(pipe, ns: str, cursor: tuple[str, int] | None, *, leader: bool):
+    """Queue take_changed.lua on `pipe`, or run it on a client and return its reply (parse() reads
+    either): with `leader`, the changed set moves into the feed first. `cursor` None: only where the
+    feed stands (for a whole read)."""
     last, n = cursor if cursor is not None else ("", 0)
-    pipe.eval(source("take_changed"), 2, keys.jobs_changed(ns), keys.jobs_feed(ns), "1" if leader else "0",
-              last, n, FEED_KEPT)
+    return pipe.eval(source("take_changed"), 2, keys.jobs_changed(ns), keys.jobs_feed(ns), "1" if leader else "0",
+                     last, n, FEED_KEPT)
 
 
 def parse(reply) -> Taken:

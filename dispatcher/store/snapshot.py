@@ -99,11 +99,11 @@ def read_jobs(client, ns: str, ids, cache: SpecCache, scores: str | None = None,
 
     with ThreadPoolExecutor(1, thread_name_prefix="dispatch-read") as pool:
         ahead = pool.submit(_fetch, client, ns, batches[0], _wanted(batches[0], cache), scores)
-        for k, batch in enumerate(batches):
+        for k, part in enumerate(batches):
             replies = ahead.result()
             if k + 1 < len(batches):
                 ahead = pool.submit(_fetch, client, ns, batches[k + 1], _wanted(batches[k + 1], cache), scores)
-            yield from _decoded(ns, batch, replies, cache, index)
+            yield from _decoded(ns, part, replies, cache, index)
 
 
 def _wanted(ids: list[str], cache: SpecCache) -> list[str]:

@@ -55,8 +55,7 @@ for _, e in ipairs(entries) do
     end
   end
   if got ~= want then
-    out[3] = 1  -- an entry between the caller's and this one is gone
-    return {id, n, 1}
+    return {id, n, 1}  -- an entry between the caller's and this one is gone
   end
   want = want + 1
   if ids ~= '' then
