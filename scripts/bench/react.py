@@ -19,13 +19,12 @@ that waited behind a full cycle (answered later than 50 ms).
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import time
 
 import benchlib as bl
-from realqueue import Realistic, run_sizes
+from realqueue import Realistic, command_line
 
 
 def measure(bench: bl.Bench, ns: str, size: str, nodes: int, samples: int) -> dict:
@@ -73,13 +72,8 @@ def measure(bench: bl.Bench, ns: str, size: str, nodes: int, samples: int) -> di
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="10000x1000,100000x1000")
-    ap.add_argument("--samples", type=int, default=200)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
-    run_sizes("react", args.sizes, lambda bench, ns, size, nodes: measure(bench, ns, size, nodes, args.samples),
-              args.json)
+    command_line("react", lambda bench, ns, size, nodes, args: measure(bench, ns, size, nodes, args.samples),
+                 samples=200)
 
 
 if __name__ == "__main__":

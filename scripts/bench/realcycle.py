@@ -22,14 +22,13 @@ them, so every cycle also searches for victims for the blocked high and critical
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
 
 import benchlib as bl
 import cluster
-from realqueue import Realistic, run_sizes
+from realqueue import Realistic, command_line
 
 
 def run_child(bench: bl.Bench, ns: str, seed: str, nodes: int, repeats: int) -> dict:
@@ -38,13 +37,8 @@ def run_child(bench: bl.Bench, ns: str, seed: str, nodes: int, repeats: int) -> 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="10000x1000,100000x1000")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
-    run_sizes("real", args.sizes, lambda bench, ns, size, nodes: run_child(bench, ns, size, nodes, args.repeats),
-              args.json)
+    command_line("real", lambda bench, ns, size, nodes, args: run_child(bench, ns, size, nodes, args.repeats),
+                 repeats=5)
 
 
 # -- the child --------------------------------------------------------------------------------

@@ -174,3 +174,18 @@ def run_sizes(name: str, sizes: str, measure, json_path: str | None = None) -> l
     if json_path:
         Path(json_path).write_text(json.dumps(rows, indent=1))
     return rows
+
+
+def command_line(name: str, measure, **counts: int) -> list[dict]:
+    """The command line of a bench over realistic queues: --sizes, one integer option a count (repeats=5:
+    --repeats, 5 by default), --json; then run_sizes, `measure(bench, ns, size, nodes, args)` for each."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="10000x1000,100000x1000")
+    for option, default in counts.items():
+        ap.add_argument(f"--{option}", type=int, default=default)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    return run_sizes(name, args.sizes, lambda bench, ns, size, nodes: measure(bench, ns, size, nodes, args),
+                     args.json)

@@ -20,26 +20,19 @@ Also the RSS the standby's mirror adds (a standby now holds the queue as the lea
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
 
 import benchlib as bl
 from realcycle import churn
-from realqueue import Realistic, run_sizes
+from realqueue import Realistic, command_line
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="10000x1000,100000x1000")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
-    run_sizes("takeover", args.sizes, lambda bench, ns, size, nodes: bl.run_child(
+    command_line("takeover", lambda bench, ns, size, nodes, args: bl.run_child(
         "takeover.py", {"url": bench.url, "ns": ns, "seed": size, "nodes": nodes, "repeats": args.repeats,
-                        "rounds": args.rounds}), args.json)
+                        "rounds": args.rounds}), repeats=5, rounds=2)
 
 
 def child(args: dict) -> dict:

@@ -28,7 +28,6 @@ Reports medians (and p95 where there are enough samples) in ms.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
@@ -38,7 +37,7 @@ import sys
 import time
 
 import benchlib as bl
-from realqueue import run_sizes
+from realqueue import command_line
 
 
 #: The longest the what-if (why --fresh) is waited for.
@@ -176,12 +175,7 @@ def _run(argv: list[str], env: dict) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="10000x1000,100000x1000")
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
-    run_sizes("views", args.sizes, lambda bench, ns, size, nodes: measure(bench, ns, args.repeats), args.json)
+    command_line("views", lambda bench, ns, size, nodes, args: measure(bench, ns, args.repeats), repeats=15)
 
 
 if __name__ == "__main__":
