@@ -28,7 +28,7 @@ from dispatcher.store.scripts import Outcome
 
 from . import jobenv, launching, outcomes, outputs, proctrack
 from .jobchannel import JobChannel
-from .keeper import PID_DIR, forget_exit, keep_exit
+from .keeper import PID_DIR, keep_exit
 from .outbox import Outbox
 from .running import CHECKPOINT_FILE, Running, Stopping
 
@@ -87,8 +87,9 @@ class Supervisor:
         limit = self._time_limit(run)
         code = run.proc.wait()
         ended_alone = not run.stopping  # (not a cancel's, preemption's or fence's end)
-        if ended_alone:  # reaped: until its outcome is written or queued, a kill -9 of this agent would lose
-            keep_exit(self.work_dir, run.job_id, run.epoch, code, now_ms())  # it; the next agent reads this
+        if ended_alone:  # reaped: kept on disk (keeper.KEEP_ENDS_S), so that neither a kill -9 of this agent
+            # before its outcome is written nor a server that loses the write makes it run again
+            keep_exit(self.work_dir, run.job_id, run.epoch, code, now_ms(), run.stamp)
         if limit is not None:
             limit.cancel()
         proctrack.stop_leftovers(run.attempt, run.spec.grace_s)
@@ -106,8 +107,6 @@ class Supervisor:
             with self.lock:
                 if self.running.get(run.job_id) is run:
                     del self.running[run.job_id]
-            if ended_alone:  # written, or in the outbox
-                forget_exit(self.work_dir, run.job_id, run.epoch)
         if run.tty is not None:  # an interactive session's end, for its client (after the outcome it reads)
             try:
                 run.tty.ended(code)

@@ -68,31 +68,70 @@ def read_attempts(work_dir: Path) -> list[proctrack.Attempt]:
     return list(out.values())
 
 
-def keep_exit(work_dir: Path, job_id: str, epoch: int, code: int, at_ms: int) -> None:
+#: How long the agent keeps an end it recorded (<work dir>/exits/<job id>): a server killed while its
+#: append-only file lagged (appendfsync everysec under a slow disk) can come back without that write, and
+#: the agent's next reconcile (workers/recovery.py, every 10 heartbeats) or the launch it may find again
+#: in its RQ queue then records the end again instead of rerunning a job that ended.
+KEEP_ENDS_S = 600.0
+
+
+def keep_exit(work_dir: Path, job_id: str, epoch: int, code: int, at_ms: int, stamp: int = 0) -> None:
     """An end kept in the work dir (<work dir>/exits/<job id>): by the keeper, of an attempt it saw end
     unreaped (when Redis cannot take it: the agent was killed while the server was down), and by the
-    agent, of one it reaped, until its outcome is written or queued. The next agent of the node records
-    it from here (workers/recovery.py) rather than rerun a job that ended."""
+    agent, of every attempt it reaped that ended on its own, for KEEP_ENDS_S. The next agent of the node
+    records it from here (workers/recovery.py) rather than rerun a job that ended. `stamp`: the job's
+    submit time (ms), where known, so that a job id Redis issued again after losing a submit is never
+    taken for the job that ended."""
     folder = work_dir / EXITS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{job_id}.tmp"
-    tmp.write_text(exit_text(epoch, code, at_ms))
+    tmp.write_text(exit_text(epoch, code, at_ms) + (f" {stamp}" if stamp else ""))
     tmp.replace(folder / job_id)
+
+
+def _kept(work_dir: Path, job_id: str) -> tuple[tuple[int, int, int], int] | None:
+    """((epoch, code, ms), stamp) as keep_exit kept them for `job_id` (stamp 0: not known), or None."""
+    try:
+        parts = (work_dir / EXITS_DIR / job_id).read_text().split()
+    except OSError:
+        return None
+    report = parse_exit(" ".join(parts[:3]))
+    stamp = parts[3] if len(parts) == 4 else "0"
+    return (report, int(stamp)) if report is not None and stamp.isdigit() else None
 
 
 def kept_exit(work_dir: Path, job_id: str) -> tuple[int, int, int] | None:
     """(epoch, code, ms) keep_exit kept for `job_id`, or None."""
-    try:
-        return parse_exit((work_dir / EXITS_DIR / job_id).read_text())
-    except OSError:
+    kept = _kept(work_dir, job_id)
+    return kept[0] if kept else None
+
+
+def kept_end(work_dir: Path, job_id: str, epoch: int, stamp: int) -> tuple[int, int, int] | None:
+    """The end kept for `job_id` (submitted at `stamp`, ms), as (epoch, code, ms) of attempt `epoch`: one
+    kept at that epoch (of the same job where both sides know its submit time), or, for the same job
+    known by its submit time, at a later epoch (the server lost the requeue that led there too). None
+    for another job, or an earlier attempt."""
+    kept = _kept(work_dir, job_id)
+    if kept is None:
         return None
+    (kept_epoch, code, ms), kept_stamp = kept
+    known = bool(kept_stamp and stamp)
+    same = known and kept_stamp == stamp
+    if kept_epoch == epoch and (same or not known) or kept_epoch > epoch and same:
+        return epoch, code, ms
+    return None
 
 
-def forget_exit(work_dir: Path, job_id: str, epoch: int) -> None:
-    """The end kept for `job_id` at `epoch` is written (or queued in the outbox): drop it."""
-    kept = kept_exit(work_dir, job_id)
-    if kept is not None and kept[0] == epoch:
-        (work_dir / EXITS_DIR / job_id).unlink(missing_ok=True)
+def prune_exits(work_dir: Path, keep_s: float = KEEP_ENDS_S) -> None:
+    """Drop the ends kept longer than `keep_s`."""
+    folder = work_dir / EXITS_DIR
+    cutoff = time.time() - keep_s
+    for path in folder.iterdir() if folder.is_dir() else ():
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+        except OSError:
+            continue
 
 
 def fenced_epoch(work_dir: Path, job_id: str) -> int | None:

@@ -25,11 +25,12 @@ from dispatcher.clock import now_ms
 from dispatcher.core.model import CANCELLED, FAILED, FINAL_STATES, PENDING, JobSpec
 from dispatcher.store import job_record, keys
 from dispatcher.store.codec import decode_spec
+from dispatcher.store.exits import reported_outcome
 from dispatcher.store.jobs import append_log
 from dispatcher.store.scripts import Outcome
 
 from . import gang, jobenv, outputs, proctrack, tty, unix_user
-from .keeper import FENCED_DIR
+from .keeper import FENCED_DIR, kept_end
 from .running import CHECKPOINT_FILE, Running, Stopping
 
 log = logging.getLogger("dispatch.agent")
@@ -46,11 +47,13 @@ class NotStarted(Exception):
 
 def launch(sup, job_id: str, epoch: int, seal: str) -> str:
     """Start attempt `epoch` of `job_id` under `sup` (the Supervisor): "started", or why not
-    ("refused", "stale", "cancelled", "failed"); a gang's rank > 0 "waiting" (for rank 0, in a thread)."""
+    ("refused", "stale", "cancelled", "failed", "ended": it ran here already); a gang's rank > 0 "waiting"
+    (for rank 0, in a thread)."""
     rank: list = [None]  # a gang's rank here, once the record says
     try:
         _check_seal(sup, job_id, epoch, seal)
         record = _assigned_record(sup, job_id, epoch, rank)
+        _not_ended_here(sup, job_id, epoch, record["submit_ms"])
         spec = _signed_spec(sup, job_id, record["spec"], record["seal"])
         if rank[0]:  # it meets rank 0 there: waited for off the RQ worker's thread
             threading.Thread(target=_guarded, args=(sup, job_id, epoch, spec, record, rank[0]),
@@ -103,6 +106,7 @@ def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int 
     proc, cgroup, term = _spawn(sup, job_id, epoch, spec, cwd, env, identity, cgroup)
     run = _register(sup, job_id, epoch, proc, spec, ckpt, gpu_list, cgroup)
     run.rank, run.progress_file, run.tty, run.owner = rank, progress, term, jobenv.owner_of(identity)
+    run.stamp = record["submit_ms"]
     _mark_running(sup, run)
     run.thread = threading.Thread(target=sup.watch, args=(run, log_path), name=f"job-{job_id}", daemon=True)
     run.thread.start()
@@ -147,6 +151,17 @@ def _assigned_record(sup, job_id: str, epoch: int, rank: list) -> dict:
     if r["cancel_ms"]:
         raise NotStarted("cancelled", CANCELLED, "cancelled before it started")
     return {**r, "ranks": ranks, "gpus": ranks[here][1] if ranks else r["gpus"]}
+
+
+def _not_ended_here(sup, job_id: str, epoch: int, stamp: int) -> None:
+    """This attempt has not already run here: a server that lost the writes of its start and end (killed
+    while its append-only file lagged) hands back its launch; the end this agent kept is recorded again."""
+    ended = reported_outcome(kept_end(sup.work_dir, job_id, epoch, stamp), epoch)
+    if ended is not None:
+        state, code, at_ms, reason = ended
+        log.warning("job %s epoch %d already ended here (exit %d); Redis had lost its end: recorded again",
+                    job_id, epoch, code)
+        raise NotStarted("ended", state, reason, code, at_ms=at_ms)
 
 
 def _signed_spec(sup, job_id: str, spec_raw, seal) -> JobSpec:

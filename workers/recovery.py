@@ -16,7 +16,7 @@ from dispatcher.store.scripts import Outcome, lost_attempt
 
 from . import proctrack
 from .gang import rank_of
-from .keeper import PID_DIR, kept_exit, read_attempts
+from .keeper import PID_DIR, kept_end, prune_exits, read_attempts
 
 log = logging.getLogger("dispatch.agent")
 
@@ -78,12 +78,13 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
                                    and _settled(r["assigned_ms"], now, ASSIGNED_SETTLE_MS)):
             continue
         ended = reported_outcome(read_exits(sup.client, sup.ns, [job_id]).get(job_id)
-                                 or kept_exit(sup.work_dir, job_id), epoch) if state == "running" else None
-        if ended is not None:  # it ended while the agent before this one was stopped; its keeper saw it
+                                 or kept_end(sup.work_dir, job_id, epoch, r["submit_ms"]), epoch)
+        if ended is not None:  # it ended while the agent before this one was stopped (its keeper saw it), or
+            # this agent recorded its end and the server lost that write (killed while its AOF lagged)
             if sup.scripts.finish(job_id, sup.node, epoch, ended[0], ended[1], ended[2], ended[3],
                                   rank=rank) == Outcome.DONE:
-                log.warning("job %s ended (exit %d) while this node's agent could not report it; recorded",
-                            job_id, ended[1])
+                log.warning("job %s ended here (exit %d), which Redis did not show (its agent could not report "
+                            "it, or the server lost the write); recorded", job_id, ended[1])
             continue
         try:
             spec = decode_spec(r["spec"], key=keys.job(sup.ns, job_id))
@@ -92,6 +93,7 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
         if sup.scripts.finish(job_id, sup.node, epoch, PENDING, None, now, reason, rank=rank,
                               **lost_attempt(spec)) == Outcome.DONE:
             requeued.append(job_id)
+    prune_exits(sup.work_dir)  # (after they were read: a restarted agent's first reconcile uses even old ones)
     if requeued:
         log.warning("requeued %d jobs Redis showed on node %s that this agent does not run: %s",
                     len(requeued), sup.node, ", ".join(requeued))

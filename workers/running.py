@@ -84,6 +84,7 @@ class Running:
     started: float = field(default_factory=time.monotonic)  # its process's start, as --time counts it
     tty: object = field(default=None, repr=False)  # an interactive job's PTY and its relay (workers/tty.Terminal)
     owner: tuple[int, int] | None = None  # (uid, gid) its files are created as (jobenv.owner_of); None: the agent's
+    stamp: int = 0  # its job's submit time (ms): which job a kept end is of (keeper.keep_exit)
     _stopping: Stopping = field(default=Stopping.NO, init=False)
 
     @property

@@ -56,3 +56,25 @@ def test_the_keeper_kills_at_its_deadline_though_its_report_to_redis_hangs(tmp_p
     assert "cannot record the end of job 1" in log, log  # the report was tried, and hung on the dead link
     margin = max(0.5, FENCE_S / 0.9 * 0.1)  # config.Timing.margin_s for this fence: the scheduler's slack
     assert killed_after < FENCE_S + margin, f"killed {killed_after:.2f}s after the last heartbeat\n{log}"
+
+
+def test_a_kept_end_answers_for_its_own_job_only(tmp_path):
+    """The ends an agent keeps (keeper.keep_exit) stand for the attempt that ended, for a later look
+    at an earlier epoch of the same job (the server lost the requeue too), and never for a job that
+    was given the same id again after the server lost its submit."""
+    from workers.keeper import kept_end, keep_exit, prune_exits
+
+    keep_exit(tmp_path, "7", 3, 0, 1_000, stamp=555)
+    assert kept_end(tmp_path, "7", 3, 555) == (3, 0, 1_000)
+    assert kept_end(tmp_path, "7", 1, 555) == (1, 0, 1_000)  # the same job, Redis back at an earlier epoch
+    assert kept_end(tmp_path, "7", 4, 555) is None  # a later attempt has not ended
+    assert kept_end(tmp_path, "7", 3, 556) is None  # another job under a reissued id
+    assert kept_end(tmp_path, "7", 3, 0) == (3, 0, 1_000)  # a reader that does not know the submit time
+    assert kept_end(tmp_path, "7", 1, 0) is None  # ... trusts the same epoch only
+    assert kept_end(tmp_path, "8", 3, 555) is None
+    keep_exit(tmp_path, "9", 2, 1, 2_000)  # kept by the keeper: no submit time
+    assert kept_end(tmp_path, "9", 2, 777) == (2, 1, 2_000) and kept_end(tmp_path, "9", 1, 777) is None
+    old = time.time() - 3600
+    os.utime(tmp_path / "exits" / "7", (old, old))
+    prune_exits(tmp_path)
+    assert kept_end(tmp_path, "7", 3, 555) is None and kept_end(tmp_path, "9", 2, 0) is not None
