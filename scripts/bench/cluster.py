@@ -16,7 +16,7 @@ from dispatcher.config import Timing
 from dispatcher.core.gpuspec import parse_fake_gpus
 from dispatcher.core.model import JobSpec
 from dispatcher.core.spec import build_spec
-from dispatcher.store import keys
+from dispatcher.store import job_record, keys
 from dispatcher.store.connect import text
 from dispatcher.store.jobs import write_jobs
 from dispatcher.store.nodes import write_heartbeat
@@ -99,23 +99,27 @@ def fill(client, ns: str, nodes: list[str], *, free_on_first: int = 1) -> str:
     return nodes[0]
 
 
-def active_jobs(client, ns: str) -> list[tuple[str, str, int]]:
-    """(job id, node, epoch) of every assigned or running job."""
+def active_jobs(client, ns: str) -> list[tuple[str, str, int, int | None]]:
+    """(job id, node, epoch, rank) of every assigned or running job; a gang once per rank."""
     ids = [text(i) for i in client.zrange(keys.jobs_active(ns), 0, -1)]
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
-        pipe.hmget(keys.job(ns, job_id), "node", "epoch")
-    return [(j, text(node), int(epoch)) for j, (node, epoch) in zip(ids, pipe.execute())]
+        pipe.hmget(keys.job(ns, job_id), "node", "epoch", "gang")
+    out = []
+    for j, (node, epoch, gang) in zip(ids, pipe.execute()):
+        ranks = job_record.gang_ranks(text(gang))
+        out += [(j, n, int(epoch), r) for r, (n, _) in enumerate(ranks)] if ranks else [(j, text(node), int(epoch), None)]
+    return out
 
 
-def finish(client, ns: str, jobs: list[tuple[str, str, int]], chunk: int = 5_000) -> None:
-    """End the given (job, node, epoch) as succeeded, as their agent would: frees their GPUs."""
+def finish(client, ns: str, jobs: list[tuple[str, str, int, int | None]], chunk: int = 5_000) -> None:
+    """End the given (job, node, epoch, rank) as succeeded, as their agents would: frees their GPUs."""
     scripts = Scripts(client, ns)
     now = now_ms()
     for i in range(0, len(jobs), chunk):
         pipe = client.pipeline(transaction=False)
-        for job_id, node, epoch in jobs[i:i + chunk]:
-            scripts.finish(job_id, node, epoch, "succeeded", 0, now, client=pipe)
+        for job_id, node, epoch, rank in jobs[i:i + chunk]:
+            scripts.finish(job_id, node, epoch, "succeeded", 0, now, client=pipe, rank=rank)
         pipe.execute()
 
 

@@ -219,7 +219,7 @@ def reactions(sched, client, url: str, ns: str, node: str, repeats) -> dict:
         state, epoch = client.hmget(f"{ns}:job:{job}", "state", "epoch")
         if state != b"assigned":
             raise RuntimeError(f"the react job {job} is {state!r} after one cycle, not assigned")
-        cluster.finish(client, ns, [(job, node, int(epoch))])
+        cluster.finish(client, ns, [(job, node, int(epoch), None)])
     return {"react_ms": bl.median(times), "react_n": len(times)}
 
 
@@ -236,7 +236,7 @@ def react_floor(client, ns: str, node: str, gpu: int, n: int) -> dict:
         (job,) = write_jobs(client, ns, [spec])
         epoch = scripts.commit_placement(job, node, (gpu,), 0, cluster.now_ms())
         times.append((time.perf_counter() - t0) * 1000)
-        cluster.finish(client, ns, [(job, node, epoch)])
+        cluster.finish(client, ns, [(job, node, epoch, None)])
     return {"react_floor_ms": bl.median(times)}
 
 

@@ -23,20 +23,30 @@ TARGET_PER_S = 2_000.0
 
 def burst(client, ns: str, n_jobs: int, n_nodes: int, seed: int) -> tuple[float, int, dict]:
     """(jobs assigned per second of cycle time, cycles, time per phase in ms)"""
-    from dispatcher.scheduler.loop import Scheduler
-
     cluster.add_nodes(client, ns, cluster.node_names(n_nodes))
     cluster.submit(client, ns, cluster.job_specs(n_jobs, gpus=(1,), seed=seed))
+    placed, busy, cycles, phases = place_all(client, ns, n_jobs)
+    if placed < n_jobs:
+        raise RuntimeError(f"a cycle placed nothing with {n_jobs - placed} jobs left")
+    return n_jobs / busy, cycles, phases
+
+
+def place_all(client, ns: str, n_jobs: int) -> tuple[int, float, int, dict]:
+    """Scheduler.cycle() until `n_jobs` are placed or a cycle places nothing, the placed jobs ended between
+    cycles (off the clock) as their agents would end them: (placed, seconds of the cycles that placed,
+    their number, time per phase in ms; the last cycle's phases are in it)."""
+    from dispatcher.scheduler.loop import Scheduler
+
     sched = Scheduler(client, ns, timing=cluster.TIMING)
     busy, cycles = 0.0, 0
     with bl.phase_times(sched) as phases:
         while sched.stats.placed < n_jobs:
             dt, plan = bl.timed(sched.cycle)
+            if not plan.placements:  # (what is left never fits, or waits for what this bench never ends)
+                break
             busy, cycles = busy + dt, cycles + 1
-            if not plan.placements:
-                raise RuntimeError(f"a cycle placed nothing with {n_jobs - sched.stats.placed} jobs left")
             cluster.finish(client, ns, cluster.active_jobs(client, ns))
-    return n_jobs / busy, cycles, bl.breakdown_ms(phases, busy)
+    return sched.stats.placed, busy, cycles, bl.breakdown_ms(phases, busy)
 
 
 def rq_enqueue(client, ns: str, n_jobs: int, n_nodes: int) -> float:

@@ -132,6 +132,25 @@ class Realistic:
         return [_checked(JobSpec(id="", command=("train", "new", str(i)), submit_ms=now_ms,
                                  **self.rng.choice(templates)), now_ms) for i in range(n)]
 
+    def requests(self, n: int) -> list[dict]:
+        """`n` submit requests (Client.submit_many's dicts) drawn from the templates, as users send them."""
+        out = []
+        for i, t in enumerate(self.rng.choice(self._templates_cached()) for _ in range(n)):
+            out.append({"command": ["python", "train.py", "--run", str(i)], "name": f"{t['user']}-{i}",
+                        "gpus": t["gpus"], "gpu_type": ",".join(t["gpu_types"]) or None,
+                        "gpu_mem": t["gpu_mem_gb"] or None, "priority": t["priority"], "est": t["est_s"],
+                        "checkpointable": t["checkpointable"]})
+        return out
+
+    def write_idle(self, client, ns: str) -> list[str]:
+        """This cluster's nodes in Redis with every GPU free and nothing running (their heartbeats)."""
+        from dispatcher.store.nodes import write_heartbeat
+
+        views, _ = replace(self, free_share=1.0).cluster()
+        for v in views:
+            write_heartbeat(client, ns, v.name, list(v.gpus), v.cpus, v.mem_gb, int(time.time() * 1000))
+        return [v.name for v in views]
+
     def _templates_cached(self) -> list[dict]:
         if not hasattr(self, "_tpl"):
             self._tpl = self._templates()
