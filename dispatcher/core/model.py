@@ -98,7 +98,8 @@ class JobSpec:
 
     @property
     def rank(self) -> int:
-        return priority_rank(self.priority)
+        got = _RANKS.get(self.priority)  # (asked per job per node in a cycle: no call on the way)
+        return priority_rank(self.priority) if got is None else got
 
     def filled(self, **values) -> "JobSpec":
         """A copy with these fields set, as dataclasses.replace but without running __init__ again

@@ -219,11 +219,12 @@ class Backlog:
         return got is not None and got[0] is entry
 
     # -- reading, for one cycle ---------------------------------------------------------------
-    def oldest_starving(self, now_ms: int, n: int) -> list[PendingJob]:
-        """Up to `n` jobs waiting past their class's starvation bound, oldest first."""
+    def oldest_starving(self, now_ms: int, n: int, skip=None) -> list[PendingJob]:
+        """Up to `n` jobs waiting past their class's starvation bound, oldest first; those for which
+        `skip(job)` is true left out and not counted."""
         found = []
         for prio, bound in self.config.starvation_s.items():
-            found += self._oldest(prio, n, lambda item, b=bound: (now_ms - item[0]) / 1000.0 > b)
+            found += self._oldest(prio, n, lambda item, b=bound: (now_ms - item[0]) / 1000.0 > b, skip)
         found.sort(key=lambda x: (x[0], x[1]))
         return [item[4] for item in found[:n]]
 
@@ -245,11 +246,12 @@ class Backlog:
         found.sort(key=lambda x: (-x[0], x[1][0], x[1][1]))
         return [item[4] for _, item in found[:n]]
 
-    def _oldest(self, prio: str, n: int, keep) -> list[tuple]:
-        """Up to `n` of the class's oldest live entries while `keep(entry)`, left in their heap."""
+    def _oldest(self, prio: str, n: int, keep, skip=None) -> list[tuple]:
+        """Up to `n` of the class's oldest live entries while `keep(entry)`, but for those of jobs
+        `skip(job)` leaves out; all left in their heap."""
         heap = self._starve.get(prio)
-        taken = []
-        while heap and len(taken) < n:
+        taken, out = [], []
+        while heap and len(out) < n:
             item = heap[0]
             if self.jobs.get(item[3]) is not item[4]:
                 heapq.heappop(heap)  # discarded or added again since
@@ -257,9 +259,11 @@ class Backlog:
             if not keep(item):
                 break
             taken.append(heapq.heappop(heap))
+            if skip is None or not skip(item[4]):
+                out.append(item)
         for item in taken:
             heapq.heappush(heap, item)
-        return taken
+        return out
 
     def order(self, now_ms: int) -> "Order":
         return Order(self, now_ms)

@@ -300,7 +300,7 @@ class Cycle:
         elif team is None and code in (Code.NO_FIT_NOW, Code.LOWER_SCORE) and spec.gpus and not spec.share \
                 and self.may_reserve(spec):
             self.resv_tries += 1
-            resv = reserve(spec, self.index.nodes, self.now)
+            resv = reserve(spec, self.index.fitting(spec), self.now)
             if resv is not None:
                 self.hold_reservation(self.index.by_name[resv.node], resv, spec.rank, spec.cpus, spec.mem_gb)
                 reason += (f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} from "
@@ -316,7 +316,7 @@ class Cycle:
         shape = (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb, spec.team)
         if not self.config.teams and self.strength(spec) <= self.failed_preempt.get(shape, float("-inf")):
             return None
-        got = self.victims.cheapest(spec, self.index.nodes, self.now, self.strength(spec), self.attained(spec),
+        got = self.victims.cheapest(spec, self.index.fitting(spec), self.now, self.strength(spec), self.attained(spec),
                                     lambda v: self.teams.reclaims(spec.team, v.spec.team))
         if got is None:
             self.failed_preempt[shape] = max(self.failed_preempt.get(shape, float("-inf")), self.strength(spec))

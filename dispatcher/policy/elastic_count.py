@@ -24,7 +24,7 @@ def elastic_count(c, spec: JobSpec) -> tuple[JobSpec, str]:
         if c.teams.check(trial, c.index.free_total) is None and c.best_node(trial) is not None:
             start = c.now
         else:
-            resv = reserve(trial, c.index.nodes, c.now)
+            resv = reserve(trial, c.index.fitting(trial), c.now)
             if resv is None:
                 continue
             start = resv.start_ms

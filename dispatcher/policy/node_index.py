@@ -37,6 +37,8 @@ class NodeIndex:
         self.free_total = sum(len(n.free) for n in self.nodes)
         self.held: list[int] = []  # nodes with a reservation, by idx (a reservation stays on its node)
         self.placed_on: list[int] = []  # nodes this cycle placed on, by idx
+        self._alike: dict[tuple, list[NodeState]] | None = None  # (GPU kind, CPUs, memory) -> nodes (fitting)
+        self._fitting: dict[tuple, list[NodeState]] = {}
         self.refresh()
         self.start_max_free = self.max_free
 
@@ -112,6 +114,21 @@ class NodeIndex:
                     break
         out.sort(key=lambda n: n.idx)
         return out
+
+    def fitting(self, spec: JobSpec) -> list[NodeState]:
+        """The nodes `spec` could ever run on (fits_ever: it reads the node's GPU kind, CPUs and memory
+        only, so one node of each such kind answers for all), in name order; once a cycle per request."""
+        key = (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb)
+        got = self._fitting.get(key)
+        if got is None:
+            if self._alike is None:
+                self._alike = defaultdict(list)
+                for n in self.nodes:
+                    self._alike[(self.fit.facts(n.view).kind, n.view.cpus, n.view.mem_gb)].append(n)
+            got = [n for alike in self._alike.values() if self.fit.fits_ever(spec, alike[0].view) for n in alike]
+            got.sort(key=lambda n: n.idx)
+            self._fitting[key] = got
+        return got
 
     def one_per_group(self) -> list[NodeState]:
         """The special nodes (by idx) and the first node of each group: for what a job could get now,

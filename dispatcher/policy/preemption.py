@@ -61,17 +61,18 @@ def standing(v: RunningJob, now_ms: int, config: PolicyConfig) -> float:
     return v.spec.rank
 
 
-def preemptible_below(v: RunningJob, now_ms: int, config: PolicyConfig) -> float | None:
+def preemptible_below(v: RunningJob, now_ms: int, config: PolicyConfig, standing_of=None) -> float | None:
     """The strength a blocked job needs to preempt `v` this cycle, as far as it depends on `v` alone:
     None if nothing may (minimum run, cooldown); -inf if it is already stopping. A cheap bound for
-    skipping nodes (VictimSearch.weaker_gpus): it never says no where victim_mode would say yes."""
+    skipping nodes (VictimSearch.weaker_gpus): it never says no where victim_mode would say yes.
+    `standing_of(v)`: standing(v, now_ms, config), where the caller keeps it."""
     if v.stopping:
         return float("-inf")
     if (now_ms - v.started_ms) / 1000.0 < config.min_run_s:
         return None
     if v.preempted_ms and (now_ms - v.preempted_ms) / 1000.0 < config.preempt_cooldown_s:
         return None
-    s = standing(v, now_ms, config)
+    s = standing(v, now_ms, config) if standing_of is None else standing_of(v)
     if config.preempt_by == "class+attained":  # strengths are rank * step - tier, tier in 0..len(tiers)
         step, top = config.class_step, len(config.las_thresholds_gpu_s) + 0.5
         if not v.spec.checkpointable and not v.spec.preemptible:  # forced only, by a class gap
@@ -282,6 +283,7 @@ class VictimSearch:
         self.gangs = gang_ids(running_on)
         self._weaker: dict[str, tuple[list, list]] = {}  # node -> standings, cumulative GPUs (weaker_gpus)
         self._standings: dict[str, list] = {}  # node -> sorted (standing, GPUs) of its jobs (victim_floor)
+        self._standing: dict[int, tuple] = {}  # id(running job) -> (it, its standing, at what now)
 
     def weaker_gpus(self, node: str, strength: float, now_ms: int) -> int:
         """An upper bound on the GPUs preemption could free on `node` for a job of `strength`: those of
@@ -290,7 +292,8 @@ class VictimSearch:
         table = self._weaker.get(node)
         if table is None:
             rows = sorted((s, len(r.gpus)) for r in self.running_on[node] if not r.spec.share
-                          and (s := preemptible_below(r, now_ms, self.config)) is not None)
+                          and (s := preemptible_below(r, now_ms, self.config, self._standing_at(now_ms)))
+                          is not None)
             cum, total = [], 0
             for _, n in rows:
                 total += n
@@ -308,7 +311,7 @@ class VictimSearch:
         rows = self._standings.get(node.view.name)
         if rows is None:
             rows = self._standings[node.view.name] = sorted(
-                (float("-inf") if r.stopping else standing(r, now_ms, self.config), len(r.gpus))
+                (float("-inf") if r.stopping else self._standing_at(now_ms)(r), len(r.gpus))
                 for r in self.running_on[node.view.name] if not r.spec.share)
         have = len(node.free)
         if have >= spec.gpus:
@@ -319,15 +322,26 @@ class VictimSearch:
                 return level
         return float("inf")
 
+    def _standing_at(self, now_ms: int):
+        """standing(r, now_ms) of running jobs, each worked out once (the cycle's now never changes
+        between its searches; the job is kept with it, so that its id is not reused)."""
+        memo, config = self._standing, self.config
+
+        def of(r: RunningJob) -> float:
+            got = memo.get(id(r))
+            if got is None or got[2] != now_ms:
+                got = memo[id(r)] = (r, standing(r, now_ms, config), now_ms)
+            return got[1]
+        return of
+
     def cheapest(self, spec: JobSpec, nodes, now_ms: int, strength: float, attained_gpu_s: float,
                  reclaimable):
         """(node, [Preemption]) where victims for blocked `spec` cost least (ties: node name), or None.
-        `nodes`: the cycle's NodeStates; a node reserved for another job is skipped unless `spec`
-        passes its reservation."""
+        `nodes`: the cycle's NodeStates `spec` could ever run on (NodeIndex.fitting); a node reserved
+        for another job is skipped unless `spec` passes its reservation."""
         tried = []
         for node in nodes:
-            if (node.resv is not None and node.resv.job_id != spec.id and not node.passes(spec)) \
-                    or not node.fit.fits_ever(spec, node.view):
+            if node.resv is not None and node.resv.job_id != spec.id and not node.passes(spec):
                 continue
             if not self.config.teams and len(node.free) + self.weaker_gpus(node.view.name, strength, now_ms) \
                     < spec.gpus:

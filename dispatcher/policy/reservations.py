@@ -11,6 +11,7 @@ NodeState.backfills. Pure.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 
 from ..core.model import JobSpec
@@ -21,23 +22,24 @@ from .nodes import NodeState, node_family
 
 def reserve(spec: JobSpec, nodes: list[NodeState], now_ms: int) -> Reservation | None:
     """Hold GPUs (and CPUs, memory) for a blocked job on the node where it could start first (the
-    first such node in `nodes` on a tie).
+    first such node in `nodes` on a tie). `nodes`: those it could ever run on (NodeIndex.fitting).
 
     Nodes are tried in the order of a lower bound of that start (now, with enough GPUs free; else
     the first end of a job there), and the search stops once no node left can do better.
     """
     order = []
     for i, node in enumerate(nodes):
-        if node.resv is not None or not node.fit.fits_ever(spec, node.view):
+        if node.resv is not None:
             continue
         if len(node.free) >= spec.gpus:
             order.append((now_ms, i))
-        elif node.first_end() is not None:
-            order.append((node.first_end(), i))
-    order.sort()
+        elif (end := node.first_end()) is not None:
+            order.append((end, i))
+    heapq.heapify(order)  # (only the first few are looked at)
     best: Reservation | None = None
     best_key = None
-    for bound, i in order:
+    while order:
+        bound, i = heapq.heappop(order)
         if best_key is not None and (bound, i) > best_key:
             break
         node = nodes[i]

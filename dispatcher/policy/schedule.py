@@ -104,7 +104,7 @@ def _walk(c: Cycle, backlog: Backlog, order) -> None:
     reserve_longest_wait the longest overdue, then the rest by Dominant Resource Fairness."""
     c.teams.demand.update(backlog.team_gpus)
     excluded, n_never = _set_aside(c, backlog)
-    _starving_first(c, backlog, order, excluded, n_never)
+    _starving_first(c, backlog, order, excluded)
     if c.config.reserve_longest_wait is not None and c.config.reservations:
         _longest_wait(c, backlog, order, excluded, n_never)
     _by_fair_share(c, order, excluded)
@@ -131,12 +131,11 @@ def _set_aside(c: Cycle, backlog: Backlog) -> tuple[set, int]:
     return excluded, n_never
 
 
-def _starving_first(c: Cycle, backlog: Backlog, order, excluded: set, n_never: int) -> None:
+def _starving_first(c: Cycle, backlog: Backlog, order, excluded: set) -> None:
     """The oldest starving jobs go first, ahead of every class: each starts, or holds a reservation;
     the other starving jobs keep their place by score (so a long backlog does not turn into FIFO)."""
     n = c.config.starvation_reservations
-    oldest = backlog.oldest_starving(c.now, n + n_never)
-    for p in [p for p in oldest if shape_of(p.spec) not in excluded][:n]:
+    for p in backlog.oldest_starving(c.now, n, lambda p: shape_of(p.spec) in excluded):
         spec = p.spec
         order.skip.add(spec.id)
         terms = c.terms(spec)

@@ -26,10 +26,14 @@ class NeverFit:
 
     def __init__(self, views: list[NodeView], gangs: bool, fit: GpuMemo, drained=()):
         self.views, self.gangs, self.fit, self.memo, self.drained = views, gangs, fit, {}, drained
-        kinds: dict = {}  # fits_ever reads a node's GPU kind, CPUs and memory only: one node of each will do
+        # fits_ever, whole_node_usable and node_family read a node's GPU kind, CPUs and memory only: the
+        # nodes alike in those are one group, (the one of them last by name, how many they are)
+        groups: dict = {}
         for v in views:
-            kinds.setdefault((fit.facts(v).kind, v.cpus, v.mem_gb), v)
-        self.kinds = list(kinds.values())
+            key = (fit.facts(v).kind, v.cpus, v.mem_gb)
+            last, n = groups.get(key, (v, 0))
+            groups[key] = (max(last, v, key=lambda x: x.name), n + 1)
+        self.groups = list(groups.values())
 
     def check(self, spec: JobSpec) -> bool:
         key = (spec.gpus, spec.gpu_types, spec.gpu_mem_gb, spec.cpus, spec.mem_gb, spec.nodes, spec.gpus_per_node,
@@ -39,7 +43,7 @@ class NeverFit:
             if spec.nodes >= 2:
                 got = not self.gangs or self.gang_nodes(spec) < spec.nodes
             else:
-                got = not any(self.fit.fits_ever(spec, v) for v in self.kinds)
+                got = not any(self.fit.fits_ever(spec, v) for v, _ in self.groups)
             if got and self.gangs and spec.gpus and not spec.share and spec.nodes == 0:
                 got = self.whole_gpus(spec) < spec.gpus
             self.memo[key] = got
@@ -49,22 +53,22 @@ class NeverFit:
         """How many nodes could ever hold one node's share of a --nodes gang (of one family with
         same_type: the most of any family)."""
         piece, count = spec.filled(gpus=spec.gpus_per_node), defaultdict(int)
-        for v in self.views:
+        for v, n in self.groups:
             if self.fit.fits_ever(piece, v):
                 usable = self.fit.usable(piece, v, [g.index for g in v.gpus])
                 for family, gpus in by_family(spec, v, usable).items():
-                    count[family] += len(gpus) >= piece.gpus
+                    count[family] += n if len(gpus) >= piece.gpus else 0
         return max(count.values(), default=0)
 
     def whole_gpus(self, spec: JobSpec) -> int:
         """The most GPUs an auto gang of `spec` could ever have on whole nodes (of one family with
         same_type), each with its CPUs and memory."""
         count = defaultdict(int)
-        for v in self.views:
+        for v, n in self.groups:
             family = node_family(spec, v, self.fit)
             if family is not None and whole_node_usable(spec, v, self.fit) and v.cpus >= spec.cpus \
                     and v.mem_gb + 1e-9 >= spec.mem_gb:
-                count[family] += len(v.gpus)
+                count[family] += n * len(v.gpus)
         return max(count.values(), default=0)
 
     def verdict(self, spec: JobSpec) -> tuple[Code, str]:
@@ -85,7 +89,7 @@ class NeverFit:
         need = describe_need(spec)
         if not self.views:
             return f"needs {need}; no live node is registered"
-        best = max(self.views, key=lambda v: (self.fit.usable_count(spec, v), v.cpus, v.name))
+        best = max((v for v, _ in self.groups), key=lambda v: (self.fit.usable_count(spec, v), v.cpus, v.name))
         k = self.fit.usable_count(spec, best)
         return (f"needs {need}; no live node could ever hold it (largest: {best.name} with {k} "
                 f"matching GPUs, {best.cpus} CPUs, {best.mem_gb:g} GB RAM)")
