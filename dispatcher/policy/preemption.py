@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, replace
+from itertools import accumulate
 
 from ..core.plan import Preemption, RunningJob
 from ..core.model import JobSpec
@@ -61,18 +62,18 @@ def standing(v: RunningJob, now_ms: int, config: PolicyConfig) -> float:
     return v.spec.rank
 
 
-def preemptible_below(v: RunningJob, now_ms: int, config: PolicyConfig, standing_of=None) -> float | None:
+def preemptible_below(v: RunningJob, now_ms: int, config: PolicyConfig, standing_: float | None = None) -> float | None:
     """The strength a blocked job needs to preempt `v` this cycle, as far as it depends on `v` alone:
     None if nothing may (minimum run, cooldown); -inf if it is already stopping. A cheap bound for
     skipping nodes (VictimSearch.weaker_gpus): it never says no where victim_mode would say yes.
-    `standing_of(v)`: standing(v, now_ms, config), where the caller keeps it."""
+    `standing_`: standing(v, now_ms, config), where the caller has it."""
     if v.stopping:
         return float("-inf")
     if (now_ms - v.started_ms) / 1000.0 < config.min_run_s:
         return None
     if v.preempted_ms and (now_ms - v.preempted_ms) / 1000.0 < config.preempt_cooldown_s:
         return None
-    s = standing(v, now_ms, config) if standing_of is None else standing_of(v)
+    s = standing(v, now_ms, config) if standing_ is None else standing_
     if config.preempt_by == "class+attained":  # strengths are rank * step - tier, tier in 0..len(tiers)
         step, top = config.class_step, len(config.las_thresholds_gpu_s) + 0.5
         if not v.spec.checkpointable and not v.spec.preemptible:  # forced only, by a class gap
@@ -281,26 +282,38 @@ class VictimSearch:
     def __init__(self, running_on: dict[str, list[RunningJob]], config: PolicyConfig):
         self.running_on, self.config = running_on, config
         self.gangs = gang_ids(running_on)
-        self._weaker: dict[str, tuple[list, list]] = {}  # node -> standings, cumulative GPUs (weaker_gpus)
-        self._standings: dict[str, list] = {}  # node -> sorted (standing, GPUs) of its jobs (victim_floor)
-        self._standing: dict[int, tuple] = {}  # id(running job) -> (it, its standing, at what now)
+        self._tables: dict[str, tuple[list, list, list]] = {}  # node -> _table
+
+    def _table(self, node: str, now_ms: int) -> tuple[list, list, list]:
+        """What the bounds need of `node`'s (unshared) jobs, in one pass, kept until stop(): the sorted
+        strengths from which each may be preempted with the GPUs they add up to (weaker_gpus), and
+        the sorted (standing, GPUs), those stopping first (victim_floor)."""
+        got = self._tables.get(node)
+        if got is None:
+            below, floor, config = [], [], self.config
+            for r in self.running_on[node]:
+                if r.spec.share:
+                    continue
+                n = len(r.gpus)
+                if r.stopping:
+                    below.append((float("-inf"), n))
+                    floor.append((float("-inf"), n))
+                    continue
+                s = standing(r, now_ms, config)
+                floor.append((s, n))
+                if (b := preemptible_below(r, now_ms, config, s)) is not None:
+                    below.append((b, n))
+            below.sort()
+            floor.sort()
+            got = self._tables[node] = ([b for b, _ in below], list(accumulate(n for _, n in below)), floor)
+        return got
 
     def weaker_gpus(self, node: str, strength: float, now_ms: int) -> int:
         """An upper bound on the GPUs preemption could free on `node` for a job of `strength`: those of
         the running jobs it outranks (outranking is standing < strength under every preempt_by), and of
         those already stopping (their GPUs are coming back)."""
-        table = self._weaker.get(node)
-        if table is None:
-            rows = sorted((s, len(r.gpus)) for r in self.running_on[node] if not r.spec.share
-                          and (s := preemptible_below(r, now_ms, self.config, self._standing_at(now_ms)))
-                          is not None)
-            cum, total = [], 0
-            for _, n in rows:
-                total += n
-                cum.append(total)
-            table = self._weaker[node] = ([s for s, _ in rows], cum)
-        keys_, cum = table
-        i = bisect.bisect_left(keys_, strength)
+        below, cum, _ = self._table(node, now_ms)
+        i = bisect.bisect_left(below, strength)
         return cum[i - 1] if i else 0
 
     def victim_floor(self, node, spec: JobSpec, now_ms: int) -> float:
@@ -308,31 +321,14 @@ class VictimSearch:
         needs (choose_victims' cost[0]): the standing at which the node's free GPUs, those of jobs
         already stopping, and those of the weakest running jobs first add up to what `spec` asks
         (-inf if no victim is needed; inf if no set of them would do)."""
-        rows = self._standings.get(node.view.name)
-        if rows is None:
-            rows = self._standings[node.view.name] = sorted(
-                (float("-inf") if r.stopping else self._standing_at(now_ms)(r), len(r.gpus))
-                for r in self.running_on[node.view.name] if not r.spec.share)
         have = len(node.free)
         if have >= spec.gpus:
             return float("-inf")
-        for level, n in rows:  # those stopping first
+        for level, n in self._table(node.view.name, now_ms)[2]:  # those stopping first
             have += n
             if have >= spec.gpus:
                 return level
         return float("inf")
-
-    def _standing_at(self, now_ms: int):
-        """standing(r, now_ms) of running jobs, each worked out once (the cycle's now never changes
-        between its searches; the job is kept with it, so that its id is not reused)."""
-        memo, config = self._standing, self.config
-
-        def of(r: RunningJob) -> float:
-            got = memo.get(id(r))
-            if got is None or got[2] != now_ms:
-                got = memo[id(r)] = (r, standing(r, now_ms, config), now_ms)
-            return got[1]
-        return of
 
     def cheapest(self, spec: JobSpec, nodes, now_ms: int, strength: float, attained_gpu_s: float,
                  reclaimable):
@@ -363,8 +359,7 @@ class VictimSearch:
     def stop(self, node: str, victims: list[Preemption]) -> list[int]:
         """Mark `victims` on `node` stopping; returns the GPUs coming back there (those of jobs already
         stopping, then the victims'; a shrink gives up only some)."""
-        self._weaker.pop(node, None)
-        self._standings.pop(node, None)
+        self._tables.pop(node, None)
         by_id = {p.job_id for p in victims}
         on_node = self.running_on[node]
         already = [g for r in on_node if r.stopping and not r.spec.share for g in r.gpus]
