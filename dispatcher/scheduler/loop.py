@@ -107,6 +107,7 @@ class Scheduler:
         self._cluster_at = -10**18
         self._published: tuple | None = None
         self._state = None  # (the last full cycle's policy state, when it ran) while quick cycles may use it
+        self.quick_ran = False  # the last cycle took the quick path (run: it does not put the next full one off)
         self._token = 0  # the fencing token this scheduler leads with (0: standing by)
         self._types_at = (-1e18, -1e18)  # when the keys' types, and the nodes' keys', were last checked
 
@@ -203,6 +204,7 @@ class Scheduler:
             self.mirror.invalidate()
 
     def _cycle(self, quick: bool) -> Plan:
+        self.quick_ran = False
         if not self._lead():
             self._follow()
             return Plan()
@@ -220,6 +222,7 @@ class Scheduler:
             if arrivals is not None and not (self.mirror.bad or self.mirror.stray or self.mirror.aside):
                 plan = place_arrivals(state[0], arrivals, now)
                 self._commit(plan, self.mirror.epochs, now, profile, config, state, t0, full=False)
+                self.quick_ran = True
                 return plan
         state = None  # the last cycle's state holds the backlog it saw: not alive through a re-read
         read = self.mirror.sync(now, self.timing.node_timeout_s, config,  # a sample needs fresh utilization
@@ -329,6 +332,7 @@ class Scheduler:
         quick = False
         backoff = 0.5
         self.lease.keep()  # renewed from a side thread while leading: a long read cannot starve it
+        full_at = time.monotonic()
         while not stop.is_set():
             self.lease.progress()
             try:
@@ -337,7 +341,12 @@ class Scheduler:
                     pubsub.subscribe(keys.events(self.ns))
                 self.cycle(quick)
                 backoff = 0.5
-                deadline = time.monotonic() + self.timing.tick_s
+                if not self.quick_ran:
+                    full_at = time.monotonic()
+                # the next full cycle is due a tick after the last one ended, however many quick ones ran
+                # since: else a steady stream of submits puts it off until one of them finds the state a
+                # tick old and waits for a full cycle of its own
+                deadline = full_at + self.timing.tick_s
                 kinds: set = set()
                 while not kinds and not stop.is_set():
                     left = deadline - time.monotonic()
