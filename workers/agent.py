@@ -167,8 +167,10 @@ class NodeAgent:
     def run(self) -> None:
         """Blocks until SIGINT/SIGTERM (RQ's warm shutdown), then cleans up. (Under `dispatch up` the
         agent is a process of its own, which `up` stops after the scheduler: up/supervisor.py.)"""
-        from rq import Queue, SimpleWorker
+        from rq import Queue
         from rq.serializers import JSONSerializer
+
+        from .rq_worker import AgentWorker
 
         self._lock = _lock_work_dir(self.supervisor.work_dir, self.name)
         self.supervisor.channel.start()  # the jobs' way to ask for things (workers/jobchannel.py)
@@ -192,7 +194,7 @@ class NodeAgent:
             while not self._stop.is_set():
                 worker = None
                 try:  # SimpleWorker itself talks to Redis: a server that is down fails its constructor
-                    worker = SimpleWorker([queue], connection=rq_client, serializer=JSONSerializer,
+                    worker = AgentWorker([queue], connection=rq_client, serializer=JSONSerializer,
                                           name=f"{self.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
                     started = time.monotonic()
                     worker.work(logging_level="WARNING", with_scheduler=False)

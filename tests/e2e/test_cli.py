@@ -123,10 +123,10 @@ def test_up_needs_no_redis_and_other_commands_find_it(tmp_path):
     finally:
         os.killpg(up.pid, signal.SIGTERM)
         try:
-            up.wait(60)  # as test_up_live: the agent has 60 s to stop (supervisor), the scheduler 15 s
+            up.wait(30)  # ~1 s; an agent whose RQ listener missed the stop took 60 s (workers/rq_worker.py)
         except subprocess.TimeoutExpired:
             up.kill()
-            pytest.fail("`up` did not stop within 60 s of SIGTERM:\n" + (tmp_path / "up.log").read_text())
+            pytest.fail("`up` did not stop within 30 s of SIGTERM:\n" + (tmp_path / "up.log").read_text())
     assert up.returncode == 0, (tmp_path / "up.log").read_text()
     assert not (tmp_path / "server.json").exists()
     assert (tmp_path / "data" / "appendonlydir").is_dir()  # the append-only file was on

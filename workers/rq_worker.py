@@ -1,0 +1,25 @@
+"""The RQ worker a node agent runs its launches in: RQ's SimpleWorker (each launch in the agent's own
+process, workers/jobs.py), whose command listener notices a stop within a second.
+
+RQ listens for its worker commands in a redis-py PubSubWorkerThread that waits up to 60 s per read.
+On a warm shutdown RQ sends UNSUBSCRIBE, then stops that thread and (redis-py 8) joins it with no
+timeout. When the thread reads the UNSUBSCRIBE reply before the stop clears its running flag (likely
+on a loaded machine), it goes back to wait, unsubscribed, the whole 60 s: a SIGTERM took a minute to
+stop the agent, and `dispatch up` killed it after its own 60 s.
+"""
+
+from __future__ import annotations
+
+from rq import SimpleWorker
+
+#: How long the command listener waits per read: the longest a stop waits for it.
+LISTEN_S = 1.0
+
+
+class AgentWorker(SimpleWorker):
+    def subscribe(self) -> None:
+        """As RQ's (2.x, 3.x), with LISTEN_S for the listener's wait."""
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(sleep_time=LISTEN_S, daemon=True,
+                                                       exception_handler=getattr(self, "_pubsub_exception_handler", None))
