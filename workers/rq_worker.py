@@ -21,5 +21,5 @@ class AgentWorker(SimpleWorker):
         """As RQ's (2.x, 3.x), with LISTEN_S for the listener's wait."""
         self.pubsub = self.connection.pubsub()
         self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
-        self.pubsub_thread = self.pubsub.run_in_thread(sleep_time=LISTEN_S, daemon=True,
-                                                       exception_handler=getattr(self, "_pubsub_exception_handler", None))
+        handler = getattr(self, "_pubsub_exception_handler", None)  # (an RQ without one: none)
+        self.pubsub_thread = self.pubsub.run_in_thread(sleep_time=LISTEN_S, daemon=True, exception_handler=handler)

@@ -295,13 +295,9 @@ class VictimSearch:
                 if r.spec.share:
                     continue
                 n = len(r.gpus)
-                if r.stopping:
-                    below.append((float("-inf"), n))
-                    floor.append((float("-inf"), n))
-                    continue
-                s = standing(r, now_ms, config)
+                s = float("-inf") if r.stopping else standing(r, now_ms, config)
                 floor.append((s, n))
-                if (b := preemptible_below(r, now_ms, config, s)) is not None:
+                if (b := preemptible_below(r, now_ms, config, s)) is not None:  # (-inf if stopping)
                     below.append((b, n))
             below.sort()
             floor.sort()
