@@ -248,15 +248,15 @@ def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None, rec
         from ..config import state_dir, write_private
 
         write_private(state_dir() / "dashboard.url", url + "\n")
-    click.echo(f"dispatch: dashboard on {url} (metrics at /metrics)" + ("" if allow_cancel else ", read-only"),
-               err=True)
-    if allow_cancel:
+    if allow_cancel:  # before the line that says it listens, which whoever waits for it reads as ready
         from ..store.requests import identity_on
 
         if not identity_on(ctx.client, ctx.ns):
             click.echo("dispatch: warning: --allow-cancel with identity off: anyone who can reach this page "
                        "may cancel any job, or requeue an ended one (recorded as 'anonymous from ADDR'); a "
                        "dispatch up with identity asks for a user and token instead", err=True)
+    click.echo(f"dispatch: dashboard on {url} (metrics at /metrics)" + ("" if allow_cancel else ", read-only"),
+               err=True)
     return server
 
 
