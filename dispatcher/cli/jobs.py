@@ -34,7 +34,8 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
     """Pending and running jobs, oldest first (-u, --state, --name, --team to filter)."""
     from ..store import keys
     from ..store import stats as published
-    from ..store.quarantine import report, tolerant
+    from ..store.quarantine import report
+    from ..store.connect import tolerant
 
     sel = selection(job_ids, users, states, names, teams)
     jobs = resolve(ctx.client, ctx.ns, sel, include_final=show_all or bool(sel.states - set(STATE_GROUPS["active"])),

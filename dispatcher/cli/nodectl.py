@@ -127,7 +127,7 @@ def _holding(ctx, node: str) -> int:
     """How many jobs hold GPUs on `node` now."""
     from ..store import keys
     from ..store.nodes import holder_ids
-    from ..store.quarantine import tolerant
+    from ..store.connect import tolerant
 
     alloc = tolerant(lambda: ctx.client.hgetall(keys.node_alloc(ctx.ns, node)), {})
     return len({j for v in alloc.values() for j in holder_ids(v)})

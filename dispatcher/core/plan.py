@@ -63,7 +63,6 @@ class RunningJob:
     rank: int = 0
     extra: tuple[tuple[str, tuple[int, ...]], ...] = ()
     ended: frozenset = frozenset()  # a gang's ranks whose end is recorded (their GPUs are free again)
-    assigned_ms: int = 0  # when this attempt was placed (started_ms is this until its agent marks it running)
 
     def attained_at(self, now_ms: int) -> float:
         """GPU-seconds received so far, this run included."""

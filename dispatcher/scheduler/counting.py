@@ -1,13 +1,10 @@
 """The leader's counts of what its mirror saw jobs do (scheduler/mirror.py), for /metrics: each end by
-final state and class with its run time, each start's latency from placement to running, and each
-requeue by why it went back (store/counters.py); and with the ends, the newest ends and the idle
-warnings the board reads (store/cluster.py).
+final state and class with its run time, and each requeue by why it went back (store/counters.py); and
+with the ends, the newest ends and the idle warnings the board reads (store/cluster.py).
 
-The mirror notes a start when a job it saw waiting (pending, or assigned) is read running, and a
-requeue when a job it saw holding resources, or placed itself, is read pending again. A placed job that
-ended, or went back, before the mirror read it running may have run all the same (a short job between
-two cycles): its record (finish.lua keeps a final job's times), or its last attempt, says when it
-started. The leader counts them once a full cycle, in one read and one write.
+The mirror notes a requeue when a job it saw holding resources, or placed itself, is read pending again.
+The leader counts them once a full cycle, in one read and one write. (A start's latency is counted by
+its agent's mark_running.lua, as it records the start.)
 """
 from __future__ import annotations
 
@@ -32,38 +29,25 @@ def requeue_kind(outcome: str, reason: str) -> str:
 
 
 def count_seen(client, ns: str, mirror) -> None:
-    """Count the ends, starts and requeues the mirror saw since the last count: one read (the ended
-    jobs' state, times, reason and exit code; the requeued jobs' last attempts; the start times of placed
-    jobs that ended before the mirror saw them run), one write; no round trip when it saw none."""
+    """Count the ends and requeues the mirror saw since the last count: one read (the ended jobs' state,
+    times, reason and exit code; the requeued jobs' last attempts), one write; no round trip when it saw
+    none."""
     ended, mirror.ended = mirror.ended, []
-    started, mirror.started = mirror.started, []
     requeued, mirror.requeued = mirror.requeued, []
-    unseen, mirror.unseen = mirror.unseen, []
-    if not ended and not started and not requeued and not unseen:
+    if not ended and not requeued:
         return
     pipe = client.pipeline(transaction=False)
     for job_id, _ in ended:
         job_record.queue_fields(pipe, ns, job_id, job_record.ENDED)
-    for job_id, _, _ in requeued:
+    for job_id, _ in requeued:
         pipe.lindex(keys.job_attempts(ns, job_id), -1)
-    for job_id, _ in unseen:
-        pipe.hmget(keys.job(ns, job_id), "assigned_ms", "started_ms")
-    replies = pipe.execute(raise_on_error=False) if ended or requeued or unseen else []
+    replies = pipe.execute(raise_on_error=False)
     pipe = client.pipeline(transaction=False)
     _count_ends(pipe, ns, ended, replies[:len(ended)])
-    replies = replies[len(ended):]
-    for (_, cls, waiting), raw in zip(requeued, replies):
+    for (_, cls), raw in zip(requeued, replies[len(ended):]):
         a = _attempt(raw)
         counters.count(pipe, ns, "requeues", kind=requeue_kind(str(a.get("outcome") or ""),
                                                               str(a.get("reason") or "")), **{"class": cls})
-        if waiting:  # placed, and back before the mirror saw it run: did it start?
-            started.append((cls, _latency(a.get("assigned_ms"), a.get("started_ms"))))
-    for (_, cls), got in zip(unseen, replies[len(requeued):]):
-        if isinstance(got, list) and len(got) == 2:
-            started.append((cls, _latency(*got)))
-    for cls, latency_s in started:
-        if latency_s is not None:
-            counters.observe(pipe, ns, "start_latency", latency_s, **{"class": cls})
     pipe.execute(raise_on_error=False)
 
 
@@ -85,15 +69,6 @@ def _count_ends(pipe, ns: str, ended, replies) -> None:
         if f["started_ms"] and f["finished_ms"] >= f["started_ms"]:
             counters.observe(pipe, ns, "job_run", (f["finished_ms"] - f["started_ms"]) / 1000.0, **{"class": cls})
     cluster.record_ends(pipe, ns, ends)
-
-
-def _latency(assigned_ms, started_ms) -> float | None:
-    """Seconds from placement to start, or None when it never started (or the times do not read)."""
-    try:
-        assigned, started = int(assigned_ms or 0), int(started_ms or 0)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, (started - assigned) / 1000.0) if assigned and started else None
 
 
 def _attempt(raw) -> dict:

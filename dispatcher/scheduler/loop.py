@@ -40,7 +40,8 @@ from ..store.leader import Lease
 from ..store.scripts import Scripts
 from .counting import count_seen
 from .mirror import Mirror
-from ..store.quarantine import any_wrong, check_types, quarantine, wrong_type
+from ..store.quarantine import any_wrong, check_types, quarantine
+from ..store.connect import wrong_type
 from ..store.repair import free_stale_gpus, repair_types, set_aside_all
 from ..store.samples import record_sample, sample_due
 from .planner import RedisPlanner

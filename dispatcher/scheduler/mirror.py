@@ -63,9 +63,7 @@ class Mirror:
         self.doomed: dict[str, str] = {}  # held job id -> the dependency that failed (the scheduler fails it)
         self.ended: list[tuple[str, str]] = []  # (job id, class) of jobs seen to end since the leader took them
         # for the leader's counters (scheduler/counting.py), taken at each full cycle:
-        self.started: list[tuple[str, float]] = []  # (class, seconds from placement to running) of jobs seen start
-        self.requeued: list[tuple[str, str, bool]] = []  # (job id, class, placed but not seen run) back in the queue
-        self.unseen: list[tuple[str, str]] = []  # (job id, class) of placed jobs that ended before seen running
+        self.requeued: list[tuple[str, str]] = []  # (job id, class) of jobs back in the queue
         self._waiting_on: dict[str, set[str]] = {}  # dependency id -> held jobs waiting on it
 
     def nodes(self) -> list[NodeRecord]:
@@ -82,7 +80,7 @@ class Mirror:
         the leader's to do: not kept here."""
         self.backlog.configure(config)
         self.refresh(leader=False)
-        for seen in (self.ended, self.started, self.requeued, self.unseen, self.stray, self.aside):
+        for seen in (self.ended, self.requeued, self.stray, self.aside):
             seen.clear()
 
     def lead(self) -> None:
@@ -213,22 +211,13 @@ class Mirror:
         return arrivals
 
     def _note(self, job_id: str, job, prior) -> None:
-        """For the leader's counters (scheduler/counting.py), what `job` (None: ended) did since `prior`:
-        a placed job its agent marked running, with how long that took; a job back in the queue after
-        holding resources, or after our own placement (it went back before this mirror saw it run). A
-        placed job that ended or went back before this mirror saw it run may have started: its record,
-        or its attempt, says. A shrunk job's restart (shrink.lua: the agent places it again) is no start."""
-        placed = isinstance(prior, PendingJob) and job_id in self.expected  # by our commit, not read since
-        waiting = placed or isinstance(prior, RunningJob) and prior.started_ms == prior.assigned_ms \
-            and prior.preempted_ms != prior.assigned_ms and prior.assigned_ms > 0
+        """For the leader's counters (scheduler/counting.py): a job (not None: not ended) back in the queue
+        after holding resources, or after our own placement (it went back before this mirror saw it run).
+        (Its start, and how long it took, its agent's mark_running.lua counts.)"""
         if job is None or isinstance(job, PendingJob):
-            self.expected.pop(job_id, None)
-            if job is None and waiting:
-                self.unseen.append((job_id, prior.spec.priority))
-            elif job is not None and (placed or isinstance(prior, RunningJob)):
-                self.requeued.append((job_id, job.spec.priority, waiting))
-        elif (waiting or isinstance(prior, PendingJob)) and job.started_ms != job.assigned_ms and job.assigned_ms:
-            self.started.append((job.spec.priority, max(0.0, (job.started_ms - job.assigned_ms) / 1000.0)))
+            placed = self.expected.pop(job_id, None) is not None and isinstance(prior, PendingJob)
+            if job is not None and (placed or isinstance(prior, RunningJob)):
+                self.requeued.append((job_id, job.spec.priority))
 
     def _ids(self, raw, index: str, check: str = "member", kind: str = "zset") -> list[str]:
         """The members of an index that are job ids; the others are stray."""

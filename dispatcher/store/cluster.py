@@ -24,9 +24,8 @@ import msgpack
 
 from ..core.model import priority_rank
 from . import keys
-from .connect import text
+from .connect import text, tolerant
 from .nodes import Drain
-from .quarantine import tolerant
 
 #: The least time between two publications (a full cycle runs every tick, 1 s by default).
 PUBLISH_EVERY_MS = 1000

@@ -91,6 +91,24 @@ def transient(e: Exception) -> bool:
     return isinstance(e, redis.exceptions.ResponseError) and str(e).startswith(("MISCONF", "LOADING", "READONLY"))
 
 
+def wrong_type(e: BaseException) -> bool:
+    """Is this a Redis WRONGTYPE error (a key of another type where a command expected one)?"""
+    import redis
+
+    return isinstance(e, redis.exceptions.ResponseError) and "WRONGTYPE" in str(e)
+
+
+def tolerant(call, default):
+    """call(), or `default` when a key it reads is of the wrong type: what read-only views do (the
+    leading scheduler sets such keys aside)."""
+    try:
+        return call()
+    except Exception as e:
+        if wrong_type(e):
+            return default
+        raise
+
+
 def text(value) -> str:
     """A Redis reply as str ('' for None)."""
     if value is None:

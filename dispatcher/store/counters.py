@@ -2,10 +2,12 @@
 
 A histogram the dashboard computed from the decision log counted again in every dashboard process
 and after every restart; these are counted once, where the event is decided, and live as long as the
-namespace, whoever leads (a new leader adds to them). The one writer is the leading scheduler: in
-its commit's round trip (queue_wait, cycle, jobs_started, preemptions), and once a full cycle for what
-its mirror saw jobs do (jobs_ended and job_run; start_latency, from placement to running, and requeues,
-by why: scheduler/counting.py). `read` gives them to the exporter (views/metrics.py).
+namespace, whoever leads (a new leader adds to them). The leading scheduler writes them: in its
+commit's round trip (queue_wait, cycle, jobs_started, preemptions), and once a full cycle for what
+its mirror saw jobs do (jobs_ended and job_run, and requeues by why: scheduler/counting.py). One
+histogram is observed where its event happens instead: start_latency, from placement to running, by the
+agent's mark_running.lua as it records the start (once an attempt, whatever a mirror saw of it, and
+whoever leads). `read` gives them to the exporter (views/metrics.py).
 
 Fields: "<name>|<labels>|b<i>" a histogram bucket's own count (not cumulative; i indexes BUCKETS[name],
 the last is +Inf), "<name>|<labels>|sum" and "|count"; "<name>|<labels>" a plain counter. Labels are
@@ -17,8 +19,7 @@ from __future__ import annotations
 import bisect
 
 from . import keys
-from .connect import text
-from .quarantine import tolerant
+from .connect import text, tolerant
 
 #: Each histogram's upper bounds, seconds.
 BUCKETS = {
@@ -40,6 +41,12 @@ def observe(pipe, ns: str, name: str, value: float, **labels) -> None:
     pipe.hincrby(keys.metrics(ns), f"{base}|b{i}", 1)
     pipe.hincrbyfloat(keys.metrics(ns), f"{base}|sum", float(value))
     pipe.hincrby(keys.metrics(ns), f"{base}|count", 1)
+
+
+def script_histogram(name: str, label: str) -> tuple[str, str]:
+    """What a script needs to observe histogram `name` under one label whose value it finds itself:
+    the fields' prefix ("<name>|<label>=") and the bounds ("a,b,..."), as mark_running.lua takes them."""
+    return f"{name}|{label}=", ",".join(repr(float(b)) for b in BUCKETS[name])
 
 
 def count(pipe, ns: str, name: str, n: int = 1, **labels) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import msgpack
 
 from . import keys
-from .quarantine import is_time, tolerant
+from .quarantine import is_time
+from .connect import tolerant
 
 #: How many decisions the log keeps.
 DECISIONS_KEPT = 2000

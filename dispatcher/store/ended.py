@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from ..core.model import FINAL_STATES
 from . import keys
-from .connect import text
+from .connect import text, tolerant
 from .job_record import parse, queue_fields, queue_record, record_from_hash
 from .jobs import attempt_view, record_view
-from .quarantine import tolerant, valid_name
+from .quarantine import valid_name
 from .samples import SAMPLE_EVERY_MS, read_samples
 
 #: Jobs per pipelined round trip.

@@ -14,11 +14,11 @@ from ..core.outputs import is_url, output_path
 from ..core.predict import fingerprint
 from . import control, keys, scripts
 from .codec import encode_spec
-from .connect import text
+from .connect import text, tolerant, wrong_type
 from .dependencies import check_dependencies
 from .history import Predictor, plan_estimate
 from .job_record import gang_ranks, queue_record, read_fields, record_from_hash, verdict_of
-from .quarantine import tolerant, valid_name, wrong_type
+from .quarantine import valid_name
 from .scripts import Outcome
 
 #: Per-job log stream cap, in bytes: at most LOG_MAXLEN entries (trimmed exactly, oldest first) of at most

@@ -12,8 +12,8 @@ from ..core.errors import InvalidRequestError, MalformedRecord, NotFoundError
 from ..core.model import GpuInfo
 from . import keys, scripts
 from .codec import decode_node_info, encode_node_info
-from .connect import text
-from .quarantine import MAX_MS, NAME, Entry, tolerant, valid_name
+from .connect import text, tolerant
+from .quarantine import MAX_MS, NAME, Entry, valid_name
 
 
 #: The longest reason `dispatch drain --reason` takes.

@@ -16,8 +16,7 @@ import hashlib
 import msgpack
 
 from . import keys
-from .connect import text
-from .quarantine import tolerant
+from .connect import text, tolerant
 
 #: How many policies the history keeps.
 HISTORY_KEPT = 10

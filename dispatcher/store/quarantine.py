@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from . import keys, scripts
-from .connect import text
+from .connect import text, tolerant, wrong_type
 
 log = logging.getLogger("dispatch.store")
 
@@ -57,24 +57,6 @@ def valid_name(raw) -> bool:
 def is_time(score) -> bool:
     """A score that can be a time in milliseconds: finite, within +-MAX_MS (NaN is not)."""
     return -MAX_MS <= score <= MAX_MS
-
-
-def wrong_type(e: BaseException) -> bool:
-    """Is this a Redis WRONGTYPE error (a key of another type where a command expected one)?"""
-    import redis
-
-    return isinstance(e, redis.exceptions.ResponseError) and "WRONGTYPE" in str(e)
-
-
-def tolerant(call, default):
-    """call(), or `default` when a key it reads is of the wrong type: what read-only views do (the
-    leading scheduler sets such keys aside)."""
-    try:
-        return call()
-    except Exception as e:
-        if wrong_type(e):
-            return default
-        raise
 
 
 @dataclass(frozen=True)

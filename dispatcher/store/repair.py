@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 
 from . import control, job_record, keys
-from .connect import text
+from .connect import text, tolerant
 from .jobs import rebuild_indexes
 from .nodes import holder_ids
-from .quarantine import ACTIVE, Entry, quarantine, set_aside, sweep, tolerant
+from .quarantine import ACTIVE, Entry, quarantine, set_aside, sweep
 from .snapshot import SpecCache, Strays, read_jobs
 
 log = logging.getLogger("dispatch.store")

@@ -92,13 +92,16 @@ def _agent_writes(ns: str) -> list[str]:
     job, alloc = keys.job(ns, "*"), keys.node_alloc(ns, "*")
     fenced = [job, alloc, keys.jobs_active(ns), keys.jobs_pending(ns), keys.jobs_changed(ns), keys.jobs_idle(ns),
               *_ended(ns),
-              keys.scheduler_leader(ns), keys.history(ns, "*"), keys.user_history(ns, "*"), keys.node_control(ns, "*")]
+              keys.scheduler_leader(ns), keys.history(ns, "*"), keys.user_history(ns, "*"), keys.node_control(ns, "*"),
+              keys.metrics(ns)]
     return [
         # heartbeats (store/nodes.py), GPU holders and job fields (finish, shrink, mark_running,
         # checkpointed, idle_warning and its index; the peak GPU memory, workers/usage.py; the log file's
         # path and the claim of a --notify, job_record.claim_notify)
         _selector(("+hset", "+hsetnx", "+hdel", "+hincrby", "+hincrbyfloat"), [job, keys.node(ns, "*"),
                                                                                keys.jobs_idle(ns)]),
+        # a start's latency, observed as mark_running.lua records it (store/counters.py)
+        _selector(("+hincrby", "+hincrbyfloat"), [keys.metrics(ns)]),
         # a requeue (finish.lua: ZADD pending, ZREM active), an end (ZADD ended) and the heartbeat index
         _selector(("+zadd", "+zrem"), [keys.jobs_pending(ns), keys.jobs_active(ns), *_ended(ns),
                                        keys.nodes_heartbeat(ns)]),

@@ -13,8 +13,8 @@ import json
 
 from ..core.model import IDLE_UTIL_PCT
 from . import keys
-from .connect import text
-from .quarantine import is_time, tolerant
+from .connect import text, tolerant
+from .quarantine import is_time
 
 #: One sample per this many milliseconds (the first cycle in each slot records it).
 SAMPLE_EVERY_MS = 15_000

@@ -16,6 +16,7 @@ from importlib import resources
 
 from ..core.model import FINAL_STATES
 from . import keys
+from .counters import script_histogram
 
 
 class Outcome(enum.IntEnum):
@@ -52,6 +53,8 @@ def _typed(reply, *, counts: bool = False):
     except ValueError:  # a count from a record's garbage (an epoch of -8 moves to -7): no outcome of ours
         return reply
 
+#: mark_running.lua observes each start's latency, by class (store/counters.py).
+_START_LATENCY = script_histogram("start_latency", "class")
 _NAMES = ("commit_placement", "commit_gang", "mark_running", "finish", "cancel", "preempt", "shrink", "checkpointed",
           "lease", "idle_warning", "rendezvous", "progress", "hold", "requeue")
 
@@ -203,8 +206,9 @@ class Scripts:
 
     def mark_running(self, job_id, epoch, now_ms, pid, *, client=None):
         """DONE, STALE, or CANCEL_REQUESTED (a cancel came first: the agent stops the process)."""
-        return self._call("mark_running", [keys.job(self.ns, job_id), keys.jobs_changed(self.ns)],
-                          [epoch, now_ms, pid, job_id], client)
+        return self._call("mark_running",
+                          [keys.job(self.ns, job_id), keys.metrics(self.ns), keys.jobs_changed(self.ns)],
+                          [epoch, now_ms, pid, *_START_LATENCY, job_id], client)
 
     def finish(self, job_id, node, epoch, state, exit_code, now_ms, reason="", *, preempted=False,
                keep_wait=True, checkpointable=False, lost_retries=None, fence="", spec=None, rank=None,

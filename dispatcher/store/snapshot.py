@@ -15,13 +15,13 @@ from ..core.plan import NodeView, PendingJob, RunningJob, Snapshot, pieces
 from ..core.model import ACTIVE_STATES
 from . import job_record, keys, scripts
 from .codec import decode_spec
-from .connect import text
+from .connect import text, tolerant, wrong_type
 from .job_record import gang_ranks
 from ..core.elastic import is_elastic, run_time
 from .dependencies import READY, judge_all
 from .history import plan_estimate
 from .nodes import NodeRecord, read_nodes
-from .quarantine import ACTIVE, MAX_MS, job_entry, tolerant, valid_name, wrong_type
+from .quarantine import ACTIVE, MAX_MS, job_entry, valid_name
 
 log = logging.getLogger("dispatch.store")
 
@@ -165,8 +165,8 @@ def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str |
         return RunningJob(spec, text(node), held,
                           int(started_ms or assigned_ms or 0), int(ckpt_ms or 0), int(preempted_ms or 0),
                           state == "preempting", extra=ranks[1:],
-                          ended=frozenset(int(r) for r in text(ended).split(",") if r.isdigit()) if ended else frozenset(),
-                          assigned_ms=int(assigned_ms or 0)), epoch
+                          ended=frozenset(int(r) for r in text(ended).split(",") if r.isdigit()) if ended
+                          else frozenset()), epoch
     if since is not None and index is not None:  # no record, or one that is not pending, in the pending index
         return Strays((job_entry(ns, index, job_id, "not a pending job", expect="pending"),))
     return None

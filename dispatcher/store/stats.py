@@ -11,8 +11,7 @@ from __future__ import annotations
 import msgpack
 
 from . import keys
-from .connect import text
-from .quarantine import tolerant
+from .connect import text, tolerant
 
 #: The most reservations kept in the published figures (a cycle makes a few: one per EASY
 #: reservation, starving job and preemptor).

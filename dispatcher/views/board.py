@@ -26,10 +26,10 @@ from ..core.model import FINAL_STATES, PRIORITIES
 from ..policy.score import dominant_share
 from ..store import cluster, keys
 from ..store import stats as published
-from ..store.connect import text
+from ..store.connect import text, tolerant
 from ..store.decisions import read_decisions
 from ..store.jobs import read_jobs
-from ..store.quarantine import tolerant, valid_name
+from ..store.quarantine import valid_name
 from ..store.samples import figures, holders, node_use, read_samples
 from ..store.snapshot import SpecCache, read_snapshot
 

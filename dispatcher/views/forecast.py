@@ -26,7 +26,7 @@ from ..scheduler.policy_source import policy_in_force
 from ..store import keys
 from ..store import stats as published
 from ..store.jobs import read_job
-from ..store.quarantine import tolerant
+from ..store.connect import tolerant
 from ..store.snapshot import SpecCache, read_snapshot
 
 #: Up to this many pending jobs the forecast runs on the whole queue; past it, on the jobs ranked ahead.

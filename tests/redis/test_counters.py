@@ -6,7 +6,7 @@ import time
 from dispatcher.clock import now_ms
 from dispatcher.scheduler.counting import REQUEUE_KINDS, requeue_kind
 from dispatcher.scheduler.loop import Scheduler
-from dispatcher.store import counters, keys
+from dispatcher.store import control, counters, keys
 from dispatcher.store.jobs import read_job
 from dispatcher.store.scripts import Scripts
 from dispatcher.views.board import Board
@@ -53,8 +53,8 @@ def test_a_garbled_counter_is_left_out(client, ns):
 
 
 def test_start_latency_and_requeues_are_counted_by_class_and_kind(client, ns):
-    """The mirror sees each placed job start (its latency from placement, by class) and go back to the
-    queue (by class, and why: from its attempt's end)."""
+    """Each placed job's start is counted as its agent records it (its latency from placement, by
+    class), and the mirror sees it go back to the queue (by class, and why: from its attempt's end)."""
     beat(client, ns, "a", gpus=3)
     high, normal, low = (submit(client, ns, gpus=1, priority=p) for p in ("high", "normal", "low"))
     sched = Scheduler(client, ns)
@@ -65,7 +65,7 @@ def test_start_latency_and_requeues_are_counted_by_class_and_kind(client, ns):
     for job_id, after_ms in ((high, 1500), (normal, 40)):
         assigned = int(client.hget(keys.job(ns, job_id), "assigned_ms"))
         assert scripts.mark_running(job_id, epoch[job_id], assigned + after_ms, 4242) == 1
-    sched.cycle()  # sees two start
+    sched.cycle()
     got = counters.read(client, ns)["histograms"]["start_latency"]
     assert {lbl: (h["count"], h["sum"]) for lbl, h in got.items()} == {(("class", "high"),): (1, 1.5),
                                                                        (("class", "normal"),): (1, 0.04)}
@@ -106,7 +106,7 @@ def test_requeue_kinds():
 
 def test_a_start_between_two_cycles_is_counted_from_the_record(client, ns):
     """A short job that starts and ends (or goes back) before the leader reads it running still counts
-    its start: the job's record, or its attempt, keeps when it was placed and started."""
+    its start: mark_running.lua counted it."""
     beat(client, ns, "a", gpus=2)
     done, back = submit(client, ns, gpus=1, priority="high"), submit(client, ns, gpus=1)
     sched = Scheduler(client, ns)
@@ -124,3 +124,57 @@ def test_a_start_between_two_cycles_is_counted_from_the_record(client, ns):
         (("class", "high"),): (1, 2.0), (("class", "normal"),): (1, 2.0)}
     assert got["counters"]["requeues"] == {(("class", "normal"), ("kind", "preempted")): 1}
     assert got["counters"]["jobs_started"] == {(("class", "high"),): 1, (("class", "normal"),): 2}  # placed again
+
+
+def test_a_start_is_counted_once_whoever_leads_and_whatever_a_mirror_saw(client, ns):
+    """A job placed just before its leader's lease lapsed and was taken again (a new token: the
+    mirror forgets what it expected of its commits) starts and ends unseen: its start counts once all
+    the same. A stale copy's start (an epoch moved on), or a second report, counts nothing."""
+    beat(client, ns, "a", gpus=1)
+    job = submit(client, ns, gpus=1, priority="low")
+    sched = Scheduler(client, ns)
+    sched.cycle()  # places it
+    client.delete(keys.scheduler_leader(ns))  # the lease lapsed
+    sched.lease.recheck()
+    scripts = Scripts(client, ns)
+    epoch = read_job(client, ns, job)["epoch"]
+    assigned = int(client.hget(keys.job(ns, job), "assigned_ms"))
+    assert scripts.mark_running(job, epoch + 1, assigned + 300, 4242) == 0  # stale
+    assert scripts.mark_running(job, epoch, assigned + 300, 4242) == 1
+    assert scripts.mark_running(job, epoch, assigned + 900, 4242) == 0  # running already: no second start
+    assert scripts.finish(job, "a", epoch, "succeeded", 0, assigned + 1000) == 1
+    sched.cycle()  # leads again, under a new token; sees it ended
+    got = counters.read(client, ns)
+    assert got["counters"]["jobs_ended"] == {(("class", "low"), ("state", "succeeded")): 1}
+    latency = got["histograms"]["start_latency"]
+    assert {lbl: (h["count"], h["sum"]) for lbl, h in latency.items()} == {(("class", "low"),): (1, 0.3)}
+    assert latency[(("class", "low"),)]["buckets"][:4] == [0, 0, 0, 1]  # 0.3 s: in the 0.5 s bucket
+
+
+def test_a_placement_in_the_millisecond_of_its_preemption_is_a_start_and_a_shrunk_restart_is_none(client, ns):
+    """A job forced off and placed again within the same millisecond (its last preemption and its new
+    placement share a time) starts again: counted. A shrunk job restarted by its own agent on fewer
+    GPUs (shrink.lua) is no new start: not counted."""
+    beat(client, ns, "a", gpus=4)
+    again, shrunk = submit(client, ns, gpus=1), submit(client, ns, gpus=2, priority="high")
+    sched = Scheduler(client, ns)
+    sched.cycle()  # places both
+    scripts = Scripts(client, ns)
+    epoch = {j: read_job(client, ns, j)["epoch"] for j in (again, shrunk)}
+    t = now_ms()
+    first = (t - int(client.hget(keys.job(ns, again), "assigned_ms"))) / 1000
+    for job_id in (again, shrunk):
+        assert scripts.mark_running(job_id, epoch[job_id], t, 4242) == 1
+    assert scripts.finish(again, "a", epoch[again], "pending", None, t + 10, "preempted (forced) by operator x",
+                          preempted=True) == 1
+    assert scripts.commit_placement(again, "a", [3], epoch[again] + 1, t + 10, fence=sched.lease.fence) > 0
+    assert scripts.mark_running(again, epoch[again] + 2, t + 30, 4242) == 1  # 20 ms after its placement
+    pipe = client.pipeline(transaction=True)
+    control.preempt(scripts, "a", shrunk, epoch[shrunk], t + 40, by="job 9", mode="shrink", reason="r", keep=(1,),
+                    keep_wait=False, client=pipe)
+    pipe.execute()
+    restarted = scripts.shrink(shrunk, "a", epoch[shrunk], [1], t + 50)
+    assert restarted > 0 and scripts.mark_running(shrunk, restarted, t + 60, 4243) == 1
+    got = counters.read(client, ns)["histograms"]["start_latency"]
+    assert {lbl: h["count"] for lbl, h in got.items()} == {(("class", "normal"),): 2, (("class", "high"),): 1}
+    assert abs(got[(("class", "normal"),)]["sum"] - (first + 0.02)) < 1e-6
