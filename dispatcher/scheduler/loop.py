@@ -231,7 +231,7 @@ class Scheduler:
         self._live_nodes = len(read.snapshot.nodes)  # published with the cycle's figures
         self._seen = (read.nodes, read.snapshot.running)  # not the read: its backlog is not kept past a re-read
         self.planner.quarantine(read.bad_jobs, now)
-        count_seen(self.client, self.ns, self.mirror)  # ends, starts' latencies, requeues (scheduler/counting.py)
+        count_seen(self.client, self.ns, self.mirror)  # ends and requeues (scheduler/counting.py)
         if read.stray or read.aside:  # bad index entries, keys of the wrong type (store/quarantine.py)
             quarantine(self.client, self.ns, read.stray, now)
             set_aside_all(self.client, self.ns, read.aside, now)
