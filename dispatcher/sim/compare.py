@@ -42,7 +42,7 @@ def table(out: dict) -> str:
     header = ["policy"] + [c for _, c in COLUMNS]
     rows = []
     for name, m in out["policies"].items():
-        label = name + (" (oracle)" if m["oracle"] else "")
+        label = name + (" (oracle)" if m["oracle"] else "") + (" (stalled)" if m.get("stalled_at_s") else "")
         rows.append([label] + [_fmt(m.get(k)) for k, _ in COLUMNS])
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(r, widths)))
@@ -51,6 +51,9 @@ def table(out: dict) -> str:
     lines.append("")
     lines.append(f"{out['jobs']} jobs on {out['gpus']} GPUs ({out['nodes']} nodes); estimates {out['estimates']}; "
                  f"seed {out['seed']}. Wait = JCT - true duration.")
+    for name, m in out["policies"].items():
+        if m.get("stalled_at_s"):
+            lines.append(stalled_note(name, m))
     classes = {}
     for name, m in out["policies"].items():
         for c, s in m["per_class"].items():
@@ -67,3 +70,10 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}"
     return str(v)
+
+
+def stalled_note(name: str, m: dict) -> str:
+    """A line on a run that stopped stalled: its figures are of the jobs that finished."""
+    return (f"{name} stalled on day {m['stalled_at_s'] / 86400:.1f}: a simulated day with no job finished while "
+            f"jobs kept being preempted; stopped there with {m['jobs'] - m['finished']:,} of {m['jobs']:,} jobs "
+            f"unfinished (left out of its JCT and waits)")

@@ -27,6 +27,11 @@ from ..core.predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, RECENT, Run, fin
 from .workload import EstimateModel, TraceJob
 
 ARRIVE, FINISH, SAVED, TICK = 0, 1, 2, 3  # TICK: a cycle with nothing new (time alone changes the plan)
+#: A run stops, stalled, once a simulated day passes in which no job finished and no preempted job kept
+#: any progress, while the jobs in the cluster were preempted at least once each on average: a policy
+#: that stops jobs before they progress (a preemptive one with no minimum run, against the checkpoint's
+#: cost) would never end.
+STALL_WINDOW_S = 86400.0
 
 
 @dataclass
@@ -60,6 +65,7 @@ class SimResult:
     unfinished: int
     starts: list[tuple[float, str, str, tuple[int, ...], int]]  # (t, job, node, GPUs, rank in its cycle)
     estimates: list[tuple[float, float]] = field(default_factory=list)  # (what the policy was told, true s)
+    stalled_at_s: float | None = None  # the run stopped here, stalled (STALL_WINDOW_S); its jobs left unfinished
 
 
 class HistoryPredictor:
@@ -143,6 +149,11 @@ class Engine:
         self.node_views: dict[str, NodeView] = {}
         self.dirty: set[str] = set(self.nodes)
         self.cycles = 0
+        self.finished = self.preempted = 0
+        self.kept_s = 0.0  # work saved by graceful preemptions (a forced one keeps none)
+        self.stalled_at_s: float | None = None
+        #: (t, (finished, kept_s), preempted) when the jobs last made progress that stays
+        self._last_progress: tuple[float, tuple[int, float], int] | None = None
         #: None, or t -> a later time: the events from t up to it happen together, at the last one's
         #: time (fewer cycles, each event at most that much late; forecasts use it)
         self.coalesce = None
@@ -199,8 +210,8 @@ class Engine:
         kind = self.estimates.kind
         if kind == "given":  # what the spec carries (from_snapshot: the live estimate)
             return job.spec.est_s
-        if kind == "oracle":
-            return max(1.0, job.work_left_s)
+        if kind == "oracle":  # the truth: how long its next attempt will run, a resumed one's restore included
+            return max(1.0, job.work_left_s + (self.ckpt_restore_s if job.preemptions else 0.0))
         if kind == "none":
             return None
         if kind == "history":
@@ -221,7 +232,7 @@ class Engine:
     def run(self, *, until_s: float = math.inf, watch: str | None = None, max_cycles: int | None = None) -> SimResult:
         """Replays every event; stops early (and may be called again) before the first instant past
         `until_s`, after the instant at which job `watch` first started, or once `max_cycles` cycles ran."""
-        while self.events and self.events[0][0] <= until_s:
+        while self.events and self.events[0][0] <= until_s and self.stalled_at_s is None:
             if watch is not None and self.jobs[watch].first_start_s is not None:
                 break
             if max_cycles is not None and self.cycles >= max_cycles:
@@ -243,6 +254,7 @@ class Engine:
                 elif token == job.token and kind == FINISH and job.state == "running":
                     self.release(job, now)
                     job.state, job.end_s, job.work_left_s = "done", now, 0.0
+                    self.finished += 1
                     self.history.observe(job.spec, job.trace.duration_s)
                     changed = True
                 elif token == job.token and kind == SAVED and job.state == "stopping":
@@ -254,9 +266,20 @@ class Engine:
             elif changed:  # nothing waits: a cycle could place nothing and preempt no one
                 busy = self.total_gpus - sum(len(f) for f in self.free.values())
                 self.timeline.append((now, 0, busy, 0))
+            self._check_stall(now)
         unfinished = sum(1 for j in self.jobs.values() if j.state != "done")
         return SimResult(self.name, list(self.jobs.values()), self.total_gpus, self.timeline, self.cycles,
-                         unfinished, self.starts, self.told)
+                         unfinished, self.starts, self.told, self.stalled_at_s)
+
+    def _check_stall(self, now: float) -> None:
+        """Mark the run stalled (STALL_WINDOW_S) when it is."""
+        last, progress = self._last_progress, (self.finished, self.kept_s)
+        if last is None or last[1] != progress:
+            self._last_progress = (now, progress, self.preempted)
+            return
+        in_cluster = len(self.pending) + len(self.running)
+        if now - last[0] >= STALL_WINDOW_S and self.preempted - last[2] >= max(1, in_cluster):
+            self.stalled_at_s = now
 
     def release(self, job: SimJob, now: float) -> None:
         for node, gpus in job.node_gpus:
@@ -272,6 +295,7 @@ class Engine:
         if not keep_progress:  # forced: everything since this attempt began is lost
             job.lost_gpu_s += max(0.0, now - job.run_start_s) * job.spec.gpus
         job.preemptions += 1
+        self.preempted += 1
         job.last_preempted_s = now
         job.attempts += 1
         job.token += 1
@@ -311,6 +335,7 @@ class Engine:
                 self.requeue(victim, now, keep_progress=False)
                 freed = True
             else:  # graceful (and shrink, which trace jobs never ask for): save, then requeue
+                self.kept_s += min(done, victim.work_left_s)
                 victim.work_left_s = max(0.0, victim.work_left_s - done)
                 victim.state = "stopping"
                 self.view_running(victim)

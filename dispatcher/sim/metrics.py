@@ -61,7 +61,7 @@ def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float) -> dict:
     jcts = [j.end_s - j.trace.submit_s for j in done]
     waits = _waits(done)
     start = min((j.trace.submit_s for j in result.jobs), default=0.0)
-    end = max((j.end_s for j in done), default=start)
+    end = max([j.end_s for j in done] + [result.stalled_at_s or start], default=start)  # a stalled run: its stop
     makespan = max(1e-9, end - start)
     busy = frag = 0.0
     tl = result.timeline
@@ -82,6 +82,7 @@ def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float) -> dict:
     return {
         "jobs": len(result.jobs),
         "finished": len(done),
+        "stalled_at_s": result.stalled_at_s,  # None, or when the run stopped (sim/engine.py STALL_WINDOW_S)
         "avg_jct_s": round(statistics.fmean(jcts), 1) if jcts else 0.0,
         "p50_jct_s": round(pct(jcts, 50), 1),
         "p99_jct_s": round(pct(jcts, 99), 1),

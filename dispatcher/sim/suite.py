@@ -8,7 +8,8 @@ workload:
 - average JCT below both las and fifo-easy;
 - critical jobs wait at most 1 min on average, high jobs at most 5 min;
 - the low class's p99 wait at most 1.5x FIFO's;
-- the p99 wait of jobs of 8+ GPUs no worse than fifo-easy's.
+- the p99 wait of jobs of 8+ GPUs no worse than fifo-easy's;
+- the run finishes (one that stalls, sim/engine.py STALL_WINDOW_S, breaks "finishes").
 
 Pure: workloads come as trace text or from a seeded random.Random; running them is
 the caller's (dispatcher/lab/suite_run.py runs them in parallel processes).
@@ -20,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 from ..policy.promises import short_span
+from .compare import stalled_note
 from .generator import MIXES, generate
 from .workload import TraceJob, parse_trace
 
@@ -62,6 +64,8 @@ def row(metrics: dict, bases: dict[str, dict]) -> dict:
     for name, b in bases.items():
         if b["avg_jct_s"]:
             out[f"vs_{name}"] = round(metrics["avg_jct_s"] / b["avg_jct_s"], 3)
+    if metrics.get("stalled_at_s"):
+        out["stalled"] = stalled_note("", metrics).lstrip()
     return out
 
 
@@ -84,14 +88,16 @@ def _limits(r: dict, bases: dict[str, dict]) -> dict[str, tuple[float, float | N
 
 def promises(r: dict, bases: dict[str, dict]) -> dict[str, bool]:
     """Which of the default's promises `r` (a row) keeps on its workload; a promise about a class
-    the workload lacks, or a baseline that did not run, is kept."""
-    return {k: not lim or (v < lim if strict else v <= lim) for k, (v, lim, strict) in _limits(r, bases).items()}
+    the workload lacks, or a baseline that did not run, is kept. A run that stalled breaks "finishes"."""
+    kept = {k: not lim or (v < lim if strict else v <= lim) for k, (v, lim, strict) in _limits(r, bases).items()}
+    return kept | {"finishes": not r.get("stalled")}
 
 
 def shortfall(r: dict, bases: dict[str, dict]) -> dict[str, float]:
     """How far `r` misses each promise: ln(value / limit) where it is over the limit, else 0 (a JCT
     10% above las's is 0.095; the search adds these up, so a large miss counts more than a small one)."""
-    return {k: math.log(v / lim) if lim and v > lim else 0.0 for k, (v, lim, _) in _limits(r, bases).items()}
+    miss = {k: math.log(v / lim) if lim and v > lim else 0.0 for k, (v, lim, _) in _limits(r, bases).items()}
+    return miss | {"finishes": math.inf if r.get("stalled") else 0.0}
 
 
 def _fmt(v) -> str:
@@ -114,8 +120,8 @@ def format_card(card: dict) -> str:
             def wait(c):
                 s = cls.get(c)
                 return f"{short_span(s['avg_wait_s'])}/{short_span(s['p99_wait_s'])}" if s else "-"
-            lines.append([w, p, short_span(r["avg_jct_s"]), _fmt(r.get("vs_fifo")), _fmt(r.get("vs_fifo-easy")),
-                          _fmt(r.get("vs_las")), _fmt(r.get("vs_srtf")), wait("critical"), wait("high"),
+            lines.append([w, p + (" *" if r.get("stalled") else ""), short_span(r["avg_jct_s"]), _fmt(r.get("vs_fifo")),
+                          _fmt(r.get("vs_fifo-easy")), _fmt(r.get("vs_las")), _fmt(r.get("vs_srtf")), wait("critical"), wait("high"),
                           wait("normal"), wait("low"), short_span(r["p99_wait_8plus_gpus_s"]), _fmt(r["jain"]),
                           str(r["preemptions"]), _fmt(r["gpu_hours_lost"])])
     widths = [max(len(x[i]) for x in [head] + lines) for i in range(len(head))]
@@ -123,6 +129,8 @@ def format_card(card: dict) -> str:
            for x in [head] + lines]
     out.insert(1, "-" * len(out[0]))
     out.append("class columns: average/p99 wait. /fifo etc.: average JCT against that baseline on the same week.")
+    out += [f"* {w} {p}: {r['stalled']}" for w, entry in card["workloads"].items() for p, r in entry["rows"].items()
+            if r.get("stalled")]
     for p, broken in card.get("broken", {}).items():
         if broken:
             out.append(f"{p}: broken promises: " + "; ".join(f"{w}: {', '.join(b)}" for w, b in broken.items()))

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from dispatcher.sim.compare import simulate
+from dispatcher.sim.compare import simulate, table
 from dispatcher.sim.engine import make_nodes
-from dispatcher.sim.policies import BASELINES, dispatch_policy
+from dispatcher.sim.policies import BASELINES, SimPolicy, dispatch_policy
 from dispatcher.sim.workload import EstimateModel, TraceJob, format_trace, parse_trace, synthetic
 
 SEED_NODE = "1x2xA100-40GB+2xV100-16GB"
@@ -110,3 +110,34 @@ def test_simulate_plots_a_png(tmp_path):
                         "fifo,las", "--plot", str(png)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_srtf_lets_a_resumed_job_finish_its_restore_before_judging_what_it_has_left():
+    # One GPU. A (100 s) is preempted at 80 s for B (10 s), saves until 110, and resumes at 120 with
+    # 20 s of work after its 30 s restore: it ends at 170. Long jobs arriving from 145 s must not
+    # stop it: the oracle's estimate of its attempt is 50 s, not the 20 s of work alone (with which it
+    # looked past its estimate, "unknown", at 140 s, and every arrival preempted it again).
+    trace = [TraceJob("A", 0, "u", 1, 100), TraceJob("B", 80, "u", 1, 10)]
+    trace += [TraceJob(f"L{i}", 145 + 5 * i, "v", 1, 1000) for i in range(5)]
+    out = run(trace, make_nodes(None, 1, 1), [BASELINES["srtf"]], est="oracle")
+    jobs = {j.spec.id: j for j in out["results"]["srtf"].jobs}
+    assert (jobs["A"].preemptions, jobs["A"].end_s) == (1, 170.0)
+    assert out["policies"]["srtf"]["finished"] == len(trace)
+
+
+def test_a_policy_that_preempts_jobs_before_they_progress_stops_as_stalled_instead_of_running_forever():
+    # Shortest remaining time on users' (lognormal) estimates, preemptive with no minimum run: a job
+    # past its estimate counts as "unknown" and any other job preempts it, inside its 30 s restore,
+    # every time it is placed again. On two GPUs these ten jobs never finish.
+    trace = [TraceJob("j0", 12.1, "u0", 1, 97.7), TraceJob("j4", 75.2, "u0", 1, 196.6),
+             TraceJob("j3", 84.6, "u1", 1, 124.1), TraceJob("j2", 107.4, "u2", 1, 101.4),
+             TraceJob("j9", 143.1, "u1", 1, 52.8), TraceJob("j7", 167.9, "u0", 1, 87.4),
+             TraceJob("j8", 183.3, "u1", 1, 193.4), TraceJob("j6", 218.9, "u2", 1, 66.7),
+             TraceJob("j5", 243.1, "u0", 1, 62.7), TraceJob("j1", 275.5, "u2", 1, 193.6)]
+    policy = SimPolicy("remaining", BASELINES["srtf"].config, "srtf on users' estimates")
+    out = run(trace, make_nodes(None, 2, 2), [policy], seed=0)
+    m = out["policies"]["remaining"]
+    assert 86400 <= m["stalled_at_s"] <= 2 * 86400 and m["finished"] < len(trace), m
+    assert "remaining (stalled)" in table(out) and "remaining stalled on day 1." in table(out)
+    # the same jobs finish under srtf with true durations: its estimates of a resumed attempt hold
+    assert run(trace, make_nodes(None, 2, 2), [BASELINES["srtf"]])["policies"]["srtf"]["finished"] == len(trace)

@@ -103,3 +103,16 @@ def test_the_suite_finds_the_shared_traces_where_the_project_keeps_them():
     from dispatcher.sim.suite import TRACES
 
     assert [file for _, file, _, _ in TRACES if not (DEFAULT_TRACES / file).is_file()] == []
+
+
+def test_a_stalled_run_breaks_the_finishes_promise_and_is_starred_on_the_card():
+    from dispatcher.sim.suite import format_card
+
+    bases = {"fifo": _metrics(100, {}), "fifo-easy": _metrics(90, {}), "las": _metrics(80, {})}
+    stalled = row(_metrics(10, {}) | {"stalled_at_s": 2.5 * 86400, "jobs": 40, "finished": 30}, bases)
+    assert stalled["stalled"].startswith("stalled on day 2.5") and "10 of 40 jobs unfinished" in stalled["stalled"]
+    assert [k for k, ok in promises(stalled, bases).items() if not ok] == ["finishes"]
+    assert all(promises(row(_metrics(70, {}), bases), bases).values())
+    card = {"workloads": {"lab": {"rows": {"srtf": stalled}}}, "broken": {}}
+    text = format_card(card)
+    assert "lab       srtf *" in text and "* lab srtf: stalled on day 2.5" in text, text
