@@ -10,9 +10,10 @@ simulates only what is new. The report:
   and fifo-easy;
 - leave-one-out: for each workload, the candidate chosen on all the other workloads (by `score`:
   the JCT misses first, then the wait misses), and that candidate's figures on the workload
-  left out.
+  left out. With --seeds, every week runs once per seed and a kind of week is left out with all
+  its seeds.
 
-    python scripts/policy/search.py --candidates scripts/policy/candidates.jsonl --cache /tmp/search.json
+    python scripts/policy/search.py --candidates scripts/policy/candidates.jsonl --seeds 0,1,2 --loo
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +62,8 @@ def main() -> None:
     ap.add_argument("--cache", default="/tmp/dispatch-search.json")
     ap.add_argument("--workloads", default=None)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", default=None, help="several seeds, e.g. 0,1,2: each week once per seed (NAME@SEED); "
+                    "leave-one-out then leaves out a kind of week, all its seeds together")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--loo", action="store_true", help="also the leave-one-out report")
     args = ap.parse_args()
@@ -69,14 +73,19 @@ def main() -> None:
                   if ln.strip() and not ln.startswith("#")]
     cands = [json.dumps(json.loads(c), sort_keys=True) if c.startswith("{") else c for c in cands]
     names = args.workloads.split(",") if args.workloads else None
-    ws = load_workloads(None, args.seed, names)
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
     cache = Path(args.cache)
     known = {}
     if cache.exists():
         known = {tuple(k.split("\t")): v for k, v in json.loads(cache.read_text()).items()}
-    results = run(ws, cands, known=known, processes=args.jobs, seed=args.seed)
-    cache.write_text(json.dumps({"\t".join(k): v for k, v in results.items()}))
-    wn = [w.name for w in ws]
+    results, wn = {}, []
+    for seed in seeds:
+        ws = load_workloads(None, seed, names)
+        if args.seeds:  # a week's name carries its seed: the generated weeks differ by it, the traces' estimates too
+            ws = [replace(w, name=f"{w.name}@{seed}") for w in ws]
+        results.update(run(ws, cands, known=known, processes=args.jobs, seed=seed))
+        cache.write_text(json.dumps({"\t".join(k): v for k, v in results.items()}))
+        wn += [w.name for w in ws]
     for c in cands:
         broken = {}
         for w in wn:
@@ -95,13 +104,16 @@ def main() -> None:
                   f"{cls}  {','.join(broken.get(w, []))}")
     if args.loo and len(cands) > 1:
         print("\nleave-one-out:")
-        for w in wn:
-            rest = [x for x in wn if x != w]
-            best = min(cands, key=lambda c: score(results, c, rest))
-            jct, wait, n, g = score(results, best, [w])
-            r = row(results[(w, best)], {b: results[(w, b)] for b in BASELINES})
-            print(f"  {w:9s} chosen on the rest: {best}\n            on {w}: JCT miss={jct:.3f} wait miss={wait:.3f} "
-                  f"broken={n} vs las {r['vs_las']:.3f}, vs fifo-easy {r['vs_fifo-easy']:.3f}, vs fifo {r['vs_fifo']:.3f}")
+        kinds = list(dict.fromkeys(w.partition("@")[0] for w in wn))
+        for kind in kinds:
+            out = [x for x in wn if x.partition("@")[0] == kind]
+            best = min(cands, key=lambda c: score(results, c, [x for x in wn if x not in out]))
+            print(f"  {kind:9s} chosen on the rest: {best}")
+            for w in out:
+                jct, wait, n, g = score(results, best, [w])
+                r = row(results[(w, best)], {b: results[(w, b)] for b in BASELINES})
+                print(f"            on {w}: JCT miss={jct:.3f} wait miss={wait:.3f} broken={n} vs las {r['vs_las']:.3f}, "
+                      f"vs fifo-easy {r['vs_fifo-easy']:.3f}, vs fifo {r['vs_fifo']:.3f}")
 
 
 if __name__ == "__main__":
