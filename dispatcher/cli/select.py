@@ -11,14 +11,14 @@ from ..core.selection import STATE_GROUPS, Selection, selection  # noqa: F401 (t
 
 
 def filter_options(fn):
-    """-u/--user, --state, --name, --team: repeatable or comma-separated; --name takes globs."""
+    """-u/--user, -t/--state (squeue's -t), --name, --team: repeatable or comma-separated; --name takes globs."""
     for flag, short, what in (("--team", None, "TEAM"), ("--name", None, "GLOB"),
-                              ("--state", None, "STATE"), ("--user", "-u", "USER")):
+                              ("--state", "-t", "STATE"), ("--user", "-u", "USER")):
         names = [short, flag] if short else [flag]
         fn = click.option(*names, flag.lstrip("-") + "s", multiple=True, metavar=what,
                           help=f"Only jobs of this {flag.lstrip('-')} (repeatable, or comma-separated"
                                + ("; shell globs like 'sweep-*'" if flag == "--name" else "")
-                               + ("; or active, done" if flag == "--state" else "") + ").")(fn)
+                               + ("; or active, done, all" if flag == "--state" else "") + ").")(fn)
     return fn
 
 

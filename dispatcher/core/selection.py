@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from .errors import InvalidRequestError
 
 #: States a filter may name: the job states, and the two groups users think in.
-STATE_GROUPS = {"active": ("pending", "assigned", "running", "preempting"),
-                "done": ("succeeded", "failed", "cancelled")}
 STATES = ("pending", "assigned", "running", "preempting", "succeeded", "failed", "cancelled")
+STATE_GROUPS = {"active": ("pending", "assigned", "running", "preempting"),
+                "done": ("succeeded", "failed", "cancelled"), "all": STATES}
 #: The most ids one range may stand for (`1-1000000` is a typo, not a request).
 MAX_RANGE = 100_000
 _RANGE = re.compile(r"(\d+)-(\d+)")
@@ -66,7 +66,7 @@ def selection(ids=(), users=(), states=(), names=(), teams=()) -> Selection:
     for s in split(states):
         s = s.lower()
         if s not in STATES and s not in STATE_GROUPS:
-            raise InvalidRequestError(f"--state {s}: not a state; one of {', '.join(STATES)}, active, done",
+            raise InvalidRequestError(f"--state {s}: not a state; one of {', '.join(STATES)}, active, done, all",
                                       field="--state")
         wanted.update(STATE_GROUPS.get(s, (s,)))
     return Selection(tuple(expand_ids(ids)), split(users), frozenset(wanted), split(names), split(teams))

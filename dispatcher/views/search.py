@@ -94,7 +94,7 @@ class Search:
 
     def find(self, q: str, state: str = "", cls: str = "", page: int = 0, per: int = 25) -> dict:
         """One page of the jobs matching `q` (those holding GPUs, then pending, then finished ones, each
-        newest first), with how many match and how many were looked at. `state`: a state, or active, done;
+        newest first), with how many match and how many were looked at. `state`: a state, or active, done, all;
         `cls`: a class. The page's rows are read as they are now (a handful of records)."""
         q = " ".join(str(q).split())
         if len(q) > MAX_QUERY:

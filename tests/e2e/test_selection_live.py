@@ -30,6 +30,9 @@ def test_queue_cancel_and_wait_pick_jobs_by_user_name_state_and_range(cli):
     assert out.splitlines() == [f"{j}: cancelled" for j in sweep]
     assert [cli.show(j)["state"] for j in sweep] == ["cancelled"] * 3
     assert cli.show(hold)["state"] == "running" and cli.show(other)["state"] == "pending"
+    everyone = [hold, *sweep, other]  # squeue's -t all: ended jobs too
+    assert sorted(ids(cli.run("queue", "-t", "all", "--json").stdout), key=int) == everyone
+    assert ids(cli.run("queue", "-t", "done", "-u", "alice", "--json").stdout) == sweep
 
     cli.run("cancel", hold)
     done = cli.run("wait", other, "--timeout", "30")
