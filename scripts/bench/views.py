@@ -19,7 +19,8 @@ as on a live cluster. Then, in this process, alternating so that a busy machine 
 - CLI: `dispatch why JOB`, `dispatch eta JOB` and `dispatch top --once` as fresh processes, against
   `python -c "import redis"` in the same run (the floor of any Python process that talks to Redis);
 - over HTTP: GET /api/board and /metrics from a real `dispatch dashboard` process, the leader cycling;
-- board JSON: the size of /api/board's answer and what encoding it costs.
+- board JSON: the size of /api/board's answer and what encoding it costs; an answer as the dashboard
+  makes it, plain and gzipped (the first gzipped answer of a read compresses the read's part).
 
 Reports medians (and p95 where there are enough samples) in ms.
 
@@ -98,6 +99,16 @@ def measure(bench: bl.Bench, ns: str, repeats: int) -> dict:
                served_metrics_ms=bl.median(served_metrics), served_metrics_max_ms=max(served_metrics))
     encoded = [timed_ms(json.dumps, warm.overview()) for _ in range(3)]
     out.update(board_json_kb=round(len(json.dumps(warm.overview())) / 1024), board_json_ms=bl.median(encoded))
+    # /api/board's answer as the dashboard makes it: the read's JSON (and its gzip) once, a head per
+    # answer; plain and gzipped alternating, spaced as served_board's (the reads go on in the background)
+    gz_first = timed_ms(lambda: warm.overview_json(gzip=True))  # compresses the read's part
+    answers, answers_gz = [], []
+    for _ in range(repeats):
+        time.sleep(0.2)
+        answers.append(timed_ms(warm.overview_json))
+        answers_gz.append(timed_ms(lambda: warm.overview_json(gzip=True)))
+    out.update(board_answer_ms=bl.median(answers), board_gzip_first_ms=gz_first, board_gzip_answer_ms=bl.median(
+        answers_gz), board_gzip_kb=round(len(warm.overview_json(gzip=True)) / 1024))
     env = dict(os.environ, DISPATCH_REDIS_URL=bench.url, DISPATCH_NAMESPACE=ns, DISPATCH_NODE_TIMEOUT_S="86400")
     cli, cli_eta, top, base = [], [], [], []
     for j in sample[:repeats]:

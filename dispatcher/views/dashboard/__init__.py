@@ -34,6 +34,7 @@ from ...clock import now_ms
 from ...core.errors import DispatcherError, InvalidRequestError, NotFoundError
 from ...auth.identity import NotAllowed
 from ..board import Cached
+from ..gzipped import Tail, gzip_join
 from ..metrics import ClusterCollector, exposition
 from ...core.model import PRIORITIES
 
@@ -97,7 +98,7 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
     collector = ClusterCollector(board)
     # a scrape is served the last exposition while the next is made in the background (at 1,000 nodes
     # it is ~50,000 samples: formatting them takes longer than a scrape should wait)
-    scrape = Cached(1.0, lambda: exposition(collector))
+    scrape = Cached(1.0, lambda: Tail(exposition(collector)))  # gzipped once, for the scrapers that ask
     # read once now, so that no viewer's first request waits for a cold read (~0.1-0.2 s at 1,000 nodes)
     threading.Thread(target=_warm, args=(board, scrape), name="dashboard warm-up", daemon=True).start()
 
@@ -117,8 +118,8 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
                        classes=list(reversed(PRIORITIES)), csrf=csrf)
 
     @app.get("/api/board")
-    def overview():
-        return Response(board.overview_json(), mimetype="application/json")
+    def overview():  # 1.8 MB at 1,000 nodes, polled every 2 s: gzipped for the browsers that take it
+        return _maybe_gzipped(lambda gz: board.overview_json(gzip=gz), "application/json")
 
     @app.get("/api/queue")
     def queue():
@@ -180,8 +181,20 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
                                    request.args.get("per", 25, type=int)))
 
     @app.get("/metrics")
-    def metrics():
-        return Response(scrape.get(), mimetype="text/plain; version=0.0.4; charset=utf-8")
+    def metrics():  # Prometheus asks for gzip
+        body = scrape.get()
+        return _maybe_gzipped(lambda gz: gzip_join(b"", body) if gz else body.data,
+                              "text/plain; version=0.0.4; charset=utf-8")
+
+
+def _maybe_gzipped(make, mimetype: str) -> Response:
+    """`make(gzip)`'s body, gzipped if the request takes gzip (views/gzipped.py)."""
+    gz = "gzip" in request.accept_encodings
+    resp = Response(make(gz), mimetype=mimetype)
+    resp.vary.add("Accept-Encoding")
+    if gz:
+        resp.headers["Content-Encoding"] = "gzip"
+    return resp
 
 
 def _warm(board, scrape) -> None:
