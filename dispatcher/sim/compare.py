@@ -54,6 +54,8 @@ def table(out: dict) -> str:
     for name, m in out["policies"].items():
         if m.get("stalled_at_s"):
             lines.append(stalled_note(name, m))
+        elif m["finished"] < m["jobs"]:
+            lines.append(unfinished_note(name, m))
     classes = {}
     for name, m in out["policies"].items():
         for c, s in m["per_class"].items():
@@ -70,6 +72,14 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.3f}" if abs(v) < 10 else f"{v:,.0f}"
     return str(v)
+
+
+def unfinished_note(name: str, m: dict) -> str:
+    """A line on a run that ended with jobs that never finished: no node of the cluster could ever hold
+    them (more GPUs than a node or the cluster has, a GPU type it lacks), or nothing freed room."""
+    return (f"{name}: {m['jobs'] - m['finished']:,} of {m['jobs']:,} jobs never finished (left out of its JCT and "
+            f"waits), e.g. {', '.join(m.get('unfinished_examples') or [])}: likely no node of this cluster could hold "
+            "them; check --gpus/--nodes and the trace's GPU types")
 
 
 def stalled_note(name: str, m: dict) -> str:

@@ -56,6 +56,11 @@ def estimate_error(told: list[tuple[float, float]], jobs: int) -> dict:
             "p90_rel_error": round(pct(rel, 90), 3), "within_2x": round(within2 / max(1, len(rel)), 3)}
 
 
+def _what(t) -> str:
+    return f"{t.job_id} ({t.gpus} GPU{'s' if t.gpus != 1 else ''}" + (f" of {'|'.join(t.gpu_types)})" if t.gpu_types
+                                                                       else ")")
+
+
 def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float) -> dict:
     done = [j for j in result.jobs if j.end_s is not None]
     jcts = [j.end_s - j.trace.submit_s for j in done]
@@ -82,6 +87,8 @@ def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float) -> dict:
     return {
         "jobs": len(result.jobs),
         "finished": len(done),
+        # a few of the jobs that never ended (too big for the cluster, a GPU type it lacks), for the table's note
+        "unfinished_examples": [_what(j.trace) for j in result.jobs if j.end_s is None][:3],
         "stalled_at_s": result.stalled_at_s,  # None, or when the run stopped (sim/engine.py STALL_WINDOW_S)
         "avg_jct_s": round(statistics.fmean(jcts), 1) if jcts else 0.0,
         "p50_jct_s": round(pct(jcts, 50), 1),

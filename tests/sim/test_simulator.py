@@ -101,6 +101,17 @@ def test_dispatch_simulate_prints_a_table_and_json(tmp_path):
     assert out["policies"]["fifo"]["jct_vs_fifo"] == 1.0
 
 
+def test_jobs_the_cluster_can_never_hold_are_named_under_the_table(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority\n"
+                    "huge,0,u,16,100,,\nh100,5,u,1,30,H100,\nfits,7,,2,50,,low\n")
+    p = subprocess.run([sys.executable, "-m", "dispatcher", "simulate", str(path), "--gpus", "8"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "dispatch: 2 of 3 jobs never finished (left out of its JCT and waits), e.g. huge (16 GPUs), " \
+           "h100 (1 GPU of H100)" in p.stdout, p.stdout
+
+
 def test_simulate_plots_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     path = tmp_path / "t.csv"
