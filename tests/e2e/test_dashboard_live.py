@@ -213,9 +213,16 @@ def test_metrics_parse_as_prometheus_text_and_top_prints_one_frame(cli, busy):
 
     running, pending = busy
     base = start_dashboard(cli)
-    cli.wait_for(lambda: b"gpu-04" in get(base + "/metrics") and b'kind="zombie"' in get(base + "/metrics"),
-                 timeout=30, what="the dead node and the zombie in /metrics")
-    families = {f.name: f for f in text_string_to_metric_families(get(base + "/metrics").decode())}
+    # a scrape is served the last read (its next one runs in the background), and the queue's counts
+    # are the leader's last full cycle's: wait for one that saw the last submits as well
+    critical_pending = 'dispatch_jobs_pending{class="critical"} 1.0\n'
+
+    def caught_up():
+        t = get(base + "/metrics").decode()
+        return t if "gpu-04" in t and 'kind="zombie"' in t and critical_pending in t else None
+
+    text = cli.wait_for(caught_up, timeout=30, what="the dead node, the zombie and the critical pending job in /metrics")
+    families = {f.name: f for f in text_string_to_metric_families(text)}
     value = {(f.name, s.name, tuple(sorted(s.labels.items()))): s.value
              for f in families.values() for s in f.samples}
 
