@@ -166,11 +166,13 @@ def checkpointed(ctx):
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
 @click.option("--rank", default=0, type=click.IntRange(0, 4095), show_default=True,
               help="A multi-node job's rank whose output to print.")
+@click.option("-n", "--tail", "tail", default=None, type=click.IntRange(0, 10**7), metavar="N",
+              help="Only the last N lines so far (as tail -n); with -f, then what comes.")
 @common
-def logs(ctx, job_id, follow, rank):
+def logs(ctx, job_id, follow, rank, tail):
     """A job's output, from any host (a multi-node job's: rank 0's, or --rank's). With -f it exits
     once the job ends: 0 if it succeeded, 1 if not."""
-    from ..store.jobs import is_final, log_trimmed, read_job, read_log
+    from ..store.jobs import is_final, log_trimmed, read_job, read_log, read_log_tail
 
     job_id = one_job(ctx.client, ctx.ns, job_id)  # (12_5: element 5 of array 12)
     job = read_job(ctx.client, ctx.ns, job_id)  # JobNotFound for a bad id
@@ -178,12 +180,18 @@ def logs(ctx, job_id, follow, rank):
         raise InvalidRequestError(f"--rank {rank}: job {job_id} has no rank {rank}", field="--rank")
     out = sys.stdout.buffer
     last = "-"
-    if log_trimmed(ctx.client, ctx.ns, job_id, rank):  # (on stderr: the output itself stays as the job wrote it)
+    if tail is not None:
+        last, chunk = read_log_tail(ctx.client, ctx.ns, job_id, tail, rank=rank)
+    if (tail is None or chunk.count(b"\n") < tail) and log_trimmed(ctx.client, ctx.ns, job_id, rank):
+        # (on stderr: the output itself stays as the job wrote it)
         where = (f"{job['output'] or job['log_file']} on {job['node']}" if not rank and (job["output"] or job["log_file"])
                  else "the job's log file on its node")
         click.echo(f"[dispatch: earlier output trimmed; the whole of it is in {where}]", err=True)
-    for last, chunk in read_log(ctx.client, ctx.ns, job_id, rank=rank):
+    if tail is not None:
         out.write(chunk)
+    else:
+        for last, chunk in read_log(ctx.client, ctx.ns, job_id, rank=rank):
+            out.write(chunk)
     out.flush()
     while follow:
         got = read_log(ctx.client, ctx.ns, job_id, last, block_ms=500, rank=rank)

@@ -355,6 +355,23 @@ def read_log(client, ns: str, job_id: str, after: str = "-", *, block_ms: int | 
     return [(text(i), f[b"d"]) for _, entries in got for i, f in entries]
 
 
+def read_log_tail(client, ns: str, job_id: str, lines: int, *, rank: int = 0) -> tuple[str, bytes]:
+    """The log's last `lines` lines (as `tail -n`), read newest chunk first until they are in hand:
+    (the newest chunk's id, for read_log to follow from, or "-"; the bytes)."""
+    key, got, newlines, before, newest = keys.job_log(ns, job_id, rank), [], 0, "+", "-"
+    while True:
+        batch = client.xrevrange(key, max=before, count=200 if lines > 0 else 1)
+        got += [f[b"d"] for _, f in batch]
+        newlines += sum(f[b"d"].count(b"\n") for _, f in batch)
+        newest = text(batch[0][0]) if batch and newest == "-" else newest
+        if lines <= 0 or len(batch) < 200 or newlines > lines:  # the start, or the line before the first wanted
+            break
+        before = f"({text(batch[-1][0])}"
+    data = b"".join(reversed(got))
+    body, end = (data[:-1], b"\n") if data.endswith(b"\n") else (data, b"")
+    return newest, (b"\n".join(body.split(b"\n")[-lines:]) + end if data and lines > 0 else b"")
+
+
 def is_final(state: str) -> bool:
     return state in FINAL_STATES
 

@@ -88,6 +88,12 @@ def test_logs_follow_streams_until_the_job_ends(cli):
     p = cli.run("logs", failing, "-f", timeout=30, check=False)
     assert (p.returncode, p.stdout.split()) == (1, ["bye"])  # -f ends as the job did, as `wait` does
 
+    slow = cli.submit("--", "sh", "-c", "seq 1 500; sleep 4; echo done")
+    cli.wait_for(lambda: b"500" in cli.run("logs", slow).stdout.encode(), what="the first 500 lines")
+    assert cli.run("logs", slow, "-n", "3").stdout == "498\n499\n500\n"  # as tail -n: the last lines so far
+    p = cli.run("logs", slow, "-n", "1", "-f", timeout=30)
+    assert (p.returncode, p.stdout) == (0, "500\ndone\n")  # then what comes, until the job ends
+
 
 def test_wait_takes_a_duration_and_names_what_is_not_done(cli):
     job = cli.submit("--gpus", "1", "--", "true")  # no node: it waits

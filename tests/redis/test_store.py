@@ -166,3 +166,18 @@ def test_a_read_in_batches_gives_what_one_read_gives(client, ns, monkeypatch):
     assert [type(w).__name__ for _, w in batched] == [type(w).__name__ for _, w in one]
     assert isinstance(batched[4][1], Exception)
     assert [w[0].spec for _, w in batched if isinstance(w, tuple)] == [w[0].spec for _, w in one if isinstance(w, tuple)]
+
+
+def test_the_last_lines_of_a_log_come_whole_across_chunks_as_tail_n(client, ns):
+    from dispatcher.store.jobs import append_log, read_log, read_log_tail
+
+    assert read_log_tail(client, ns, "7", 3) == ("-", b"")  # no output yet
+    text = b"".join(b"line %d\n" % i for i in range(1000))
+    for at in range(0, len(text), 11):  # chunks that cut lines anywhere, more of them than one read takes
+        append_log(client, ns, "7", text[at:at + 11])
+    newest = read_log(client, ns, "7")[-1][0]
+    assert read_log_tail(client, ns, "7", 3) == (newest, b"line 997\nline 998\nline 999\n")
+    assert read_log_tail(client, ns, "7", 5000)[1] == text  # fewer lines than asked: all of them
+    assert read_log_tail(client, ns, "7", 0) == (newest, b"")  # -n 0 -f: only what comes next
+    append_log(client, ns, "7", b"partial")  # a last line not ended yet counts, as tail's does
+    assert read_log_tail(client, ns, "7", 2)[1] == b"line 999\npartial"
