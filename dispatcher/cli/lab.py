@@ -8,6 +8,7 @@ import time
 import click
 
 from . import common
+from .select import filter_options, selection
 from ..core.errors import InvalidRequestError
 
 
@@ -114,15 +115,17 @@ def _ckpt_cost(text: str) -> tuple[float, float]:
               "replays), with the columns state, exit_code and team after it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of the table.")
 @click.option("--since", default=None, metavar="DURATION", help="Only jobs submitted this long ago or later (e.g. 7d).")
+@filter_options
 @common
-def history(ctx, as_csv, as_json, since):
-    """Jobs that ran to an end: who, what, how they ended; --csv replays a lab's own week in `dispatch simulate`."""
+def history(ctx, as_csv, as_json, since, users, states, names, teams):
+    """Jobs that ran to an end: who, what, how they ended (-u, --state, --name, --team to filter, as
+    sacct's); --csv replays a lab's own week in `dispatch simulate`."""
     from . import _table
     from ..core.units import rough
 
     if as_csv and as_json:
         raise InvalidRequestError("give --csv or --json, not both", field="--csv")
-    jobs, rows = history_rows(ctx.client, ctx.ns, since)
+    jobs, rows = history_rows(ctx.client, ctx.ns, since, selection((), users, states, names, teams))
     if as_csv:
         from ..sim.workload import format_trace
 
@@ -131,15 +134,15 @@ def history(ctx, as_csv, as_json, since):
     elif as_json:
         click.echo(json.dumps(rows, indent=1))
     else:
-        click.echo(_table([[r["job_id"], r["user"], r["team"] or "-", r["priority"], r["num_gpus"],
+        click.echo(_table([[r["job_id"], r["name"] or "-", r["user"], r["team"] or "-", r["priority"], r["num_gpus"],
                             "|".join(r["gpu_type"]) or "any", rough(r["duration_s"]), r["state"],
                             "-" if r["exit_code"] is None else r["exit_code"]] for r in rows],
-                          ["ID", "USER", "TEAM", "CLASS", "GPUS", "GPU TYPE", "RAN", "STATE", "EXIT"]))
+                          ["ID", "NAME", "USER", "TEAM", "CLASS", "GPUS", "GPU TYPE", "RAN", "STATE", "EXIT"]))
 
 
-def history_rows(client, ns: str, since: str | None) -> tuple[list, list[dict]]:
-    """Jobs that ran to an end as TraceJobs (submit times from the first one) and as plain rows (those
-    fields and state, exit_code, team)."""
+def history_rows(client, ns: str, since: str | None, sel=None) -> tuple[list, list[dict]]:
+    """Jobs that ran to an end (those `sel`, a core.selection.Selection, picks) as TraceJobs (submit times
+    from the first one) and as plain rows (those fields and state, exit_code, team, name)."""
     from dataclasses import asdict
 
     from ..sim.workload import TraceJob
@@ -149,14 +152,15 @@ def history_rows(client, ns: str, since: str | None) -> tuple[list, list[dict]]:
     since_ms = None
     if since:
         since_ms = int((time.time() - parse_duration(since, flag="--since")) * 1000)
-    found = read_history(client, ns, since_ms)
+    found = [r for r in read_history(client, ns, since_ms) if sel is None or sel.matches(r)]
     first = min((r["submitted_at"] for r in found), default=0.0)
     jobs = [TraceJob(r["id"], round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
                      round(max(0.001, r["finished_at"] - r["started_at"]), 3), tuple(r["gpu_types"]), r["priority"])
             for r in found]
     names = {"job_id": "job_id", "submit_s": "submit_time_s", "gpus": "num_gpus", "gpu_types": "gpu_type"}
     rows = [{names.get(k, k): v for k, v in asdict(j).items()} | {"state": r["state"], "exit_code": r["exit_code"],
-                                                                   "team": r["team"]} for j, r in zip(jobs, found)]
+                                                                   "team": r["team"], "name": r["name"]}
+            for j, r in zip(jobs, found)]
     return jobs, rows
 
 

@@ -96,8 +96,13 @@ def test_history_shows_state_exit_code_and_team_and_bad_input_is_one_line(cli, w
     assert exported.splitlines()[0].endswith(",priority,state,exit_code,team")
     assert f"{week['fails']['id']}," in exported and ",failed,3,nlp" in exported
     table = cli.run("history").stdout.splitlines()
-    assert table[0].split() == ["ID", "USER", "TEAM", "CLASS", "GPUS", "GPU", "TYPE", "RAN", "STATE", "EXIT"]
+    assert table[0].split() == ["ID", "NAME", "USER", "TEAM", "CLASS", "GPUS", "GPU", "TYPE", "RAN", "STATE", "EXIT"]
+    # sacct's filters: -u, --state, --team
+    picked = json.loads(cli.run("history", "-t", "failed", "--team", "nlp", "--json").stdout)
+    assert [r["job_id"] for r in picked] == [week["fails"]["id"]]
+    assert [r["user"] for r in json.loads(cli.run("history", "-u", "bo", "--json").stdout)] == ["bo"] * sum(
+        r["user"] == "bo" for r in rows.values())
     for bad, word in ((("report", "--since", "abc"), "--since"), (("report", "--by", "colour"), "--by"),
-                      (("history", "--since", "abc"), "--since")):
+                      (("history", "--since", "abc"), "--since"), (("history", "-t", "done-ish"), "--state")):
         p = cli.run(*bad, check=False)
         assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and word in p.stderr, p.stderr
