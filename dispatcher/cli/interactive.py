@@ -79,7 +79,8 @@ def attach(ctx, job_id):
         raise InvalidRequestError(f"job {job_id} is no interactive session (dispatch shell); follow its output with "
                                   f"dispatch logs -f {job_id}", field="JOB")
     if rec["state"] in ("succeeded", "failed", "cancelled"):
-        raise InvalidStateError(f"job {job_id} already ended ({rec['state']}{': ' + rec['reason'] if rec['reason'] else ''})")
+        ended = rec["state"] + (f" ({rec['reason']})" if rec["reason"] else "")
+        raise InvalidStateError(job_id, ended, "attach to", hint=f"its output: dispatch logs {job_id}")
     first, after = streams.tail(ctx.client, ctx.ns, job_id, SCREENFUL)
     me = current_user()
     session = Session(ctx, job_id, _signer(ctx, me, job_id) if identity_on(ctx.client, ctx.ns) else None)

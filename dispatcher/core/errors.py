@@ -63,8 +63,14 @@ class JobNotFound(NotFoundError):
 class InvalidStateError(DispatcherError):
     """The job is in a state that does not allow the operation."""
 
-    def __init__(self, job_id: str, state: str, operation: str):
-        super().__init__(f"job {job_id} is {state}; cannot {operation} it")
+    #: What to do instead, for the mistakes users make most: (operation, state) -> hint.
+    HINTS = {("requeue", "running"): "`dispatch preempt --force` stops it and puts it back in the queue",
+             ("update", "running"): "only a pending job can be changed",
+             ("hold", "running"): "only a pending job can be held; `dispatch preempt` sends it back to the queue"}
+
+    def __init__(self, job_id: str, state: str, operation: str, hint: str | None = None):
+        hint = hint or self.HINTS.get((operation, state))
+        super().__init__(f"job {job_id} is {state}; cannot {operation} it" + (f" ({hint})" if hint else ""))
         self.job_id, self.state, self.operation = job_id, state, operation
 
 

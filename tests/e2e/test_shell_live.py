@@ -129,6 +129,9 @@ def test_a_shell_on_a_gpu_gets_its_gpu_ctrl_c_and_exit_status_and_frees_the_gpu(
     assert (job["state"], job["exit_code"], job["reason"]) == ("failed", 3, "exit code 3"), job
     assert holders(node) == {"n1": {0: None, 1: None}}
     assert "gpu=" in node.run("logs", job_id).stdout  # the session's output is the job's log too
+    p = node.run("attach", job_id, check=False)  # it ended: one line that says so and where its output is
+    assert (p.returncode, p.stderr.strip()) == (1, f"dispatch: error: job {job_id} is failed (exit code 3); cannot "
+                                                f"attach to it (its output: dispatch logs {job_id})"), p.stderr
 
 
 def test_a_killed_client_leaves_the_shell_running_and_attach_takes_it_up(node, client):
