@@ -361,8 +361,8 @@ def read_log_tail(client, ns: str, job_id: str, lines: int, *, rank: int = 0) ->
     key, got, newlines, before, newest = keys.job_log(ns, job_id, rank), [], 0, "+", "-"
     while True:
         batch = client.xrevrange(key, max=before, count=200 if lines > 0 else 1)
-        got += [f[b"d"] for _, f in batch]
-        newlines += sum(f[b"d"].count(b"\n") for _, f in batch)
+        got += [f.get(b"d", b"") for _, f in batch]
+        newlines += sum(chunk.count(b"\n") for chunk in got[len(got) - len(batch):])
         newest = text(batch[0][0]) if batch and newest == "-" else newest
         if lines <= 0 or len(batch) < 200 or newlines > lines:  # the start, or the line before the first wanted
             break

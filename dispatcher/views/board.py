@@ -29,7 +29,7 @@ from ..store import cluster, keys
 from ..store import stats as published
 from ..store.connect import text, tolerant
 from ..store.decisions import read_decisions
-from ..store.jobs import read_jobs
+from ..store.jobs import read_jobs, read_log_tail
 from ..store.quarantine import valid_name
 from ..store.samples import figures, holders, node_use, read_samples
 from ..store.snapshot import SpecCache, read_snapshot
@@ -386,7 +386,6 @@ class Board:
             d["words"] = decision_words(d, job_id)
             events.append((d["time"], d["words"]))
         out["timeline"] = [{"t": t, "what": w} for t, w in sorted(events, key=lambda e: e[0])]
-        chunks = tolerant(lambda: self.client.xrevrange(keys.job_log(self.ns, job_id), count=LOG_TAIL_LINES), [])
-        tail = b"".join(f.get(b"d", b"") for _, f in reversed(chunks)).decode(errors="replace")
-        out["log_tail"] = "\n".join(tail.splitlines()[-LOG_TAIL_LINES:])
+        _, tail = tolerant(lambda: read_log_tail(self.client, self.ns, job_id, LOG_TAIL_LINES), ("-", b""))
+        out["log_tail"] = "\n".join(tail.decode(errors="replace").splitlines())
         return out
