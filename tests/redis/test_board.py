@@ -265,3 +265,15 @@ def test_a_running_job_whose_record_msgpack_cannot_pack_is_left_out_of_the_publi
     pipe.execute()
     seen = cluster.read(client, ns)
     assert [n.name for n in seen.nodes] == ["n1"] and [r.gpus for r in seen.running] == [(0,)]
+
+
+def test_a_jobs_page_shows_the_last_lines_of_its_output_whole(client, ns):
+    from dispatcher.store.jobs import append_log
+    from dispatcher.views.board import LOG_TAIL_LINES
+
+    (job,) = write_jobs(client, ns, [build_spec(command=["true"], user="u", submit_ms=now_ms(), gpus=1)])
+    text = b"".join(b"step %d\n" % i for i in range(1000))
+    for at in range(0, len(text), 3):  # more chunks than lines shown, each cutting lines anywhere
+        append_log(client, ns, job, text[at:at + 3])
+    shown = Board(client, ns).job(job)["log_tail"].splitlines()
+    assert shown == [f"step {i}" for i in range(1000 - LOG_TAIL_LINES, 1000)]
