@@ -3,6 +3,7 @@ and evaluated by views/alerts.py."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 
 from .errors import ConfigError, InvalidRequestError
@@ -48,7 +49,9 @@ class AlertConfig:
                     parse_duration(str(value).strip()) if name.endswith("_s") else float(str(value))
             except (InvalidRequestError, ValueError):
                 number = -1.0
-            if not number > 0:
+            if name.endswith("_pct") and number > 100:
+                raise ConfigError(f"{where}: is a share of the GPUs in percent, at most 100, got {value!r}", key=where)
+            if not (number > 0 and math.isfinite(number)):
                 raise ConfigError(f"{where}: {value!r} must be a positive "
                                   f"{'duration (90s, 15m, 2h)' if name.endswith('_s') else 'number'}", key=where)
             cfg = replace(cfg, **{name: number})

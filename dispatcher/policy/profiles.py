@@ -23,6 +23,7 @@ naming the key, e.g. `profiles.night.weights.wait: must be a number >= 0`.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 
@@ -85,6 +86,8 @@ def _err(key: str, msg: str) -> ConfigError:
 def _number(value, key: str, *, lo: float = 0.0, integer: bool = False):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
         raise _err(key, f"must be {'a whole number' if integer else 'a number'} >= {lo:g}, got {value!r}")
+    if not math.isfinite(value):  # nan compares false with everything: a score of nan ranks nothing
+        raise _err(key, f"must be a finite number >= {lo:g}, got {value!r}")
     if value < lo:
         raise _err(key, f"must be >= {lo:g}, got {value!r}")
     return value
@@ -124,6 +127,8 @@ def _profile(raw: dict, key: str, base: PolicyConfig) -> PolicyConfig:
     for name, attr in _DURATION_KEYS.items():
         if name in raw:
             changes[attr] = _duration(raw[name], f"{key}.{name}")
+    if changes.get("remaining_ref_s") == 0:  # the remaining term is ref / (ref + estimate)
+        raise _err(f"{key}.remaining_ref", "must be above 0: the run time a job scores 50 at")
     if "aging_cap" in raw:
         cap = _number(raw["aging_cap"], f"{key}.aging_cap")
         if cap > 100:

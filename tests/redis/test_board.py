@@ -98,7 +98,8 @@ def test_alert_thresholds_come_from_the_policy_files_alerts_table(table, field, 
     assert getattr(parse_policy(f"[alerts]\n{table}\n").alerts, field) == value
 
 
-@pytest.mark.parametrize("table", ["nope = 1", 'high_wait = "soon"', "low_util = -3"])
+@pytest.mark.parametrize("table", ["nope = 1", 'high_wait = "soon"', "low_util = -3", "low_util = 200",
+                                   "low_util = nan", "critical_wait = inf"])
 def test_bad_alert_thresholds_name_the_key(table):
     with pytest.raises(ConfigError) as e:
         parse_policy(f"[alerts]\n{table}\n")

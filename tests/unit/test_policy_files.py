@@ -28,7 +28,13 @@ def test_a_lab_can_turn_within_class_preemption_off_and_move_the_tiers():
     ('[profiles.default]\npreempt_by = "oldest"\n', "preempt_by"),
     ('[profiles.default]\nlas_tiers = ["10h", "1h"]\n', "increasing"),
     ('[profiles.default]\nlas_tiers = "1h"\n', "list"),
-], ids=["unknown-mode", "tiers-out-of-order", "tiers-not-a-list"])
+    # nan compares false with every bound: a nan weight made every score nan and the live scheduler spin
+    ('[defaults]\nweights = { priority = nan }\n', "finite"),
+    ('[defaults]\naging_cap = inf\n', "finite"),
+    ('[defaults]\nmin_run = nan\n', "finite"),
+    ('[defaults]\nremaining_ref = "0s"\n', "above 0"),
+], ids=["unknown-mode", "tiers-out-of-order", "tiers-not-a-list", "nan-weight", "inf-cap", "nan-duration",
+        "zero-remaining-ref"])
 def test_a_bad_setting_is_one_clear_error(text, needle):
     with pytest.raises(ConfigError) as e:
         parse_policy(text)
