@@ -21,7 +21,8 @@
 -- ends as (gang_end): the job is marked preempting, and the agents of the other ranks stop theirs (each
 -- sees the mark at its next check). The last rank's end ends the job as that first end said.
 -- New state 'pending' puts the job back in the queue: attempt + 1, epoch + 1 (fencing any copy
--- still running); a preemption or a lost attempt also counts gpu_s_lost.
+-- still running); a preemption or a lost attempt also counts gpu_s_lost. A job a user asked to cancel
+-- (cancel_ms) is not requeued: its attempt lost with its agent or node, or preempted, ends it cancelled.
 -- returns (store/scripts.py Outcome) 1 DONE; 0 STALE write refused (epoch moved or job not active);
 -- -4 NOT_LEADER the caller no longer leads
 if ARGV[11] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[11] then return -4 end
@@ -117,6 +118,10 @@ redis.call('RPUSH', KEYS[5], cmsgpack.pack({
   attempt = tonumber(f[3] or '0') or 0, epoch = tonumber(ARGV[2]), node = f[2] or '', gpus = f[1] or '',
   assigned_ms = tonumber(f[4] or '0') or 0, started_ms = tonumber(f[5] or '0') or 0, ended_ms = now,
   outcome = outcome, reason = reason, exit_code = A[4], gang = gang}))
+if new_state == 'pending' and redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 1 then
+  new_state = 'cancelled'  -- a cancel asked while it ran is kept, not requeued with the attempt
+  reason = 'cancelled by user; its attempt ended first: ' .. reason
+end
 if new_state == 'pending' then
   if A[7] == '1' then
     redis.call('HINCRBY', KEYS[1], 'preemptions', 1)
