@@ -20,7 +20,7 @@ from .core.memo import gc_paused
 from .core.arrays import request_jobs
 from .core.spec import spec_from_request
 from .store import jobs as store_jobs
-from .store.connect import connect
+from .store.connect import connect, ride_out
 from .store.keys import DEFAULT_NS
 
 
@@ -87,14 +87,15 @@ class Client:
             return act_signed(self.redis, self.ns, "requeue", current_user(), str(job_id))
         return requeue_job(self.scripts, self.redis, self.ns, str(job_id), current_user(), now_ms())
 
-    def wait(self, job_ids, timeout_s: float | None = None, poll_s: float = 0.2) -> dict[str, str]:
-        """Block until every job is final; returns id -> state. Raises TimeoutError past timeout_s."""
+    def wait(self, job_ids, timeout_s: float | None = None, poll_s: float = 0.2, on_wait=None) -> dict[str, str]:
+        """Block until every job is final; returns id -> state. Raises TimeoutError past timeout_s. A server
+        away for a moment (restarting) is waited for (store/connect.ride_out; `on_wait(error)` once)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         states: dict[str, str] = {}
         while True:
             for j in job_ids:
                 if not store_jobs.is_final(states.get(j, "")):
-                    states[j] = self.show(j)["state"]
+                    states[j] = ride_out(lambda: self.show(j)["state"], on_wait=on_wait)
             if all(store_jobs.is_final(s) for s in states.values()):
                 return states
             if deadline is not None and time.monotonic() > deadline:

@@ -161,6 +161,12 @@ def checkpointed(ctx):
         raise errors.InvalidStateError(job_id, "not running at this epoch", "record a checkpoint for")
 
 
+def server_away(error) -> None:
+    """What `wait` and `logs -f` say, once, when the server stops answering for a moment."""
+    click.echo(f"dispatch: the server does not answer ({str(error).splitlines()[0][:120]}); waiting up to a "
+               "minute for it to come back", err=True)
+
+
 @click.command()
 @click.argument("job_id")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing until the job ends.")
@@ -172,6 +178,7 @@ def checkpointed(ctx):
 def logs(ctx, job_id, follow, rank, tail):
     """A job's output, from any host (a multi-node job's: rank 0's, or --rank's). With -f it exits
     once the job ends: 0 if it succeeded, 1 if not."""
+    from ..store.connect import ride_out
     from ..store.jobs import is_final, log_trimmed, read_job, read_log, read_log_tail
 
     job_id = one_job(ctx.client, ctx.ns, job_id)  # (12_5: element 5 of array 12)
@@ -193,12 +200,12 @@ def logs(ctx, job_id, follow, rank, tail):
         for last, chunk in read_log(ctx.client, ctx.ns, job_id, rank=rank):
             out.write(chunk)
     out.flush()
-    while follow:
-        got = read_log(ctx.client, ctx.ns, job_id, last, block_ms=500, rank=rank)
+    while follow:  # through a server's restart (`dispatch up` brings it back): waited for, not an error
+        got = ride_out(lambda: read_log(ctx.client, ctx.ns, job_id, last, block_ms=500, rank=rank), on_wait=server_away)
         for last, chunk in got:
             out.write(chunk)
         out.flush()
-        state = None if got else read_job(ctx.client, ctx.ns, job_id)["state"]
+        state = None if got else ride_out(lambda: read_job(ctx.client, ctx.ns, job_id)["state"], on_wait=server_away)
         if state is not None and is_final(state):
             for last, chunk in read_log(ctx.client, ctx.ns, job_id, last, rank=rank):
                 out.write(chunk)
@@ -239,7 +246,7 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
         click.echo("dispatch: no job matches", err=True)
     client = Client(ctx.url, ctx.ns)
     try:
-        ended = client.wait(ids, timeout_s=timeout_s)
+        ended = client.wait(ids, timeout_s=timeout_s, on_wait=server_away)
     except TimeoutError as e:
         click.echo(f"dispatch: {e}", err=True)
         sys.exit(errors.EXIT_TIMEOUT)

@@ -91,6 +91,27 @@ def transient(e: Exception) -> bool:
     return isinstance(e, redis.exceptions.ResponseError) and str(e).startswith(("MISCONF", "LOADING", "READONLY"))
 
 
+def ride_out(call, *, patience_s: float = 60.0, on_wait=None):
+    """call(), retried while the server is away for a moment (transient errors: `dispatch up` restarting
+    its server, a failover) for up to `patience_s` in all; then the error. What long-running commands
+    (`wait`, `logs -f`) do, so that a restart the supervisor handles does not end them. `on_wait(e)` is
+    called once, at the first failure."""
+    import time
+
+    deadline, pause, told = time.monotonic() + patience_s, 0.1, False
+    while True:
+        try:
+            return call()
+        except Exception as e:
+            if not transient(e) or time.monotonic() + pause > deadline:
+                raise
+            if not told and on_wait is not None:
+                on_wait(e)
+            told = True
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+
 def wrong_type(e: BaseException) -> bool:
     """Is this a Redis WRONGTYPE error (a key of another type where a command expected one)?"""
     import redis

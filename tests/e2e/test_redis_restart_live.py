@@ -4,6 +4,7 @@ submission is lost, and the scheduler and node agents reconnect by themselves.""
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -31,3 +32,28 @@ def test_a_redis_crash_loses_no_acknowledged_submission(cli, tmp_path, own_serve
     cli.wait_for(lambda: all(s == b"succeeded" for s in states()), timeout=60,
                  what="every job to succeed after the restart")
     client.close()
+
+
+def test_wait_and_logs_follow_ride_out_a_server_restart(cli, tmp_path, own_server):
+    # `dispatch up` brings its server back within a second or so: a user's `wait` and `logs -f` in
+    # another shell go on through it and end as the job does, not with "Redis failed"
+    env = {"DISPATCH_REDIS_URL": own_server.url}
+    cli.start("scheduler", **env)
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--work-dir", str(tmp_path / "n1"), **env)
+    job = cli.run("submit", "--gpus", "1", "--", "sh", "-c", "for i in 1 2 3 4 5 6; do echo line$i; sleep 1; done",
+                  **env).stdout.strip()
+    client = connect(own_server.url)
+    cli.wait_for(lambda: client.hget(keys.job(cli.ns, job), "state") == b"running", timeout=30, what="the job to run")
+    client.close()
+    wait = cli.start("wait", job, log_name="wait", **env)
+    follow = cli.start("logs", "-f", job, log_name="follow", **env)
+    log = cli.home / "follow-3.log"
+    cli.wait_for(lambda: "line" in log.read_text(), what="logs -f to print")
+    own_server.proc.send_signal(signal.SIGKILL)
+    own_server.proc.wait()
+    time.sleep(2)  # away longer than redis-py's own retries
+    own_server.start()
+    assert wait.wait(timeout=60) == 0
+    assert follow.wait(timeout=60) == 0
+    out = log.read_text()
+    assert "line6" in out and "does not answer" in out
