@@ -105,6 +105,10 @@ def _signer(ctx, me: str, job_id: str):
     return Signer(me, client_token() or "", job_id)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _exit_status(code: int) -> int:
     """A process's exit as a shell reports it: its code, or 128 + the signal that killed it."""
     return code if code >= 0 else 128 - code
@@ -129,10 +133,18 @@ class Session:
             self._entry(e)
         reader = threading.Thread(target=self._read_output, args=(after,), name="tty-out", daemon=True)
         reader.start()
+        # a client gone before its session starts (its terminal closed: SIGHUP; killed: SIGTERM) cancels
+        # the job as Ctrl-C does, as srun's does: no shell is to start later holding GPUs for nobody
+        kept = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM)}
+        for s in kept:
+            signal.signal(s, _interrupt)
         try:
             self._wait_for_start(say_wait)
         except KeyboardInterrupt:
             return self._cancel()
+        finally:
+            for s, h in kept.items():
+                signal.signal(s, h)
         if self.result is None:
             self._interact()
         reader.join(1.0)
@@ -160,7 +172,10 @@ class Session:
             act_signed(ctx.client, ctx.ns, "cancel", current_user(), self.job_id)
         else:
             cancel_job(ctx.scripts, ctx.client, ctx.ns, self.job_id, now_ms())
-        click.echo(f"dispatch: job {self.job_id} cancelled", err=True)
+        try:
+            click.echo(f"dispatch: job {self.job_id} cancelled", err=True)
+        except OSError:  # (no terminal left to say it on)
+            pass
         return 130
 
     # -- the output ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -153,6 +154,19 @@ def test_a_killed_client_leaves_the_shell_running_and_attach_takes_it_up(node, c
     assert a.exit_code() == 0
     job = ended(node, client, job_id)
     assert (job["state"], job["exit_code"]) == ("succeeded", 0), job
+
+
+def test_a_client_whose_terminal_closes_while_it_waits_cancels_its_job(node, client):
+    # both GPUs busy: the shell waits; then its terminal goes away (SIGHUP), as a closed window does
+    busy = node.submit("--gpus", "2", "--", "sleep", "60")
+    node.wait_for(lambda: read_job(client, node.ns, busy)["state"] == "running", what="the blocker to run")
+    t = Term(node, "shell", "--gpus", "1", *BASH)
+    t.expect(rb"waiting for a GPU: job (\d+)")
+    job_id = t.seen.split(b"waiting for a GPU: job ")[1].split()[0].decode()
+    os.killpg(t.proc.pid, signal.SIGHUP)
+    assert t.exit_code() != 0
+    job = ended(node, client, job_id)
+    assert job["state"] == "cancelled", job  # not left to start later with nobody at its terminal
 
 
 def test_an_untouched_session_ends_at_its_idle_timeout(node, client):
