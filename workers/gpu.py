@@ -35,12 +35,15 @@ class FakeProbe:
     A process "uses" fake GPU i of node N when its environment has DISPATCH_NODE=N and i in
     CUDA_VISIBLE_DEVICES, as every job the agent starts does; so a leftover job process, or one
     started by hand that way, shows up in processes() as a real CUDA process does under NVML. A job
-    of another namespace (DISPATCH_NAMESPACE) is another fake cluster's, even on a node of the same
-    name: two fake clusters on one machine do not see each other's jobs as zombies."""
+    of another namespace (DISPATCH_NAMESPACE), or started by another agent (its DISPATCH_JOB_SOCKET is
+    not `channel`, this agent's), is another fake cluster's, even on a node of the same name: two fake
+    clusters on one machine (two `dispatch up`s, each with its state directory) do not see each
+    other's jobs as zombies. A process with neither mark (started by hand) is this node's."""
 
-    def __init__(self, spec: str, node: str = "", ns: str = ""):
+    def __init__(self, spec: str, node: str = "", ns: str = "", channel: str = ""):
         self._gpus = parse_fake_gpus(spec)
         self.node, self.ns = node, ns
+        self.channel = f"DISPATCH_JOB_SOCKET={channel}".encode() if channel else b""
 
     def gpus(self) -> list[GpuInfo]:
         """The fake GPUs; one used by a process whose environment sets FAKE_UTIL_VAR (e.g. a job
@@ -61,6 +64,8 @@ class FakeProbe:
             if mark not in env:
                 continue
             if self.ns and own_ns not in env and any(v.startswith(b"DISPATCH_NAMESPACE=") for v in env):
+                continue
+            if self.channel and self.channel not in env and any(v.startswith(b"DISPATCH_JOB_SOCKET=") for v in env):
                 continue
             for var in env:
                 if var.startswith(b"CUDA_VISIBLE_DEVICES="):
@@ -170,5 +175,5 @@ class NvmlProbe:
             pass
 
 
-def open_probe(fake_gpus: str | None, node: str = "", ns: str = ""):
-    return FakeProbe(fake_gpus, node, ns) if fake_gpus else NvmlProbe()
+def open_probe(fake_gpus: str | None, node: str = "", ns: str = "", channel: str = ""):
+    return FakeProbe(fake_gpus, node, ns, channel) if fake_gpus else NvmlProbe()

@@ -43,6 +43,12 @@ from .running import Stopping
 log = logging.getLogger("dispatch.agent")
 
 KEY_FILE = "jobchannel.key"
+
+
+def socket_path(work_dir) -> Path:
+    """Where an agent with this work directory listens for its jobs (DISPATCH_JOB_SOCKET in their
+    environment): one per agent, the same across its restarts."""
+    return Path(work_dir) / "run" / "jobs.sock"
 MAX_REQUEST_BYTES = 8 << 20
 MAX_SPECS = 1000
 READ_TIMEOUT_S = 10.0
@@ -86,7 +92,7 @@ class JobChannel:
 
     def __init__(self, sup):
         self.sup = sup
-        self.path = Path(sup.work_dir) / "run" / "jobs.sock"
+        self.path = socket_path(sup.work_dir)
         self.key = load_key(sup.work_dir)
         self._sock: socket.socket | None = None
         self._slots = threading.BoundedSemaphore(MAX_CLIENTS)

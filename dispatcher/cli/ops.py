@@ -197,10 +197,12 @@ def _run_agent(ctx, node, opts: dict, verifier=None):
     from ..config import Timing, state_dir
     from workers.agent import NodeAgent
     from workers.gpu import open_probe
+    from workers.jobchannel import socket_path  # (its jobs' mark: another agent's fake GPUs are not ours)
 
     _check_node(node, opts, identity=verifier is not None)
     timing = Timing.from_env().check()
-    probe = open_probe(opts["fake_gpus"], node, ctx.ns)
+    work_dir = opts["work_dir"] or state_dir() / "node" / node
+    probe = open_probe(opts["fake_gpus"], node, ctx.ns, str(socket_path(work_dir)))
     if os.geteuid() == 0 and not opts["run_as_user"]:  # (once nothing can refuse to start any more)
         logging.getLogger("dispatch.agent").warning(
             "node %s: --allow-root-jobs: every job on this node runs as root (--run-as-user runs each as its user)",
@@ -208,9 +210,8 @@ def _run_agent(ctx, node, opts: dict, verifier=None):
     stop = threading.Event()
     _stop_on_signals(stop)
     agent = _when_server_answers(ctx, stop, lambda: _identity_matches(ctx, verifier, "node agent") or NodeAgent(
-        ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"],
-        work_dir=opts["work_dir"] or state_dir() / "node" / node, timing=timing, url=ctx.url,
-        run_as_user=opts["run_as_user"], verifier=verifier, kill_zombies=opts["kill_zombies"],
+        ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"], work_dir=work_dir, timing=timing,
+        url=ctx.url, run_as_user=opts["run_as_user"], verifier=verifier, kill_zombies=opts["kill_zombies"],
         allow_root_jobs=opts["allow_root_jobs"], address=opts["address"], checkpoints=opts["checkpoint_root"]))
     agent.run()
 

@@ -50,3 +50,24 @@ def test_nvml_memory_counts_a_process_in_both_lists_once_and_skips_unknown_figur
     probe = object.__new__(NvmlProbe)
     probe._nvml = nv
     assert probe.memory() == {0: {10: 2.0}, 1: {12: 0.5}}
+
+
+def test_another_agents_fake_job_on_a_node_of_the_same_name_is_not_this_ones():
+    # two `dispatch up`s on one machine: both nodes are named after the host, both namespaces "dispatch";
+    # the jobs of one must not show on the other's fake GPUs as zombies. By hand (no mark): still ours.
+    base = dict(os.environ, DISPATCH_NODE="samehost", DISPATCH_NAMESPACE="dispatch", CUDA_VISIBLE_DEVICES="0")
+    theirs = dict(base, DISPATCH_JOB_SOCKET="/tmp/other-home/node/samehost/run/jobs.sock", CUDA_VISIBLE_DEVICES="1")
+    mine = dict(base, DISPATCH_JOB_SOCKET="/tmp/my-home/node/samehost/run/jobs.sock", CUDA_VISIBLE_DEVICES="2")
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env, start_new_session=True)
+             for env in (base, theirs, mine)]
+    try:
+        probe = FakeProbe("4xA100-40GB", "samehost", "dispatch", "/tmp/my-home/node/samehost/run/jobs.sock")
+        deadline = time.monotonic() + 10
+        while len(probe.processes()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        held = probe.processes()
+        assert held.get(0) == [procs[0].pid] and held.get(2) == [procs[2].pid] and 1 not in held, held
+    finally:
+        for p in procs:
+            os.killpg(p.pid, 9)
+            p.wait()
