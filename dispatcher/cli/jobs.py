@@ -57,7 +57,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
     for label, j, group in shown:
         waited = ((j["started_at"] or j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
                   if j["submitted_at"] else None)
-        gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] > 1 else f"{j['gpus_requested']}") \
+        gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] > 1 else _held(j)) \
             + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")  # a gang: nodes x GPUs per node
         where = "+".join(n + (f":{','.join(map(str, g))}" if g else "") for n, g in j["ranks"] or
                          [[j["node"], j["gpus"]]]) if j["node"] else "-"  # a gang: every rank's node, rank 0 first
@@ -76,6 +76,13 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
                    f"such as -u USER, --name GLOB)")
     for line in report(ctx.client, ctx.ns):
         click.echo(line)
+
+
+def _held(j: dict) -> str:
+    """A one-node job's GPUS cell: what it asked for; an elastic job that holds another count (shrunk by a
+    preemption, or started on fewer): held/asked, 2/4."""
+    held = len(j["gpus"]) if j["min_gpus"] is not None and j["state"] in ("assigned", "running", "preempting") else 0
+    return f"{held}/{j['gpus_requested']}" if held and held != j["gpus_requested"] else f"{j['gpus_requested']}"
 
 
 @click.command()
@@ -101,6 +108,8 @@ def show(ctx, job_id, as_json):
     for k, v in job.items():
         if k.endswith("_at") and v:
             v = at(v)
+        elif k == "env" and v:
+            v = " ".join(shlex.quote(f"{name}={value}") for name, value in v.items())
         elif k == "ranks" and v:  # a gang: every rank's node and GPUs
             v = ", ".join(f"rank {i} on {n} GPUs {g}" for i, (n, g) in enumerate(v))
         click.echo(f"{k:>16}: {v if v not in (None, '', []) else '-'}")
@@ -132,14 +141,16 @@ def cancel(ctx, job_ids, users, states, names, teams):
 @common
 def preempt(ctx, job_id, force):
     """Preempt a running job: checkpoint signal, grace, SIGKILL; it goes back to the queue."""
-    from ..store.jobs import preempt_job
+    from ..store.jobs import preempt_job, read_job
     from ..store.requests import act_signed, identity_on
 
+    named, job_id = job_id, one_job(ctx.client, ctx.ns, job_id)  # (12_5: element 5 of array 12)
+    read_job(ctx.client, ctx.ns, job_id)  # JobNotFound (exit 4) here, as every command, not from the leader
     if identity_on(ctx.client, ctx.ns):
         mode = act_signed(ctx.client, ctx.ns, "preempt", current_user(), job_id, force=force)
     else:
         mode = preempt_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms(), force=force, by=f"operator {current_user()}")
-    click.echo(f"{job_id}: {mode} preemption sent to its node")
+    click.echo(f"{named}: {mode} preemption sent to its node")
 
 
 @click.command()
@@ -301,7 +312,7 @@ def why(ctx, job_id, fresh, timeout_s, as_json):
         click.echo(f"  promise: {promised(out['promise'])}")
     for r in out.get("reservations", []):
         if r["job"] != job["id"]:
-            click.echo(f"  reservation: job {r['job']} holds {r['node']} GPUs {r['gpus']} from ~{r['starts_in_s']:g}s")
+            click.echo(f"  reservation: job {r['job']} holds {r['node']} GPUs {r['gpus']} in ~{age(r['starts_in_s'])}")
     if out.get("forecast"):
         from ..views.forecast import describe
 
@@ -324,7 +335,7 @@ def eta(ctx, job_id, as_json):
     """When a pending job is expected to start, and the quickest change that would start it sooner."""
     from ..views.forecast import describe, read_eta
 
-    out = read_eta(ctx.client, ctx.ns, job_id)
+    out = read_eta(ctx.client, ctx.ns, one_job(ctx.client, ctx.ns, job_id))  # (12_5: element 5 of array 12)
     click.echo(json.dumps(out, indent=1) if as_json else describe(out))
 
 

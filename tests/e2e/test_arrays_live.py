@@ -58,3 +58,15 @@ def test_a_bad_array_is_one_line_and_writes_nothing(cli):
     assert json.loads(cli.run("queue", "--all", "--json").stdout) == []
     p = cli.run("show", "99_1", check=False)
     assert p.returncode != 0 and "no job with id '99_1'" in p.stderr
+
+
+def test_preempt_and_eta_take_an_elements_id_and_an_unknown_id_is_not_found(cli):
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    array = cli.submit("--array", "0-1", "--gpus", "1", "--", "sleep", "60")
+    cli.wait_for(lambda: cli.show(f"{array}_0")["state"] == "running", what="element 0 to run")
+    p = cli.run("preempt", f"{array}_0", "--force")
+    assert p.stdout.strip() == f"{array}_0: forced preemption sent to its node"  # the id the user gave
+    assert cli.run("eta", f"{array}_1").stdout.startswith("job ")
+    p = cli.run("preempt", "999", check=False)
+    assert (p.returncode, p.stderr.strip().splitlines()[0][:30]) == (4, "dispatch: error: no job with i"), p.stderr
