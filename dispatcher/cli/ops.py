@@ -13,8 +13,7 @@ import click
 from ..core import errors
 from .flags import alerts_option, no_alerts_flag
 from . import _setup_logging, common
-from ..core.errors import masked_url
-from ..core.errors import InvalidRequestError
+from ..core.errors import InvalidRequestError, masked_url
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 #: The dashboard's default port (`dispatch dashboard`, `dispatch up`).
@@ -136,7 +135,8 @@ def _identity_matches(ctx, verifier, what: str) -> None:
 
     if verifier is None and identity_on(ctx.client, ctx.ns):
         raise errors.ConfigError(f"namespace {ctx.ns} has identity on ({keys.auth(ctx.ns)}): start this {what} with "
-                                 "--secret-file (to turn identity off, delete that key)", key="--secret-file")
+                                 "--secret-file (beside `dispatch up`: `secret` in its state directory; to turn "
+                                 "identity off, delete that key)", key="--secret-file")
 
 
 def _node_options(fn):
@@ -346,7 +346,7 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
             web = _serve_dashboard(ctx, "127.0.0.1", dashboard_port, allow_cancel, alerts,
                                    access_key=secrets.token_urlsafe(24), record_url=True)
         except errors.ConfigError as e:  # a taken port costs the page, not the cluster
-            click.echo(f"dispatch: warning: no dashboard: {e}", err=True)
+            click.echo(f"dispatch: warning: no dashboard: {e} (--dashboard-port 0 takes any free one)", err=True)
             return None
         threading.Thread(target=web.serve_forever, name="dashboard", daemon=True).start()
         return web
