@@ -170,6 +170,9 @@ def _failed(job_id: str, rec: dict, text: str, *, started: bool) -> None:
         raise NotebookFailed(f"job {job_id} was cancelled before JupyterLab {'was ready' if started else 'started'}")
     if started:
         raise NotebookFailed(f"JupyterLab in job {job_id} exited; see dispatch logs {job_id}")
+    if (rec["reason"] or "").startswith("cannot start '/"):  # no such interpreter on the node (--python)
+        raise NotebookFailed(f"job {job_id} {rec['reason']} on its node: give --python the path of a Python "
+                             "that has jupyterlab there")
     raise NotebookFailed(f"JupyterLab did not start in job {job_id}: install jupyterlab in the job's environment "
                          "(pip install jupyterlab on the node's PATH, or --python PATH of a venv that has it)")
 

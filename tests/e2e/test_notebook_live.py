@@ -117,7 +117,7 @@ def test_ctrl_c_while_it_waits_for_a_gpu_cancels_the_job(cli, client):
     (("--python", "/usr/bin/python3"), "No module named jupyterlab"),
     ((), "jupyter: not found on the PATH of the job"),  # the node's PATH (here /usr/bin:/bin) has none
 ])
-def test_no_jupyterlab_in_the_jobs_environment_is_one_line_saying_to_install_it(cli, client, tmp_path, how, why):
+def test_no_jupyterlab_or_no_such_python_is_one_line_saying_what_to_do(cli, client, tmp_path, how, why):
     if "/usr/bin/python3" in how or not how:
         if not Path("/usr/bin/python3").exists():
             pytest.skip("no /usr/bin/python3 here")
@@ -125,7 +125,11 @@ def test_no_jupyterlab_in_the_jobs_environment_is_one_line_saying_to_install_it(
     got = cli.run("notebook", "--gpus", "1", *how, check=False, timeout=60)
     assert got.returncode == 1 and got.stdout == "", got
     last = got.stderr.strip().splitlines()[-1]
-    assert re.fullmatch(r"dispatch: error: JupyterLab did not start in job \d+: install jupyterlab in the job's "
-                        r"environment \(.*\)", last), got.stderr
+    if "/nonexistent/python" in how:  # the interpreter itself is missing: that is what it says
+        assert re.fullmatch(r"dispatch: error: job \d+ cannot start '/nonexistent/python': .* on its node: give "
+                            r"--python the path of a Python that has jupyterlab there", last), got.stderr
+    else:
+        assert re.fullmatch(r"dispatch: error: JupyterLab did not start in job \d+: install jupyterlab in the job's "
+                            r"environment \(.*\)", last), got.stderr
     assert why in got.stderr  # the job's reason or its log's last lines
     cli.wait_for(lambda: holders(cli) == {"n1": {0: None}}, what="the GPU to be free")
