@@ -4,13 +4,13 @@
 One Board serves any number of viewers: the cluster is read (the nodes and running jobs the
 leader published, store/cluster.py, or read here when none publishes; the queue as the leader
 summarised it; with the scheduler's node timeout, Timing.from_env unless given) at most once per
-`ttl_s`, in the background once it has been read once, and a long queue is paged, never sent whole.
+`ttl_s`, and no view is answered from a read older than that: past it the next viewer waits for a
+new read, shared by all who ask meanwhile (views/fresh.py). A long queue is paged, never sent whole.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import threading
 import time
@@ -18,10 +18,10 @@ from collections import Counter
 
 from .alerts import evaluate
 from .capacity import capacity
+from .fresh import Fresh, PerRead
 from .gzipped import Tail, gzip_join
 from ..clock import now_ms
 from ..config import Timing
-from ..core.memo import gc_paused
 from ..scheduler.policy_source import local_weekday_minute, published_policy
 from ..core.model import FINAL_STATES, PRIORITIES
 from ..policy.score import dominant_share
@@ -33,8 +33,6 @@ from ..store.jobs import read_jobs, read_log_tail
 from ..store.quarantine import valid_name
 from ..store.samples import figures, holders, node_use, read_samples
 from ..store.snapshot import SpecCache, read_snapshot
-
-log = logging.getLogger("dispatch.dashboard")
 
 #: Finished jobs the success/failure counts cover (the newest ones).
 OUTCOMES_WINDOW = 1000
@@ -61,48 +59,8 @@ def _secs(ms: int) -> float | None:
     return ms / 1000.0 if ms else None
 
 
-class Cached:
-    """A value recomputed at most every ttl_s, shared by threads; and at most every LOAD_FACTOR times
-    as long as computing it took, so that a slow read keeps the dashboard's share of Redis and of this
-    process bounded, whoever is watching. Only the first get() waits for it: after that a stale value
-    is served at once while one background thread reads the next (a viewer never waits on a slow read;
-    what it is shown says how old it is). The value is computed with the garbage collector paused."""
-
-    LOAD_FACTOR = 5.0
-
-    def __init__(self, ttl_s: float, compute):
-        self.ttl_s, self.compute = ttl_s, compute
-        self._lock = threading.Lock()
-        self._first = threading.Lock()  # held while the first value is computed
-        self._value, self._at, self._took, self._busy = None, -1e18, 0.0, False
-
-    def get(self):
-        with self._lock:
-            due = time.monotonic() - self._at >= max(self.ttl_s, self.LOAD_FACTOR * self._took)
-            if self._at > -1e18 and due and not self._busy:
-                self._busy = True
-                threading.Thread(target=self._refresh, name="board read", daemon=True).start()
-            if self._at > -1e18:
-                return self._value
-        with self._first:
-            if self._at == -1e18:
-                self._refresh()
-            return self._value
-
-    def _refresh(self) -> None:
-        t0 = time.monotonic()
-        try:
-            with gc_paused():  # a read of the cluster makes tens of thousands of objects with no cycles
-                value = self.compute()  # among them: each collection would walk them all again
-        except Exception as e:  # the next get() tries again; the first one meets the error itself
-            with self._lock:
-                self._busy = False
-            if self._at == -1e18:
-                raise
-            log.warning("reading the cluster for the board failed (%s); showing the last read", e)
-            return
-        with self._lock:
-            self._value, self._at, self._took, self._busy = value, time.monotonic(), time.monotonic() - t0, False
+#: (the name scripts/bench/views.py and older callers import)
+Cached = Fresh
 
 
 class Board:
@@ -112,14 +70,10 @@ class Board:
         self.timing = timing or Timing.from_env()
         self._specs = SpecCache()
         self._specs_lock = threading.Lock()
-        self._read = Cached(ttl_s, self._read_cluster)
-        self._overview = Cached(ttl_s, self._build_overview)
-        self._outcomes = Cached(max(ttl_s, 5.0), self._read_outcomes)
-        #: (the read, its JSON): once /api/board is asked for, each read is encoded (and gzipped, once
-        #: asked for that) in the background with the read, so no answer waits on the encoding
-        self._json: tuple = (None, None)
-        self._json_here: tuple = (None, None)
-        self._wanted: set[str] = set()
+        #: (the read, its overview): one read serves every view for ttl_s at most, then is read again
+        self._read = Fresh(ttl_s, lambda: self._overview(self._read_cluster()))
+        #: the overview's JSON, encoded once per read by the first /api/board that asks for it
+        self._json = PerRead(self._encode)
 
     # -- reading ---------------------------------------------------------------------------
     def _read_cluster(self) -> dict:
@@ -163,45 +117,44 @@ class Board:
     # -- the views -----------------------------------------------------------------------------
     def overview(self) -> dict:
         """Everything on the dashboard's front page but the job list: small whatever the queue's length.
-        Read in the background (the last read is served meanwhile); its `now` and the scheduler's
-        `age_s` are those of this call, so an old read shows its age."""
-        view = self._overview.get()
-        return {**view, **self._as_of_now(view)}
+        From a read at most ttl_s old (else read now); its `now` and the scheduler's `age_s` are those of
+        this call, so the scheduler's figures show their age."""
+        view = self.view()
+        return {**view, **self.as_of_now(view)}
+
+    def view(self) -> dict:
+        """The overview as read: the same dict for every caller until the next read (its `now` and
+        scheduler age are the read's; overview() gives them as of the call)."""
+        return self._read.get()[1]
 
     def overview_json(self, gzip: bool = False) -> bytes:
         """overview() as JSON, what /api/board answers: the read's part is encoded once per read (1.8 MB
-        at 1,000 nodes, ~40 ms; gzipped, ~60 KB, once too: views/gzipped.py), with the read in the
-        background, and each call adds only its `now` and the scheduler's age."""
-        self._wanted.update(("json", "gzip") if gzip else ("json",))
-        view = self._overview.get()
-        for got in (self._json, self._json_here):
-            if got[0] is view:
-                break
-        else:  # a read made before JSON was wanted: encoded here, once (apart from the background's)
-            got = self._json_here = (view, self._encode(view))
-        head = json.dumps(self._as_of_now(view), separators=(",", ":")).encode()[:-1] + b","
-        return gzip_join(head, got[1]) if gzip else head + got[1].data
-
-    def _encode(self, view: dict) -> Tail:
-        """The read's part of /api/board's JSON (all but `now` and the scheduler, less its opening brace)."""
-        rest = {k: v for k, v in view.items() if k not in ("now", "scheduler")}
-        tail = Tail(json.dumps(rest, separators=(",", ":")).encode()[1:])
-        if "gzip" in self._wanted:
-            tail.deflated()
-        return tail
+        at 1,000 nodes, ~40 ms; gzipped, ~60 KB, once too: views/gzipped.py), and each call adds only
+        its `now` and the scheduler's age."""
+        view = self.view()
+        tail = self._json.get(view)
+        head = json.dumps(self.as_of_now(view), separators=(",", ":")).encode()[:-1] + b","
+        return gzip_join(head, tail) if gzip else head + tail.data
 
     @staticmethod
-    def _as_of_now(view: dict) -> dict:
+    def _encode(view: dict) -> Tail:
+        """The read's part of /api/board's JSON (all but `now` and the scheduler, less its opening brace)."""
+        rest = {k: v for k, v in view.items() if k not in ("now", "scheduler")}
+        return Tail(json.dumps(rest, separators=(",", ":")).encode()[1:])
+
+    @staticmethod
+    def as_of_now(view: dict) -> dict:
+        """`now` and the scheduler's figures with their age, as of this call."""
         s, now = view["scheduler"], time.time()
         return {"now": now, "scheduler": {**s, "age_s": round(now - s["at"], 1) if s["at"] else None}}
 
-    def _build_overview(self) -> dict:
-        c = self._read.get()
+    def _overview(self, c: dict) -> tuple[dict, dict]:
+        """(the read, the overview built from it and the few values read beside it)."""
         now, q = c["now_ms"], c["queue"]
         view = {"now": now / 1000.0, "namespace": self.ns, "scheduler": self._scheduler(c["stats"], now),
                 "classes": self._classes(c, now), "nodes": self._nodes(c, now),
                 "decisions": read_decisions(self.client, self.ns, limit=20), "usage": self._usage(c),
-                "outcomes": self._outcomes.get()}
+                "outcomes": self._read_outcomes()}
         f = figures(c["nodes"], c["running"], now, self.timing.node_timeout_s, q["smallest_gpus"],
                     c["config"].idle_util_pct, taken=c["taken"], use=c["use"])
         counted = sum(k["pending"] + k["held"] for k in q["classes"].values())
@@ -219,9 +172,7 @@ class Board:
         window_s = c["alerts"].low_util_for_s + 60
         samples = read_samples(self.client, self.ns, int(now - window_s * 1000))
         view["alerts"] = evaluate(view, waits, samples, c["alerts"], now)
-        if "json" in self._wanted:  # in the background, before the read is served (Cached._refresh)
-            self._json = (view, self._encode(view))
-        return view
+        return c, view
 
     @staticmethod
     def _scheduler(stats: dict, now: int) -> dict:
@@ -328,7 +279,7 @@ class Board:
         Pending jobs of every class are paged through the pending index, oldest first (as `dispatch
         queue`); of one class, through the oldest the leader listed of it (scheduler/summary.OLDEST_KEPT),
         longest wait first, `total` counting them all. Running jobs: highest class first."""
-        c = self._read.get()
+        c = self._read.get()[0]
         now, per = c["now_ms"], max(1, min(per, 200))
         if state == "pending" and not cls:
             total = listed = c["indexed"]

@@ -2,14 +2,16 @@
 gzipped), polled every 2 s by each open page, and /metrics some MB for each scrape.
 
 Most of such an answer is the same between reads, and only a small head changes per request (the
-board's `now` and the scheduler's age). So the tail is compressed once (raw DEFLATE, ending in the
-final block) and each answer compresses only its head, ending it with a sync flush (a byte-aligned,
-non-final block), and joins the two in one gzip member: a valid stream, since the tail's
-back-references reach only into the tail. Pure: bytes in, bytes out."""
+board's `now` and the scheduler's age; /metrics' `dispatch_scheduler_stats_age_seconds`). So the
+tail is compressed once (raw DEFLATE, ending in the final block) and each answer compresses only its
+head, ending it with a sync flush (a byte-aligned, non-final block), and joins the two in one gzip
+member: a valid stream, since the tail's back-references reach only into the tail. Bytes in, bytes
+out."""
 
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 
 #: gzip's magic, DEFLATE, no flags, no time, no extra flags, unknown OS (RFC 1952)
@@ -19,17 +21,20 @@ LEVEL = 1
 
 
 class Tail:
-    """The part of answers that stays the same between reads, and its compressed form (made on the
-    first answer that asks for gzip, then kept)."""
+    """The part of answers that stays the same between reads, and its compressed form (made once, by
+    the first answer that asks for gzip: answers asking meanwhile wait for it)."""
 
     def __init__(self, data: bytes):
         self.data = data
         self._deflated: bytes | None = None
+        self._lock = threading.Lock()
 
     def deflated(self) -> bytes:
         if self._deflated is None:
-            c = zlib.compressobj(LEVEL, zlib.DEFLATED, -15)
-            self._deflated = c.compress(self.data) + c.flush()
+            with self._lock:
+                if self._deflated is None:
+                    c = zlib.compressobj(LEVEL, zlib.DEFLATED, -15)
+                    self._deflated = c.compress(self.data) + c.flush()
         return self._deflated
 
 

@@ -2,10 +2,12 @@
 scheduler's counters (store/counters.py): served at /metrics by `dispatch dashboard`. The names and
 labels are listed in docs/dashboard.md.
 
-Gauges are read at each scrape (from the board's last read). The histograms (queue wait, start
-latency, run time, cycle time) and the counters of starts, ends, preemptions and requeues are the
-scheduler's, kept in Redis where each event is decided, so every dashboard process exports the same
-numbers, and a restart of one neither loses nor counts them again.
+Gauges are those of the board's read (at most a second old: views/fresh.py); the dashboard writes
+a read's text once (`exposition(..., age=False)`) and each scrape adds the scheduler's age as of
+itself (`stats_age`). The histograms (queue wait, start latency, run time, cycle time) and the
+counters of starts, ends, preemptions and requeues are the scheduler's, kept in Redis where each
+event is decided, so every dashboard process exports the same numbers, and a restart of one neither
+loses nor counts them again.
 
 Units: seconds and bytes; a share of a whole (allocation, utilization, fragmentation) is a ratio
 from 0 to 1 named `_ratio`, never a percent (Prometheus's base units; docs/dashboard.md).
@@ -92,8 +94,10 @@ class ClusterCollector:
     def __init__(self, board):
         self.board = board
 
-    def lines(self) -> list[str]:
-        v = self.board.overview()
+    def lines(self, v: dict | None = None, *, age: bool = True) -> list[str]:
+        """The families of overview `v` (the board's, as of now, by default), the scheduler's age but
+        with `age` False."""
+        v = self.board.overview() if v is None else v
         out: list[str] = []
         family(out, "dispatch_build_info", "gauge", "The dispatch version serving these metrics")
         out.append(f'dispatch_build_info{{version="{escape(__version__)}"}} 1.0\n')
@@ -102,7 +106,7 @@ class ClusterCollector:
         _nodes(out, v)
         _cluster(out, v)
         _teams(out, v)
-        _scheduler(out, v)
+        _scheduler(out, v, age)
         _outcomes_and_alerts(out, v)
         return out
 
@@ -204,7 +208,7 @@ def _cluster(out: list, v: dict) -> None:
             "Share of free GPUs on nodes with fewer free than the smallest pending request", t["frag"])
 
 
-def _scheduler(out: list, v: dict) -> None:
+def _scheduler(out: list, v: dict, age: bool = True) -> None:
     s = v["scheduler"]
     for name, key, doc in (("dispatch_scheduler_cycles", "cycles", "Scheduling cycles run by the leader"),
                            ("dispatch_placements", "placed", "Jobs started by the leader"),
@@ -213,9 +217,22 @@ def _scheduler(out: list, v: dict) -> None:
         _single(out, name + "_total", "counter", doc + " (resets when another scheduler takes the lead)", s[key])
     _single(out, "dispatch_scheduler_cycle_seconds", "gauge", "Duration of the leader's last cycle",
             s["cycle_ms"] / 1000.0)
+    if age:
+        _stats_age(out, s["age_s"])
+
+
+def _stats_age(out: list, age_s) -> None:
     _single(out, "dispatch_scheduler_stats_age_seconds", "gauge",
             "Time since the leader last published (a stalled or absent scheduler)",
-            s["age_s"] if s["age_s"] is not None else float("nan"))
+            age_s if age_s is not None else float("nan"))
+
+
+def stats_age(v: dict) -> bytes:
+    """The scheduler's age family alone, of overview `v` (its age as of the scrape): what each scrape
+    adds to the text made once per read."""
+    out: list[str] = []
+    _stats_age(out, v["scheduler"]["age_s"])
+    return "".join(out).encode("utf-8")
 
 
 def _outcomes_and_alerts(out: list, v: dict) -> None:
@@ -230,6 +247,6 @@ def _outcomes_and_alerts(out: list, v: dict) -> None:
                for a in alerts)
 
 
-def exposition(collector: ClusterCollector) -> bytes:
-    """The text exposition format (0.0.4) of one scrape."""
-    return "".join(collector.lines()).encode("utf-8")
+def exposition(collector: ClusterCollector, v: dict | None = None, *, age: bool = True) -> bytes:
+    """The text exposition format (0.0.4) of one scrape (ClusterCollector.lines' `v` and `age`)."""
+    return "".join(collector.lines(v, age=age)).encode("utf-8")

@@ -3,10 +3,11 @@
 A Flask app served by werkzeug's threaded server. The page (static/, plain HTML, CSS and
 JavaScript, no build step) polls the JSON endpoints every two seconds. Every endpoint reads
 through one Board (dispatcher/views/board.py), so any number of open pages cost one read of the
-cluster per second. Nothing is written to Redis except a cancel or a requeue, and that only when the
-dashboard was started with --allow-cancel: then, with identity on, the request goes to the
-scheduler signed with the token the user typed, and the scheduler lets only the job's owner
-or an admin cancel or requeue it (docs/security.md); the dashboard never holds the lab secret.
+cluster per second, and no answer comes from a read older than that (views/fresh.py). Nothing is
+written to Redis except a cancel or a requeue, and that only when the dashboard was started with
+--allow-cancel: then, with identity on, the request goes to the scheduler signed with the token the
+user typed, and the scheduler lets only the job's owner or an admin cancel or requeue it
+(docs/security.md); the dashboard never holds the lab secret.
 
 A state-changing request must come from the page itself: it carries the process's CSRF token
 (handed out by /api/config, which another site's script cannot read: no CORS headers are ever
@@ -33,9 +34,9 @@ from flask import Flask, Response, jsonify, redirect, request, send_from_directo
 from ...clock import now_ms
 from ...core.errors import DispatcherError, InvalidRequestError, NotFoundError
 from ...auth.identity import NotAllowed
-from ..board import Cached
+from ..fresh import PerRead
 from ..gzipped import Tail, gzip_join
-from ..metrics import ClusterCollector, exposition
+from ..metrics import ClusterCollector, exposition, stats_age
 from ...core.model import PRIORITIES
 
 log = logging.getLogger("dispatch.dashboard")
@@ -96,10 +97,11 @@ def _guard(app, access_key: str | None, csrf: str) -> None:
 def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
     """The page, its JSON endpoints (all read through `board`) and /metrics."""
     collector = ClusterCollector(board)
-    # a scrape is served the last exposition while the next is made in the background (at 1,000 nodes
-    # it is ~50,000 samples: formatting them takes longer than a scrape should wait)
-    scrape = Cached(1.0, lambda: Tail(exposition(collector)))  # gzipped once, for the scrapers that ask
-    # read once now, so that no viewer's first request waits for a cold read (~0.1-0.2 s at 1,000 nodes)
+    # a scrape's text but the scheduler's age, written once per read of the board (at 1,000 nodes
+    # ~50,000 samples, ~30 ms) and gzipped once, for the scrapers that ask; each scrape adds the age
+    scrape = PerRead(lambda view: Tail(exposition(collector, view, age=False)))
+    # read once now, so that the first read's one-off costs (imports, the policy's parse) are paid
+    # before any viewer asks
     threading.Thread(target=_warm, args=(board, scrape), name="dashboard warm-up", daemon=True).start()
 
     @app.get("/")
@@ -182,8 +184,10 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
 
     @app.get("/metrics")
     def metrics():  # Prometheus asks for gzip
-        body = scrape.get()
-        return _maybe_gzipped(lambda gz: gzip_join(b"", body) if gz else body.data,
+        view = board.view()  # a read at most a second old (else read now)
+        body = scrape.get(view)
+        head = stats_age({**view, **board.as_of_now(view)})
+        return _maybe_gzipped(lambda gz: gzip_join(head, body) if gz else head + body.data,
                               "text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -200,7 +204,7 @@ def _maybe_gzipped(make, mimetype: str) -> Response:
 def _warm(board, scrape) -> None:
     try:
         board.overview_json()
-        scrape.get()
+        scrape.get(board.view())
     except Exception as e:  # Redis away at the start: the first request reads, and says why it cannot
         log.warning("could not read the cluster at the start (%s); the first request will", e)
 
