@@ -10,95 +10,161 @@ import click
 from . import common
 from .select import filter_options, selection
 from ..core.errors import InvalidRequestError
+from ..sim.workload import MAX_CLUSTER_GPUS
+
+
+#: What each way of running `simulate` reads; an option given that the way does not read is an error (not
+#: silently dropped). --policy and --compare are checked apart: the one or the other.
+TRACE_OPTIONS = {"trace", "gpus", "gpus_per_node", "nodes_spec", "policy", "compare", "est_error", "ckpt_cost",
+                 "time_scale", "seed", "as_json", "plot", "out_json", "debug"}
+SUITE_OPTIONS = {"suite", "policy", "compare", "est_error", "ckpt_cost", "seed", "as_json", "workloads", "traces_dir",
+                 "out_json", "debug"}
+EXPORT_OPTIONS = {"suite", "export_dir", "workloads", "traces_dir", "seed", "debug"}
+CLUSTER_OPTIONS = {"gpus", "gpus_per_node", "nodes_spec"}
+#: Each option's name on the command line, for the error that names it.
+FLAGS = {"trace": "TRACE", "gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "nodes_spec": "--nodes",
+         "policy": "--policy", "compare": "--compare", "est_error": "--est-error", "ckpt_cost": "--ckpt-cost",
+         "time_scale": "--time-scale", "seed": "--seed", "as_json": "--json", "plot": "--plot", "suite": "--suite",
+         "workloads": "--workloads", "traces_dir": "--traces", "out_json": "--out", "export_dir": "--export",
+         "debug": "--debug"}
+#: The longest checkpoint save or restore --ckpt-cost takes: a day.
+MAX_CKPT_S = 86400.0
 
 
 @click.command()
 @click.argument("trace", type=click.Path(dir_okay=False), required=False)
-@click.option("--gpus", type=click.IntRange(1, 10_000_000), default=None, help="Untyped GPUs, in nodes of --gpus-per-node.")
+@click.option("--gpus", type=click.IntRange(1, MAX_CLUSTER_GPUS), default=None,
+              help="Untyped GPUs, in nodes of --gpus-per-node.")
 @click.option("--gpus-per-node", type=click.IntRange(1, 1024), default=8, show_default=True)
 @click.option("--nodes", "nodes_spec", default=None, metavar="SPEC",
-              help="Typed nodes: NODESxGPUSxTYPE-MEMGB, comma-separated, e.g. 2x8xA100-80GB,2x8xV100-32GB.")
+              help="Typed nodes instead of --gpus: NODESxGPUSxTYPE-MEMGB, comma-separated, e.g. "
+                   "2x8xA100-80GB,2x8xV100-32GB.")
 @click.option("--policy", default="dispatch", show_default=True, metavar="NAME|FILE",
               help="A built-in policy or a policy file (.toml) the live scheduler accepts.")
 @click.option("--compare", default=None, metavar="NAME,NAME,...",
-              help="Policies to compare: dispatch, fifo, fifo-strict, fifo-easy, priority, drf, sjf, srtf, las, or files.")
+              help="Instead of --policy, policies to compare: dispatch, fifo, fifo-strict, fifo-easy, priority, drf, "
+                   "sjf, srtf, las, or files.")
 @click.option("--est-error", default="lognormal:1", show_default=True, metavar="SPEC",
-              help="What users' estimates look like: lognormal:SIGMA, history, oracle or none.")
+              help="What users' estimates look like: lognormal:SIGMA (0 < SIGMA <= 5), history, oracle or none.")
 @click.option("--ckpt-cost", default="30s,30s", show_default=True, metavar="SAVE,RESTORE",
-              help="Checkpoint save and restore time a preemption costs.")
+              help="Checkpoint save and restore time a preemption costs (each at most 1d).")
 @click.option("--time-scale", type=click.FloatRange(0.001, 1000), default=1.0, show_default=True,
               help="Divide submit times by this (2 = arrivals twice as dense).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
-@click.option("--plot", default=None, metavar="FILE.png", help="Write JCT CDF, queue and utilization plots.")
+@click.option("--plot", default=None, metavar="FILE.png",
+              help="Write JCT CDF, queue and utilization plots (.png, .svg, .pdf, ...).")
 @click.option("--suite", is_flag=True, help="Instead of TRACE: the workload suite (the Philly and Alibaba weeks and "
               "the generated lab weeks), every policy against fifo, fifo-easy, las and srtf, as one score card.")
 @click.option("--workloads", default=None, metavar="NAME,NAME,...", help="With --suite: only these workloads.")
 @click.option("--traces", "traces_dir", default=None, metavar="DIR",
               help="With --suite: where philly_week.csv and alibaba_gpu2023_week.csv are (default: examples/traces).")
-@click.option("--out", "out_json", default=None, metavar="FILE.json", help="With --suite: also write the card as JSON.")
+@click.option("--out", "out_json", default=None, metavar="FILE.json",
+              help="Also write what --json prints (with --suite, the card) to this file.")
 @click.option("--export", "export_dir", default=None, metavar="DIR",
               help="With --suite: write each week as DIR/NAME.csv (the trace format) and run nothing.")
+@click.option("--debug", is_flag=True, help="Show a traceback on an internal error.")
 def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error, ckpt_cost, time_scale, seed,
-             as_json, plot, suite, workloads, traces_dir, out_json, export_dir):
+             as_json, plot, suite, workloads, traces_dir, out_json, export_dir, debug):
     """Replay a job trace through the live scheduler's policy code, and compare policies."""
     import random
     from dataclasses import replace
-    from pathlib import Path
 
+    from ..lab.suite_run import read_trace_text
     from ..scheduler.policy_source import load_policy_file
     from ..sim.compare import simulate as run, table
     from ..sim.engine import make_nodes
     from ..sim.policies import resolve
     from ..sim.workload import EstimateModel, parse_trace
 
+    _check_options(click.get_current_context(), suite, export_dir)
+    if time_scale != time_scale:  # nan passes FloatRange
+        raise InvalidRequestError("--time-scale: give a number from 0.001 to 1000", field="--time-scale")
     names = [n.strip() for n in (compare or policy).split(",") if n.strip()]
-    save_s, restore_s = _ckpt_cost(ckpt_cost)
     if suite and export_dir:
         from ..lab.suite_run import export
 
         for path, nodes in export(export_dir, workloads=workloads, traces_dir=traces_dir, seed=seed):
             click.echo(f"{path}  --nodes {nodes}")
         return
+    save_s, restore_s = _ckpt_cost(ckpt_cost)
+    estimates = EstimateModel.parse(est_error)  # a bad SPEC: one line before any run
     if suite:
         from ..lab.suite_run import suite_card
 
         card, text_ = suite_card(names, workloads=workloads, traces_dir=traces_dir, seed=seed,
                                  estimates=est_error, ckpt_s=(save_s, restore_s))
         click.echo(json.dumps(card, indent=1) if as_json else text_)  # first: a bad --out loses no run
-        if out_json:
-            try:
-                Path(out_json).write_text(json.dumps(card, indent=1) + "\n")
-            except OSError as e:
-                raise InvalidRequestError(f"--out: cannot write {out_json}: {e.strerror or e}", field="--out") from None
+        _write_json(out_json, card)
         return
     if not trace:
         raise InvalidRequestError("give a TRACE.csv to replay, or --suite", field="TRACE")
-    try:
-        text = Path(trace).read_text()
-    except OSError as e:
-        raise InvalidRequestError(f"cannot read trace {trace}: {e.strerror or e}", field="TRACE") from None
-    jobs = parse_trace(text, name=trace)
+    jobs = parse_trace(read_trace_text(trace), name=trace)
     if time_scale != 1.0:
         jobs = [replace(j, submit_s=j.submit_s / time_scale) for j in jobs]
     nodes = make_nodes(nodes_spec, gpus, gpus_per_node)
+    if plot:
+        from ..lab.report import check_path
+
+        check_path(plot)
     files = {n: load_policy_file(n)[0] for n in names if n.endswith(".toml")}
     policies = [resolve(n, files) for n in names]
     t0 = time.perf_counter()
-    out = run(jobs, nodes, policies, estimates=EstimateModel.parse(est_error), make_rng=random.Random, seed=seed,
+    out = run(jobs, nodes, policies, estimates=estimates, make_rng=random.Random, seed=seed,
               ckpt_save_s=save_s, ckpt_restore_s=restore_s)
     out["wall_s"] = round(time.perf_counter() - t0, 2)
-    if plot:
-        from ..lab.report import plot as draw
-
-        draw(out, plot)
     results = out.pop("results")
     if as_json:
         click.echo(json.dumps(out, indent=1))
     else:
         click.echo(table(out))
-        click.echo(f"simulated in {out['wall_s']}s" + (f"; plot in {plot}" if plot else ""))
+    _write_json(out_json, out)  # after the table or JSON, as the plot: a bad --out or --plot loses no run
+    if plot:
+        from ..lab.report import plot as draw
+
+        draw(out | {"results": results}, plot)
+    if not as_json:
+        click.echo(f"simulated in {out['wall_s']}s" + (f"; plot in {plot}" if plot else "")
+                   + (f"; JSON in {out_json}" if out_json else ""))
     out["results"] = results
+
+
+def _check_options(ctx: click.Context, suite: bool, export_dir: str | None) -> None:
+    """One line for an option this way of running does not read, or two that say the same thing."""
+    from click.core import ParameterSource
+
+    given = {name for name in ctx.params
+             if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)}
+    if suite and export_dir:
+        allowed, why = EXPORT_OPTIONS, "does nothing with --export (it writes the weeks as traces and runs nothing)"
+    elif suite:
+        allowed, why = SUITE_OPTIONS, "does nothing with --suite"
+    else:
+        allowed, why = TRACE_OPTIONS, "needs --suite"
+    extra = [name for name in FLAGS if name in given - allowed]
+    if extra[:1] == ["trace"]:
+        raise InvalidRequestError("give a TRACE or --suite, not both", field="TRACE")
+    if extra:
+        cluster = " (each week runs on its own cluster)" if suite and extra[0] in CLUSTER_OPTIONS else ""
+        raise InvalidRequestError(f"{FLAGS[extra[0]]} {why}{cluster}", field=FLAGS[extra[0]])
+    if {"policy", "compare"} <= given:
+        raise InvalidRequestError("give --policy NAME or --compare NAME,NAME,..., not both: --compare runs only the "
+                                  "policies it lists (add the --policy one to it)", field="--compare")
+    if "nodes_spec" in given and ({"gpus", "gpus_per_node"} & given):
+        flag = "--gpus" if "gpus" in given else "--gpus-per-node"
+        raise InvalidRequestError(f"give the cluster as --gpus N [--gpus-per-node G] or as --nodes SPEC, not both "
+                                  f"({flag} with --nodes)", field=flag)
+
+
+def _write_json(path: str | None, obj: dict) -> None:
+    from pathlib import Path
+
+    if not path:
+        return
+    try:
+        Path(path).write_text(json.dumps(obj, indent=1) + "\n")
+    except OSError as e:
+        raise InvalidRequestError(f"--out: cannot write {path}: {e.strerror or e}", field="--out") from None
 
 
 def _ckpt_cost(text: str) -> tuple[float, float]:
@@ -107,6 +173,9 @@ def _ckpt_cost(text: str) -> tuple[float, float]:
     save, _, restore = text.partition(",")
     save_s = 0.0 if save.strip() in ("0", "0s") else parse_duration(save, flag="--ckpt-cost")
     restore_s = 0.0 if restore.strip() in ("", "0", "0s") else parse_duration(restore, flag="--ckpt-cost")
+    if max(save_s, restore_s) > MAX_CKPT_S:
+        raise InvalidRequestError(f"--ckpt-cost: {text!r}: a save or restore of more than 1d (86400 s)",
+                                  field="--ckpt-cost")
     return save_s, restore_s
 
 
@@ -253,7 +322,8 @@ def history_csv(client, ns: str, since: str | None) -> str:
               help="Also replay this trace (repeatable): e.g. `dispatch history --csv` of another week.")
 @click.option("--nodes", "nodes_spec", default=None, metavar="SPEC",
               help="The cluster, as for simulate: NODESxGPUSxTYPE-MEMGB,... (default: the live nodes in Redis).")
-@click.option("--gpus", type=click.IntRange(1, 10_000_000), default=None, help="Untyped GPUs, in nodes of --gpus-per-node.")
+@click.option("--gpus", type=click.IntRange(1, MAX_CLUSTER_GPUS), default=None,
+              help="Untyped GPUs, in nodes of --gpus-per-node.")
 @click.option("--gpus-per-node", type=click.IntRange(1, 1024), default=8, show_default=True)
 @click.option("--current", default="live", show_default=True, metavar="FILE|live|default",
               help="The policy to beat: a file, the policy in force, or the built-in defaults.")
@@ -271,18 +341,14 @@ def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budg
 
     from . import _table
     from ..core.errors import ConnectionError as NoRedis
+    from ..lab.suite_run import read_trace_text
     from ..policy.render import diff_policies, render_policy
     from ..scheduler.policy_changes import named_policy
     from ..sim.engine import make_nodes
     from ..sim.tune import Workload, changes_table, tune as search
     from ..sim.workload import parse_trace
 
-    workloads = []
-    for path in traces:
-        try:
-            workloads.append(Workload(path, parse_trace(Path(path).read_text(), name=path)))
-        except OSError as e:
-            raise InvalidRequestError(f"cannot read trace {path}: {e.strerror or e}", field="--trace") from None
+    workloads = [Workload(path, parse_trace(read_trace_text(path, field="--trace"), name=path)) for path in traces]
     if since is not None or not traces:
         window = since or "7d"
         jobs = parse_trace(history_csv(ctx.client, ctx.ns, window), name="history")

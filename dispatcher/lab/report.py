@@ -1,14 +1,16 @@
-"""The PNG report of a comparison: JCT CDF per policy, queue length and GPU utilization over time.
+"""The plot of a comparison (PNG, SVG, PDF, ...): JCT CDF per policy, queue length and GPU utilization over time.
 
 Needs matplotlib (the optional extra `plot`); everything else in the simulator does not.
 """
 
 from __future__ import annotations
 
-from ..core.errors import ConfigError
+from pathlib import Path
+
+from ..core.errors import ConfigError, InvalidRequestError
 
 
-def plot(out: dict, path: str) -> None:
+def _matplotlib():
     try:
         import matplotlib
 
@@ -16,6 +18,33 @@ def plot(out: dict, path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ConfigError("--plot needs matplotlib: pip install 'dispatch-gpu[plot]'", key="--plot") from None
+    return plt
+
+
+#: The files --plot writes: formats matplotlib saves quietly, without LaTeX (pgf needs it), an optional Pillow
+#: codec (avif) or a warning on every plot (eps and ps drop transparency).
+FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "tif", "tiff", "svgz")
+
+
+def check_path(path: str) -> None:
+    """Before a run: one line if matplotlib is missing, `path`'s suffix is not one of FORMATS, or its folder
+    is not there (so a bad --plot loses no run)."""
+    _matplotlib()
+    p = Path(path)
+    suffix = p.suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        said = f"a .{suffix} file" if suffix else "a name without a suffix"
+        raise InvalidRequestError(f"--plot {path}: cannot write {said}; end the name in .png, .svg or .pdf (or "
+                                  f"{', '.join('.' + f for f in FORMATS[3:])})", field="--plot")
+    if p.is_dir():
+        raise InvalidRequestError(f"--plot {path}: is a folder; give a file name, e.g. {p / 'sim.png'}",
+                                  field="--plot")
+    if not p.parent.is_dir():
+        raise InvalidRequestError(f"--plot {path}: no folder {p.parent}", field="--plot")
+
+
+def plot(out: dict, path: str) -> None:
+    plt = _matplotlib()
     fig, (a, b, c) = plt.subplots(3, 1, figsize=(10, 11))
     for name, result in out["results"].items():
         jcts = sorted(j.end_s - j.trace.submit_s for j in result.jobs if j.end_s is not None)
@@ -34,5 +63,9 @@ def plot(out: dict, path: str) -> None:
         ax.legend(fontsize=8)
     fig.suptitle(f"{out['jobs']} jobs on {out['gpus']} GPUs, estimates {out['estimates']}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as e:
+        raise InvalidRequestError(f"--plot: cannot write {path}: {e.strerror or e}", field="--plot") from None
+    finally:
+        plt.close(fig)

@@ -27,9 +27,23 @@ def load_workloads(traces_dir: str | os.PathLike | None, seed: int, names: list[
             continue
         path = folder / file
         if path.is_file():
-            out.append(from_trace(name, path.read_text(), nodes=nodes, about=about))
+            out.append(from_trace(name, read_trace_text(path, field="--traces"), nodes=nodes, about=about))
     out += generated(lambda n: random.Random(f"{seed}:{n}"), names)
     return out
+
+
+def read_trace_text(path: str | os.PathLike, *, field: str = "TRACE") -> str:
+    """A trace file's text, read as UTF-8 (a byte-order mark, as Excel writes, dropped); a file that cannot
+    be read or is not UTF-8 is one InvalidRequestError naming it."""
+    from ..core.errors import InvalidRequestError
+
+    try:
+        return Path(path).read_bytes().decode("utf-8-sig")
+    except OSError as e:
+        raise InvalidRequestError(f"cannot read trace {path}: {e.strerror or e}", field=field) from None
+    except UnicodeDecodeError as e:
+        raise InvalidRequestError(f"{path}: not UTF-8 text (byte {e.start}); save the trace as CSV UTF-8",
+                                  field=field) from None
 
 
 def policy_named(spec: str):

@@ -35,38 +35,88 @@ class TraceJob:
     priority: str = "normal"
 
 
+#: The most GPUs a simulated cluster has (`--gpus`, `--nodes`), and so the most a trace's job may ask for.
+MAX_CLUSTER_GPUS = 100_000
+#: The latest submit time and the longest duration a trace may give: 100 years, in seconds.
+MAX_TRACE_S = 100 * 365 * 86400
+
+
 def parse_trace(text: str, *, name: str = "trace") -> list[TraceJob]:
-    """Parse trace CSV text; InvalidRequestError names the line and column of the first bad value."""
-    rows = csv.reader(io.StringIO(text))
-    header = next(rows, None)
-    columns = tuple(h.strip() for h in header or ())
-    if columns not in (HEADER, HEADER + EXTRA):
-        raise InvalidRequestError(f"{name}: the first line must be {','.join(HEADER)}", field="TRACE")
-    jobs = []
-    for n, row in enumerate(rows, start=2):
-        if not row or not "".join(row).strip():
-            continue
-        if len(row) != len(columns):
-            raise InvalidRequestError(f"{name}:{n}: {len(row)} columns, expected {len(columns)}", field="TRACE")
-        job_id, submit, user, gpus, duration, gpu_type, priority = (c.strip() for c in row[:len(HEADER)])
-        try:
-            submit_s, dur = float(submit), float(duration)
-            n_gpus = int(gpus)
-        except ValueError:
-            raise InvalidRequestError(f"{name}:{n}: submit_time_s, num_gpus and duration_s must be numbers",
-                                      field="TRACE") from None
-        if not job_id or submit_s < 0 or n_gpus < 0 or not dur > 0 or math.isinf(dur) or math.isinf(submit_s):
-            raise InvalidRequestError(f"{name}:{n}: needs a job_id, submit_time_s >= 0, num_gpus >= 0 and "
-                                      f"duration_s > 0", field="TRACE")
-        prio = PRIORITY_ALIASES.get(priority.lower(), priority.lower()) or "normal"
-        if prio not in PRIORITIES:
-            raise InvalidRequestError(f"{name}:{n}: unknown priority {priority!r}", field="TRACE")
-        types = tuple(t.strip() for t in gpu_type.split("|") if t.strip())
-        jobs.append(TraceJob(job_id, submit_s, user, n_gpus, dur, types, prio))
-    ids = [j.job_id for j in jobs]
-    if len(set(ids)) != len(ids):
-        raise InvalidRequestError(f"{name}: job_id values repeat", field="TRACE")
+    """Parse trace CSV text (a leading UTF-8 byte-order mark, as Excel writes, is skipped);
+    InvalidRequestError names the line and column of the first bad value."""
+    rows = csv.reader(io.StringIO(text.removeprefix("\ufeff")))
+    try:
+        header = next(rows, None)
+        columns = tuple(h.strip() for h in header or ())
+        if columns not in (HEADER, HEADER + EXTRA):
+            raise InvalidRequestError(f"{name}: the first line must be {','.join(HEADER)}", field="TRACE")
+        jobs: list[TraceJob] = []
+        first_line: dict[str, int] = {}
+        for row in rows:
+            n = rows.line_num
+            if not row or not "".join(row).strip():
+                continue
+            if len(row) != len(columns):
+                raise InvalidRequestError(f"{name}:{n}: {len(row)} columns, expected {len(columns)}", field="TRACE")
+            job_id, submit, user, gpus, duration, gpu_type, priority = (c.strip() for c in row[:len(HEADER)])
+            if not job_id:
+                raise InvalidRequestError(f"{name}:{n}: job_id is empty", field="TRACE")
+            if job_id in first_line:
+                raise InvalidRequestError(f"{name}:{n}: job_id {job_id!r} repeats (first on line "
+                                          f"{first_line[job_id]})", field="TRACE")
+            first_line[job_id] = n
+            submit_s = _seconds(submit, "submit_time_s", f"{name}:{n}")
+            if submit_s < 0:
+                raise InvalidRequestError(f"{name}:{n}: submit_time_s must be >= 0, got {submit!r}", field="TRACE")
+            dur = _seconds(duration, "duration_s", f"{name}:{n}")
+            if not dur > 0:
+                raise InvalidRequestError(f"{name}:{n}: duration_s must be > 0, got {duration!r}", field="TRACE")
+            n_gpus = _gpus(gpus, f"{name}:{n}")
+            prio = PRIORITY_ALIASES.get(priority.lower(), priority.lower()) or "normal"
+            if prio not in PRIORITIES:
+                raise InvalidRequestError(f"{name}:{n}: unknown priority {priority!r}", field="TRACE")
+            types = tuple(t.strip() for t in gpu_type.split("|") if t.strip())
+            jobs.append(TraceJob(job_id, submit_s, user, n_gpus, dur, types, prio))
+    except csv.Error as e:  # a NUL byte, an unclosed quote at the end, a field past the csv module's limit
+        raise InvalidRequestError(f"{name}:{rows.line_num}: not CSV: {e}", field="TRACE") from None
     return sorted(jobs, key=lambda j: (j.submit_s, j.job_id))
+
+
+def _seconds(text: str, column: str, where: str) -> float:
+    """A time column's value: a finite number of seconds, at most MAX_TRACE_S."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidRequestError(f"{where}: {column} must be a number of seconds, got {text!r}",
+                                  field="TRACE") from None
+    if not math.isfinite(value):
+        raise InvalidRequestError(f"{where}: {column} must be a finite number of seconds, got {text!r}",
+                                  field="TRACE")
+    if value > MAX_TRACE_S:
+        raise InvalidRequestError(f"{where}: {column} {text} is more than 100 years ({MAX_TRACE_S:,} s)",
+                                  field="TRACE")
+    return value
+
+
+def _gpus(text: str, where: str) -> int:
+    """num_gpus: a whole number (2.0 is 2) from 0 to MAX_CLUSTER_GPUS."""
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            f = float(text)
+        except ValueError:
+            f = math.nan
+        if not (math.isfinite(f) and f.is_integer()):
+            raise InvalidRequestError(f"{where}: num_gpus must be a whole number, got {text!r}",
+                                      field="TRACE") from None
+        value = int(f)
+    if value < 0:
+        raise InvalidRequestError(f"{where}: num_gpus must be >= 0, got {text!r}", field="TRACE")
+    if value > MAX_CLUSTER_GPUS:
+        raise InvalidRequestError(f"{where}: num_gpus {text} is more than {MAX_CLUSTER_GPUS:,}, the largest "
+                                  f"cluster the simulator takes", field="TRACE")
+    return value
 
 
 def format_trace(jobs, extra=None) -> str:
@@ -101,6 +151,10 @@ def synthetic(n: int, rng, *, users: int = 20, load_gpus: float = 200.0) -> list
     return jobs
 
 
+#: The widest log-normal error --est-error takes: at sigma 5 about one estimate in nine is off 3,000-fold or more.
+MAX_SIGMA = 5.0
+
+
 @dataclass(frozen=True)
 class EstimateModel:
     """What the policy is told a job will take. kind: 'oracle' (the truth), 'none' (no estimates),
@@ -118,9 +172,15 @@ class EstimateModel:
         if t.startswith("lognormal"):
             _, _, sigma = t.partition(":")
             try:
-                return EstimateModel("lognormal", float(sigma or 1.0))
+                value = float(sigma or 1.0)
             except ValueError:
                 pass
+            else:
+                if not 0 < value <= MAX_SIGMA:  # nan and inf too
+                    raise InvalidRequestError(f"--est-error: {text!r}: SIGMA must be above 0 and at most "
+                                              f"{MAX_SIGMA:g} (1 is the default; oracle gives the truth)",
+                                              field="--est-error")
+                return EstimateModel("lognormal", value)
         raise InvalidRequestError(f"--est-error: {text!r}; use lognormal:SIGMA, history, oracle or none",
                                   field="--est-error")
 

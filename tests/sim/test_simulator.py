@@ -75,7 +75,7 @@ def test_a_trace_survives_format_and_parse():
 @pytest.mark.parametrize("text,words", [
     ("job_id,submit_time_s\n", "first line"),
     ("job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority\na,0,u,1,-5,,\n", ":2:"),
-    ("job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority\na,0,u,x,5,,\n", "must be numbers"),
+    ("job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority\na,0,u,x,5,,\n", ":2: num_gpus must be a whole"),
     ("job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority\na,0,u,1,5,,urgent\n", "unknown priority"),
 ])
 def test_a_bad_trace_gets_a_one_line_error_from_the_cli(tmp_path, text, words):

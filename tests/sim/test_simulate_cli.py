@@ -1,0 +1,213 @@
+"""`dispatch simulate` refuses what it cannot honour with one line and a non-zero exit, before any run:
+traces with non-finite or absurd numbers, plots it cannot write, estimate errors out of range, options
+the way it runs would drop, and clusters too big to build. Run in-process through `dispatcher.cli.main`,
+as the `dispatch` command runs it (the same one line, the same exit code)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from dispatcher.cli import main
+from dispatcher.core.errors import InvalidRequestError
+from dispatcher.sim.engine import make_nodes
+from dispatcher.sim.workload import MAX_CLUSTER_GPUS, EstimateModel, parse_trace
+
+H = "job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority"
+T1 = f"{H}\na,0,u,1,10,,\nb,5,u,2,30,,low\n"
+
+
+def dispatch(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `dispatch ARGS`."""
+    monkeypatch.setattr(sys, "argv", ["dispatch", *map(str, args)])
+    with pytest.raises(SystemExit) as e:
+        main()
+    got = capsys.readouterr()
+    return e.value.code, got.out, got.err
+
+
+def refused(monkeypatch, capsys, *args) -> str:
+    """The one line `dispatch ARGS` fails with; it ran nothing (no table on stdout)."""
+    code, out, err = dispatch(monkeypatch, capsys, *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (code, out, err)
+    assert "internal error" not in err and err.startswith("dispatch: error: "), err
+    return err.strip()
+
+
+@pytest.fixture
+def t1(tmp_path):
+    path = tmp_path / "t1.csv"
+    path.write_text(T1)
+    return path
+
+
+# -- 1. the trace's numbers --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("row,words", [
+    ("a,nan,u,1,10,,", "t.csv:2: submit_time_s must be a finite number"),
+    ("a,inf,u,1,10,,", "t.csv:2: submit_time_s must be a finite number"),
+    ("a,-inf,u,1,10,,", "t.csv:2: submit_time_s must be a finite number"),
+    ("a,0,u,1,nan,,", "t.csv:2: duration_s must be a finite number"),
+    ("a,0,u,1,inf,,", "t.csv:2: duration_s must be a finite number"),
+    ("a,0,u,nan,10,,", "t.csv:2: num_gpus must be a whole number"),
+    ("a,0,u,inf,10,,", "t.csv:2: num_gpus must be a whole number"),
+    ("a,0,u,1.5,10,,", "t.csv:2: num_gpus must be a whole number, got '1.5'"),
+    ("a,0,u,99999999999999999999999,10,,", "t.csv:2: num_gpus 99999999999999999999999 is more than 100,000"),
+    ("a,0,u,1e9,10,,", "t.csv:2: num_gpus 1e9 is more than 100,000"),
+    ("a,1e300,u,1,10,,", "t.csv:2: submit_time_s 1e300 is more than 100 years"),
+    ("a,0,u,1,1e10,,", "t.csv:2: duration_s 1e10 is more than 100 years"),
+    ("a,x,u,1,10,,", "t.csv:2: submit_time_s must be a number of seconds, got 'x'"),
+    ("a,-1,u,1,10,,", "t.csv:2: submit_time_s must be >= 0"),
+    ("a,0,u,-1,10,,", "t.csv:2: num_gpus must be >= 0"),
+    ("a,0,u,1,0,,", "t.csv:2: duration_s must be > 0"),
+    (",0,u,1,10,,", "t.csv:2: job_id is empty"),
+])
+def test_a_bad_number_in_a_trace_names_the_file_the_line_and_the_column(row, words):
+    with pytest.raises(InvalidRequestError) as e:
+        parse_trace(f"{H}\n{row}\n", name="t.csv")
+    assert words in str(e.value), str(e.value)
+
+
+def test_whole_numbers_written_as_floats_and_the_largest_values_are_read():
+    jobs = parse_trace(f"{H}\na,3153600000,u,2.0,3153600000,,\nb,0,u,100000,1,,\n")
+    assert [(j.job_id, j.gpus, j.submit_s) for j in jobs] == [("b", MAX_CLUSTER_GPUS, 0.0), ("a", 2, 3153600000.0)]
+
+
+def test_a_repeated_job_id_names_its_line_and_the_first():
+    with pytest.raises(InvalidRequestError, match=r"^t.csv:4: job_id 'a' repeats \(first on line 2\)$"):
+        parse_trace(f"{H}\na,0,u,1,10,,\nb,1,u,1,10,,\na,3,u,1,10,,\n", name="t.csv")
+
+
+def test_a_trace_excel_saved_with_a_byte_order_mark_is_read(tmp_path, monkeypatch, capsys):
+    assert parse_trace("\ufeff" + T1) == parse_trace(T1)
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + T1.encode())
+    code, out, err = dispatch(monkeypatch, capsys, "simulate", path, "--gpus", 4, "--json")
+    assert code == 0 and json.loads(out)["jobs"] == 2, err
+
+
+def test_a_nan_submit_time_and_a_file_that_is_not_utf8_get_one_line(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "nansub.csv"
+    path.write_text(f"{H}\na,nan,u,1,10,,\n")
+    assert "nansub.csv:2: submit_time_s must be a finite number" in refused(monkeypatch, capsys, "simulate", path,
+                                                                             "--gpus", 4)
+    path = tmp_path / "utf16.csv"
+    path.write_bytes(T1.encode("utf-16"))
+    assert "utf16.csv: not UTF-8 text" in refused(monkeypatch, capsys, "simulate", path, "--gpus", 4)
+
+
+# -- 2. --plot, --est-error, --ckpt-cost, --time-scale, and the --debug the error message points at --------------
+
+@pytest.mark.parametrize("name,words", [
+    ("nosuch/dir/x.png", "no folder"), ("x.txt", "cannot write a .txt file"), ("x", "without a suffix")])
+def test_a_plot_it_cannot_write_is_refused_before_the_run(tmp_path, t1, monkeypatch, capsys, name, words):
+    pytest.importorskip("matplotlib")
+    err = refused(monkeypatch, capsys, "simulate", t1, "--gpus", 4, "--plot", tmp_path / name)
+    assert f"--plot {tmp_path / name}: " in err and words in err, err
+
+
+def test_a_plot_can_be_svg_or_pdf(tmp_path, t1, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    for name in ("x.svg", "x.pdf"):
+        code, out, err = dispatch(monkeypatch, capsys, "simulate", t1, "--gpus", 4, "--plot", tmp_path / name)
+        assert code == 0 and (tmp_path / name).stat().st_size > 0 and f"plot in {tmp_path / name}" in out, err
+
+
+@pytest.mark.parametrize("spec", ["lognormal:1e308", "lognormal:nan", "lognormal:inf", "lognormal:-1", "lognormal:0",
+                                  "lognormal:5.5"])
+def test_an_estimate_error_out_of_range_is_refused(t1, monkeypatch, capsys, spec):
+    with pytest.raises(InvalidRequestError, match="SIGMA must be above 0 and at most 5"):
+        EstimateModel.parse(spec)
+    assert "--est-error" in refused(monkeypatch, capsys, "simulate", t1, "--gpus", 4, "--est-error", spec)
+
+
+def test_sigma_up_to_5_is_taken():
+    assert EstimateModel.parse("lognormal:5") == EstimateModel("lognormal", 5.0)
+    assert EstimateModel.parse("lognormal:0.25") == EstimateModel("lognormal", 0.25)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--ckpt-cost", "1e300,1e300"], "--ckpt-cost: '1e300,1e300': a save or restore of more than 1d"),
+    (["--time-scale", "nan"], "--time-scale: give a number from 0.001 to 1000"),
+])
+def test_checkpoint_costs_and_time_scales_out_of_range_are_refused(t1, monkeypatch, capsys, args, words):
+    assert words in refused(monkeypatch, capsys, "simulate", t1, "--gpus", 4, *args)
+
+
+def test_the_internal_error_hint_names_a_debug_flag_simulate_takes(t1, monkeypatch, capsys):
+    import dispatcher.sim.compare
+
+    def broken(*a, **kw):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(dispatcher.sim.compare, "simulate", broken)
+    code, _, err = dispatch(monkeypatch, capsys, "simulate", t1, "--gpus", 4)
+    assert code == 1 and "internal error: RuntimeError: boom (rerun with --debug for details)" in err, err
+    monkeypatch.setattr(sys, "argv", ["dispatch", "simulate", str(t1), "--gpus", "4", "--debug"])
+    with pytest.raises(RuntimeError, match="boom"):  # the traceback the hint promised
+        main()
+
+
+# -- 3. options the way it runs would drop ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,words", [
+    (["--export", "DIR"], "--export needs --suite"),
+    (["--workloads", "lab"], "--workloads needs --suite"),
+    (["--traces", "DIR"], "--traces needs --suite"),
+    (["--policy", "las", "--compare", "fifo"], "give --policy NAME or --compare NAME,NAME,..., not both"),
+    (["--nodes", "2x8xA100-80GB"], "give the cluster as --gpus N [--gpus-per-node G] or as --nodes SPEC, not both"),
+    (["--suite"], "give a TRACE or --suite, not both"),
+])
+def test_an_option_a_trace_run_would_drop_is_refused(tmp_path, t1, monkeypatch, capsys, args, words):
+    monkeypatch.chdir(tmp_path)
+    assert words in refused(monkeypatch, capsys, "simulate", t1, "--gpus", 8, *args)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t1.csv"]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--suite", "--gpus", "8"], "--gpus does nothing with --suite (each week runs on its own cluster)"),
+    (["--suite", "--nodes", "1x8xA100-80GB"], "--nodes does nothing with --suite"),
+    (["--suite", "--plot", "x.png"], "--plot does nothing with --suite"),
+    (["--suite", "--time-scale", "2"], "--time-scale does nothing with --suite"),
+    (["--suite", "--policy", "las", "--compare", "fifo"], "not both"),
+    (["--suite", "--export", "DIR", "--compare", "las"], "--compare does nothing with --export"),
+    (["--suite", "--export", "DIR", "--out", "x.json"], "--out does nothing with --export"),
+    (["--nodes", "1x8xA100-80GB", "--gpus-per-node", "4", "t.csv"], "(--gpus-per-node with --nodes)"),
+])
+def test_an_option_the_suite_would_drop_is_refused(tmp_path, monkeypatch, capsys, args, words):
+    monkeypatch.chdir(tmp_path)
+    assert words in refused(monkeypatch, capsys, "simulate", *args)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_out_without_suite_writes_what_json_prints(tmp_path, t1, monkeypatch, capsys):
+    out = tmp_path / "r.json"
+    code, printed, err = dispatch(monkeypatch, capsys, "simulate", t1, "--gpus", 4, "--json", "--out", out)
+    assert code == 0 and json.loads(out.read_text()) == json.loads(printed), err
+    code, printed, err = dispatch(monkeypatch, capsys, "simulate", t1, "--gpus", 4, "--out", tmp_path / "t.json")
+    assert code == 0 and f"JSON in {tmp_path / 't.json'}" in printed
+    assert json.loads((tmp_path / "t.json").read_text())["policies"]["dispatch"]["finished"] == 2
+    code, printed, err = dispatch(monkeypatch, capsys, "simulate", t1, "--gpus", 4, "--out", tmp_path / "no/r.json")
+    assert code == 2 and "avg JCT" in printed and err.startswith("dispatch: error: --out: cannot write"), err
+
+
+# -- 4. clusters too big to build ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,words", [
+    (["--nodes", "100000000x8xA100-80GB"], "--nodes: 100000000x8xA100-80GB is more than 100,000 GPUs"),
+    (["--nodes", "12500x8xA100-80GB,1x1xV100-16GB"], "is more than 100,000 GPUs"),
+    (["--gpus", "10000000"], "10000000 is not in the range 1<=x<=100000"),
+])
+def test_a_cluster_over_100000_gpus_is_refused_at_once(t1, monkeypatch, capsys, args, words):
+    assert words in refused(monkeypatch, capsys, "simulate", t1, *args)
+
+
+def test_make_nodes_bounds_the_cluster_before_it_builds_a_node():
+    assert sum(len(g) for _, g in make_nodes("12500x8xA100-80GB", None)) == MAX_CLUSTER_GPUS
+    for spec, gpus in (("100000000x8xA100-80GB", None), (None, MAX_CLUSTER_GPUS + 1)):
+        with pytest.raises(InvalidRequestError, match="more than 100,000"):
+            make_nodes(spec, gpus)
+    with pytest.raises(InvalidRequestError, match="not both"):
+        make_nodes("1x8xA100-80GB", 8)
