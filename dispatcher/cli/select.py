@@ -86,25 +86,12 @@ def one_job(client, ns: str, text: str) -> str:
     return read_named(client, ns, [text])[0]["id"] if element_name(text) else text
 
 
-def _ranges(indices) -> str:
-    """0,1,2,3,5,7,8 -> '0-3,5,7-8'."""
-    out, run = [], []
-    for i in sorted(indices):
-        if run and i == run[-1] + 1:
-            run.append(i)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [i]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
-
-
 def folded(jobs: list[dict]) -> list[tuple[str, dict, list[dict]]]:
     """Queue rows: (the ID shown, the job a row is about, the jobs it stands for). An array is one row,
     12_[0-99%8], where its first element listed was, about its oldest pending element (else its
     first); every other job is its own row."""
+    from ..core.arrays import ranges
+
     members: dict[str, list[dict]] = {}
     for j in jobs:
         if j["array_of"]:
@@ -117,7 +104,7 @@ def folded(jobs: list[dict]) -> list[tuple[str, dict, list[dict]]]:
             group = members[j["array_of"]]
             cap = f"%{j['array_limit']}" if j["array_limit"] else ""
             about = next((g for g in group if g["state"] == "pending"), j)
-            rows.append((f"{j['array_of']}_[{_ranges(g['array_index'] for g in group)}{cap}]", about, group))
+            rows.append((f"{j['array_of']}_[{ranges(g['array_index'] for g in group)}{cap}]", about, group))
     return rows
 
 

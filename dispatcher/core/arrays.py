@@ -6,7 +6,7 @@ belongs to (`array_of`: the id of the array's first element, which names the arr
 array job id does), its index, the array's size and its cap. The ids of one array are consecutive:
 its elements are written in one transaction (store/jobs.write_jobs), in index order.
 
-Pure: the indices, the elements, and how `ID_INDEX` names one of them.
+Pure: the indices, the elements, how `ID_INDEX` names one of them, and ranges of numbers as text.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from .model import JobSpec
 #: The most elements one array may have (Slurm's default MaxArraySize is 1001) and the largest index.
 MAX_ARRAY = 1000
 MAX_INDEX = 10_000_000
+#: The most jobs one job may wait for (--after and --after-any each), an array's elements counted one by
+#: one: a dependency on an array is one on each of its elements (store/dependencies.expand_dependencies).
+MAX_WAITED = 2 * MAX_ARRAY
 #: What array_of holds until the array's ids are known: "new:<token>", one token per array in a submit.
 NEW = "new:"
 _PART = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
@@ -82,6 +85,26 @@ def element_name(text: str) -> tuple[str, int] | None:
 def request_jobs(request, build, token: str) -> list[JobSpec]:
     """The jobs of one submit request: `build(request)` (core/spec.spec_from_request), or, for a request
     with "array", its elements. `token`: unique among the arrays of one submit (the request's number)."""
-    if not isinstance(request, dict) or not request.get("array"):
+    if not isinstance(request, dict) or "array" not in request:
         return [build(request)]
-    return elements(build({k: v for k, v in request.items() if k != "array"}), str(request["array"]), token)
+    text, rest = request["array"], {k: v for k, v in request.items() if k != "array"}
+    if text is None:  # (the Python API's array=None: not an array)
+        return [build(rest)]
+    if isinstance(text, bool) or not isinstance(text, (str, int)) or not str(text).strip():
+        raise InvalidRequestError(f"--array: {text!r} names no index; give the indices, e.g. 0-99%8 (at most 8 "
+                                  f"at once) or 1,3,5-9", field="--array")
+    return elements(build(rest), str(text), token)
+
+
+def ranges(numbers, most: int = 0) -> str:
+    """0,1,2,3,5,7,8 -> '0-3,5,7-8'; with `most`, at most that many runs, then ' and N more'."""
+    runs: list[list[int]] = []
+    for i in sorted(numbers):
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    shown = runs[:most] if most else runs
+    text = ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in shown)
+    left = sum(len(r) for r in runs[len(shown):])
+    return f"{text} and {left} more" if left else text

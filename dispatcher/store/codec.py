@@ -11,6 +11,7 @@ import operator
 
 import msgpack
 
+from ..core.arrays import MAX_WAITED
 from ..core.errors import InvalidRequestError, MalformedRecord
 from ..core.memo import remembered
 from ..core.model import MAX_SPEC_BYTES, PRIORITIES, SPEC_VERSION, GpuInfo, JobSpec
@@ -133,7 +134,7 @@ def _checked_shared(values: tuple) -> JobSpec:
                                       for kv in env), "bad env")
     _check(type(types) is tuple and all(type(t) is str for t in types), "bad gpu_types")
     bad = next((f for f in ("user", "team", "cwd", "prio") if type(d[f]) is not str), None) \
-        or next((f for f in ("gpus", "cpus") if not (type(d[f]) is int and d[f] >= 0)), None) \
+        or next((f for f in ("gpus", "cpus") if not (type(d[f]) is int and 0 <= d[f] < 1 << 31)), None) \
         or next((f for f in ("gpu_mem_gb", "mem_gb", "grace_s") if not (isinstance(d[f], num) and 0 <= d[f] < INF)),
                 None)
     if bad is not None:
@@ -207,7 +208,7 @@ def _retries(value) -> int:
 
 def _ids(value) -> tuple[str, ...]:
     value = () if value is None else value
-    _check(type(value) is tuple and len(value) <= 64 and all(type(i) is str and i for i in value),
+    _check(type(value) is tuple and len(value) <= MAX_WAITED and all(type(i) is str and i for i in value),
            "bad dependency list")
     return value
 

@@ -1,20 +1,30 @@
 """Job dependencies: `--after` (start once these succeeded) and `--after-any` (once they ended).
 
 A job may only wait for jobs that exist when it is submitted, so no cycle can
-form; a dependency already failed or cancelled is refused at submit, since
-`--after` could never be met. While a dependency runs or waits, the job is held:
-the scheduler's mirror keeps it out of the policy's backlog (scheduler/mirror.py).
-When a dependency of `--after` fails or is cancelled later, the scheduler fails
+form. At submit each id given is replaced by the jobs it names (expand_dependencies):
+an array's id (its first element's, as `cancel 12` and `wait 12` take it) by every
+element of the array, as Slurm's afterok:ARRAY and afterany:ARRAY; `12_5` by that
+element; any other id by that job. The stored spec holds job ids only, so all that
+follows treats an array's elements as so many jobs. A dependency already failed or
+cancelled is no error at submit: the job fails at once, as below.
+While a dependency runs or waits, the job is held: the scheduler's mirror keeps it
+out of the policy's backlog (scheduler/mirror.py). When a dependency of `--after`
+fails or is cancelled later (for an array: any one element), the scheduler fails
 the job with that reason, and so on down the chain.
 """
 
 from __future__ import annotations
 
-from ..core.errors import InvalidRequestError
+from ..core.arrays import MAX_WAITED, element_name, ranges
+from ..core.errors import InvalidRequestError, MalformedRecord
 from ..core.model import FINAL_STATES, JobSpec
 from . import job_record
+from .codec import decode_spec
 
 READY, HELD, DOOMED = "ready", "held", "doomed"
+#: The runs of ids a held job's reason lists for one state, then "and N more".
+LISTED = 6
+_NAMING = ("spec", *job_record.OUTCOME)  # a dependency's at submit: whether it exists, and an array's
 
 
 def read_states(client, ns: str, ids) -> dict[str, tuple[str, str]]:
@@ -34,44 +44,149 @@ def read_states(client, ns: str, ids) -> dict[str, tuple[str, str]]:
     return out
 
 
-def judge(spec: JobSpec, states: dict[str, tuple[str, str]]) -> tuple[str, str]:
-    """(READY | HELD | DOOMED, why) for a job with dependencies, given their states (read_states)."""
-    waiting = []
+def _failed(spec: JobSpec, states: dict[str, tuple[str, str]]) -> str | None:
+    """The first job of spec's --after that failed, was cancelled or is gone; None if none."""
     for dep in spec.after:
-        state, why = states.get(dep, ("", ""))
+        state = states.get(dep, ("", ""))[0]
         if state in ("failed", "cancelled") or not state:
-            what = f"{state}: {why}" if state else "no longer exists"
-            return DOOMED, f"dependency job {dep} {what}"
-        if state != "succeeded":
-            waiting.append(f"job {dep} ({state}) to succeed")
-    for dep in spec.after_any:
-        state, _ = states.get(dep, ("", ""))
-        if state and state not in FINAL_STATES:
-            waiting.append(f"job {dep} ({state}) to end")
+            return dep
+    return None
+
+
+def judge(spec: JobSpec, states: dict[str, tuple[str, str]], names=None) -> tuple[str, str]:
+    """(READY | HELD | DOOMED, why) for a job with dependencies, given their states (read_states).
+    `names`: how to call a dependency in the reason (an array's element: `12_5`), else by its id."""
+    dep = _failed(spec, states)
+    if dep is not None:
+        state, why = states.get(dep, ("", ""))
+        what = f"{state}: {why}" if state else "no longer exists"
+        return DOOMED, f"dependency job {(names or {}).get(dep, dep)} {what}"
+    succeed = [(d, states[d][0]) for d in spec.after if states[d][0] != "succeeded"]
+    end = [(d, s) for d in spec.after_any for s in [states.get(d, ("", ""))[0]] if s and s not in FINAL_STATES]
+    waiting = [f"{_listed(items)} to {verb}" for items, verb in ((succeed, "succeed"), (end, "end")) if items]
     if waiting:
         return HELD, "waits for " + ", ".join(waiting)
     return READY, ""
 
 
+def _listed(items: list[tuple[str, str]]) -> str:
+    """[(id, state)] -> 'job 12 (running), jobs 13-40 (pending)': by state, in the order first met."""
+    by_state: dict[str, list[str]] = {}
+    for dep, state in items:
+        by_state.setdefault(state, []).append(dep)
+    return ", ".join(f"{'job' if len(ids) == 1 else 'jobs'} {_ids(ids)} ({state})" for state, ids in by_state.items())
+
+
+def _ids(ids: list[str]) -> str:
+    """Job ids as ranges (13-40), at most LISTED runs of them."""
+    if all(i.isdigit() for i in ids):
+        return ranges(map(int, ids), LISTED)
+    return ",".join(ids[:LISTED]) + (f" and {len(ids) - LISTED} more" if len(ids) > LISTED else "")
+
+
 def judge_all(client, ns: str, specs) -> dict[str, tuple[str, str]]:
-    """judge() for each of these specs, their dependencies' states read in one round trip."""
+    """judge() for each of these specs, their dependencies' states read in one round trip (and, only
+    when one failed, how a failed array element is called: one more)."""
     states = read_states(client, ns, {d for s in specs for d in (*s.after, *s.after_any)})
-    return {s.id: judge(s, states) for s in specs}
+    failed = {d for d in (_failed(s, states) for s in specs) if d is not None}
+    names = element_names(client, ns, failed) if failed else {}
+    return {s.id: judge(s, states, names) for s in specs}
 
 
-def check_dependencies(client, ns: str, specs) -> None:
-    """At submit: every job waited for exists. Raises InvalidRequestError naming the first that does not.
-    An `--after` job that has already failed or been cancelled is no error (a pipeline script must not
-    work or break by timing, as Slurm's DependencyNeverSatisfied): the scheduler fails the new job at
-    once with that reason, as it does when the dependency fails later."""
-    deps = {d for s in specs for d in (*s.after, *s.after_any)}
-    if not deps:
-        return
-    states = read_states(client, ns, deps)
+def element_names(client, ns: str, ids) -> dict[str, str]:
+    """Of these jobs, the elements of an array: id -> `12_5` (array id _ index)."""
+    ids = list(ids)
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        job_record.queue_fields(pipe, ns, job_id, ("spec",))
+    out = {}
+    for job_id, reply in zip(ids, pipe.execute(raise_on_error=False)):
+        spec = _spec(reply)
+        if spec is not None and spec.array_of and spec.array_index is not None:
+            out[job_id] = f"{spec.array_of}_{spec.array_index}"
+    return out
+
+
+def _spec(reply) -> JobSpec | None:
+    """The spec of a job record's (spec, ...) fields as read; None if absent or unreadable."""
+    if isinstance(reply, Exception) or not reply or not isinstance(reply[0], bytes):
+        return None
+    try:
+        return decode_spec(reply[0])
+    except MalformedRecord:
+        return None
+
+
+def expand_dependencies(client, ns: str, specs: list[JobSpec]) -> list[JobSpec]:
+    """At submit: the specs, with each id they wait for replaced by the jobs it names (an array's id:
+    every element, in index order; `12_5`: that element; another id: that job). Raises
+    InvalidRequestError naming the first id that names no job (`--after: there is no job 25_3`), or a
+    list past MAX_WAITED jobs. An `--after` job that has already failed or been cancelled is no error (a
+    pipeline script must not work or break by timing, as Slurm's DependencyNeverSatisfied): the
+    scheduler fails the new job at once with that reason, as it does when the dependency fails later."""
+    given = {d for s in specs for d in (*s.after, *s.after_any)}
+    if not given:
+        return specs
+    named = _named(client, ns, given)
+    done: dict[tuple, tuple] = {}  # (after, after_any) given -> as stored: an array's elements share it
+    out = []
     for spec in specs:
-        for flag, ids in (("--after", spec.after), ("--after-any", spec.after_any)):
-            for dep in ids:
-                state, _ = states[dep]
-                if not state:
-                    raise InvalidRequestError(f"{flag}: there is no job {dep}", field=flag)
+        key = (spec.after, spec.after_any)
+        if key not in done:
+            done[key] = tuple(_expanded(flag, ids, named) for flag, ids in (("--after", spec.after),
+                                                                            ("--after-any", spec.after_any)))
+        after, after_any = done[key]
+        out.append(spec if (after, after_any) == key else spec.filled(after=after, after_any=after_any))
+    return out
 
+
+def _expanded(flag: str, ids: tuple[str, ...], named: dict[str, tuple[str, ...] | None]) -> tuple[str, ...]:
+    jobs: dict[str, None] = {}
+    for dep in ids:
+        got = named[dep]
+        if got is None:
+            raise InvalidRequestError(f"{flag}: there is no job {dep}", field=flag)
+        jobs.update(dict.fromkeys(got))
+    if len(jobs) > MAX_WAITED:
+        raise InvalidRequestError(f"{flag}: {','.join(ids)} name {len(jobs):,} jobs (an array's elements counted "
+                                  f"one by one); at most {MAX_WAITED:,}", field=flag)
+    return tuple(jobs)
+
+
+def _named(client, ns: str, given) -> dict[str, tuple[str, ...] | None]:
+    """Each id given -> the ids of the jobs it names, or None for none. Two round trips at most: the jobs
+    given (an element's array), then the elements of the arrays among them."""
+    heads = {dep: (element_name(dep) or (dep,))[0] for dep in given}
+    read = list(dict.fromkeys(heads.values()))
+    pipe = client.pipeline(transaction=False)
+    for job_id in read:
+        job_record.queue_fields(pipe, ns, job_id, _NAMING)
+    found: dict[str, JobSpec | None] = {}  # a job that exists -> its spec (None: unreadable)
+    for job_id, reply in zip(read, pipe.execute(raise_on_error=False)):
+        if not isinstance(reply, Exception) and job_record.values(job_record.OUTCOME, reply[1:])["state"]:
+            found[job_id] = _spec(reply)
+    arrays = {h: s for h, s in found.items()
+              if s is not None and s.array_of == h and h.isdigit() and s.array_count > 1}
+    members: dict[str, list[tuple[str, int | None]]] = {}  # an array's id -> its elements' (id, index), in order
+    if arrays:
+        pipe = client.pipeline(transaction=False)
+        ids = [(h, str(int(h) + k)) for h, s in arrays.items() for k in range(s.array_count)]
+        for _, job_id in ids:
+            job_record.queue_fields(pipe, ns, job_id, ("spec",))
+        for (h, job_id), reply in zip(ids, pipe.execute(raise_on_error=False)):
+            spec = _spec(reply)
+            if spec is not None and spec.array_of == h:
+                members.setdefault(h, []).append((job_id, spec.array_index))
+    out: dict[str, tuple[str, ...] | None] = {}
+    for dep, head in heads.items():
+        element = element_name(dep)
+        if head not in found:
+            out[dep] = None
+        elif element is None:  # a job, or an array whole
+            out[dep] = tuple(i for i, _ in members.get(head, ())) or (head,)
+        else:  # ID_INDEX: that element of the array (an array of one: its id)
+            index = element[1]
+            spec = found[head]
+            one = spec is not None and spec.array_of == head and spec.array_count == 1 and spec.array_index == index
+            out[dep] = (head,) if one else next(((i,) for i, n in members.get(head, ()) if n == index), None)
+    return out

@@ -8,6 +8,7 @@ from dispatcher.core.errors import InvalidRequestError
 from dispatcher.views.explain import explain
 from dispatcher.clock import now_ms
 from dispatcher.scheduler.loop import Scheduler
+from dispatcher.store.codec import decode_spec
 from dispatcher.store.jobs import read_job
 from dispatcher.store.scripts import Scripts
 from tests.redis.test_store import beat, submit
@@ -111,3 +112,84 @@ def _cancelled(client, ns) -> str:
     job_id = submit(client, ns)
     assert Scripts(client, ns).cancel(job_id, now_ms(), "changed my mind") == 1
     return job_id
+
+
+def submit_array(client, ns, indices="0-3", **kw) -> list[str]:
+    """An array's element ids, in index order (the first is the array's id)."""
+    from dispatcher.core.arrays import elements
+    from dispatcher.core.spec import build_spec
+    from dispatcher.store.jobs import write_jobs
+
+    spec = build_spec(user="alice", submit_ms=now_ms(), command=["true"], **kw)
+    return write_jobs(client, ns, elements(spec, indices, "0"))
+
+
+def test_after_an_array_waits_for_every_element_and_fails_when_one_fails(client, ns):
+    beat(client, ns, "a", gpus=4)
+    elements = submit_array(client, ns, gpus=1)
+    array = elements[0]
+    then = submit(client, ns, gpus=1, after=array)
+    cleanup = submit(client, ns, gpus=1, after_any=array)
+    assert read_job(client, ns, then)["after"] == elements  # Slurm's afterok:ARRAY: each element
+    assert read_job(client, ns, cleanup)["after_any"] == elements
+    sched = Scheduler(client, ns)
+    assert placed(sched.cycle()) == set(elements)
+    run_to_end(client, ns, elements[0])  # element 0 alone was all the old code waited for
+    run_to_end(client, ns, elements[1])
+    assert placed(sched.cycle()) == set()
+    job = read_job(client, ns, then)
+    assert job["reason"] == f"waits for jobs {elements[2]}-{elements[3]} (assigned) to succeed"
+    assert explain(client, ns, then)["outcome"] == {"code": "held", "reason": job["reason"], "rank": None}
+
+    run_to_end(client, ns, elements[2], "failed", 3)
+    assert placed(sched.cycle()) == set()
+    job = read_job(client, ns, then)  # failed at once, while element 3 still runs
+    assert job["state"] == "failed" and job["reason"] == f"dependency job {array}_2 failed: exit code 3"
+    assert read_job(client, ns, cleanup)["reason"] == f"waits for job {elements[3]} (assigned) to end"
+    run_to_end(client, ns, elements[3])
+    assert placed(sched.cycle()) == {cleanup}
+
+
+def test_an_element_id_names_that_element_only(client, ns):
+    elements = submit_array(client, ns, "1,5,9")
+    array = elements[0]
+    assert read_job(client, ns, submit(client, ns, after=f"{array}_5"))["after"] == [elements[1]]
+    assert read_job(client, ns, submit(client, ns, after_any=f"{array}_9,{array}_1"))["after_any"] == [
+        elements[2], elements[0]]
+    assert read_job(client, ns, submit(client, ns, after=f"{elements[1]}"))["after"] == [elements[1]]
+    (single,) = submit_array(client, ns, "7")
+    assert read_job(client, ns, submit(client, ns, after=f"{single}_7"))["after"] == [single]
+    plain = submit(client, ns)
+    before = client.dbsize()
+    for flag, dep in (("after", f"{array}_2"), ("after_any", f"{plain}_0"), ("after", f"{single}_0")):
+        with pytest.raises(InvalidRequestError) as e:
+            submit(client, ns, **{flag: dep})
+        assert str(e.value) == f"--{flag.replace('_', '-')}: there is no job {dep}"
+    assert client.dbsize() == before
+
+
+def test_a_held_reason_lists_ranges_by_state_and_stays_short(client, ns):
+    from dispatcher.store.dependencies import HELD, judge_all
+    from dispatcher.store.job_record import read_fields
+
+    elements = submit_array(client, ns, "0-19")
+    plain = submit(client, ns)  # (the next id after the array's last)
+    for job_id in elements[::2]:
+        assert Scripts(client, ns).cancel(job_id, now_ms(), "not needed") == 1
+    then = submit(client, ns, after=f"{elements[1]},{plain}", after_any=elements[0])
+    spec = decode_spec(read_fields(client, ns, then, ("spec",))["spec"])
+    assert spec.after == (elements[1], plain) and len(spec.after_any) == 20
+    (verdict, why), = judge_all(client, ns, [spec]).values()
+    odd = [int(e) for e in elements[1::2]]
+    assert verdict == HELD and why == (f"waits for jobs {elements[1]},{plain} (pending) to succeed, jobs "
+                                       + ",".join(map(str, odd[:6])) + " and 4 more (pending) to end")
+
+
+def test_a_dependency_list_past_the_most_is_refused(client, ns, monkeypatch):
+    from dispatcher.store import dependencies
+
+    monkeypatch.setattr(dependencies, "MAX_WAITED", 3)
+    array = submit_array(client, ns)[0]
+    with pytest.raises(InvalidRequestError) as e:
+        submit(client, ns, after=array)
+    assert str(e.value) == f"--after: {array} name 4 jobs (an array's elements counted one by one); at most 3"
