@@ -139,12 +139,16 @@ def _holding(ctx, node: str) -> int:
 @common
 def drain(ctx, node, reason):
     """Take no new job on NODE: the jobs it runs finish there; nothing new starts there until `dispatch
-    resume NODE`. Again on a drained node: the new reason replaces the old. (With identity on: admins.)"""
+    resume NODE`. Again on a drained node: a new --reason replaces the old; with none, the old one stays.
+    (With identity on: admins.)"""
+    from ..store.nodes import kept_reason
+
     was = _act(ctx, "drain", node, reason)
     busy = _holding(ctx, node)
     now = time.time()
     if was is not None:
-        click.echo(f"{node}: already drained (was: {_said(node, _mark(was, now))}); reason now: {reason or '-'}")
+        kept = kept_reason(" ".join(reason.split()), was)
+        click.echo(f"{node}: already drained (was: {_said(node, _mark(was, now))}); reason now: {kept or '-'}")
         return
     running = f"draining: {busy} job{'s' if busy != 1 else ''} still running there" if busy else "drained: idle"
     click.echo(f"{node}: {running}; no new job starts there (`dispatch resume {node}` to undo)")

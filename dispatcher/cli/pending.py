@@ -52,7 +52,8 @@ def release(ctx, job_ids, users, states, names, teams):
 @click.argument("job_ids", nargs=-1, metavar="[JOB|LOW-HIGH]...")
 @click.option("--priority", default=None, metavar="P", help="Its new class: critical, high, normal or low.")
 @click.option("--est", default=None, metavar="DURATION", help="Its new estimated run time (90s, 15m, 2h).")
-@click.option("--time", default=None, metavar="DURATION", help="Its new run-time limit (--time of submit).")
+@click.option("--time", default=None, metavar="DURATION",
+              help="Its new run-time limit, as submit's --time takes it (3h, or Slurm's 30, 1:00:00, 2-12).")
 @filter_options
 @common
 def update(ctx, job_ids, priority, est, time, users, states, names, teams):
@@ -62,6 +63,7 @@ def update(ctx, job_ids, priority, est, time, users, states, names, teams):
     from ..store.pending import update_job
 
     changes = {k: v for k, v in (("priority", priority), ("est", est), ("time", time)) if v is not None}
-    amended(JobSpec(id="", command=("true",)), changes)  # a bad value is refused before anything is read
+    # a bad value is refused before anything is read; against each job's own --grace as the store updates it
+    amended(JobSpec(id="", command=("true",), grace_s=0.0), changes)
     jobs = _pending(ctx, "update", job_ids, users, states, names, teams)
     act_each(ctx, "update", jobs, lambda job_id: update_job(ctx.client, ctx.ns, job_id, changes), changes=changes)

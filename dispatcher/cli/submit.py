@@ -40,9 +40,10 @@ from ..auth.identity import current_user
 @click.option("--retries", default="3", metavar="N",
               help="Reruns after an attempt is lost with its node (agent or host died); then the job fails.")
 @click.option("--after", default=None, metavar="JOB[,JOB]",
-              help="Start once these jobs all succeeded; if one fails or is cancelled, this one fails too.")
+              help="Start once these jobs all succeeded; if one fails or is cancelled, this one fails too. An "
+                   "array's id is all its elements, 12_5 one element.")
 @click.option("--after-any", "after_any", default=None, metavar="JOB[,JOB]",
-              help="Start once these jobs all ended, however they ended.")
+              help="Start once these jobs all ended, however they ended (an array's id: all its elements).")
 @click.option("--array", default=None, metavar="SPEC",
               help="A job array: one job per index, e.g. 0-99%8 (at most 8 at once) or 1,3,5-9; each gets "
                    "DISPATCH_ARRAY_INDEX. Prints the array's id.")
@@ -54,7 +55,8 @@ from ..auth.identity import current_user
                    "DISPATCH_EXIT_CODE, DISPATCH_REASON, DISPATCH_JOB_NAME set, or POST its end as JSON to an "
                    "http(s) URL.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")
-@click.option("--cwd", default=None, help="Working directory on the node (default: the current one).")
+@click.option("--cwd", default=None, metavar="DIR",
+              help="Working directory on the node (default: the current one; a relative one is taken from it).")
 @click.option("--from", "from_file", default=None, type=click.File("r"), metavar="FILE.jsonl",
               help="Submit many jobs, one JSON object per line ({\"command\": [...], \"gpus\": 2, ...}; "
                    "the flags give defaults); all or nothing. '-' reads standard input.")

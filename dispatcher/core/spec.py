@@ -11,19 +11,18 @@ import functools
 import re
 
 from .errors import InvalidRequestError
+from .fields import env_pairs, parse_job_ids, utf8, with_caller
 from .memo import remembered
 from .model import PRIORITIES, PRIORITY_ALIASES, JobSpec
 from .outputs import parse_notify, parse_output
-from .units import exact, parse_duration
+from .units import exact, parse_duration, parse_time_limit
 
 _NAME = re.compile(r"^[\w.@+-]{1,64}\Z")  # \w: letters and digits of any script (José, 李), and _
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 #: Bounds that keep one record small and sane.
 MAX_GPUS = 1024
 MAX_CPUS = 4096
 MAX_COMMAND_BYTES = 64 * 1024
-MAX_ENV = 256
 #: A gang's bounds: nodes (--nodes) and GPUs on each (--gpus-per-node, at most 64); its total within MAX_GPUS.
 MAX_NODES = 1024
 
@@ -63,20 +62,10 @@ def parse_signal(text: str) -> str:
     return name
 
 
-def parse_env(pairs: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    out = []
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not _ENV_KEY.match(key):
-            raise InvalidRequestError(f"--env: {pair!r} is not KEY=VALUE", field="--env")
-        out.append((key, value))
-    if len(out) > MAX_ENV:
-        raise InvalidRequestError(f"--env: at most {MAX_ENV} variables", field="--env")
-    return tuple(out)
-
-
 def _number(value, flag: str, *, lo: float, hi: float, integer: bool):
     try:
+        if isinstance(value, bool):  # JSON's true is no count of GPUs (int(True) is 1)
+            raise ValueError
         n = int(value) if integer else float(value)
         if integer and float(value) != n:
             raise ValueError
@@ -93,57 +82,6 @@ def _label(value: str, flag: str) -> str:
         raise InvalidRequestError(
             f"{flag}: {value!r} may hold only letters, digits and _.@+- (at most 64)", field=flag)
     return value
-
-
-def _utf8(value: str, flag: str) -> str:
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        raise InvalidRequestError(f"{flag}: {value!r} is not valid UTF-8", field=flag) from None
-    return value
-
-
-def _env(env) -> tuple[tuple[str, str], ...]:
-    if not env:
-        return ()
-    if isinstance(env, dict):
-        env = [f"{k}={v}" for k, v in env.items()]
-    if isinstance(env, (str, bytes)) or not isinstance(env, (list, tuple)):
-        raise InvalidRequestError("--env: expected KEY=VALUE strings", field="--env")
-    pairs = []
-    for item in env:
-        if isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item):
-            item = f"{item[0]}={item[1]}"
-        if not isinstance(item, str):
-            raise InvalidRequestError(f"--env: {item!r} is not KEY=VALUE", field="--env")
-        pairs.append(_utf8(item, "--env"))
-    return parse_env(pairs)
-
-
-#: The most jobs one job may wait for.
-MAX_DEPENDENCIES = 64
-
-
-def parse_job_ids(value, flag: str) -> tuple[str, ...]:
-    """'12,13' or ['12', 13] -> ('12', '13'): the jobs a job waits for (--after, --after-any)."""
-    if value in (None, "", ()):
-        return ()
-    items = value.split(",") if isinstance(value, str) else value
-    if isinstance(items, (bytes, dict)) or not isinstance(items, (list, tuple)):
-        raise InvalidRequestError(f"{flag}: expected job ids, e.g. 12,13", field=flag)
-    ids = []
-    for item in items:
-        job_id = str(item).strip() if isinstance(item, (str, int)) and not isinstance(item, bool) else ""
-        if not job_id or not _JOB_ID.fullmatch(job_id):
-            raise InvalidRequestError(f"{flag}: {item!r} is not a job id", field=flag)
-        if job_id not in ids:
-            ids.append(job_id)
-    if len(ids) > MAX_DEPENDENCIES:
-        raise InvalidRequestError(f"{flag}: at most {MAX_DEPENDENCIES} jobs", field=flag)
-    return tuple(ids)
-
-
-_JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def _gpu_range(gpus) -> tuple[object, int | None]:
@@ -229,8 +167,8 @@ def check_options(
     f = dict(
         user=_label(str(user or ""), "--user") or "nobody",
         team=_label(str(team or ""), "--team"),
-        cwd=_utf8(str(cwd or ""), "--cwd"),
-        env=_env(env),
+        cwd=utf8(str(cwd or ""), "--cwd"),
+        env=env_pairs(env),
         gpus=_number(gpus, "--gpus", lo=0, hi=MAX_GPUS, integer=True),
         gpu_types=parse_gpu_types(_gpu_type_text(gpu_type)),
         gpu_mem_gb=_number(gpu_mem_gb or 0, "--gpu-mem", lo=0, hi=1e6, integer=False),
@@ -250,7 +188,7 @@ def check_options(
         scaling=_scaling_text(scaling, low is not None),
         same_type=bool(same_type),
         hang_timeout_s=_duration(hang_timeout, "--hang-timeout", lo=1),
-        time_limit_s=_duration(time, "--time", lo=1),
+        time_limit_s=_duration(time, "--time", lo=1, parse=parse_time_limit),  # Slurm's forms too
         output=parse_output(output), notify=parse_notify(notify),
     )
     _gang(f, nodes, gpus_per_node, elastic=low is not None)
@@ -295,12 +233,15 @@ def _gang(f: dict, nodes, per_node, *, elastic: bool) -> None:
     f["nodes"], f["gpus_per_node"], f["gpus"] = n, g, n * g
 
 
-def _duration(value, flag: str, *, lo: float) -> float | None:
-    """An optional duration (--est, --hang-timeout, --time) as seconds: a number, or text such as 2h30m;
-    None when not given."""
-    if value is None or value == "":
+def _duration(value, flag: str, *, lo: float, parse=parse_duration) -> float | None:
+    """An optional duration (--est, --hang-timeout, --time) as seconds: a number, or text `parse` reads
+    (2h30m; --time's Slurm forms too); None when not given. Empty text is refused, not taken as none."""
+    if value is None:
         return None
-    s = value if isinstance(value, (int, float)) and not isinstance(value, bool) else parse_duration(value, flag=flag)
+    if value == "":
+        raise InvalidRequestError(f"{flag}: empty; give a duration such as 90s, 15m or 2h, or leave {flag} out",
+                                  field=flag)
+    s = value if isinstance(value, (int, float)) and not isinstance(value, bool) else parse(value, flag=flag)
     return _number(s, flag, lo=lo, hi=1e9, integer=False)
 
 
@@ -342,14 +283,15 @@ def _filled(template: JobSpec, command, name, submit_ms: int, job_id: str = "") 
         raise InvalidRequestError("the command must be a list of arguments, e.g. ['python', 'train.py']",
                                   field="COMMAND")
     command = tuple(a if type(a) is str else str(a) for a in (command or ()))
-    if not command:
-        raise InvalidRequestError("no command given; put it after --, e.g. dispatch submit -- python train.py",
-                                  field="COMMAND")
+    if not command or not command[0].strip():
+        raise InvalidRequestError("no command given; put it after --, e.g. dispatch submit -- python train.py"
+                                  if not command else f"the program to run is {command[0]!r}; name one, e.g. "
+                                  "dispatch submit -- python train.py", field="COMMAND")
     try:
         size = len("\0".join(command).encode()) - len(command) + 1  # one encode for all the arguments
     except UnicodeEncodeError:
         for arg in command:
-            _utf8(arg, "COMMAND")  # names the argument that is not UTF-8
+            utf8(arg, "COMMAND")  # names the argument that is not UTF-8
         raise
     if size > MAX_COMMAND_BYTES:
         raise InvalidRequestError(f"the command is longer than {MAX_COMMAND_BYTES} bytes", field="COMMAND")
@@ -370,7 +312,8 @@ REQUEST_FIELDS = {"command": "command", "name": "name", "user": "user", "team": 
 
 
 def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> JobSpec:
-    """A request dict (REQUEST_FIELDS; `user` and `cwd` default to the caller's) -> a checked spec.
+    """A request dict (REQUEST_FIELDS; `user` and `cwd` default to the caller's, and a relative cwd is taken
+    from the caller's: core/fields.with_caller) -> a checked spec.
     Requests with the same fields but their command and name share one checked template, found by
     those fields as the request gives them (a sweep's lines)."""
     if not isinstance(request, dict):
@@ -394,6 +337,4 @@ def _options(shared: list, user: str, cwd: str) -> dict:
         unknown = sorted(str(k) for k, _ in shared if not isinstance(k, str) or k not in REQUEST_FIELDS)
         raise InvalidRequestError(f"unknown field {unknown[0]!r}; known: {', '.join(REQUEST_FIELDS)}",
                                   field=unknown[0]) from None
-    options.setdefault("user", user)
-    options.setdefault("cwd", cwd)
-    return options
+    return with_caller(options, user, cwd)

@@ -13,7 +13,8 @@ Each reads differently because each is read in a different place:
 - `hhmm`: a minute of the day: "08:00" (the policy schedule).
 
 `parse_duration` reads what people type ("90s", "1h30m", a bare number of seconds) for every flag
-and policy key that takes a duration.
+and policy key that takes a duration; `parse_time_limit` reads --time, which also takes Slurm's forms
+("30" minutes, "1:00:00", "2-12").
 """
 
 from __future__ import annotations
@@ -35,6 +36,38 @@ def parse_duration(text: str, *, flag: str = "--est") -> float:
     if value is None:
         raise InvalidRequestError(f"{flag}: {text!r} is not a duration; use e.g. 90s, 15m, 2h or 1h30m", field=flag)
     if not value > 0 or value != value or value == float("inf"):
+        raise InvalidRequestError(f"{flag}: duration must be positive, got {text!r}", field=flag)
+    return value
+
+
+#: Slurm's --time forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (whole numbers; none bounded, as
+#: Slurm's own: 120:00 is two hours).
+_SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+_DECIMAL = re.compile(r"\d+\.\d*|\.\d+")
+
+
+def parse_time_limit(text: str, *, flag: str = "--time") -> float:
+    """A run-time limit as Slurm's --time takes it, or as parse_duration: '30' (a bare number is minutes,
+    as Slurm's), '30:00' (MM:SS), '1:00:00' (HH:MM:SS), '2-12' (D-HH), '2-12:30' (D-HH:MM),
+    '2-12:30:00' (D-HH:MM:SS), and '90s', '15m', '3h', '1d', '1h30m' -> seconds (> 0)."""
+    t = str(text).strip()
+    m = _SLURM_TIME.fullmatch(t)
+    if m is not None:
+        days, parts = m.group(1), [int(p) for p in m.group(2, 3, 4) if p is not None]
+        if days is None:  # MM, MM:SS, HH:MM:SS
+            h, mi, s = [0, parts[0], 0] if len(parts) == 1 else [0, *parts] if len(parts) == 2 else parts
+        else:  # D-HH, D-HH:MM, D-HH:MM:SS
+            h, mi, s = (parts + [0, 0])[:3]
+            h += 24 * int(days)
+        value = float(h * 3600 + mi * 60 + s)
+    elif _DECIMAL.fullmatch(t):
+        value = float(t) * 60  # a bare number of minutes, with a fraction
+    elif _seconds(t.lower()) is None or not _DURATION_PART.match(t.lower()):
+        raise InvalidRequestError(f"{flag}: {text!r} is not a duration; use e.g. 90s, 15m, 2h or 1h30m, or "
+                                  f"Slurm's 30 (minutes), 1:00:00 or 2-12:00", field=flag)
+    else:
+        return parse_duration(t, flag=flag)
+    if not value > 0:
         raise InvalidRequestError(f"{flag}: duration must be positive, got {text!r}", field=flag)
     return value
 

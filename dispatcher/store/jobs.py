@@ -15,7 +15,7 @@ from ..core.predict import fingerprint
 from . import control, keys, scripts
 from .codec import encode_spec
 from .connect import text, tolerant, wrong_type
-from .dependencies import check_dependencies
+from .dependencies import expand_dependencies
 from .history import Predictor, plan_estimate
 from .job_record import gang_ranks, queue_record, read_fields, record_from_hash, verdict_of
 from .quarantine import valid_name
@@ -39,7 +39,7 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None)
     if any(s.array_of and not s.array_of.startswith(NEW) for s in specs):
         raise InvalidRequestError("an array's elements are submitted together with --array; a job cannot join "
                                   "an array that exists", field="--array")
-    check_dependencies(client, ns, specs)
+    specs = expand_dependencies(client, ns, specs)  # an array's id: its elements (store/dependencies.py)
     predictor = Predictor(ns)  # the ids and the run histories of the jobs' fingerprints: one round trip
     read = client.pipeline(transaction=False)
     read.incrby(keys.job_seq(ns), len(specs))
@@ -199,11 +199,23 @@ def read_job(client, ns: str, job_id: str) -> dict:
         raise raw
     if not raw:
         raise JobNotFound(job_id)
-    view = job_view(job_id, raw)
+    rec = record_from_hash(job_id, raw)
+    view = {**record_view(rec), **request_view(rec.spec)}
     view["attempts"] = [attempt_view(a) for a in attempts] if isinstance(attempts, list) else [
         {"outcome": "unreadable attempt record"}]
     view["prediction_error"] = prediction_error(view)
     return view
+
+
+def request_view(spec: JobSpec | None) -> dict:
+    """The rest of what a job asked for, which one job shown in full (`dispatch show`) adds to its
+    record_view: its working directory, environment, grace, and how it may be preempted or share."""
+    if spec is None:
+        return {"cwd": None, "env": {}, "grace_s": None, "preemptible": False, "share": False,
+                "checkpoint_signal": None, "scaling": None, "same_type": None}
+    return {"cwd": spec.cwd or None, "env": dict(spec.env), "grace_s": spec.grace_s, "preemptible": spec.preemptible,
+            "share": spec.share, "checkpoint_signal": spec.checkpoint_signal, "scaling": spec.scaling or None,
+            "same_type": spec.same_type}
 
 
 def attempt_view(raw: bytes) -> dict:

@@ -18,6 +18,8 @@ from .quarantine import MAX_MS, NAME, Entry, valid_name
 
 #: The longest reason `dispatch drain --reason` takes.
 MAX_REASON = 200
+#: The reason a drain mark that cannot be read stands for.
+UNREADABLE = "(its drain mark is unreadable)"
 
 
 @dataclass(frozen=True)
@@ -80,19 +82,35 @@ def remove_node(client, ns: str, name: str) -> None:
 
 
 def drain(client, ns: str, name: str, reason: str, by: str, now_ms: int) -> Drain | None:
-    """Mark node `name` drained (keys.nodes_drain) and wake the scheduler, in one MULTI; returns the mark
-    it replaced (None: it was not drained). NotFoundError for a node never seen."""
+    """Mark node `name` drained (keys.nodes_drain) and wake the scheduler, in one MULTI watched on the
+    marks; returns the mark it replaced (None: it was not drained). Drained again with no reason, it
+    keeps the reason it had (kept_reason). NotFoundError for a node never seen."""
+    import redis
+
     reason = " ".join(reason.split())
     if len(reason) > MAX_REASON:
         raise InvalidRequestError(f"--reason is {len(reason)} characters; at most {MAX_REASON}", field="--reason")
     _known(client, ns, name)
-    mark = msgpack.packb({"v": 1, "reason": reason, "by": by, "at_ms": int(now_ms)})
-    pipe = client.pipeline(transaction=True)
-    pipe.hget(keys.nodes_drain(ns), name)
-    pipe.hset(keys.nodes_drain(ns), name, mark)
-    pipe.publish(keys.events(ns), b"node")
-    was = pipe.execute()[0]
-    return None if was is None else decode_drain(was)
+    key = keys.nodes_drain(ns)
+    with client.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(key)
+                raw = pipe.hget(key, name)
+                was = None if raw is None else decode_drain(raw)
+                mark = msgpack.packb({"v": 1, "reason": kept_reason(reason, was), "by": by, "at_ms": int(now_ms)})
+                pipe.multi()
+                pipe.hset(key, name, mark)
+                pipe.publish(keys.events(ns), b"node")
+                pipe.execute()
+                return was
+            except redis.WatchError:
+                continue
+
+
+def kept_reason(reason: str, was: Drain | None) -> str:
+    """A drain's reason: the one given, else (a drain again with no --reason) the one the node had."""
+    return reason or (was.reason if was is not None and was.reason != UNREADABLE else "")
 
 
 def resume(client, ns: str, name: str) -> Drain | None:
@@ -127,7 +145,7 @@ def decode_drain(raw) -> Drain:
         d = msgpack.unpackb(raw, raw=False)
         return Drain(str(d.get("reason", ""))[:MAX_REASON], str(d.get("by", ""))[:64], int(d.get("at_ms", 0)))
     except Exception:  # hostile or corrupt: any error of the decoder or of the fields
-        return Drain("(its drain mark is unreadable)", "", 0)
+        return Drain(UNREADABLE, "", 0)
 
 
 def read_drains(client, ns: str) -> dict[str, Drain]:

@@ -20,6 +20,12 @@ BAD_SUBMITS = [
     (["--env", "NOEQUALS", "--", "true"], "--env", errors.EXIT_USAGE),
     (["--user", "a:b", "--", "true"], "--user", errors.EXIT_USAGE),
     (["--gpus", "1"], "no command given", errors.EXIT_USAGE),
+    (["--", ""], "the program to run is ''", errors.EXIT_USAGE),
+    (["--cwd", "", "--", "true"], "--cwd: empty", errors.EXIT_USAGE),
+    (["--est", "", "--", "true"], "--est: empty", errors.EXIT_USAGE),
+    (["--time", "", "--", "true"], "--time: empty", errors.EXIT_USAGE),
+    (["--array", "", "--", "true"], "--array: '' names no index; give the indices", errors.EXIT_USAGE),
+    (["--user", "", "--", "true"], "--user: empty; give a user name", errors.EXIT_USAGE),
 ]
 
 
@@ -189,3 +195,77 @@ def test_a_usage_mistake_is_one_line_not_clicks_usage_block(cli, args, names):
     p = cli.run(*args, check=False)
     assert p.returncode == errors.EXIT_USAGE and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert p.stderr.startswith("dispatch: error: ") and names in p.stderr and "Usage:" not in p.stderr, p.stderr
+
+
+def test_a_relative_cwd_is_the_submitters_not_the_node_agents(cli, tmp_path, monkeypatch):
+    here = tmp_path / "x" / "sub"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    assert cli.show(cli.submit("--cwd", "..", "--", "pwd"))["cwd"] == str(tmp_path / "x")
+    assert cli.show(cli.submit("--cwd", "deeper", "--", "pwd"))["cwd"] == str(here / "deeper")
+    assert cli.show(cli.submit("--", "pwd"))["cwd"] == str(here)
+    lines = here / "jobs.jsonl"
+    lines.write_text('{"command": ["pwd"], "cwd": "../other"}\n{"command": ["pwd"]}\n{"command": ["pwd"], "cwd": "/abs"}\n')
+    ids = cli.run("submit", "--from", "jobs.jsonl", "--cwd", ".").stdout.split()
+    assert [cli.show(i)["cwd"] for i in ids] == [str(tmp_path / "x" / "other"), str(here), "/abs"]
+    lines.write_text('{"command": ["true"], "gpus": true}\n')
+    p = cli.run("submit", "--from", "jobs.jsonl", check=False)
+    assert p.returncode == errors.EXIT_USAGE and "jobs.jsonl line 1: --gpus: True is not a whole number" in p.stderr
+
+
+def test_a_running_job_ends_where_it_was_told_relative_to_the_submitter(cli, tmp_path, monkeypatch):
+    (tmp_path / "x" / "sub").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "x" / "sub")
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB")  # its own directory: the test's, not ours
+    cli.start("scheduler")
+    job = cli.submit("--cwd", "..", "--", "pwd")
+    assert cli.run("wait", job, "--timeout", "30").returncode == 0
+    assert cli.run("logs", job).stdout.strip() == str(tmp_path / "x")
+
+
+def test_show_json_has_every_field_of_the_request(cli):
+    job = cli.submit("--grace", "5s", "--preemptible", "--checkpoint-signal", "USR1", "--env", "A=1", "--env",
+                     "B=two words", "--gpus", "1", "--gpu-mem", "10", "--share", "--", "true")
+    shown = cli.show(job)
+    assert shown["cwd"] == os.getcwd() and shown["env"] == {"A": "1", "B": "two words"}
+    assert (shown["grace_s"], shown["preemptible"], shown["share"], shown["checkpoint_signal"]) == (5.0, True, True, "USR1")
+    text = cli.run("show", job).stdout
+    assert "env: A=1 'B=two words'" in text and "grace_s: 5.0" in text
+
+
+def test_update_checks_time_against_the_jobs_own_grace_and_takes_slurms_forms(cli):
+    job = cli.submit("--grace", "1s", "--", "true")  # pending: no node
+    assert cli.run("update", job, "--time", "10s").stdout.strip() == f"{job}: updated: time none -> 10s"
+    assert cli.run("update", job, "--time", "1:00:00").stdout.strip() == f"{job}: updated: time 10s -> 60m"
+    assert cli.run("update", job, "--time", "90").stdout.strip() == f"{job}: updated: time 60m -> 90m"
+    assert cli.show(job)["time_limit_s"] == 5400.0
+    other = cli.submit("--", "true")  # the default grace, 30s
+    p = cli.run("update", other, "--time", "10s", check=False)
+    assert p.returncode == errors.EXIT_USAGE and "--time: 10s is shorter than --grace 30s" in p.stderr
+    assert cli.show(cli.submit("--time", "2-12", "--", "true"))["time_limit_s"] == 2.5 * 86400
+
+
+def test_a_drain_again_without_a_reason_keeps_it(cli, client):
+    from tests.redis.test_fuzz_records import beat
+
+    beat(client, cli.ns, "n1")
+    cli.run("drain", "n1", "--reason", "disk swap")
+    said = cli.run("drain", "n1").stdout.strip()
+    assert said.startswith("n1: already drained (was: ") and said.endswith("; reason now: disk swap"), said
+    assert "disk swap" in json.dumps(json.loads(cli.run("nodes", "--json").stdout))
+    assert cli.run("drain", "n1", "--reason", "new").stdout.strip().endswith("reason now: new")
+
+
+def test_queue_shows_what_a_shrunk_elastic_job_holds(cli, client):
+    from dispatcher.clock import now_ms
+    from dispatcher.core.spec import build_spec
+    from dispatcher.store.codec import encode_spec
+    from tests.redis.test_fuzz_records import next_id, raw_job
+
+    job_id = next_id(client, cli.ns)
+    spec = build_spec(command=["sleep", "60"], user="ada", submit_ms=now_ms(), gpus=4, min_gpus=1,
+                      checkpointable=True, job_id=job_id)
+    assert raw_job(client, cli.ns, {"spec": encode_spec(spec), "state": "running", "node": "n1", "gpus": "0,3",
+                                    "epoch": 2, "started_ms": now_ms()}, index=("active",)) == job_id
+    rows = [line.split() for line in cli.run("queue").stdout.splitlines()]
+    assert rows[0][5:7] == ["GPUS", "NODE"] and rows[1][:1] + rows[1][5:7] == [job_id, "2/4", "n1:0,3"], rows

@@ -65,3 +65,20 @@ def test_a_drain_key_of_the_wrong_type_is_set_aside_and_scheduling_goes_on(clien
     Scheduler(client, ns).cycle()
     assert client.exists(keys.nodes_drain(ns)) == 0  # renamed aside (quarantine.FIXED)
     assert read_job(client, ns, job)["state"] == "assigned"
+
+
+def test_a_drain_again_without_a_reason_keeps_the_reason_and_a_new_reason_replaces_it(client, ns):
+    beat(client, ns)
+    assert drain(client, ns, "n1", "disk swap", "ops", 1000) is None
+    assert drain(client, ns, "n1", "", "bob", 2000) == Drain("disk swap", "ops", 1000)
+    (node,), _ = read_nodes(client, ns)
+    assert node.drain == Drain("disk swap", "bob", 2000)  # who and when are the latest drain's
+    assert drain(client, ns, "n1", "  ", "ops", 3000).reason == "disk swap"
+    assert drain(client, ns, "n1", "driver upgrade", "ops", 4000).reason == "disk swap"
+    assert resume(client, ns, "n1") == Drain("driver upgrade", "ops", 4000)
+    assert drain(client, ns, "n1", "", "ops", 5000) is None  # a fresh drain after resume: no old reason
+    assert resume(client, ns, "n1").reason == ""
+    client.hset(keys.nodes_drain(ns), "n1", b"\xc1 not msgpack")
+    drain(client, ns, "n1", "", "ops", 6000)
+    (node,), _ = read_nodes(client, ns)
+    assert node.drain == Drain("", "ops", 6000)  # an unreadable mark's stand-in is no reason to keep

@@ -11,6 +11,7 @@ import pytest
 
 from dispatcher.core.errors import InvalidRequestError, MalformedRecord
 from dispatcher.core.spec import spec_from_request
+from dispatcher.core.units import parse_duration, parse_time_limit
 from dispatcher.store.codec import decode_spec, encode_spec
 
 
@@ -19,11 +20,36 @@ def request(**fields):
 
 
 @pytest.mark.parametrize("value,seconds", [("90s", 90.0), ("15m", 900.0), ("3h", 10800.0), ("1d", 86400.0),
-                                           ("1h30m", 5400.0), (120, 120.0), ("45", 45.0)])
+                                           ("1h30m", 5400.0), (120, 120.0), ("45", 2700.0), ("1:00:00", 3600.0)])
 def test_a_time_limit_is_a_duration_and_survives_the_codec(value, seconds):
     spec = request(time=value)
     assert spec.time_limit_s == seconds
     assert decode_spec(encode_spec(spec)).time_limit_s == seconds
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("90", 90 * 60), ("1", 60), ("0.5", 30), ("30:00", 1800), ("120:00", 7200), ("0:45", 45), ("1:30:00", 5400),
+    ("2-12", 2 * 86400 + 12 * 3600), ("1-00:30", 86400 + 1800), ("1-2:03:04", 86400 + 7384), (" 15 ", 900),
+    ("90s", 90), ("15m", 900), ("3h", 10800), ("1d", 86400), ("1h30m", 5400), ("2H", 7200)])
+def test_time_takes_slurms_forms_a_bare_number_being_minutes_and_the_unit_forms(text, seconds):
+    assert parse_time_limit(text) == seconds
+    assert request(time=text, grace="1s").time_limit_s == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "-5", "-1", "1-", "1:", ":30", "1::2", "1-2-3", "1:2:3:4", "1-1:2:3:4",
+                                  "1e3", "inf", "nan", "1h30", "5s5", "1.5:00"])
+def test_a_time_that_is_no_form_of_either_is_refused_naming_time(text):
+    with pytest.raises(InvalidRequestError) as e:
+        parse_time_limit(text)
+    assert e.value.field == "--time" and "is not a duration" in str(e.value) and "Slurm's" in str(e.value)
+
+
+def test_only_time_reads_a_bare_number_as_minutes():
+    assert parse_duration("90") == 90.0  # --est, --grace, --hang-timeout and the policy keys: seconds
+    spec = request(est="90", hang_timeout="90", grace="90", time="90")
+    assert (spec.est_s, spec.hang_timeout_s, spec.grace_s, spec.time_limit_s) == (90.0, 90.0, 90.0, 5400.0)
+    with pytest.raises(InvalidRequestError, match="--est: '1:00:00' is not a duration"):
+        request(est="1:00:00")
 
 
 def test_a_job_without_time_has_no_limit():
@@ -32,12 +58,16 @@ def test_a_job_without_time_has_no_limit():
 
 
 @pytest.mark.parametrize("fields,words", [
-    ({"time": "soon"}, "--time: 'soon' is not a duration; use e.g. 90s, 15m, 2h or 1h30m"),
+    ({"time": "soon"}, "--time: 'soon' is not a duration; use e.g. 90s, 15m, 2h or 1h30m, or Slurm's 30 (minutes)"),
+    ({"time": ""}, "--time: empty; give a duration"),
+    ({"time": "1:2:3:4"}, "--time: '1:2:3:4' is not a duration"),
+    ({"time": "0:00:00"}, "--time: duration must be positive"),
     ({"time": "0"}, "--time: duration must be positive"),
     ({"time": "-5m"}, "--time: '-5m' is not a duration"),
     ({"time": 0}, "--time: 0.0 is out of range"),
     ({"time": True}, "--time: True is not a duration"),
     ({"time": "20s"}, "--time: 20s is shorter than --grace 30s"),  # the default grace
+    ({"time": "0:20"}, "--time: 20s is shorter than --grace 30s"),  # Slurm's MM:SS
     ({"time": "3s", "grace": "5s"}, "--time: 3s is shorter than --grace 5s"),
 ])
 def test_a_bad_time_limit_is_one_line_naming_the_flag(fields, words):

@@ -1,0 +1,97 @@
+"""Checks of single request fields that core/spec.py composes into a JobSpec: text that must be UTF-8,
+the environment (--env), the jobs a job waits for (--after, --after-any), and the caller's defaults (its
+user, and its working directory, which a relative --cwd is taken from, as Slurm's --chdir is from the
+submit directory). Pure: the caller passes its user and directory."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+from .errors import InvalidRequestError
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+MAX_ENV = 256
+#: The most jobs one job may wait for.
+MAX_DEPENDENCIES = 64
+
+
+def utf8(value: str, flag: str) -> str:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequestError(f"{flag}: {value!r} is not valid UTF-8", field=flag) from None
+    return value
+
+
+def parse_env(pairs: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not _ENV_KEY.match(key):
+            raise InvalidRequestError(f"--env: {pair!r} is not KEY=VALUE", field="--env")
+        out.append((key, value))
+    if len(out) > MAX_ENV:
+        raise InvalidRequestError(f"--env: at most {MAX_ENV} variables", field="--env")
+    return tuple(out)
+
+
+def env_pairs(env) -> tuple[tuple[str, str], ...]:
+    """--env as given (KEY=VALUE strings, (key, value) pairs, or a dict) -> checked (key, value) pairs."""
+    if not env:
+        return ()
+    if isinstance(env, dict):
+        env = [f"{k}={v}" for k, v in env.items()]
+    if isinstance(env, (str, bytes)) or not isinstance(env, (list, tuple)):
+        raise InvalidRequestError("--env: expected KEY=VALUE strings", field="--env")
+    pairs = []
+    for item in env:
+        if isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            item = f"{item[0]}={item[1]}"
+        if not isinstance(item, str):
+            raise InvalidRequestError(f"--env: {item!r} is not KEY=VALUE", field="--env")
+        pairs.append(utf8(item, "--env"))
+    return parse_env(pairs)
+
+
+def parse_job_ids(value, flag: str) -> tuple[str, ...]:
+    """'12,13' or ['12', 13] -> ('12', '13'): the jobs a job waits for (--after, --after-any)."""
+    if value in (None, "", ()):
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if isinstance(items, (bytes, dict)) or not isinstance(items, (list, tuple)):
+        raise InvalidRequestError(f"{flag}: expected job ids, e.g. 12,13", field=flag)
+    ids = []
+    for item in items:
+        job_id = str(item).strip() if isinstance(item, (str, int)) and not isinstance(item, bool) else ""
+        if not job_id or not _JOB_ID.fullmatch(job_id):
+            raise InvalidRequestError(f"{flag}: {item!r} is not a job id", field=flag)
+        if job_id not in ids:
+            ids.append(job_id)
+    if len(ids) > MAX_DEPENDENCIES:
+        raise InvalidRequestError(f"{flag}: at most {MAX_DEPENDENCIES} jobs", field=flag)
+    return tuple(ids)
+
+
+def with_caller(options: dict, user: str, cwd: str) -> dict:
+    """`options` (check_options' keywords) with the caller's user and working directory where the request
+    gives none (absent or None). A relative --cwd is taken from the caller's directory (Slurm's --chdir),
+    so the job runs there and not in whatever directory its node agent was started in. An empty --user or
+    --cwd is refused: leaving the flag out is how to get the default."""
+    if options.get("user") is None:
+        options["user"] = user
+    elif isinstance(options["user"], str) and not options["user"].strip():
+        raise InvalidRequestError("--user: empty; give a user name (left out, it is yours)", field="--user")
+    given = options.get("cwd")
+    if given is None:
+        options["cwd"] = cwd
+    elif not isinstance(given, str):
+        raise InvalidRequestError(f"--cwd: {given!r} is not a directory", field="--cwd")
+    elif not given.strip():
+        raise InvalidRequestError("--cwd: empty; give a directory (left out, it is the one you submit from)",
+                                  field="--cwd")
+    elif not posixpath.isabs(given) and cwd:
+        options["cwd"] = posixpath.normpath(posixpath.join(cwd, given))
+    return options

@@ -1,0 +1,98 @@
+"""Edges of a request that QA found: a relative or empty --cwd, empty values taken as none, JSON's true
+taken as a count, an update checked against a default grace, and the pure pieces of drain and queue."""
+
+from __future__ import annotations
+
+import pytest
+
+from dispatcher.cli.jobs import _held
+from dispatcher.core.arrays import request_jobs
+from dispatcher.core.errors import InvalidRequestError
+from dispatcher.core.model import JobSpec
+from dispatcher.core.spec import build_spec, spec_from_request
+from dispatcher.core.updates import amended
+from dispatcher.store.nodes import UNREADABLE, Drain, kept_reason
+
+
+def request(fields: dict, cwd: str = "/home/ada/runs"):
+    return spec_from_request({"command": ["python", "train.py"], **fields}, user="ada", submit_ms=1, cwd=cwd)
+
+
+def refused(fields: dict, flag: str) -> str:
+    with pytest.raises(InvalidRequestError) as e:
+        request_jobs({"command": ["python", "train.py"], **fields}, request, "0")
+    assert e.value.field == flag and "\n" not in str(e.value), (e.value.field, str(e.value))
+    return str(e.value)
+
+
+@pytest.mark.parametrize("given,resolved", [
+    ("..", "/home/ada"), ("sub", "/home/ada/runs/sub"), ("./sub/../other/", "/home/ada/runs/other"),
+    (".", "/home/ada/runs"), ("/scratch/x", "/scratch/x"), ("/scratch/../x", "/scratch/../x"), (None, "/home/ada/runs")])
+def test_a_relative_cwd_is_taken_from_the_submitters_directory_as_slurms_chdir(given, resolved):
+    assert request({"cwd": given}).cwd == resolved
+
+
+def test_a_request_without_cwd_runs_where_it_was_submitted_and_build_spec_keeps_its_own():
+    assert request({}).cwd == "/home/ada/runs"
+    assert build_spec(command=["true"], user="ada", submit_ms=1).cwd == ""  # (the Python-level builder: as given)
+
+
+@pytest.mark.parametrize("fields,flag,words", [
+    ({"cwd": ""}, "--cwd", "--cwd: empty; give a directory"),
+    ({"cwd": "  "}, "--cwd", "--cwd: empty"),
+    ({"cwd": 5}, "--cwd", "--cwd: 5 is not a directory"),
+    ({"user": ""}, "--user", "--user: empty; give a user name"),
+    ({"est": ""}, "--est", "--est: empty; give a duration"),
+    ({"hang_timeout": ""}, "--hang-timeout", "--hang-timeout: empty"),
+    ({"array": ""}, "--array", "--array: '' names no index; give the indices, e.g. 0-99%8"),
+    ({"array": "  "}, "--array", "--array: '  ' names no index"),
+    ({"array": True}, "--array", "--array: True names no index"),
+    ({"gpus": True}, "--gpus", "--gpus: True is not a whole number"),
+    ({"cpus": False}, "--cpus", "--cpus: False is not a whole number"),
+    ({"retries": True}, "--retries", "--retries: True is not a whole number"),
+    ({"grace": True}, "--grace", "--grace: True is not a number"),
+    ({"gpus": 1, "gpu_mem": True}, "--gpu-mem", "--gpu-mem: True is not a number"),
+    ({"command": [""]}, "COMMAND", "the program to run is ''; name one"),
+    ({"command": [" ", "x"]}, "COMMAND", "the program to run is ' '"),
+])
+def test_an_empty_or_boolean_value_is_refused_in_one_line_not_taken_as_none_or_one(fields, flag, words):
+    assert refused(fields, flag).startswith(words)
+
+
+def test_an_array_of_none_is_no_array_and_an_index_as_a_number_is_one():
+    assert [s.array_index for s in request_jobs({"command": ["true"], "array": None}, request, "0")] == [None]
+    assert [s.array_index for s in request_jobs({"command": ["true"], "array": 3}, request, "0")] == [3]
+
+
+def test_an_empty_argument_after_the_program_is_still_an_argument():
+    assert request({"command": ["echo", ""]}).command == ("echo", "")
+
+
+def test_an_update_of_time_is_checked_against_the_jobs_own_grace():
+    job = request({"grace": "1s"})
+    assert amended(job, {"time": "10s"}).time_limit_s == 10.0
+    assert amended(job, {"time": "1:00:00"}).time_limit_s == 3600.0
+    with pytest.raises(InvalidRequestError, match="--time: 10s is shorter than --grace 30s"):
+        amended(request({}), {"time": "10s"})
+    assert amended(JobSpec(id="", command=("true",), grace_s=0.0), {"time": "1"}).time_limit_s == 60.0
+    with pytest.raises(InvalidRequestError, match="--est: empty"):
+        amended(job, {"est": ""})
+
+
+def test_a_drain_again_without_a_reason_keeps_the_old_one():
+    was = Drain("disk swap", "ops", 5)
+    assert kept_reason("", was) == "disk swap"
+    assert kept_reason("new", was) == "new"
+    assert kept_reason("", None) == "" and kept_reason("", Drain(UNREADABLE, "", 0)) == ""
+
+
+def _row(**over) -> dict:
+    return {"gpus_requested": 4, "min_gpus": 1, "state": "running", "gpus": [0, 3], **over}
+
+
+@pytest.mark.parametrize("job,cell", [
+    (_row(), "2/4"), (_row(gpus=[0, 1, 2, 3]), "4"), (_row(min_gpus=None, gpus=[0, 1]), "4"),
+    (_row(state="pending", gpus=[]), "4"), (_row(state="succeeded"), "4"), (_row(state="preempting"), "2/4"),
+])
+def test_queue_shows_what_a_shrunk_elastic_job_holds_beside_what_it_asked(job, cell):
+    assert _held(job) == cell
