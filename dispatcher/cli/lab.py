@@ -11,24 +11,7 @@ from . import common
 from .select import filter_options, selection
 from ..core.errors import InvalidRequestError
 from ..sim.workload import MAX_CLUSTER_GPUS
-
-
-#: What each way of running `simulate` reads; an option given that the way does not read is an error (not
-#: silently dropped). --policy and --compare are checked apart: the one or the other.
-TRACE_OPTIONS = {"trace", "gpus", "gpus_per_node", "nodes_spec", "policy", "compare", "est_error", "ckpt_cost",
-                 "time_scale", "seed", "as_json", "plot", "out_json", "debug"}
-SUITE_OPTIONS = {"suite", "policy", "compare", "est_error", "ckpt_cost", "seed", "as_json", "workloads", "traces_dir",
-                 "out_json", "debug"}
-EXPORT_OPTIONS = {"suite", "export_dir", "workloads", "traces_dir", "seed", "debug"}
-CLUSTER_OPTIONS = {"gpus", "gpus_per_node", "nodes_spec"}
-#: Each option's name on the command line, for the error that names it.
-FLAGS = {"trace": "TRACE", "gpus": "--gpus", "gpus_per_node": "--gpus-per-node", "nodes_spec": "--nodes",
-         "policy": "--policy", "compare": "--compare", "est_error": "--est-error", "ckpt_cost": "--ckpt-cost",
-         "time_scale": "--time-scale", "seed": "--seed", "as_json": "--json", "plot": "--plot", "suite": "--suite",
-         "workloads": "--workloads", "traces_dir": "--traces", "out_json": "--out", "export_dir": "--export",
-         "debug": "--debug"}
-#: The longest checkpoint save or restore --ckpt-cost takes: a day.
-MAX_CKPT_S = 86400.0
+from .sim_options import check_options, parse_ckpt_cost, write_json
 
 
 @click.command()
@@ -77,7 +60,7 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
     from ..sim.policies import resolve
     from ..sim.workload import EstimateModel, parse_trace
 
-    _check_options(click.get_current_context(), suite, export_dir)
+    check_options(click.get_current_context(), suite, export_dir)
     if time_scale != time_scale:  # nan passes FloatRange
         raise InvalidRequestError("--time-scale: give a number from 0.001 to 1000", field="--time-scale")
     names = [n.strip() for n in (compare or policy).split(",") if n.strip()]
@@ -87,7 +70,7 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
         for path, nodes in export(export_dir, workloads=workloads, traces_dir=traces_dir, seed=seed):
             click.echo(f"{path}  --nodes {nodes}")
         return
-    save_s, restore_s = _ckpt_cost(ckpt_cost)
+    save_s, restore_s = parse_ckpt_cost(ckpt_cost)
     estimates = EstimateModel.parse(est_error)  # a bad SPEC: one line before any run
     if suite:
         from ..lab.suite_run import suite_card
@@ -95,7 +78,7 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
         card, text_ = suite_card(names, workloads=workloads, traces_dir=traces_dir, seed=seed,
                                  estimates=est_error, ckpt_s=(save_s, restore_s))
         click.echo(json.dumps(card, indent=1) if as_json else text_)  # first: a bad --out loses no run
-        _write_json(out_json, card)
+        write_json(out_json, card)
         return
     if not trace:
         raise InvalidRequestError("give a TRACE.csv to replay, or --suite", field="TRACE")
@@ -118,7 +101,7 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
         click.echo(json.dumps(out, indent=1))
     else:
         click.echo(table(out))
-    _write_json(out_json, out)  # after the table or JSON, as the plot: a bad --out or --plot loses no run
+    write_json(out_json, out)  # after the table or JSON, as the plot: a bad --out or --plot loses no run
     if plot:
         from ..lab.report import plot as draw
 
@@ -127,56 +110,6 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
         click.echo(f"simulated in {out['wall_s']}s" + (f"; plot in {plot}" if plot else "")
                    + (f"; JSON in {out_json}" if out_json else ""))
     out["results"] = results
-
-
-def _check_options(ctx: click.Context, suite: bool, export_dir: str | None) -> None:
-    """One line for an option this way of running does not read, or two that say the same thing."""
-    from click.core import ParameterSource
-
-    given = {name for name in ctx.params
-             if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)}
-    if suite and export_dir:
-        allowed, why = EXPORT_OPTIONS, "does nothing with --export (it writes the weeks as traces and runs nothing)"
-    elif suite:
-        allowed, why = SUITE_OPTIONS, "does nothing with --suite"
-    else:
-        allowed, why = TRACE_OPTIONS, "needs --suite"
-    extra = [name for name in FLAGS if name in given - allowed]
-    if extra[:1] == ["trace"]:
-        raise InvalidRequestError("give a TRACE or --suite, not both", field="TRACE")
-    if extra:
-        cluster = " (each week runs on its own cluster)" if suite and extra[0] in CLUSTER_OPTIONS else ""
-        raise InvalidRequestError(f"{FLAGS[extra[0]]} {why}{cluster}", field=FLAGS[extra[0]])
-    if {"policy", "compare"} <= given:
-        raise InvalidRequestError("give --policy NAME or --compare NAME,NAME,..., not both: --compare runs only the "
-                                  "policies it lists (add the --policy one to it)", field="--compare")
-    if "nodes_spec" in given and ({"gpus", "gpus_per_node"} & given):
-        flag = "--gpus" if "gpus" in given else "--gpus-per-node"
-        raise InvalidRequestError(f"give the cluster as --gpus N [--gpus-per-node G] or as --nodes SPEC, not both "
-                                  f"({flag} with --nodes)", field=flag)
-
-
-def _write_json(path: str | None, obj: dict) -> None:
-    from pathlib import Path
-
-    if not path:
-        return
-    try:
-        Path(path).write_text(json.dumps(obj, indent=1) + "\n")
-    except OSError as e:
-        raise InvalidRequestError(f"--out: cannot write {path}: {e.strerror or e}", field="--out") from None
-
-
-def _ckpt_cost(text: str) -> tuple[float, float]:
-    from ..core.units import parse_duration
-
-    save, _, restore = text.partition(",")
-    save_s = 0.0 if save.strip() in ("0", "0s") else parse_duration(save, flag="--ckpt-cost")
-    restore_s = 0.0 if restore.strip() in ("", "0", "0s") else parse_duration(restore, flag="--ckpt-cost")
-    if max(save_s, restore_s) > MAX_CKPT_S:
-        raise InvalidRequestError(f"--ckpt-cost: {text!r}: a save or restore of more than 1d (86400 s)",
-                                  field="--ckpt-cost")
-    return save_s, restore_s
 
 
 @click.command()

@@ -1,4 +1,4 @@
-"""Job records in Redis: submit, read, cancel and preempt, logs.
+"""Job records in Redis: submit, read, cancel and preempt (their logs: store/logs.py).
 
 A job is one hash (keys.job): the immutable msgpack spec under `spec` plus the
 mutable state fields of store/job_record.py. Submitting writes the hashes and adds the
@@ -19,13 +19,8 @@ from .dependencies import expand_dependencies
 from .history import Predictor, plan_estimate
 from .job_record import gang_ranks, queue_record, read_fields, record_from_hash, verdict_of
 from .quarantine import valid_name
+from .logs import LOG_CHUNK, LOG_MAXLEN, append_log, log_trimmed, read_log, read_log_tail  # noqa: F401 (their home)
 from .scripts import Outcome
-
-#: Per-job log stream cap, in bytes: at most LOG_MAXLEN entries (trimmed exactly, oldest first) of at most
-#: LOG_CHUNK bytes each, so a job's stream (each rank's) holds at most 64 MiB of its latest output; the whole
-#: of it is in the node-side log file and in its --output file (docs/outputs.md).
-LOG_MAXLEN = 1024
-LOG_CHUNK = 64 * 1024
 
 
 def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None) -> list[str]:
@@ -338,50 +333,6 @@ def cancel_job(scripts, client, ns: str, job_id: str, now_ms: int, reason: str =
     if code == Outcome.CANCEL_REQUESTED:
         return "requested"
     return read_fields(client, ns, job_id, ("state",))["state"]
-
-
-def append_log(client, ns: str, job_id: str, chunk: bytes, *, pipe=None, rank: int = 0) -> None:
-    """One entry per LOG_CHUNK bytes of `chunk` (usually one: the agent reads at most that much at a time)."""
-    key = keys.job_log(ns, job_id, rank)
-    for at in range(0, max(1, len(chunk)), LOG_CHUNK):
-        (pipe or client).xadd(key, {b"d": chunk[at:at + LOG_CHUNK]}, maxlen=LOG_MAXLEN, approximate=False)
-
-
-def log_trimmed(client, ns: str, job_id: str, rank: int = 0) -> bool:
-    """Whether the beginning of the job's log stream was trimmed away (more entries were added than it holds)."""
-    try:
-        info = client.xinfo_stream(keys.job_log(ns, job_id, rank))
-    except Exception:  # no stream yet (or one set aside): nothing trimmed that can be told
-        return False
-    return int(info.get("entries-added") or 0) > int(info.get("length") or 0)
-
-
-def read_log(client, ns: str, job_id: str, after: str = "-", *, block_ms: int | None = None, rank: int = 0):
-    """Log chunks after stream id `after`: list of (id, bytes). With block_ms, waits for new ones. `rank`:
-    a gang's rank (each has its own stream)."""
-    key = keys.job_log(ns, job_id, rank)
-    if block_ms is None:
-        start = "-" if after == "-" else f"({after}"
-        return [(text(i), f[b"d"]) for i, f in client.xrange(key, min=start)]
-    got = client.xread({key: "0-0" if after == "-" else after}, block=block_ms, count=1000)
-    return [(text(i), f[b"d"]) for _, entries in got for i, f in entries]
-
-
-def read_log_tail(client, ns: str, job_id: str, lines: int, *, rank: int = 0) -> tuple[str, bytes]:
-    """The log's last `lines` lines (as `tail -n`), read newest chunk first until they are in hand:
-    (the newest chunk's id, for read_log to follow from, or "-"; the bytes)."""
-    key, got, newlines, before, newest = keys.job_log(ns, job_id, rank), [], 0, "+", "-"
-    while True:
-        batch = client.xrevrange(key, max=before, count=200 if lines > 0 else 1)
-        got += [f.get(b"d", b"") for _, f in batch]
-        newlines += sum(chunk.count(b"\n") for chunk in got[len(got) - len(batch):])
-        newest = text(batch[0][0]) if batch and newest == "-" else newest
-        if lines <= 0 or len(batch) < 200 or newlines > lines:  # the start, or the line before the first wanted
-            break
-        before = f"({text(batch[-1][0])}"
-    data = b"".join(reversed(got))
-    body, end = (data[:-1], b"\n") if data.endswith(b"\n") else (data, b"")
-    return newest, (b"\n".join(body.split(b"\n")[-lines:]) + end if data and lines > 0 else b"")
 
 
 def is_final(state: str) -> bool:
