@@ -15,16 +15,15 @@ the job with that reason, and so on down the chain.
 
 from __future__ import annotations
 
-from ..core.arrays import MAX_WAITED, element_name, ranges
-from ..core.errors import InvalidRequestError, MalformedRecord
+from ..core.arrays import MAX_WAITED, ranges
+from ..core.errors import InvalidRequestError
 from ..core.model import FINAL_STATES, JobSpec
 from . import job_record
-from .codec import decode_spec
+from .naming import named_jobs, spec_of
 
 READY, HELD, DOOMED = "ready", "held", "doomed"
 #: The runs of ids a held job's reason lists for one state, then "and N more".
 LISTED = 6
-_NAMING = ("spec", *job_record.OUTCOME)  # a dependency's at submit: whether it exists, and an array's
 
 
 def read_states(client, ns: str, ids) -> dict[str, tuple[str, str]]:
@@ -101,20 +100,10 @@ def element_names(client, ns: str, ids) -> dict[str, str]:
         job_record.queue_fields(pipe, ns, job_id, ("spec",))
     out = {}
     for job_id, reply in zip(ids, pipe.execute(raise_on_error=False)):
-        spec = _spec(reply)
+        spec = spec_of(reply)
         if spec is not None and spec.array_of and spec.array_index is not None:
             out[job_id] = f"{spec.array_of}_{spec.array_index}"
     return out
-
-
-def _spec(reply) -> JobSpec | None:
-    """The spec of a job record's (spec, ...) fields as read; None if absent or unreadable."""
-    if isinstance(reply, Exception) or not reply or not isinstance(reply[0], bytes):
-        return None
-    try:
-        return decode_spec(reply[0])
-    except MalformedRecord:
-        return None
 
 
 def expand_dependencies(client, ns: str, specs: list[JobSpec]) -> list[JobSpec]:
@@ -127,7 +116,7 @@ def expand_dependencies(client, ns: str, specs: list[JobSpec]) -> list[JobSpec]:
     given = {d for s in specs for d in (*s.after, *s.after_any)}
     if not given:
         return specs
-    named = _named(client, ns, given)
+    named = named_jobs(client, ns, given)
     done: dict[tuple, tuple] = {}  # (after, after_any) given -> as stored: an array's elements share it
     out = []
     for spec in specs:
@@ -151,42 +140,3 @@ def _expanded(flag: str, ids: tuple[str, ...], named: dict[str, tuple[str, ...] 
         raise InvalidRequestError(f"{flag}: {','.join(ids)} name {len(jobs):,} jobs (an array's elements counted "
                                   f"one by one); at most {MAX_WAITED:,}", field=flag)
     return tuple(jobs)
-
-
-def _named(client, ns: str, given) -> dict[str, tuple[str, ...] | None]:
-    """Each id given -> the ids of the jobs it names, or None for none. Two round trips at most: the jobs
-    given (an element's array), then the elements of the arrays among them."""
-    heads = {dep: (element_name(dep) or (dep,))[0] for dep in given}
-    read = list(dict.fromkeys(heads.values()))
-    pipe = client.pipeline(transaction=False)
-    for job_id in read:
-        job_record.queue_fields(pipe, ns, job_id, _NAMING)
-    found: dict[str, JobSpec | None] = {}  # a job that exists -> its spec (None: unreadable)
-    for job_id, reply in zip(read, pipe.execute(raise_on_error=False)):
-        if not isinstance(reply, Exception) and job_record.values(job_record.OUTCOME, reply[1:])["state"]:
-            found[job_id] = _spec(reply)
-    arrays = {h: s for h, s in found.items()
-              if s is not None and s.array_of == h and h.isdigit() and s.array_count > 1}
-    members: dict[str, list[tuple[str, int | None]]] = {}  # an array's id -> its elements' (id, index), in order
-    if arrays:
-        pipe = client.pipeline(transaction=False)
-        ids = [(h, str(int(h) + k)) for h, s in arrays.items() for k in range(s.array_count)]
-        for _, job_id in ids:
-            job_record.queue_fields(pipe, ns, job_id, ("spec",))
-        for (h, job_id), reply in zip(ids, pipe.execute(raise_on_error=False)):
-            spec = _spec(reply)
-            if spec is not None and spec.array_of == h:
-                members.setdefault(h, []).append((job_id, spec.array_index))
-    out: dict[str, tuple[str, ...] | None] = {}
-    for dep, head in heads.items():
-        element = element_name(dep)
-        if head not in found:
-            out[dep] = None
-        elif element is None:  # a job, or an array whole
-            out[dep] = tuple(i for i, _ in members.get(head, ())) or (head,)
-        else:  # ID_INDEX: that element of the array (an array of one: its id)
-            index = element[1]
-            spec = found[head]
-            one = spec is not None and spec.array_of == head and spec.array_count == 1 and spec.array_index == index
-            out[dep] = (head,) if one else next(((i,) for i, n in members.get(head, ()) if n == index), None)
-    return out

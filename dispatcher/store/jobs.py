@@ -18,8 +18,9 @@ from .connect import text, tolerant, wrong_type
 from .dependencies import expand_dependencies
 from .history import Predictor, plan_estimate
 from .job_record import gang_ranks, queue_record, read_fields, record_from_hash, verdict_of
-from .quarantine import valid_name
 from .logs import LOG_CHUNK, LOG_MAXLEN, append_log, log_trimmed, read_log, read_log_tail  # noqa: F401 (their home)
+from .naming import named_jobs
+from .quarantine import valid_name
 from .scripts import Outcome
 
 
@@ -249,27 +250,15 @@ def read_jobs(client, ns: str, job_ids: list[str]) -> list[dict]:
 
 def read_named(client, ns: str, ids) -> list[dict]:
     """The jobs these ids name, in order: a job; an array's id (its first element's) is every element
-    of the array; ID_INDEX one element. Every id must name something (JobNotFound, one line)."""
-    named = [element_name(i) for i in ids]
-    heads = {j["id"]: j for j in read_jobs(client, ns, list({n[0] if n else i for i, n in zip(ids, named)}))}
-    members = {h: read_jobs(client, ns, [str(int(h) + k) for k in range(j["array_count"])])
-               for h, j in heads.items() if j["array_of"] == h and j["array_count"]}
-    out: dict[str, dict] = {}
-    for i, n in zip(ids, named):
-        head = n[0] if n else i
-        if head not in heads:
-            if not n:
+    of the array; ID_INDEX one element (store/naming.py). Every id must name something (JobNotFound,
+    one line)."""
+    names = named_jobs(client, ns, ids)
+    for i in ids:
+        if names[i] is None:
+            if not element_name(i):
                 read_job(client, ns, i)  # its own error: a bad id, or no such job
             raise JobNotFound(i)
-        array = [j for j in members.get(head, []) if j["array_of"] == head]
-        if n:
-            hit = [j for j in array if j["array_index"] == n[1]]
-            if not hit:
-                raise JobNotFound(i)
-            array = hit
-        for j in array or [heads[head]]:
-            out.setdefault(j["id"], j)
-    return list(out.values())
+    return read_jobs(client, ns, list(dict.fromkeys(j for i in ids for j in names[i])))
 
 
 def read_queue(client, ns: str, *, include_final: bool = False, limit: int = 1000) -> list[dict]:
