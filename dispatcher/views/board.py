@@ -59,10 +59,6 @@ def _secs(ms: int) -> float | None:
     return ms / 1000.0 if ms else None
 
 
-#: (the name scripts/bench/views.py and older callers import)
-Cached = Fresh
-
-
 class Board:
     def __init__(self, client, ns: str, *, timing: Timing | None = None,
                  ttl_s: float = 1.0):

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from .. import __version__
 from ..store import counters
+from .fresh import PerRead
+from .gzipped import Tail
 
 ALERT_KINDS = ("wait", "low_util", "dead_node", "zombie", "idle_gpu")
 NODE_STATES = ("free", "held", "blocked", "dead")
@@ -250,3 +252,18 @@ def _outcomes_and_alerts(out: list, v: dict) -> None:
 def exposition(collector: ClusterCollector, v: dict | None = None, *, age: bool = True) -> bytes:
     """The text exposition format (0.0.4) of one scrape (ClusterCollector.lines' `v` and `age`)."""
     return "".join(collector.lines(v, age=age)).encode("utf-8")
+
+
+class Scrape:
+    """/metrics as the dashboard answers it: the text of the board's read but the scheduler's age,
+    written once per read (at 1,000 nodes ~50,000 samples, ~30 ms; gzipped once, for the scrapers that
+    ask), and the age as of each scrape first."""
+
+    def __init__(self, board):
+        self.board, collector = board, ClusterCollector(board)
+        self._text = PerRead(lambda view: Tail(exposition(collector, view, age=False)))
+
+    def answer(self) -> tuple[bytes, Tail]:
+        """(the age's lines, the read's text): one answer is the first then the second."""
+        view = self.board.view()  # a read at most a second old (else read now)
+        return stats_age({**view, **self.board.as_of_now(view)}), self._text.get(view)

@@ -12,8 +12,9 @@ as on a live cluster. Then, in this process, alternating so that a busy machine 
 - why --fresh: views.explain.what_if, the policy and the forecast run on the whole queue (the old
   `why`), twice, given up after FRESH_S (reported as inf);
 - board, metrics: Board.overview and the /metrics exposition, each from a Board with no cache
-  (what `dispatch top --once` pays); served: the same from a Board that has read once, as the
-  dashboard answers /api/board and /metrics (its next reads run in the background).
+  (what `dispatch top --once` pays); served: the same from a Board that has read within the second,
+  as the dashboard answers /api/board and /metrics (views/fresh.py: past the second, an answer waits
+  for a new read).
 - eta: views.forecast.read_eta, what `dispatch eta JOB` prints, for the same jobs (past EXACT_UP_TO
   pending, the approximate forecast from the jobs the cycle ranked ahead: sim/list_forecast.py);
 - CLI: `dispatch why JOB`, `dispatch eta JOB` and `dispatch top --once` as fresh processes, against
@@ -50,14 +51,20 @@ def timed_ms(fn, *args) -> float:
     return dt * 1000
 
 
+def _served(scrape) -> bytes:
+    """/metrics's plain answer, as the dashboard makes it."""
+    head, body = scrape.answer()
+    return head + body.data
+
+
 def measure(bench: bl.Bench, ns: str, repeats: int) -> dict:
     from dispatcher.config import Timing
     from dispatcher.scheduler.loop import Scheduler
     from dispatcher.store import keys
-    from dispatcher.views.board import Board, Cached
+    from dispatcher.views.board import Board
     from dispatcher.views.explain import recorded
     from dispatcher.views.forecast import read_eta
-    from dispatcher.views.metrics import ClusterCollector, exposition
+    from dispatcher.views.metrics import ClusterCollector, Scrape, exposition
 
     client, timing = bench.client, Timing(node_timeout_s=86400.0)
     sched = Scheduler(client, ns, timing=timing)
@@ -83,24 +90,23 @@ def measure(bench: bl.Bench, ns: str, repeats: int) -> dict:
         sched.cycle()
         boards.append(timed_ms(Board(client, ns, timing=timing).overview))
         metrics.append(timed_ms(lambda: exposition(ClusterCollector(Board(client, ns, timing=timing)))))
-    # what /api/board and /metrics answer from a dashboard that has read once (its reads then run in
-    # the background, one at a time, while the last one is served)
+    # what /api/board and /metrics answer from a dashboard that has read once (a read serves every
+    # answer for a second, then the next answer waits for a new one: views/fresh.py)
     warm = Board(client, ns, timing=timing)
-    collector = ClusterCollector(warm)
-    scrape = Cached(1.0, lambda: exposition(collector))  # as dashboard/__init__.py serves /metrics
+    scrape = Scrape(warm)  # as dashboard/__init__.py serves /metrics
     warm.overview()
-    scrape.get()
+    scrape.answer()
     served_board, served_metrics = [], []
     for _ in range(repeats):
         time.sleep(0.2)
         served_board.append(timed_ms(warm.overview))
-        served_metrics.append(timed_ms(scrape.get))
+        served_metrics.append(timed_ms(lambda: _served(scrape)))
     out.update(served_board_ms=bl.median(served_board), served_board_max_ms=max(served_board),
                served_metrics_ms=bl.median(served_metrics), served_metrics_max_ms=max(served_metrics))
     encoded = [timed_ms(json.dumps, warm.overview()) for _ in range(3)]
     out.update(board_json_kb=round(len(json.dumps(warm.overview())) / 1024), board_json_ms=bl.median(encoded))
     # /api/board's answer as the dashboard makes it: the read's JSON (and its gzip) once, a head per
-    # answer; plain and gzipped alternating, spaced as served_board's (the reads go on in the background)
+    # answer; plain and gzipped alternating, spaced as served_board's
     gz_first = timed_ms(lambda: warm.overview_json(gzip=True))  # compresses the read's part
     answers, answers_gz = [], []
     for _ in range(repeats):

@@ -34,9 +34,8 @@ from flask import Flask, Response, jsonify, redirect, request, send_from_directo
 from ...clock import now_ms
 from ...core.errors import DispatcherError, InvalidRequestError, NotFoundError
 from ...auth.identity import NotAllowed
-from ..fresh import PerRead
-from ..gzipped import Tail, gzip_join
-from ..metrics import ClusterCollector, exposition, stats_age
+from ..gzipped import gzip_join
+from ..metrics import Scrape
 from ...core.model import PRIORITIES
 
 log = logging.getLogger("dispatch.dashboard")
@@ -96,10 +95,7 @@ def _guard(app, access_key: str | None, csrf: str) -> None:
 
 def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
     """The page, its JSON endpoints (all read through `board`) and /metrics."""
-    collector = ClusterCollector(board)
-    # a scrape's text but the scheduler's age, written once per read of the board (at 1,000 nodes
-    # ~50,000 samples, ~30 ms) and gzipped once, for the scrapers that ask; each scrape adds the age
-    scrape = PerRead(lambda view: Tail(exposition(collector, view, age=False)))
+    scrape = Scrape(board)
     # read once now, so that the first read's one-off costs (imports, the policy's parse) are paid
     # before any viewer asks
     threading.Thread(target=_warm, args=(board, scrape), name="dashboard warm-up", daemon=True).start()
@@ -184,9 +180,7 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
 
     @app.get("/metrics")
     def metrics():  # Prometheus asks for gzip
-        view = board.view()  # a read at most a second old (else read now)
-        body = scrape.get(view)
-        head = stats_age({**view, **board.as_of_now(view)})
+        head, body = scrape.answer()
         return _maybe_gzipped(lambda gz: gzip_join(head, body) if gz else head + body.data,
                               "text/plain; version=0.0.4; charset=utf-8")
 
@@ -204,7 +198,7 @@ def _maybe_gzipped(make, mimetype: str) -> Response:
 def _warm(board, scrape) -> None:
     try:
         board.overview_json()
-        scrape.get(board.view())
+        scrape.answer()
     except Exception as e:  # Redis away at the start: the first request reads, and says why it cannot
         log.warning("could not read the cluster at the start (%s); the first request will", e)
 
