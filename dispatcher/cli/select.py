@@ -65,17 +65,28 @@ def cut_last(rows: list[list], header: list[str]) -> list[list]:
 def act_each(ctx, kind: str, jobs: list[dict], local, say=str, **extra) -> None:
     """Carry out `kind` (cancel, hold, release, update) on each job, in order: as a signed request the
     leader carries out under identity (with `extra` in its body), else `local(job_id)`; prints
-    "<id>: <say(outcome)>" for each."""
-    from ..auth.identity import current_user
+    "<id>: <say(outcome)>" for each. A job that refuses (not pending, not yours, gone) is one error
+    line and the others go on, as scancel and scontrol do for a list or an array; the command then
+    exits with the first refusal's code."""
+    from ..auth.identity import NotAllowed, current_user
+    from ..core.errors import InvalidStateError, NotFoundError
     from ..store.requests import act_signed, identity_on
 
     if not jobs:
         click.echo("dispatch: no job matches", err=True)
         return
     signed = identity_on(ctx.client, ctx.ns)
+    refused = None
     for job_id in (j["id"] for j in jobs):
-        outcome = act_signed(ctx.client, ctx.ns, kind, current_user(), job_id, **extra) if signed else local(job_id)
+        try:
+            outcome = act_signed(ctx.client, ctx.ns, kind, current_user(), job_id, **extra) if signed else local(job_id)
+        except (InvalidStateError, NotFoundError, NotAllowed, InvalidRequestError) as e:
+            click.echo(f"dispatch: error: {e}", err=True)
+            refused = refused or e
+            continue
         click.echo(f"{job_id}: {say(outcome)}")
+    if refused is not None:
+        raise click.exceptions.Exit(refused.exit_code)
 
 
 def one_job(client, ns: str, text: str) -> str:

@@ -76,3 +76,18 @@ def test_under_identity_only_the_owner_or_an_admin_updates_a_job_and_it_still_ru
     assert "priority low -> high" in cli.run("update", job, "--priority", "high", **alice).stdout
     cli.run("cancel", hog, **alice)
     cli.wait_for(lambda: cli.show(job)["state"] == "succeeded", what="the updated job to pass its node's seal check")
+
+
+def test_holding_an_array_whose_first_element_runs_holds_the_rest_and_says_which_could_not(cli):
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    array = cli.submit("--array", "0-3", "--gpus", "1", "--", "sleep", "60")
+    cli.wait_for(lambda: cli.show(f"{array}_0")["state"] == "running", what="element 0 to run")
+    held = cli.run("hold", array, check=False)
+    assert held.returncode != 0, "one element refused: the command says so in its exit status"
+    assert held.stderr.strip() == f"dispatch: error: job {array} is running; cannot hold it " \
+                                  "(only a pending job can be held; `dispatch preempt` sends it back to the queue)"
+    rest = [str(int(array) + k) for k in (1, 2, 3)]
+    assert held.stdout.split("\n")[:3] == [f"{j}: held" for j in rest], held.stdout
+    cli.wait_for(lambda: all(cli.show(j)["reason"].startswith("held by ") for j in rest), what="the held reasons")
+    assert cli.run("release", array, check=False).stdout.split("\n")[:3] == [f"{j}: released" for j in rest]
