@@ -131,13 +131,13 @@ class RedisPlanner:
                 verdict = {"code": said[1], "at_ms": now_ms} if v is None else {
                     "code": said[1], "score": said[2], "rank": v.rank, "at_ms": now_ms,
                     "terms": {k: round(t, 2) for k, t in v.terms.items()}}
-                job_record.set_reason(pipe, self.ns, job_id, reason, verdict)
+                job_record.set_reason(self.scripts, pipe, self.ns, job_id, reason, verdict)
         if not full:
             return
         for job_id in [j for j in self._reasons if j not in judged]:
             del self._reasons[job_id]
             if job_id in waiting:  # still waiting, now among the jobs the cycle did not reach
-                job_record.set_reason(pipe, self.ns, job_id, None)
+                job_record.set_reason(self.scripts, pipe, self.ns, job_id, None)
 
     def quarantine(self, bad: dict[str, str], now_ms: int) -> None:
         """Malformed job records leave the queue as failed, with the reason; nothing else is touched."""

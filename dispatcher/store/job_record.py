@@ -169,18 +169,14 @@ def read_fields(client, ns: str, job_id: str, selection: tuple[str, ...]) -> dic
     return values(selection, client.hmget(keys.job(ns, job_id), *selection))
 
 
-def set_reason(pipe, ns: str, job_id: str, reason: str | None, verdict: dict | None = None) -> None:
+def set_reason(scripts, pipe, ns: str, job_id: str, reason: str | None, verdict: dict | None = None) -> None:
     """The scheduler's word on why a pending job waits (None: it has none now), with the numbers behind
-    it (`verdict`: code, score, rank, terms, at_ms) for `dispatch why` to show without a policy run."""
-    if reason is None:
-        pipe.hdel(keys.job(ns, job_id), "reason", "verdict")
-        return
-    fields = {"reason": reason}
-    if verdict is not None:
-        fields["verdict"] = msgpack.packb({**verdict, "reason": reason}, use_bin_type=True)
-    pipe.hset(keys.job(ns, job_id), mapping=fields)
-    if verdict is None:
-        pipe.hdel(keys.job(ns, job_id), "verdict")
+    it (`verdict`: code, score, rank, terms, at_ms) for `dispatch why` to show without a policy run.
+    Queued on `pipe` (lua/set_reason.lua): nothing is written on a job that is no longer pending, or
+    that was held, since the cycle judged it."""
+    packed = b"" if verdict is None or reason is None else msgpack.packb({**verdict, "reason": reason},
+                                                                         use_bin_type=True)
+    scripts.set_reason(keys.job(ns, job_id), reason or "", packed, client=pipe)
 
 
 def verdict_of(rec) -> dict | None:

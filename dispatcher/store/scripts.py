@@ -56,7 +56,7 @@ def _typed(reply, *, counts: bool = False):
 #: mark_running.lua observes each start's latency, by class (store/counters.py).
 _START_LATENCY = script_histogram("start_latency", "class")
 _NAMES = ("commit_placement", "commit_gang", "mark_running", "finish", "cancel", "preempt", "shrink", "checkpointed",
-          "lease", "idle_warning", "rendezvous", "progress", "hold", "requeue")
+          "lease", "idle_warning", "rendezvous", "progress", "hold", "requeue", "set_reason")
 
 
 @functools.cache
@@ -260,6 +260,11 @@ class Scripts:
         NO_JOB."""
         return self._call("hold", [keys.job(self.ns, job_id), keys.jobs_changed(self.ns)],
                           [job_id, action, who, reason], client)
+
+    def set_reason(self, job_key: str, reason: str, verdict: bytes, client=None):
+        """The scheduler's reason and verdict on a pending job ("" : none): DONE, or STALE where the job
+        is no longer pending or is held (job_record.set_reason)."""
+        return self._call("set_reason", [job_key], [reason, verdict], client)
 
     def preempt(self, job_id, node, epoch, now_ms, by, mode, why, command: bytes, *, field: bytes, cap: int,
                 fence="", client=None):

@@ -166,3 +166,24 @@ def test_a_gang_ends_rank_by_rank_and_its_first_failure_is_what_it_ends_as(clien
     assert (j["state"], j["lost"], j["attempt"], j["ranks"]) == ("pending", 1, 1, [])
     assert j["attempts"][0]["outcome"] == "lost" and "rank 1" in j["attempts"][0]["reason"]
     assert client.hgetall(keys.node_alloc(ns, "n1")) == {}
+
+
+def test_a_cycles_reason_does_not_write_over_a_hold_or_a_job_that_moved_on(client, ns):
+    """A cycle judges a job, then the job is held (or placed) before the cycle writes its reason: the
+    held reason stays, and a job that is no longer pending gets no waiting reason."""
+    from dispatcher.store import job_record
+
+    s = Scripts(client, ns)
+    (job_id,) = write_jobs(client, ns, [build_spec(command=["true"], user="u", submit_ms=now_ms(), gpus=1)])
+    started, _ = running(client, ns, s)
+    assert s.hold(job_id, "hold", f"u {now_ms()}", "held by u (dispatch release 1)") == Outcome.DONE
+    pipe = client.pipeline(transaction=True)
+    for j in (job_id, started):
+        job_record.set_reason(s, pipe, ns, j, "needs 1xGPU", {"code": "blocked", "at_ms": now_ms()})
+    assert pipe.execute() == [Outcome.STALE, Outcome.STALE]
+    assert read_job(client, ns, job_id)["reason"] == "held by u (dispatch release 1)"
+    assert read_job(client, ns, started)["reason"] == ""
+    assert s.hold(job_id, "release", f"u {now_ms()}") == Outcome.DONE
+    pipe = client.pipeline(transaction=True)
+    job_record.set_reason(s, pipe, ns, job_id, "needs 1xGPU", {"code": "blocked", "at_ms": now_ms()})
+    assert pipe.execute() == [Outcome.DONE] and read_job(client, ns, job_id)["reason"] == "needs 1xGPU"
