@@ -39,11 +39,12 @@ from ..auth.identity import current_user
 @click.option("--grace", default="30s", metavar="DURATION", help="Time between SIGTERM and SIGKILL.")
 @click.option("--retries", default="3", metavar="N",
               help="Reruns after an attempt is lost with its node (agent or host died); then the job fails.")
-@click.option("--after", default=None, metavar="JOB[,JOB]",
+@click.option("--after", multiple=True, metavar="JOB[,JOB]",
               help="Start once these jobs all succeeded; if one fails or is cancelled, this one fails too. An "
-                   "array's id is all its elements, 12_5 one element.")
-@click.option("--after-any", "after_any", default=None, metavar="JOB[,JOB]",
-              help="Start once these jobs all ended, however they ended (an array's id: all its elements).")
+                   "array's id is all its elements, 12_5 one element. Repeatable.")
+@click.option("--after-any", "after_any", multiple=True, metavar="JOB[,JOB]",
+              help="Start once these jobs all ended, however they ended (an array's id: all its elements). "
+                   "Repeatable.")
 @click.option("--array", default=None, metavar="SPEC",
               help="A job array: one job per index, e.g. 0-99%8 (at most 8 at once) or 1,3,5-9; each gets "
                    "DISPATCH_ARRAY_INDEX. Prints the array's id.")
@@ -72,6 +73,9 @@ def submit(ctx, from_file, command, **flags):
 
     given = click.get_current_context().get_parameter_source  # (flags left at their defaults are the spec's)
     defaults = {k: v for k, v in flags.items() if given(k) is not click.core.ParameterSource.DEFAULT}
+    for flag in ("after", "after_any"):  # repeated or comma-separated, every id counts ('' is refused)
+        if flag in defaults:
+            defaults[flag] = [i for value in defaults[flag] for i in value.split(",")]
     now, here, me = now_ms(), os.getcwd(), current_user()
     if from_file is not None and command:
         raise InvalidRequestError("give either a command or --from FILE, not both", field="--from")

@@ -93,3 +93,15 @@ def test_after_an_element_id_waits_for_that_element_only(cluster):
     assert p.returncode == errors.EXIT_USAGE
     assert p.stderr.strip() == f"dispatch: error: --after: there is no job {array}_7"
     cli.run("cancel", array)
+
+
+def test_after_given_twice_waits_for_both_jobs_and_a_failure_of_either_fails_it(cluster):
+    cli = cluster
+    fails = cli.submit("--gpus", "0", "--", "sh", "-c", "sleep 1; exit 1")
+    works = cli.submit("--gpus", "0", "--", "true")
+    both = cli.submit("--gpus", "0", "--after", fails, "--after", works, "--after-any", works, "--", "true")
+    assert cli.show(both)["after"] == [fails, works]
+    job = final(cli, both)
+    assert job["state"] == "failed" and fails in job["reason"], job
+    empty = cli.run("submit", "--after", "", "--", "true", check=False)
+    assert empty.returncode == errors.EXIT_USAGE and empty.stderr.strip() == "dispatch: error: --after: '' is not a job id"
