@@ -96,15 +96,25 @@ def request_jobs(request, build, token: str) -> list[JobSpec]:
     return elements(build(rest), str(text), token)
 
 
-def ranges(numbers, most: int = 0) -> str:
-    """0,1,2,3,5,7,8 -> '0-3,5,7-8'; with `most`, at most that many runs, then ' and N more'."""
-    runs: list[list[int]] = []
-    for i in sorted(numbers):
-        if runs and i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
+def ranges(numbers, most: int = 0, *, steps: bool = True) -> str:
+    """0,1,2,3,5,7,8 -> '0-3,5,7-8', and array indices 0,2,4,...,998 -> '0-998:2' (as --array takes a
+    step; not with `steps` False, for job ids); with `most`, at most that many runs, then ' and N more'."""
+    nums = sorted(set(numbers))
+    runs: list[tuple[int, int, int, int]] = []  # (first, last, step, how many)
+    k = 0
+    while k < len(nums):
+        j = k
+        if k + 1 < len(nums):
+            step = nums[k + 1] - nums[k]
+            if step == 1 or (steps and k + 2 < len(nums) and nums[k + 2] - nums[k + 1] == step):  # 3 in a row
+                j = k + 1
+                while j + 1 < len(nums) and nums[j + 1] - nums[j] == step:
+                    j += 1
+        step = nums[j] - nums[j - 1] if j > k else 1
+        runs.append((nums[k], nums[j], step, j - k + 1))
+        k = j + 1
     shown = runs[:most] if most else runs
-    text = ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in shown)
-    left = sum(len(r) for r in runs[len(shown):])
+    text = ",".join(str(a) if n == 1 else f"{a}-{b}" if step == 1 else f"{a}-{b}:{step}"
+                    for a, b, step, n in shown)
+    left = sum(n for *_, n in runs[len(shown):])
     return f"{text} and {left} more" if left else text

@@ -79,7 +79,7 @@ def _listed(items: list[tuple[str, str]]) -> str:
 def _ids(ids: list[str]) -> str:
     """Job ids as ranges (13-40), at most LISTED runs of them."""
     if all(i.isdigit() for i in ids):
-        return ranges(map(int, ids), LISTED)
+        return ranges(map(int, ids), LISTED, steps=False)
     return ",".join(ids[:LISTED]) + (f" and {len(ids) - LISTED} more" if len(ids) > LISTED else "")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher.core.arrays import element_name, elements, first_ids, parse_array, request_jobs
+from dispatcher.core.arrays import element_name, elements, first_ids, parse_array, ranges, request_jobs
 from dispatcher.core.errors import InvalidRequestError
 from dispatcher.core.model import JobSpec
 from dispatcher.policy import schedule
@@ -85,3 +85,20 @@ def test_an_array_is_one_ask_in_fair_share_not_twenty():
     bob = make_job("50").user("bob").gpus(1).waited(10)  # submitted after the whole array
     plan = schedule(snapshot(pending=[*sweep, bob], nodes=[make_node("n1").gpus(2)]), now_ms=NOW_MS)
     assert "50" in {p.job_id for p in plan.placements}, "bob gets one of the two GPUs"
+
+
+def test_every_element_an_arrays_cap_holds_back_is_told_so_not_that_no_node_has_room():
+    plan = schedule(snapshot(pending=_array(10, 6, 1), nodes=[make_node("n1").gpus(4)]), now_ms=NOW_MS)
+    assert [p.job_id for p in plan.placements] == ["10"]
+    reasons = {v.job_id: v.reason for v in plan.verdicts}
+    assert all(reasons.get(str(i)) == "array 10 runs 1 of its elements, its cap (%1)" for i in range(11, 16)), reasons
+    assert plan.rest == 0, "no element is left to the cycle's rest reason"
+
+
+@pytest.mark.parametrize("indices, shown", [
+    (range(0, 999, 2), "0-998:2"), ([0, 1, 2, 3, 5, 7, 8], "0-3,5,7-8"), ([1, 3], "1,3"), ([4], "4"),
+    ([*range(10), 20, 30, 40], "0-9,20-40:10")])
+def test_a_stepped_array_is_shown_as_its_step_not_every_index(indices, shown):
+    """`dispatch queue`'s ID column: 12_[0-998:2], as --array takes it, not 500 numbers."""
+    assert ranges(indices) == shown
+    assert parse_array(shown)[0] == tuple(sorted(indices))
