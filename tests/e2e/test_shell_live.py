@@ -223,3 +223,12 @@ def test_under_identity_only_the_owners_signed_keystrokes_reach_the_shell(cli, c
     t.type("exit\r")
     assert t.exit_code() == 0
     assert read_job(client, cli.ns, job_id)["user"] == "alice"
+
+
+def test_attach_takes_an_element_id_as_show_and_logs_do(cli):
+    array = cli.submit("--array", "0-2", "--", "true")
+    p = cli.run("attach", f"{array}_1", check=False)
+    element = str(int(array) + 1)
+    assert p.returncode != 0 and p.stderr.strip() == (
+        f"dispatch: error: job {element} is no interactive session (dispatch shell); follow its output with "
+        f"dispatch logs -f {element}"), p.stderr
