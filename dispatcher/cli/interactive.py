@@ -11,6 +11,7 @@ of its output, then as above.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -46,6 +47,7 @@ def shell(ctx, command, idle_timeout, **flags):
     Exits with the shell's exit status; `dispatch attach JOB` takes the session up again."""
     from ..core.spec import spec_from_request
     from ..store.requests import identity_on, submit_specs
+    from .submit import warn_if_no_node_could_hold
 
     if "-" in str(flags["gpus"]).strip().lstrip("-"):
         raise InvalidRequestError("--gpus: an interactive session takes one number of GPUs, not a range",
@@ -58,6 +60,7 @@ def shell(ctx, command, idle_timeout, **flags):
     spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=os.getcwd())
     spec = spec.filled(interactive=mode, idle_timeout_s=idle)
     (job_id,) = submit_specs(ctx.client, ctx.ns, [spec], me)
+    warn_if_no_node_could_hold(ctx, [spec], [job_id])
     session = Session(ctx, job_id, _signer(ctx, me, job_id) if identity_on(ctx.client, ctx.ns) else None)
     sys.exit(session.run([], "0-0", say_wait=True))
 
@@ -111,6 +114,21 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def hangups_interrupt():
+    """While a client waits for its session (shell, notebook) to start, its terminal closing (SIGHUP) or
+    a kill (SIGTERM) is a Ctrl-C: the caller cancels the job, as srun does, so that nothing starts
+    later holding GPUs for nobody."""
+    kept = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM)}
+    for s in kept:
+        signal.signal(s, _interrupt)
+    try:
+        yield
+    finally:
+        for s, h in kept.items():
+            signal.signal(s, h)
+
+
 def _exit_status(code: int) -> int:
     """A process's exit as a shell reports it: its code, or 128 + the signal that killed it."""
     return code if code >= 0 else 128 - code
@@ -135,18 +153,11 @@ class Session:
             self._entry(e)
         reader = threading.Thread(target=self._read_output, args=(after,), name="tty-out", daemon=True)
         reader.start()
-        # a client gone before its session starts (its terminal closed: SIGHUP; killed: SIGTERM) cancels
-        # the job as Ctrl-C does, as srun's does: no shell is to start later holding GPUs for nobody
-        kept = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM)}
-        for s in kept:
-            signal.signal(s, _interrupt)
         try:
-            self._wait_for_start(say_wait)
+            with hangups_interrupt():
+                self._wait_for_start(say_wait)
         except KeyboardInterrupt:
             return self._cancel()
-        finally:
-            for s, h in kept.items():
-                signal.signal(s, h)
         if self.result is None:
             self._interact()
         reader.join(1.0)

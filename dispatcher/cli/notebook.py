@@ -66,6 +66,8 @@ def notebook(ctx, python, port_range, no_wait, url_of, **flags):
     (one line on stdout); stop it with dispatch cancel JOB."""
     from ..core.spec import spec_from_request
     from ..store.requests import submit_specs
+    from .interactive import hangups_interrupt
+    from .submit import warn_if_no_node_could_hold
 
     if url_of is not None:
         click.echo(url_now(ctx, url_of))
@@ -76,11 +78,13 @@ def notebook(ctx, python, port_range, no_wait, url_of, **flags):
                    env=[f"JUPYTER_TOKEN={token}"])
     spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=os.getcwd())
     (job_id,) = submit_specs(ctx.client, ctx.ns, [spec], me)
+    warn_if_no_node_could_hold(ctx, [spec], [job_id])
     if no_wait:
         click.echo(job_id)
         return
     try:
-        url, node = follow(ctx, job_id, token)
+        with hangups_interrupt():  # Ctrl-C, a closed terminal or a kill before the URL: the job goes
+            url, node = follow(ctx, job_id, token)
     except KeyboardInterrupt:
         _cancel(ctx, job_id)
         sys.exit(130)

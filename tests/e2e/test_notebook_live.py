@@ -97,7 +97,8 @@ def test_no_wait_prints_the_job_id_and_url_prints_nothing_before_it_runs(cli, cl
     cli.run("cancel", job_id)
 
 
-def test_ctrl_c_while_it_waits_for_a_gpu_cancels_the_job(cli, client):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_a_kill_or_a_closed_terminal_while_it_waits_for_a_gpu_cancels_the_job(cli, client, sig):
     # (no node: it waits) Its own session, as a terminal's foreground job, with Ctrl-C's default action: a
     # suite run in the background of a shell inherits SIGINT ignored, and Python then never raises
     # KeyboardInterrupt (the CI's first run of this test hung so)
@@ -106,7 +107,7 @@ def test_ctrl_c_while_it_waits_for_a_gpu_cancels_the_job(cli, client):
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     cli.procs.append(waiting)
     job_id = re.fullmatch(r"waiting for a GPU: job (\d+) \(dispatch why \d+\)\n", waiting.stderr.readline())[1]
-    waiting.send_signal(signal.SIGINT)
+    waiting.send_signal(sig)
     out, _ = waiting.communicate(timeout=30)
     assert waiting.returncode == 130 and out == f"{job_id}: cancelled\n"
     assert read_job(client, cli.ns, job_id)["state"] == "cancelled"
@@ -133,3 +134,15 @@ def test_no_jupyterlab_or_no_such_python_is_one_line_saying_what_to_do(cli, clie
                             r"environment \(.*\)", last), got.stderr
     assert why in got.stderr  # the job's reason or its log's last lines
     cli.wait_for(lambda: holders(cli) == {"n1": {0: None}}, what="the GPU to be free")
+
+
+@pytest.mark.parametrize("command", [("notebook", "--no-wait"), ("shell",)])
+def test_a_session_no_node_could_ever_hold_is_warned_of_as_submit_warns(cli, client, command):
+    cli.start("worker", "--node", "n1", "--fake-gpus", "2xA100-40GB")
+    cli.wait_for(lambda: cli.run("nodes").stdout.count("n1") == 1, what="the node to register")
+    asks = subprocess.Popen([sys.executable, "-m", "dispatcher", *command, "--gpus", "9"], env=cli.env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    cli.procs.append(asks)
+    said = asks.stderr.readline()
+    assert "no registered node could ever hold it" in said and said.startswith("dispatch: warning: job "), said
