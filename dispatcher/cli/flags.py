@@ -21,7 +21,7 @@ def resources(priority: str = "normal"):
         click.option("--priority", default=priority, metavar="P", help="critical, high, normal or low."),
         click.option("--time", default=None, metavar="DURATION",
                      help="Run-time limit of each attempt (Slurm's --time): the checkpoint signal at the limit less "
-                          "--grace, SIGKILL at the limit, and the job fails: 90s, 15m, 3h, 1d, or Slurm's forms: "
+                          "the job's grace (submit's --grace), SIGKILL at the limit, and the job fails: 90s, 15m, 3h, 1d, or Slurm's forms: "
                           "30 (a bare number is minutes), 30:00, 1:00:00, 2-12, 2-12:00:00."),
     ]
 
