@@ -360,6 +360,11 @@ class Order:
             heapq.heapreplace(heap, (head[0], self._tick(), bucket))
         return e[5]
 
+    def waiting_in(self, bucket: _Bucket) -> list[PendingJob]:
+        """The bucket's jobs not yet taken (nor skipped) this cycle, in no order."""
+        return [e[5] for heap in (bucket.young, bucket.old) for e in heap
+                if self.b._alive(e) and e[4] not in self.skip]
+
     def left(self) -> int:
         """How many jobs were not popped (nor skipped) this cycle."""
         return len(self.b.jobs) - len({e[4] for _, _, e in self.popped} | self.skip)

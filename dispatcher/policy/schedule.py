@@ -113,6 +113,15 @@ def _walk(c: Cycle, backlog: Backlog, order) -> None:
         c.rest_reason = rest_reason(c.index.max_free, c.rank, max((n.cpus for n in c.index.nodes), default=0))
 
 
+def _capped_array(c: Cycle, order, bucket, verdict: Verdict) -> None:
+    """An array at its cap (--array 0-99%8): every element of the bucket left gets the cap's verdict,
+    not the cycle's rest reason ("no node has room"), which would send its user looking for GPUs.
+    One verdict per element, once per cycle, for arrays at their cap only."""
+    for p in order.waiting_in(bucket):
+        order.skip.add(p.spec.id)
+        c.verdicts.append(Verdict(p.spec.id, verdict.code, verdict.reason))
+
+
 def _set_aside(c: Cycle, backlog: Backlog) -> tuple[set, int]:
     """NO_FIT_EVER for every job no live node could ever hold (their team's demand drops); returns
     their shapes and how many jobs they are."""
@@ -207,6 +216,8 @@ def _by_fair_share(c: Cycle, order, excluded: set) -> None:
                 elif c.exhausted(spec, tries, bucket):
                     blocked.add(bucket.key)
                     c.rest_like[bucket.key] = c.verdicts[-1]
+                    if bucket.key[-1] and c.verdicts[-1].code == Code.OVER_LIMIT:
+                        _capped_array(c, order, bucket, c.verdicts[-1])
         again = user_key(user)
         if again is not None:
             heapq.heappush(users, again)
