@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from dispatcher.auth.identity import NOTEBOOK_NONCE, notebook_token, token_for
 from dispatcher.core.model import JobSpec
 
 #: The agent's variables that never reach a job, whatever their value.
@@ -46,9 +47,11 @@ def agent_env(secrets: tuple[str, ...], environ=None) -> dict:
 
 
 def attempt_env(base: dict, spec: JobSpec, *, job_id: str, epoch: int, node: str, address: str, agent: str,
-                ns: str, gpu_list: str, attempt: int, ckpt: Path, socket_path: str, cap: str) -> dict:
+                ns: str, gpu_list: str, attempt: int, ckpt: Path, socket_path: str, cap: str,
+                secret: bytes | None = None) -> dict:
     """The environment of one attempt: the agent's (credentials removed), the spec's, then dispatch's.
-    `address`: the node's advertised address (its agent's --address), where a job's server is reached."""
+    `address`: the node's advertised address (its agent's --address), where a job's server is reached.
+    `secret`: under identity, the lab secret, from which a notebook's token is derived (auth.identity)."""
     env = dict(base)
     env.update(dict(spec.env))
     for k in CREDENTIAL_VARS:  # not even from the spec: a job asks through its channel
@@ -70,6 +73,9 @@ def attempt_env(base: dict, spec: JobSpec, *, job_id: str, epoch: int, node: str
         "DISPATCH_JOB_SOCKET": socket_path,
         "DISPATCH_JOB_CAP": cap,
     })
+    nonce = env.get(NOTEBOOK_NONCE)
+    if nonce and secret is not None:  # dispatch notebook under identity: its owner's token, made here
+        env["JUPYTER_TOKEN"] = notebook_token(token_for(secret, spec.user), nonce)
     if spec.array_index is not None:  # an element of a job array (core/arrays.py)
         env.update({"DISPATCH_ARRAY_INDEX": str(spec.array_index), "DISPATCH_ARRAY_ID": spec.array_of,
                     "DISPATCH_ARRAY_COUNT": str(spec.array_count)})

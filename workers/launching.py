@@ -92,7 +92,8 @@ def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int 
     env = jobenv.attempt_env(sup.base_env, spec, job_id=job_id, epoch=epoch, node=sup.node, agent=sup.agent,
                              address=sup.address, ns=sup.ns, gpu_list=gpu_list, attempt=record["attempt"], ckpt=ckpt,
                              socket_path=str(sup.channel.path),
-                             cap=sup.channel.capability(job_id, epoch, spec.user))
+                             cap=sup.channel.capability(job_id, epoch, spec.user),
+                             secret=sup.verifier.secret if sup.verifier is not None else None)
     if rank is not None:
         where = gang.announce(sup, job_id, epoch) if rank == 0 else \
             gang.wait_for_rank0(sup, job_id, epoch, spec, NotStarted)

@@ -52,6 +52,17 @@ def token_for(secret: bytes, user: str) -> str:
     return hmac.new(secret, b"dispatch-user:" + user.encode(), hashlib.sha256).hexdigest()
 
 
+#: Under identity, a notebook job's spec carries this nonce, not its JupyterLab token: every user may
+#: read every job's environment (docs/security.md), and the token opens a server that runs code as its
+#: owner. The owner's client and the node agent (which holds the lab secret) each derive the token.
+NOTEBOOK_NONCE = "DISPATCH_NOTEBOOK_NONCE"
+
+
+def notebook_token(user_token: str, nonce: str) -> str:
+    """The JupyterLab token of a notebook job under identity: known to its owner and the agents only."""
+    return hmac.new(user_token.encode(), b"dispatch-notebook:" + nonce.encode(), hashlib.sha256).hexdigest()[:48]
+
+
 def sign(token: str, *parts) -> str:
     """HMAC-SHA256 over the parts (bytes or str), each length-prefixed so that no two splits collide."""
     mac = hmac.new(token.encode(), digestmod=hashlib.sha256)

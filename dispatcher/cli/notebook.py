@@ -25,7 +25,7 @@ from . import common
 from .flags import resources
 from ..clock import now_ms
 from ..core.errors import DispatcherError, InvalidRequestError, InvalidStateError, JobNotFound
-from ..auth.identity import current_user
+from ..auth.identity import NOTEBOOK_NONCE, NotAllowed, current_user, notebook_token
 
 #: Run by the job's python: a port in the range (argv[1], "LOW-HIGH") that nothing listens on at the
 #: node's address, then JupyterLab (argv[2:]) bound there. One line, as `dispatch queue` shows it.
@@ -72,10 +72,11 @@ def notebook(ctx, python, port_range, no_wait, url_of, **flags):
     if url_of is not None:
         click.echo(url_now(ctx, url_of))
         return
-    token, me = secrets.token_hex(24), current_user()
+    me = current_user()
+    token, env = _new_token(ctx)
     request = {k: v for k, v in flags.items() if v is not None}
     request.update(name=flags["name"] or "notebook", command=command_line(python, port_range, os.getcwd()),
-                   env=[f"JUPYTER_TOKEN={token}"])
+                   env=[env])
     spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=os.getcwd())
     (job_id,) = submit_specs(ctx.client, ctx.ns, [spec], me)
     warn_if_no_node_could_hold(ctx, [spec], [job_id])
@@ -92,6 +93,18 @@ def notebook(ctx, python, port_range, no_wait, url_of, **flags):
     sys.stdout.flush()
     click.echo(f"dispatch: JupyterLab runs as job {job_id} on {node}; stop it with: dispatch cancel {job_id}",
                err=True)
+
+
+def _new_token(ctx) -> tuple[str, str]:
+    """(JupyterLab's token, the job's env entry). Identity off, the token itself (one user reaches this
+    server); on, a nonce from which only its owner and the agents derive it (auth.identity)."""
+    from ..store.requests import identity_on, own_token
+
+    if not identity_on(ctx.client, ctx.ns):
+        token = secrets.token_hex(24)
+        return token, f"JUPYTER_TOKEN={token}"
+    nonce = secrets.token_hex(16)
+    return notebook_token(own_token(), nonce), f"{NOTEBOOK_NONCE}={nonce}"
 
 
 def command_line(python: str | None, port_range: str, root: str) -> list[str]:
@@ -152,7 +165,15 @@ def url_now(ctx, job_id: str) -> str:
     rec = job_record.read_fields(ctx.client, ctx.ns, job_id, ("spec", "node", *job_record.OUTCOME))
     if not rec["state"]:
         raise JobNotFound(job_id)
-    token = dict(decode_spec(rec["spec"], key=f"job {job_id}").env).get("JUPYTER_TOKEN")
+    spec = decode_spec(rec["spec"], key=f"job {job_id}")
+    env = dict(spec.env)
+    token = env.get("JUPYTER_TOKEN")
+    if env.get(NOTEBOOK_NONCE):  # under identity: the owner's own token makes it
+        from ..store.requests import own_token
+
+        if spec.user != current_user():
+            raise NotAllowed(f"job {job_id} is {spec.user}'s notebook: only its owner can open it")
+        token = notebook_token(own_token(), env[NOTEBOOK_NONCE])
     if not token:
         raise InvalidRequestError(f"job {job_id} is no notebook (dispatch notebook)", field="--url")
     if rec["state"] != "running":

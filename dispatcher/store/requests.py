@@ -223,7 +223,8 @@ class RequestServer:
 
 
 # -- the client's side ---------------------------------------------------------------------------
-def _token() -> str:
+def own_token() -> str:
+    """This user's identity token ($DISPATCH_TOKEN or its file); a ConfigError saying how to get one."""
     from ..core.errors import ConfigError
     from ..auth.identity import client_token
 
@@ -238,7 +239,7 @@ def submit_signed(client, ns: str, specs, requester: str) -> list[str]:
     """`requester` submits specs (for themself: each spec's user must be them) through the leader, in
     as few signed requests as fit (MAX_SPECS specs, SPECS_BYTES of them, each); returns the job ids.
     Each request is written at once; if one is refused, the ones before it stand."""
-    token = _token()
+    token = own_token()
     return [str(i) for batch in _batches(specs) for i in send(client, ns, "submit", requester, token,
                                                                {"specs": batch})["ids"]]
 
@@ -283,10 +284,10 @@ def node_signed(client, ns: str, kind: str, user: str, node: str, reason: str = 
     or None."""
     from .nodes import Drain
 
-    was = send(client, ns, kind, user, _token(), {"node": node, "reason": reason})["was"]
+    was = send(client, ns, kind, user, own_token(), {"node": node, "reason": reason})["was"]
     return None if was is None else Drain(str(was["reason"]), str(was["by"]), int(was["at_ms"]))
 
 
 def act_signed(client, ns: str, kind: str, user: str, job_id: str, **extra) -> str:
     """Cancel, preempt, hold, release or requeue a job as `user` (its owner or an admin); returns the outcome."""
-    return str(send(client, ns, kind, user, _token(), {"job": job_id, **extra})["outcome"])
+    return str(send(client, ns, kind, user, own_token(), {"job": job_id, **extra})["outcome"])

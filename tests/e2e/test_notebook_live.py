@@ -146,3 +146,31 @@ def test_a_session_no_node_could_ever_hold_is_warned_of_as_submit_warns(cli, cli
     cli.procs.append(asks)
     said = asks.stderr.readline()
     assert "no registered node could ever hold it" in said and said.startswith("dispatch: warning: job "), said
+
+
+def test_under_identity_the_token_is_in_no_record_and_only_its_owner_opens_it(cli, client, tmp_path):
+    """Every user may read every job's environment (docs/security.md): the spec holds a nonce, and only
+    the owner's client and the node agent derive the token from it."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    secret.chmod(0o600)
+    cli.start("scheduler", "--secret-file", str(secret), **FAST)
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--address", ADDRESS, "--secret-file",
+              str(secret), HOME=str(tmp_path), **FAST)
+    token = {u: cli.run("auth", "token", u, "--secret-file", str(secret)).stdout.strip() for u in ("alice", "bob")}
+    alice, bob = ({"DISPATCH_USER": u, "DISPATCH_TOKEN": token[u]} for u in ("alice", "bob"))
+    cli.wait_for(lambda: cli.run("submit", "--", "true", check=False, **alice).returncode == 0,
+                 what="identity to be on")
+    got = cli.run(*LAB, timeout=120, **alice)
+    url = got.stdout.strip()
+    m = URL.fullmatch(url)
+    assert m, got.stdout + got.stderr
+    job_id = re.search(r"dispatch cancel (\d+)", got.stderr)[1]
+    assert status(url) == 200, "the token alice's client derived is the one the agent gave JupyterLab"
+    shown = cli.run("show", job_id, "--json", **bob).stdout
+    assert m[2] not in shown and "JUPYTER_TOKEN" not in shown
+    assert cli.run("notebook", "--url", job_id, **alice).stdout.strip() == url
+    refused = cli.run("notebook", "--url", job_id, check=False, **bob)
+    assert refused.returncode != 0 and refused.stderr.strip() == \
+        f"dispatch: error: job {job_id} is alice's notebook: only its owner can open it"
+    cli.run("cancel", job_id, **alice)
