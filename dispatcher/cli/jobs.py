@@ -131,8 +131,17 @@ def cancel(ctx, job_ids, users, states, names, teams):
     jobs = [j for j in resolve(ctx.client, ctx.ns, sel, include_final=False)
             if not (sel.filtered and is_final(j["state"]))]
     act_each(ctx, "cancel", jobs, lambda job_id: cancel_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms()),
-             lambda outcome: {"cancelled": "cancelled", "requested": "cancel sent to its node"}.get(
-                 outcome, f"already {outcome}"))
+             said_of_cancel)
+
+
+def said_of_cancel(outcome: str, job: dict) -> str:
+    """What cancel says of a job: "cancelled", "cancel sent to its node", or "already <its end>" (a job
+    that had ended before, cancelled ones too)."""
+    from ..store.jobs import is_final
+
+    if is_final(job.get("state") or "") or outcome not in ("cancelled", "requested"):
+        return f"already {outcome}"
+    return "cancelled" if outcome == "cancelled" else "cancel sent to its node"
 
 
 @click.command()

@@ -208,4 +208,4 @@ def _cancel(ctx, job_id: str) -> None:
     from ..store.jobs import cancel_job
 
     act_each(ctx, "cancel", [{"id": job_id}], lambda j: cancel_job(ctx.scripts, ctx.client, ctx.ns, j, now_ms()),
-             lambda outcome: "cancelled" if outcome in ("cancelled", "requested") else f"already {outcome}")
+             lambda outcome, job: "cancelled" if outcome in ("cancelled", "requested") else f"already {outcome}")

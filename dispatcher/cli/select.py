@@ -62,10 +62,10 @@ def cut_last(rows: list[list], header: list[str]) -> list[list]:
     return [r[:-1] + [r[-1] if len(r[-1]) <= room else r[-1][:room - 1] + "…"] for r in rows]
 
 
-def act_each(ctx, kind: str, jobs: list[dict], local, say=str, **extra) -> None:
+def act_each(ctx, kind: str, jobs: list[dict], local, say=lambda outcome, job: str(outcome), **extra) -> None:
     """Carry out `kind` (cancel, hold, release, update) on each job, in order: as a signed request the
     leader carries out under identity (with `extra` in its body), else `local(job_id)`; prints
-    "<id>: <say(outcome)>" for each. A job that refuses (not pending, not yours, gone) is one error
+    "<id>: <say(outcome, job)>" for each (`job` as read before). A job that refuses (not pending, not yours, gone) is one error
     line and the others go on, as scancel and scontrol do for a list or an array; the command then
     exits with the first refusal's code."""
     from ..auth.identity import NotAllowed, current_user
@@ -77,14 +77,15 @@ def act_each(ctx, kind: str, jobs: list[dict], local, say=str, **extra) -> None:
         return
     signed = identity_on(ctx.client, ctx.ns)
     refused = None
-    for job_id in (j["id"] for j in jobs):
+    for job in jobs:
+        job_id = job["id"]
         try:
             outcome = act_signed(ctx.client, ctx.ns, kind, current_user(), job_id, **extra) if signed else local(job_id)
         except (InvalidStateError, NotFoundError, NotAllowed, InvalidRequestError) as e:
             click.echo(f"dispatch: error: {e}", err=True)
             refused = refused or e
             continue
-        click.echo(f"{job_id}: {say(outcome)}")
+        click.echo(f"{job_id}: {say(outcome, job)}")
     if refused is not None:
         raise click.exceptions.Exit(refused.exit_code)
 

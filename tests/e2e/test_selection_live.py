@@ -29,6 +29,8 @@ def test_queue_cancel_and_wait_pick_jobs_by_user_name_state_and_range(cli):
     out = cli.run("cancel", "-u", "alice", "--name", "sweep-*").stdout
     assert out.splitlines() == [f"{j}: cancelled" for j in sweep]
     assert [cli.show(j)["state"] for j in sweep] == ["cancelled"] * 3
+    again = cli.run("cancel", sweep[0]).stdout.strip()  # by id: it says the job had ended already
+    assert again == f"{sweep[0]}: already cancelled", again
     assert cli.show(hold)["state"] == "running" and cli.show(other)["state"] == "pending"
     everyone = [hold, *sweep, other]  # squeue's -t all: ended jobs too
     assert sorted(ids(cli.run("queue", "-t", "all", "--json").stdout), key=int) == everyone
