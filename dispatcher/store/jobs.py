@@ -127,7 +127,8 @@ def record_view(rec) -> dict:
         "started_at": secs(rec.started_ms),
         "finished_at": secs(rec.finished_ms),
         "exit_code": rec.exit_code,
-        "hold": rec.hold or None,  # who held it, and when (ms): dispatch hold
+        # who held it (dispatch hold), and when
+        "hold": _who(rec.hold), "held_at": _when(rec.hold),
         # who last put it back in the queue after it ended, and when (dispatch requeue)
         "requeued_by": requeued_by or None,
         "requeued_at": secs(int(requeued_ms)) if requeued_ms.isdigit() else None,
@@ -154,8 +155,19 @@ def record_view(rec) -> dict:
         "output": output_path(spec, job_id, rec.node),
         "log_file": rec.log_path or None,
         "notify": spec.notify or None if spec else None,
-        "notified": rec.notified or None,
+        "notified": _who(rec.notified), "notified_at": _when(rec.notified),  # who told its end, and when
     }
+
+
+def _who(said: str) -> str | None:
+    """The who of a record's "who when_ms" field (hold, notified)."""
+    return said.rsplit(" ", 1)[0] if said else None
+
+
+def _when(said: str) -> float | None:
+    """The when of a "who when_ms" field, in epoch seconds as every time a view shows."""
+    last = said.rsplit(" ", 1)[-1] if said else ""
+    return int(last) / 1000.0 if last.isdigit() else None
 
 
 def _prediction(rec) -> dict | None:

@@ -16,6 +16,8 @@ def test_a_held_job_waits_through_free_gpus_and_runs_once_released(cli):
     held = cli.submit("--gpus", "1", "--name", "later", "--", "true")
     assert cli.run("hold", held).stdout.strip() == f"{held}: held"
     assert cli.run("hold", held).stdout.strip() == f"{held}: already held"
+    shown = cli.show(held)  # who and when, a time in epoch seconds as every other
+    assert shown["hold"] == cli.show(busy)["user"] and shown["held_at"] >= shown["submitted_at"], shown
 
     cli.run("cancel", busy)
     cli.wait_for(lambda: cli.show(busy)["state"] == "cancelled", what="the GPU to free")
