@@ -1,10 +1,10 @@
 """The `dispatch` command. Subcommands parse, call one library function, and format.
 
 main() is where a command's errors become messages: a DispatcherError prints one
-line and exits with its code, a Redis failure says whether the server is restarting;
-tracebacks appear only with --debug. (The dashboard, the scheduler's answers to
-signed requests and the node agent's job channel say errors in their own way.) No
-module of the CLI imports redis, rq, pynvml, rich or flask at its top: a command
+line and exits with its code, a lost Redis connection says whether the server is restarting
+(a command Redis refuses says so, in one line); tracebacks appear only with --debug. (The
+dashboard, the scheduler's answers to signed requests and the node agent's job channel say errors
+in their own way.) No module of the CLI imports redis, rq, pynvml, rich or flask at its top: a command
 imports what it needs when it runs (main() imports redis only to recognise its
 errors), so `dispatch --help` and `dispatch submit` load no more than they use.
 
@@ -194,6 +194,12 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as e:
+        # `dispatch`, `dispatch policy`, `dispatch auth` alone: the help, as --help prints it (stdout, no
+        # "error:"), but exit 2 as click's own standalone mode does (git exits 1): nothing was done, so a
+        # script that ran a group with no subcommand does not read it as success.
+        click.echo(e.ctx.get_help())
+        sys.exit(errors.EXIT_USAGE)
     except click.ClickException as e:  # one line, as every other error: no usage block
         where = getattr(getattr(e, "ctx", None), "command_path", None) if isinstance(e, click.UsageError) else None
         hint = f" (see `{where} --help`)" if where else ""
@@ -215,10 +221,17 @@ def main() -> None:
             click.echo(f"dispatch: error: your Redis login may not do this ({e}); with identity on, users "
                        "change jobs only through signed requests (docs/security.md, Roles)", err=True)
             sys.exit(errors.EXIT_USAGE)
-        if isinstance(e, redis.exceptions.RedisError):
+        from ..store.connect import transient
+
+        # a lost connection, or a server loading, full or read-only: maybe `up` restarting it; not a refused command
+        if isinstance(e, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)) or transient(e):
             msg = _restarting() or f"Redis failed: {e} (is the server up? see `dispatch up`)"
             click.echo(f"dispatch: error: {msg}", err=True)
             sys.exit(errors.EXIT_CONNECT)
+        if isinstance(e, redis.exceptions.RedisError):  # the server answered: it refused this command
+            click.echo(f"dispatch: error: Redis refused the command: {e} (rerun with --debug for details)",
+                       err=True)
+            sys.exit(errors.EXIT_FAILED)
         click.echo(f"dispatch: internal error: {type(e).__name__}: {e} (rerun with --debug for details)",
                    err=True)
         sys.exit(1)

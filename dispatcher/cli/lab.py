@@ -190,7 +190,8 @@ def report(ctx, since, until, by, as_csv, as_json):
     if as_csv and as_json:
         raise InvalidRequestError("give --csv or --json, not both", field="--csv")
     now = time.time()
-    lo = now - parse_duration(since, flag="--since")
+    # A window that opens before 1970 is everything, as for history and tune (nothing is older).
+    lo = max(0.0, now - parse_duration(since, flag="--since"))
     hi = now - parse_duration(until, flag="--until") if until else now
     if hi <= lo:
         raise InvalidRequestError(f"--until {until} is not after --since {since}", field="--until")

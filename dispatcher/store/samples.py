@@ -153,11 +153,11 @@ def record_sample(client, ns: str, now_ms: int, read, node_timeout_s: float,
 
 
 def read_samples(client, ns: str, since_ms: int = 0) -> list[dict]:
-    """Samples from `since_ms` on, oldest first: t_ms, gpus, held, blocked, util_pct, frag, pending,
-    running, idle_n, idle (a list of "node:index"), and teams and users (name -> GPUs held: empty in a
-    sample recorded before they were)."""
+    """Samples from `since_ms` on (one before 1970: all), oldest first: t_ms, gpus, held, blocked, util_pct,
+    frag, pending, running, idle_n, idle (a list of "node:index"), and teams and users (name -> GPUs held:
+    empty in a sample recorded before they were)."""
     out = []
-    for entry_id, raw in tolerant(lambda: client.xrange(keys.samples(ns), min=str(since_ms)), []):
+    for entry_id, raw in tolerant(lambda: client.xrange(keys.samples(ns), min=str(max(0, since_ms))), []):
         f = {text(k): text(v) for k, v in raw.items()}
         try:
             s = {k: int(f[k]) for k in ("gpus", "held", "blocked", "pending", "running", "idle_n")}
