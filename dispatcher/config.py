@@ -49,11 +49,23 @@ def login_file() -> Path:
 
 
 def private_dir(path: Path) -> Path:
-    """Make `path` (and its parents) a directory only its owner may enter: 0700, narrowed if wider."""
+    """Make `path` (and its parents) a directory only its owner may enter: 0700, narrowed if wider.
+    ConfigError, naming the variable that chose it ($DISPATCH_HOME...), where that cannot be."""
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.stat().st_mode & 0o077:
-        os.chmod(path, 0o700)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if path.stat().st_mode & 0o077:
+            os.chmod(path, 0o700)
+    except OSError as e:
+        from .core.errors import ConfigError
+
+        var = next((v for v, d in (("DISPATCH_HOME", state_dir), ("XDG_STATE_HOME", state_dir),
+                                   ("XDG_CONFIG_HOME", config_dir)) if os.environ.get(v) and d() == path), None)
+        why = (f"{e.filename} is a file" if isinstance(e, FileExistsError) else "a part of the path is a file"
+               if isinstance(e, NotADirectoryError) else (e.strerror or str(e)).lower())
+        raise ConfigError(f"{f'{var}={os.environ[var]}' if var else path}: cannot make it a directory of yours "
+                          f"({why}); {f'point {var} at' if var else 'give'} a directory you may create or own",
+                          key=var or "") from None
     return path
 
 
@@ -97,6 +109,26 @@ def read_server_file() -> dict | None:
     except (OSError, ValueError):
         return None
     return info if isinstance(info, dict) else None
+
+
+def check_server_file() -> None:
+    """ConfigError if server.json is there but is no record (not JSON, not an object): said, rather than
+    taken for no server at all while `dispatch up` may well run."""
+    from .core.errors import ConfigError
+
+    path = server_file()
+    try:
+        info = json.loads(path.read_text())
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not JSON"
+    else:
+        if isinstance(info, dict):
+            return
+        why = "not a JSON object"
+    raise ConfigError(f"{path}, where `dispatch up` records its server, is unreadable ({why}): restart `dispatch "
+                      f"up` (it writes the file again), or remove the file if no `dispatch up` runs", key="server.json")
 
 
 def pid_alive(pid) -> bool:
@@ -188,6 +220,7 @@ def resolve_url(flag: str | None = None) -> str:
         return url
     info = recorded_server()
     if info is None:
+        check_server_file()
         login = read_login()
         if login is None:
             raise NoServer()
@@ -272,10 +305,10 @@ class Timing:
                 value = float(raw)
             except ValueError:
                 value = -1.0
-            if not value > 0:
+            if not 0 < value < float("inf"):  # inf, nan: no clock (inf - inf is nan, and nan passes check())
                 from .core.errors import ConfigError
 
-                raise ConfigError(f"{name}={raw!r} must be a positive number of seconds", key=name)
+                raise ConfigError(f"{name}={raw!r} must be a positive, finite number of seconds", key=name)
             return value
 
         d = cls()

@@ -242,8 +242,12 @@ def progress(step):
     if not path:
         raise InvalidRequestError("run this inside a dispatch job: DISPATCH_PROGRESS_FILE is not set",
                                   field="DISPATCH_PROGRESS_FILE")
-    with open(path, "a") as f:
-        f.write(" ".join(step.split())[:200] + "\n")
+    try:
+        with open(path, "a") as f:
+            f.write(" ".join(step.split())[:200] + "\n")
+    except OSError as e:  # the job's own env changed it, or this is not the job that got it
+        raise InvalidRequestError(f"DISPATCH_PROGRESS_FILE={path}: cannot append to it ({e.strerror or e}); run this "
+                                  "inside the dispatch job that set it", field="DISPATCH_PROGRESS_FILE") from None
 
 
 @click.command()

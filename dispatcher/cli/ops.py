@@ -14,6 +14,7 @@ from ..core import errors
 from .flags import alerts_option, no_alerts_flag
 from . import _setup_logging, common
 from ..core.errors import InvalidRequestError, masked_url
+from ..core.spec import _label
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 #: The dashboard's default port (`dispatch dashboard`, `dispatch up`).
@@ -382,9 +383,9 @@ def auth():
 def auth_token(user, secret_file):
     """Print USER's token (give it to them for $DISPATCH_TOKEN or ~/.config/dispatch/token)."""
     from ..auth.identity import load_secret, token_for
-    from ..core.spec import _label
     from ..up.secure import lab_secret_file
-
+    if not user:  # a token for '' is no one's
+        raise InvalidRequestError("USER: empty; give a user name", field="USER")
     click.echo(token_for(load_secret(secret_file or lab_secret_file()), _label(user, "USER")))
 
 
@@ -394,7 +395,6 @@ def auth_token(user, secret_file):
 def auth_roles(ns):
     """Print the ACL SETUSER lines of the leader, agent and user roles (docs/security.md, Roles), for an
     external server: put each role's password in place of PASSWORD and pipe them to redis-cli."""
-    from ..core.spec import _label
     from ..store.roles import print_roles
 
     print_roles(_label(ns, "--namespace"))

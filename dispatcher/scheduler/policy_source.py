@@ -30,9 +30,12 @@ def local_weekday_minute(t: float | None = None) -> tuple[int, int]:
 def load_policy_file(path: str | os.PathLike) -> tuple[PolicySet, str]:
     """(policy, text); ConfigError with the file name for a missing or bad file."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read policy file {path}: {e.strerror or e}", key="policy") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); save the policy file as UTF-8",
+                          key="policy") from None
     try:
         return parse_policy(text), text
     except ConfigError as e:

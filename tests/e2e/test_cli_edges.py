@@ -40,3 +40,56 @@ def test_a_group_with_no_subcommand_prints_its_help_as_help_does(cli, group):
     p = cli.run(*group, check=False)
     assert p.returncode == errors.EXIT_USAGE and p.stderr == ""
     assert p.stdout == cli.run(*group, "--help").stdout
+
+
+def test_a_policy_file_that_is_not_utf8_is_named_in_one_line(cli, tmp_path):
+    bad = tmp_path / "p.toml"
+    bad.write_bytes(b"\xff\xfe")
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority\nj1,0,u,1,20,,\n")
+    for args in (["policy", "check", bad], ["policy", "apply", bad], ["policy", "diff", "default", bad],
+                 ["simulate", trace, "--gpus", "8", "--compare", bad]):
+        one_line(cli.run(*map(str, args), check=False), errors.EXIT_USAGE, str(bad), "not UTF-8 text")
+
+
+def test_up_with_a_dispatch_home_that_cannot_be_a_directory_names_dispatch_home(cli, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for home in [afile, afile / "sub"] + ([f"/proc/dispatch-{os.getpid()}"] if os.path.isdir("/proc") else []):
+        p = cli.run("up", "--fake-gpus", "1xA100-40GB", "--no-dashboard", check=False, timeout=30,
+                    DISPATCH_HOME=str(home))
+        one_line(p, errors.EXIT_USAGE, f"DISPATCH_HOME={home}", "cannot make it a directory")
+
+
+@pytest.mark.parametrize("where", ["missing", "directory"])
+def test_progress_into_a_file_it_cannot_append_to_names_the_variable(cli, tmp_path, where):
+    path = tmp_path / "no" / "x" if where == "missing" else tmp_path
+    one_line(cli.run("progress", "5", check=False, DISPATCH_PROGRESS_FILE=str(path)), errors.EXIT_USAGE,
+             f"DISPATCH_PROGRESS_FILE={path}")
+
+
+@pytest.mark.parametrize("text", ["garbage", "[]", "null"])
+def test_an_unreadable_server_json_is_said_with_where_and_what_to_do_not_no_server(cli, text):
+    record = cli.home / "server.json"
+    record.write_text(text)
+    line = one_line(cli.run("queue", check=False, DISPATCH_REDIS_URL=""), errors.EXIT_USAGE, str(record),
+                    "unreadable", "restart `dispatch up`")
+    assert "no server" not in line
+
+
+def test_auth_token_refuses_an_empty_user_name_as_it_refuses_a_bad_one(cli, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("s" * 32)
+    secret.chmod(0o600)
+    assert cli.run("auth", "token", "alice", "--secret-file", str(secret)).stdout.strip()
+    one_line(cli.run("auth", "token", "a b", "--secret-file", str(secret), check=False), errors.EXIT_USAGE, "USER")
+    p = cli.run("auth", "token", "", "--secret-file", str(secret), check=False)
+    one_line(p, errors.EXIT_USAGE, "USER", "empty")
+    assert p.stdout == ""
+
+
+@pytest.mark.parametrize("var", ["DISPATCH_NODE_TIMEOUT_S", "DISPATCH_HEARTBEAT_S", "DISPATCH_TICK_S",
+                                 "DISPATCH_LEASE_S"])
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_every_timing_must_be_a_finite_number_of_seconds(cli, var, value):
+    one_line(cli.run("nodes", check=False, **{var: value}), errors.EXIT_USAGE, f"{var}={value!r}", "finite")
