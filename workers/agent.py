@@ -28,9 +28,10 @@ from pathlib import Path
 
 from dispatcher.store import control
 from dispatcher.config import Timing
+from dispatcher.core.errors import ConfigError
 from dispatcher.store import keys
 from dispatcher.store.connect import clone
-from dispatcher.store.nodes import remove_node, schedule_facts, write_heartbeat
+from dispatcher.store.nodes import other_agent, remove_node, schedule_facts, write_heartbeat
 from dispatcher.store.scripts import Scripts
 
 from . import commands, idle, jobs, recovery, usage, zombies
@@ -94,6 +95,8 @@ class NodeAgent:
         self._last_beat = time.monotonic()  # when the last heartbeat Redis took was sent
         self.keeper = Keeper(Path(work_dir), self.timing.fence_s, url or getattr(client, "dispatch_url", ""), ns)
         self.zombies = zombies.Zombies(self.supervisor, name, kill_zombies)
+        # what names this agent in its node's record: its host and work dir (one agent holds a work dir)
+        self.claim = f"{socket.gethostname()}:{self.supervisor.work_dir}"
 
     def heartbeat(self) -> list:
         """Write the GPUs' state and tell the keeper; returns the sample written (GpuInfo list)."""
@@ -102,7 +105,7 @@ class NodeAgent:
         changed = facts != self._last_facts  # the scheduler rereads the node, and wakes for it
         sent = time.monotonic()  # the keeper counts from before the write, never from its reply
         write_heartbeat(self.client, self.ns, self.name, gpus, self.cpus, self.mem_gb, int(time.time() * 1000),
-                        announce=changed, changed=changed, address=self.address)
+                        announce=changed, changed=changed, address=self.address, agent=self.claim)
         self._last_facts = facts
         self._last_beat = sent
         if self.keeper.proc is not None:
@@ -173,6 +176,18 @@ class NodeAgent:
         from .rq_worker import AgentWorker
 
         self._lock = _lock_work_dir(self.supervisor.work_dir, self.name)
+        other: list = []
+        if not self._until_redis_answers("checking that no other agent runs this node", lambda: other.append(
+                other_agent(self.client, self.ns, self.name, self.claim, int(time.time() * 1000),
+                            self.timing.node_timeout_s))):
+            self.shutdown()
+            return
+        if other[-1] is not None:
+            self.shutdown()
+            holder, ago = other[-1]
+            raise ConfigError(f"node {self.name} has a live agent already ({holder}, its heartbeat {ago:.0f}s ago): "
+                              "a second would run its jobs twice; give this one another --node, or stop that one "
+                              f"(or wait {self.timing.node_timeout_s:g}s after it died)", key="--node")
         self.supervisor.channel.start()  # the jobs' way to ask for things (workers/jobchannel.py)
         jobs._supervisor = self.supervisor
         stop = _StopOnSignal(self._stop)
@@ -247,8 +262,6 @@ def _lock_work_dir(work_dir: Path, node: str):
     """One agent per work dir: a second would kill the first one's jobs as leftovers and rerun them.
     The lock goes with the process, so one left by an agent that died is free again."""
     import fcntl
-
-    from dispatcher.core.errors import ConfigError
 
     work_dir.mkdir(parents=True, exist_ok=True)
     f = open(work_dir / "agent.lock", "a+")

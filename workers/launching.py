@@ -15,6 +15,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -243,7 +244,13 @@ def _register(sup, job_id: str, epoch: int, proc, spec: JobSpec, ckpt: Path, gpu
                   gpus=tuple(int(g) for g in gpu_list.split(",") if g.strip().isdigit()),
                   attempt=proctrack.Attempt(job_id, epoch, proc.pid, cgroup, sup.node, sup.agent))
     with sup.lock:  # before Redis hears of it: its GPU processes are never taken for zombies
+        older = sup.running.get(job_id)
         sup.running[job_id] = run
+    if older is not None and older.epoch != epoch and older.stop_as(Stopping.STALE):
+        # a newer attempt of the job came here while an older one still ran (its node was taken for
+        # dead meanwhile): the older copy is stale, and would otherwise run on beside it, unfenced
+        log.warning("job %s: attempt epoch %d starts; its stale copy (epoch %d) is killed", job_id, epoch, older.epoch)
+        sup.stop_run(older, 0, signal.SIGKILL)
     return run
 
 

@@ -45,15 +45,19 @@ class NodeRecord:
 
 
 def write_heartbeat(client, ns: str, name: str, gpus: list[GpuInfo], cpus: int, mem_gb: float,
-                    now_ms: int, *, announce: bool = False, changed: bool = True, address: str = "") -> None:
+                    now_ms: int, *, announce: bool = False, changed: bool = True, address: str = "",
+                    agent: str = "") -> None:
     """One pipeline: the node hash and its heartbeat score. `changed`: what the scheduler reads of it
     (GPU list, CPUs, memory, blocked GPUs: schedule_facts) differs from the last heartbeat, so the
     leader reads it again (keys.nodes_changed). `announce` wakes the scheduler. `address`: where the
-    node's jobs are reached (a gang's ranks meet there: workers/gang.py)."""
+    node's jobs are reached (a gang's ranks meet there: workers/gang.py). `agent`: which agent beats
+    for the node (other_agent)."""
     pipe = client.pipeline(transaction=True)
     fields = {"info": encode_node_info(gpus, cpus, mem_gb), "seen_ms": now_ms}
     if address:
         fields["address"] = address
+    if agent:
+        fields["agent"] = agent
     pipe.hset(keys.node(ns, name), mapping=fields)
     pipe.zadd(keys.nodes_heartbeat(ns), {name: now_ms})
     if changed:
@@ -71,11 +75,22 @@ def read_addresses(client, ns: str, names: list[str]) -> dict[str, str]:
     return {name: text(a) if isinstance(a, bytes) else "" for name, a in zip(names, pipe.execute(raise_on_error=False))}
 
 
+def other_agent(client, ns: str, name: str, agent: str, now_ms: int, timeout_s: float) -> tuple[str, float] | None:
+    """(the other agent, seconds since its heartbeat) if an agent other than `agent` beats for node
+    `name` and is not yet declared dead: a second agent of one node would take its launches and run
+    its jobs twice (docs/guarantees.md). None if the node is free for `agent`."""
+    other, seen = client.hmget(keys.node(ns, name), "agent", "seen_ms")
+    other, seen = text(other), text(seen)
+    if not other or other == agent or not seen.isdigit() or now_ms - int(seen) > timeout_s * 1000:
+        return None
+    return other, max(0.0, (now_ms - int(seen)) / 1000)
+
+
 def remove_node(client, ns: str, name: str) -> None:
     """A node agent leaving cleanly: it stops being offered work at once."""
     pipe = client.pipeline(transaction=True)
     pipe.zrem(keys.nodes_heartbeat(ns), name)
-    pipe.hdel(keys.node(ns, name), "info")
+    pipe.hdel(keys.node(ns, name), "info", "agent")
     pipe.sadd(keys.nodes_changed(ns), name)
     pipe.publish(keys.events(ns), b"node")
     pipe.execute()

@@ -395,3 +395,22 @@ def test_a_job_whose_outcome_waits_in_a_stopped_agents_outbox_is_recorded_not_re
     assert len(runs) == 1 and runs[0]["ended"], f"the finished job ran again: {runs}"
     assert shown["state"] == "succeeded" and shown["attempt"] == 0, shown
     client.close()
+
+
+def test_a_second_agent_for_a_node_that_has_a_live_one_is_refused_and_the_job_runs_once(cli, client, tmp_path):
+    """Two agents under one node name (a second `dispatch worker --node a` with its own work dir, or two
+    hosts of one name) would share its launches: the second requeued the first one's job as lost, and
+    the first ran the new attempt beside the old one. The second is refused in one line."""
+    out = tmp_path / "runs"
+    out.mkdir()
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(tmp_path / "a"), **FAST)
+    cli.start("scheduler", **FAST)
+    job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=25))
+    wait_running(cli, client, job)
+    second = cli.run("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(tmp_path / "a2"),
+                     check=False, timeout=30, **FAST)
+    assert second.returncode != 0 and second.stderr.splitlines()[-1].startswith(
+        "dispatch: error: node a has a live agent already"), second.stderr
+    cli.wait_for(lambda: read_job(client, cli.ns, job)["state"] == "succeeded", timeout=30, what="the job to end")
+    runs = attempts(out, job)
+    assert len(runs) == 1 and runs[0]["ended"] and read_job(client, cli.ns, job)["lost"] == 0, runs
