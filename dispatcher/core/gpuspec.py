@@ -7,8 +7,11 @@ import re
 from .errors import InvalidRequestError
 from .model import GpuInfo
 
-_FAKE = re.compile(r"^(?:(\d+)x)?([A-Za-z0-9][A-Za-z0-9 _.-]*?)(?:-(\d+(?:\.\d+)?)GB|:(\d+(?:\.\d+)?))?$",
-                   re.IGNORECASE)
+#: COUNTx (optional), a type (letters, digits, _.-, no space), and its memory as -NNGB or :NN.
+_FAKE = re.compile(r"(?:([0-9]+)x)?([A-Za-z0-9][A-Za-z0-9_.-]*?)(?:-([^-]*)GB|:(.*))?", re.IGNORECASE)
+#: The most memory one fake GPU may have, in GB (as --gpu-mem's bound).
+MAX_GPU_MEM_GB = 1e6
+_EXAMPLE = "e.g. 2xA100-40GB or 4xT4:16"
 
 
 def parse_fake_gpus(spec: str, *, flag: str = "--fake-gpus") -> list[GpuInfo]:
@@ -19,23 +22,31 @@ def parse_fake_gpus(spec: str, *, flag: str = "--fake-gpus") -> list[GpuInfo]:
     """
     gpus: list[GpuInfo] = []
     for part in (p.strip() for p in spec.split(",")):
-        m = _FAKE.match(part)
-        if not part or not m:
-            raise InvalidRequestError(
-                f"{flag}: {part!r} is not COUNTxTYPE-MEMGB or COUNTxTYPE:MEM_GB, e.g. 2xA100-40GB",
-                field=flag)
+        m = _FAKE.fullmatch(part)
+        if not part or not m or re.fullmatch(r"[0-9]+x", m.group(2), re.IGNORECASE):
+            raise InvalidRequestError(f"{flag}: {part!r} is not COUNTxTYPE-MEMGB or COUNTxTYPE:MEM_GB (a type of "
+                                      f"letters, digits and _.-), {_EXAMPLE}", field=flag)
         count, kind, mem_suffix, mem_colon = m.groups()
         if mem_suffix is None and mem_colon is None:
-            raise InvalidRequestError(f"{flag}: {part!r} gives no memory; write e.g. {part}-40GB or {part}:40",
-                                      field=flag)
-        mem = float(mem_suffix or mem_colon)
-        name = f"{kind}-{mem_suffix}GB" if mem_suffix else kind
+            example = f"write e.g. {part}-40GB or {part}:40" if "-" not in kind else _EXAMPLE
+            raise InvalidRequestError(f"{flag}: {part!r} gives no memory; {example}", field=flag)
+        mem = _memory(mem_suffix if mem_colon is None else mem_colon, part, flag)
+        name = f"{kind}-{mem_suffix}GB" if mem_colon is None else kind
         n = int(count or 1)
         if not 1 <= n <= 64:
-            raise InvalidRequestError(f"{flag}: count {n} is out of range 1 to 64", field=flag)
+            raise InvalidRequestError(f"{flag}: {part!r}: count {n} is out of range 1 to 64", field=flag)
         for _ in range(n):
             i = len(gpus)
             gpus.append(GpuInfo(index=i, name=f"NVIDIA {name}", mem_total_gb=mem, uuid=f"GPU-fake-{i:04d}"))
     return gpus
 
 
+def _memory(text: str, part: str, flag: str) -> float:
+    """A GPU's memory in GB as the spec writes it: a positive number up to MAX_GPU_MEM_GB."""
+    if not re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", text):
+        raise InvalidRequestError(f"{flag}: {part!r}: {text!r} is not a memory size in GB; {_EXAMPLE}", field=flag)
+    mem = float(text)
+    if not 0 < mem <= MAX_GPU_MEM_GB:
+        raise InvalidRequestError(f"{flag}: {part!r}: {text} GB is out of range; more than 0, at most "
+                                  f"{MAX_GPU_MEM_GB:,.0f} GB; {_EXAMPLE}", field=flag)
+    return mem

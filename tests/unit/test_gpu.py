@@ -15,7 +15,9 @@ def test_fake_gpus_read_count_type_and_memory():
     assert len({g.uuid for g in gpus}) == 5
 
 
-@pytest.mark.parametrize("spec", ["2xA100", "", "0xA100-40GB", "2x", "2xA100:lots", "2xA100-40GB,,"])
+@pytest.mark.parametrize("spec", ["2xA100", "", "0xA100-40GB", "2x", "2xA100:lots", "2xA100-40GB,,", "2xA100-0GB",
+                                  "2x:40", "1xA100-99999999999999999999GB", "1xA 100-40GB", "2xA100-abcGB",
+                                  "2xA100:0", "1xA100-\u0663GB", "99999999999999999999xA100-40GB"])
 def test_a_bad_fake_gpu_spec_names_the_flag(spec):
     with pytest.raises(InvalidRequestError) as e:
         parse_fake_gpus(spec)
