@@ -24,7 +24,7 @@ MAX_INDEX = 10_000_000
 MAX_WAITED = 2 * MAX_ARRAY
 #: What array_of holds until the array's ids are known: "new:<token>", one token per array in a submit.
 NEW = "new:"
-_PART = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+_PART = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
 
 
 def parse_array(text: str) -> tuple[tuple[int, ...], int]:
@@ -41,8 +41,12 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int]:
     out: dict[int, None] = {}
     for part in body.split(","):
         m = _PART.fullmatch(part.strip())
+        if not part.strip():
+            what = "an empty item (between commas or at an end)" if "," in body else "no index"
+            raise InvalidRequestError(f"--array {spec}: {what}; give indices or ranges, e.g. 1,3,5-9 or 0-99%8",
+                                      field="--array")
         if not m:
-            raise InvalidRequestError(f"--array {spec}: {part.strip() or 'an empty part'!r} is not an index, "
+            raise InvalidRequestError(f"--array {spec}: {part.strip()!r} is not an index, "
                                       f"a range A-B or A-B:STEP (e.g. 0-99%8 or 1,3,5-9)", field="--array")
         lo, hi, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
         if hi < lo or step < 1 or hi > MAX_INDEX:

@@ -12,6 +12,7 @@ import re
 
 from .errors import InvalidRequestError
 from .fields import env_pairs, parse_job_ids, utf8, with_caller
+from .gpuspec import MAX_GPU_MEM_GB
 from .memo import remembered
 from .model import PRIORITIES, PRIORITY_ALIASES, JobSpec
 from .outputs import parse_notify, parse_output
@@ -25,6 +26,8 @@ MAX_CPUS = 4096
 MAX_COMMAND_BYTES = 64 * 1024
 #: A gang's bounds: nodes (--nodes) and GPUs on each (--gpus-per-node, at most 64); its total within MAX_GPUS.
 MAX_NODES = 1024
+#: The longest duration a request may give (--est, --time, --hang-timeout): about 31 years.
+MAX_DURATION_S = 1e9
 
 
 def parse_priority(text: str) -> str:
@@ -39,10 +42,14 @@ def parse_priority(text: str) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def parse_gpu_types(text: str | None) -> tuple[str, ...]:
-    """'A100' or 'A100|H100' or 'a100,h100' -> ('A100', 'H100'); '' or 'any' -> ()."""
-    if not text or text.strip().lower() in ("any", "*"):
+    """'A100' or 'A100|H100' or 'a100,h100' -> ('A100', 'H100'); None (not given) or 'any' -> (). Text that
+    names no type ('', '|') is refused: `--gpu-type "$T"` with T unset would otherwise take any GPU."""
+    if text is None or text.strip().lower() in ("any", "*"):
         return ()
     types = tuple(t.strip() for t in re.split(r"[|,]", text) if t.strip())
+    if not types:
+        raise InvalidRequestError(f"--gpu-type: {text!r} names no GPU type; give e.g. A100 or A100|H100, or leave "
+                                  "--gpu-type out (any type)", field="--gpu-type")
     for t in types:
         if not re.fullmatch(r"[A-Za-z0-9 _.-]{1,64}", t):
             raise InvalidRequestError(f"--gpu-type: {t!r} is not a GPU type; use e.g. A100 or A100|H100",
@@ -63,12 +70,15 @@ def parse_signal(text: str) -> str:
 
 
 def _number(value, flag: str, *, lo: float, hi: float, integer: bool):
+    """`value` (text of ASCII digits, or a number) as an int or float in [lo, hi]; raises naming `flag`."""
+    if isinstance(value, str) and not value.strip():
+        raise InvalidRequestError(f"{flag}: empty; give a number, or leave {flag} out", field=flag)
     try:
-        if isinstance(value, bool):  # JSON's true is no count of GPUs (int(True) is 1)
+        if isinstance(value, bool) or (isinstance(value, str) and not value.isascii()):
+            raise ValueError  # JSON's true is no count of GPUs (int(True) is 1); '٣' is no digit here
+        if integer and isinstance(value, float) and not value.is_integer():
             raise ValueError
         n = int(value) if integer else float(value)
-        if integer and float(value) != n:
-            raise ValueError
     except (TypeError, ValueError, OverflowError):
         kind = "a whole number" if integer else "a number"
         raise InvalidRequestError(f"{flag}: {value!r} is not {kind}", field=flag) from None
@@ -158,10 +168,9 @@ def check_options(
 ) -> dict:
     """Every field of a request but its command and name, checked: the JobSpec fields they give."""
     est_s = _duration(est, "--est", lo=0.001)
-    grace_s = parse_duration(grace, flag="--grace") if isinstance(grace, str) else grace
     gpus, low = _gpu_range(gpus)
     if low is not None:
-        if min_gpus not in (None, ""):
+        if min_gpus is not None:
             raise InvalidRequestError("give either --gpus MIN-MAX or --min-gpus, not both", field="--min-gpus")
         min_gpus = low
     f = dict(
@@ -171,15 +180,15 @@ def check_options(
         env=env_pairs(env),
         gpus=_number(gpus, "--gpus", lo=0, hi=MAX_GPUS, integer=True),
         gpu_types=parse_gpu_types(_gpu_type_text(gpu_type)),
-        gpu_mem_gb=_number(gpu_mem_gb or 0, "--gpu-mem", lo=0, hi=1e6, integer=False),
+        gpu_mem_gb=_number(gpu_mem_gb, "--gpu-mem", lo=0, hi=MAX_GPU_MEM_GB, integer=False),
         cpus=_number(cpus, "--cpus", lo=0, hi=MAX_CPUS, integer=True),
-        mem_gb=_number(mem_gb or 0, "--mem", lo=0, hi=1e7, integer=False),
+        mem_gb=_number(mem_gb, "--mem", lo=0, hi=1e7, integer=False),
         priority=parse_priority(priority),
         est_s=est_s,
         checkpointable=bool(checkpointable),
-        grace_s=_number(grace_s, "--grace", lo=0, hi=86400, integer=False),
+        grace_s=_duration(grace, "--grace", lo=0, hi=86400, parse=functools.partial(parse_duration, zero=True)),
         share=bool(share),
-        min_gpus=None if min_gpus in (None, "") else _number(min_gpus, "--min-gpus", lo=1, hi=MAX_GPUS, integer=True),
+        min_gpus=None if min_gpus is None else _number(min_gpus, "--min-gpus", lo=1, hi=MAX_GPUS, integer=True),
         preemptible=bool(preemptible),
         checkpoint_signal=parse_signal(checkpoint_signal),
         retries=_number(retries, "--retries", lo=0, hi=100, integer=True),
@@ -199,8 +208,8 @@ def check_options(
 def _gang(f: dict, nodes, per_node, *, elastic: bool) -> None:
     """--nodes N with --gpus-per-node G (or --gpus, the total, N x G): f's nodes, gpus_per_node and
     gpus. No --nodes: one node (0; a job larger than any node is an auto gang of whole nodes)."""
-    n = 0 if nodes in (None, "") else _number(nodes, "--nodes", lo=1, hi=MAX_NODES, integer=True)
-    g = None if per_node in (None, "") else _number(per_node, "--gpus-per-node", lo=1, hi=64, integer=True)
+    n = 0 if nodes is None else _number(nodes, "--nodes", lo=1, hi=MAX_NODES, integer=True)
+    g = None if per_node is None else _number(per_node, "--gpus-per-node", lo=1, hi=64, integer=True)
     f["nodes"], f["gpus_per_node"] = n, 0
     if not n:
         if g is not None:
@@ -233,16 +242,24 @@ def _gang(f: dict, nodes, per_node, *, elastic: bool) -> None:
     f["nodes"], f["gpus_per_node"], f["gpus"] = n, g, n * g
 
 
-def _duration(value, flag: str, *, lo: float, parse=parse_duration) -> float | None:
-    """An optional duration (--est, --hang-timeout, --time) as seconds: a number, or text `parse` reads
-    (2h30m; --time's Slurm forms too); None when not given. Empty text is refused, not taken as none."""
+def _duration(value, flag: str, *, lo: float, hi: float = MAX_DURATION_S, parse=parse_duration) -> float | None:
+    """An optional duration (--est, --hang-timeout, --time, --grace) as seconds in [lo, hi]: a number, or
+    text `parse` reads (2h30m; --time's Slurm forms too); None when not given. Empty text is refused, not
+    taken as none; a bound is told as a duration, in the user's terms (not the seconds it was read as)."""
     if value is None:
         return None
-    if value == "":
+    if isinstance(value, str) and not value.strip():
         raise InvalidRequestError(f"{flag}: empty; give a duration such as 90s, 15m or 2h, or leave {flag} out",
                                   field=flag)
-    s = value if isinstance(value, (int, float)) and not isinstance(value, bool) else parse(value, flag=flag)
-    return _number(s, flag, lo=lo, hi=1e9, integer=False)
+    try:  # (JSON's true, or a list, is read as text: no duration)
+        s = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else parse(value, flag=flag)
+    except OverflowError:  # a JSON integer of 400 digits
+        s = float("inf")
+    if not lo <= s <= hi:  # (NaN too)
+        shortest = exact(lo) if lo >= 1 or lo == 0 else "more than 0s"
+        longest = f"{int(hi // 86400)}d (about {int(hi // (365.25 * 86400))} years)" if hi >= 365 * 86400 else exact(hi)
+        raise InvalidRequestError(f"{flag}: {value!r} is out of range; allowed {shortest} to {longest}", field=flag)
+    return s
 
 
 def _check_together(f: dict, *, elastic: bool) -> None:

@@ -24,26 +24,28 @@ import re
 
 from .errors import InvalidRequestError
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 #: Largest first: `exact` writes the largest unit that divides a duration.
 _UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
 
-def parse_duration(text: str, *, flag: str = "--est") -> float:
-    """'90s', '15m', '2h', '1h30m', '1d' or a bare number of seconds -> seconds (> 0)."""
+def parse_duration(text: str, *, flag: str = "--est", zero: bool = False) -> float:
+    """'90s', '15m', '2h', '1h30m', '1d' or a bare number of seconds -> seconds (> 0; or 0 too with `zero`)."""
     value = _seconds(str(text).strip().lower())
     if value is None:
         raise InvalidRequestError(f"{flag}: {text!r} is not a duration; use e.g. 90s, 15m, 2h or 1h30m", field=flag)
-    if not value > 0 or value != value or value == float("inf"):
+    if value == float("inf"):
+        raise InvalidRequestError(f"{flag}: {text!r} is out of range (too long)", field=flag)
+    if not (value > 0 or zero and value == 0):
         raise InvalidRequestError(f"{flag}: duration must be positive, got {text!r}", field=flag)
     return value
 
 
-#: Slurm's --time forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (whole numbers; none bounded, as
-#: Slurm's own: 120:00 is two hours).
-_SLURM_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
-_DECIMAL = re.compile(r"\d+\.\d*|\.\d+")
+#: Slurm's --time forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (whole numbers; the first unbounded,
+#: as Slurm's own: 120:00 is two hours; a minute or second after a colon below 60).
+_SLURM_TIME = re.compile(r"(?:([0-9]+)-)?([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
+_DECIMAL = re.compile(r"[0-9]+\.[0-9]*|\.[0-9]+")
 
 
 def parse_time_limit(text: str, *, flag: str = "--time") -> float:
@@ -53,13 +55,18 @@ def parse_time_limit(text: str, *, flag: str = "--time") -> float:
     t = str(text).strip()
     m = _SLURM_TIME.fullmatch(t)
     if m is not None:
-        days, parts = m.group(1), [int(p) for p in m.group(2, 3, 4) if p is not None]
+        days, parts = m.group(1), [int(p[-300:]) if p.lstrip("0")[300:] == "" else 10**300  # (no 5000-digit int)
+                                   for p in m.group(2, 3, 4) if p is not None]
+        if any(p >= 60 for p in parts[1:]):
+            raise InvalidRequestError(f"{flag}: {text!r}: a minute or second after a colon is 0 to 59 (Slurm's "
+                                      f"MM:SS, HH:MM:SS; 1:30 is 90 seconds)", field=flag)
         if days is None:  # MM, MM:SS, HH:MM:SS
             h, mi, s = [0, parts[0], 0] if len(parts) == 1 else [0, *parts] if len(parts) == 2 else parts
         else:  # D-HH, D-HH:MM, D-HH:MM:SS
             h, mi, s = (parts + [0, 0])[:3]
             h += 24 * int(days)
-        value = float(h * 3600 + mi * 60 + s)
+        total = h * 3600 + mi * 60 + s
+        value = float(total) if total < 10**300 else float("inf")  # (the caller's bound refuses it)
     elif _DECIMAL.fullmatch(t):
         value = float(t) * 60  # a bare number of minutes, with a fraction
     elif _seconds(t.lower()) is None or not _DURATION_PART.match(t.lower()):
@@ -74,11 +81,15 @@ def parse_time_limit(text: str, *, flag: str = "--time") -> float:
 
 @functools.lru_cache(maxsize=4096)  # a sweep repeats a few durations thousands of times
 def _seconds(t: str) -> float | None:
+    """Seconds that `t` says (digits in ASCII; each unit once, largest first: 1h30m, not 1h1h), or None."""
+    if not t.isascii():
+        return None
     try:
         return float(t)
     except ValueError:
         parts = _DURATION_PART.findall(t)
-        if not parts or "".join(n + u for n, u in parts) != t:
+        units = [u for _, u in parts]
+        if not parts or "".join(n + u for n, u in parts) != t or units != sorted(set(units), key="dhms".index):
             return None
         return sum(float(n) * _UNIT_S[u] for n, u in parts)
 

@@ -22,7 +22,7 @@ def test_an_array_is_its_indices_and_its_cap(text, indices, cap):
 
 
 @pytest.mark.parametrize("text, says", [
-    ("", "is not an index"), ("9-3", "from low to high"), ("0-9%0", "the cap after %"), ("a-b", "is not an index"),
+    ("", "no index"), ("1,,3", "an empty item"), ("1,", "an empty item"), ("\u0663", "is not an index"), ("9-3", "from low to high"), ("0-9%0", "the cap after %"), ("a-b", "is not an index"),
     ("0-1000", "at most 1000 elements"), ("1-5:0", "step at least 1"), ("0-9%", "the cap after %")])
 def test_a_bad_array_is_one_line_naming_the_flag(text, says):
     with pytest.raises(InvalidRequestError, match=says) as e:

@@ -50,7 +50,24 @@ def test_a_request_without_cwd_runs_where_it_was_submitted_and_build_spec_keeps_
     ({"gpus": True}, "--gpus", "--gpus: True is not a whole number"),
     ({"cpus": False}, "--cpus", "--cpus: False is not a whole number"),
     ({"retries": True}, "--retries", "--retries: True is not a whole number"),
-    ({"grace": True}, "--grace", "--grace: True is not a number"),
+    ({"grace": True}, "--grace", "--grace: True is not a duration"),  # as --time, --est: read as a duration
+    ({"mem": ""}, "--mem", "--mem: empty; give a number, or leave --mem out"),
+    ({"gpus": 1, "gpu_mem": " "}, "--gpu-mem", "--gpu-mem: empty"),
+    ({"gpus": 8, "nodes": ""}, "--nodes", "--nodes: empty"),  # `--nodes "$N"` with N unset: not one node
+    ({"nodes": 2, "gpus_per_node": ""}, "--gpus-per-node", "--gpus-per-node: empty"),
+    ({"gpus": 2, "min_gpus": "", "checkpointable": True}, "--min-gpus", "--min-gpus: empty"),
+    ({"gpus": 1, "gpu_type": ""}, "--gpu-type", "--gpu-type: '' names no GPU type"),  # not any GPU
+    ({"gpus": 1, "gpu_type": "|"}, "--gpu-type", "--gpu-type: '|' names no GPU type"),
+    ({"gpus": 1, "gpu_type": []}, "--gpu-type", "--gpu-type: '' names no GPU type"),
+    ({"gpus": "99999999999999999999"}, "--gpus", "--gpus: 99999999999999999999 is out of range; allowed 0 to 1024"),
+    ({"cpus": 10**20}, "--cpus", "--cpus: 100000000000000000000 is out of range; allowed 0 to 4096"),
+    ({"gpus": "\u0663"}, "--gpus", "--gpus: '\u0663' is not a whole number"),  # only ASCII digits
+    ({"gpus": "2-\u0663"}, "--gpus", "--gpus: '\u0663' is not a whole number"),
+    ({"grace": "2d"}, "--grace", "--grace: '2d' is out of range; allowed 0s to 1d"),  # as it is: 0s is taken
+    ({"grace": -1}, "--grace", "--grace: -1 is out of range; allowed 0s to 1d"),
+    ({"time": "99999999999999999999"}, "--time", "--time: '99999999999999999999' is out of range; allowed 1s to "
+     "11574d (about 31 years)"),  # minutes, told as a duration: not 6e+21 against a bound in seconds
+    ({"est": float("nan")}, "--est", "--est: nan is out of range"),
     ({"gpus": 1, "gpu_mem": True}, "--gpu-mem", "--gpu-mem: True is not a number"),
     ({"command": [""]}, "COMMAND", "the program to run is ''; name one"),
     ({"command": [" ", "x"]}, "COMMAND", "the program to run is ' '"),
@@ -62,6 +79,11 @@ def test_an_empty_or_boolean_value_is_refused_in_one_line_not_taken_as_none_or_o
 def test_an_array_of_none_is_no_array_and_an_index_as_a_number_is_one():
     assert [s.array_index for s in request_jobs({"command": ["true"], "array": None}, request, "0")] == [None]
     assert [s.array_index for s in request_jobs({"command": ["true"], "array": 3}, request, "0")] == [3]
+
+
+@pytest.mark.parametrize("grace", ["0", "0s", 0, "1d"])
+def test_a_grace_from_0s_to_1d_is_taken_as_its_message_says(grace):
+    assert request({"grace": grace}).grace_s in (0.0, 86400.0)
 
 
 def test_an_empty_argument_after_the_program_is_still_an_argument():

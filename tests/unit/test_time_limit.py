@@ -64,7 +64,13 @@ def test_a_job_without_time_has_no_limit():
     ({"time": "0:00:00"}, "--time: duration must be positive"),
     ({"time": "0"}, "--time: duration must be positive"),
     ({"time": "-5m"}, "--time: '-5m' is not a duration"),
-    ({"time": 0}, "--time: 0.0 is out of range"),
+    ({"time": 0}, "--time: 0 is out of range; allowed 1s to 11574d (about 31 years)"),
+    ({"time": "1d1d"}, "--time: '1d1d' is not a duration"),  # each unit once, largest first
+    ({"time": "1h1h"}, "--time: '1h1h' is not a duration"),
+    ({"time": "30m1h"}, "--time: '30m1h' is not a duration"),
+    ({"time": "1:99"}, "--time: '1:99': a minute or second after a colon is 0 to 59"),  # Slurm's MM:SS
+    ({"time": "1:60:00"}, "--time: '1:60:00': a minute or second after a colon is 0 to 59"),
+    ({"time": "9" * 400}, "--time: '999"),
     ({"time": True}, "--time: True is not a duration"),
     ({"time": "20s"}, "--time: 20s is shorter than --grace 30s"),  # the default grace
     ({"time": "0:20"}, "--time: 20s is shorter than --grace 30s"),  # Slurm's MM:SS
