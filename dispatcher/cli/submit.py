@@ -86,19 +86,7 @@ def submit(ctx, from_file, command, **flags):
         if from_file is None:
             specs = request_jobs({**defaults, "command": list(command)}, build, "0")
         else:
-            specs = []
-            for n, line in enumerate(from_file, 1):
-                if not line.strip():
-                    continue
-                try:
-                    request = json.loads(line)
-                    specs += request_jobs({**defaults, **request} if isinstance(request, dict) else request,
-                                          build, str(n))
-                except json.JSONDecodeError as e:
-                    raise InvalidRequestError(f"{from_file.name} line {n}: not JSON ({e.msg})",
-                                              field="--from") from None
-                except InvalidRequestError as e:
-                    raise InvalidRequestError(f"{from_file.name} line {n}: {e}", field="--from") from None
+            specs = _from_lines(from_file, defaults, build)
         inside = ctx._url_flag is None and jobside.in_job()
         if inside:  # inside a job: through its node agent, as its user
             ids = jobside.submit(specs)
@@ -111,15 +99,46 @@ def submit(ctx, from_file, command, **flags):
         warn_if_no_node_could_hold(ctx, specs, ids)
 
 
+def _from_lines(from_file, defaults: dict, build) -> list:
+    """The jobs of --from FILE.jsonl, one request a line (blank lines skipped; the flags give defaults).
+    A file that is not UTF-8 text, or that holds no job, is refused: nothing submitted is no success."""
+    from ..core.arrays import request_jobs
+
+    specs, n = [], 0
+    try:
+        for n, line in enumerate(from_file, 1):
+            if not line.strip():
+                continue
+            try:
+                request = json.loads(line)
+                specs += request_jobs({**defaults, **request} if isinstance(request, dict) else request,
+                                      build, str(n))
+            except json.JSONDecodeError as e:
+                raise InvalidRequestError(f"{from_file.name} line {n}: not JSON ({e.msg})", field="--from") from None
+            except InvalidRequestError as e:
+                raise InvalidRequestError(f"{from_file.name} line {n}: {e}", field="--from") from None
+    except UnicodeDecodeError:
+        raise InvalidRequestError(f"--from {from_file.name}: not UTF-8 text (line {n + 1}); save it as UTF-8",
+                                  field="--from") from None
+    if not specs:
+        raise InvalidRequestError(f"--from {from_file.name}: no jobs in it; give one JSON object a line, e.g. "
+                                  '{"command": ["python", "train.py"], "gpus": 1}', field="--from")
+    return specs
+
+
 def warn_if_no_node_could_hold(ctx, specs, ids) -> None:
     """A warning on stderr for a job that no registered node could ever hold, with the policy's own
-    reason (policy.verdicts.NeverFit, as `dispatch why` says it). It stays queued: nodes may join."""
+    reason (policy.verdicts.NeverFit on its least, core.elastic.smallest, as the policy judges it and
+    `dispatch why` says it). It stays queued: nodes may join."""
     from ..store.nodes import read_nodes
 
     found, _ = read_nodes(ctx.client, ctx.ns)
     if not found:  # none registered yet (`dispatch up` just started): nothing to judge by
         return
-    if all(_plainly_fits(s, found) for s in specs):  # the usual request: no need to load the policy (40 ms)
+    from ..core.elastic import smallest
+
+    least = [smallest(s) for s in specs]  # an elastic job (--gpus 2-8) runs on its least: judged by it
+    if all(_plainly_fits(s, found) for s in least):  # the usual request: no need to load the policy (40 ms)
         return
     from ..core.plan import NodeView
     from ..policy.fit import GpuMemo
@@ -128,7 +147,7 @@ def warn_if_no_node_could_hold(ctx, specs, ids) -> None:
     views = [NodeView(n.name, n.gpus, n.cpus, n.mem_gb, (), 0, 0.0) for n in found]
     never = NeverFit(views, gangs=True, fit=GpuMemo())
     firsts = [k for k, s in enumerate(specs) if not s.array_of or k == 0 or specs[k - 1].array_of != s.array_of]
-    bad = [(f"{'array' if specs[k].array_of else 'job'} {ids[k]}", specs[k]) for k in firsts if never.check(specs[k])]
+    bad = [(f"{'array' if specs[k].array_of else 'job'} {ids[k]}", least[k]) for k in firsts if never.check(least[k])]
     for what, spec in bad[:3]:
         click.echo(f"dispatch: warning: {what} {never.reason(spec).replace('live node', 'registered node')}; "
                    "it stays queued until a node that can joins", err=True)
