@@ -26,6 +26,24 @@ BAD_SUBMITS = [
     (["--time", "", "--", "true"], "--time: empty", errors.EXIT_USAGE),
     (["--array", "", "--", "true"], "--array: '' names no index; give the indices", errors.EXIT_USAGE),
     (["--user", "", "--", "true"], "--user: empty; give a user name", errors.EXIT_USAGE),
+    # an unset shell variable ("$N") is no value: not a single-node job, nor any GPU type
+    (["--nodes", "", "--gpus", "8", "--", "true"], "--nodes: empty", errors.EXIT_USAGE),
+    (["--gpus-per-node", "", "--nodes", "2", "--", "true"], "--gpus-per-node: empty", errors.EXIT_USAGE),
+    (["--mem", "", "--", "true"], "--mem: empty", errors.EXIT_USAGE),
+    (["--gpu-mem", "", "--gpus", "1", "--", "true"], "--gpu-mem: empty", errors.EXIT_USAGE),
+    (["--min-gpus", "", "--gpus", "2", "--checkpointable", "--", "true"], "--min-gpus: empty", errors.EXIT_USAGE),
+    (["--gpu-type", "", "--gpus", "1", "--", "true"], "--gpu-type: '' names no GPU type", errors.EXIT_USAGE),
+    (["--gpu-type", "|", "--gpus", "1", "--", "true"], "--gpu-type: '|' names no GPU type", errors.EXIT_USAGE),
+    (["--gpus", "99999999999999999999", "--", "true"], "--gpus: 99999999999999999999 is out of range; allowed 0 "
+     "to 1024", errors.EXIT_USAGE),
+    (["--gpus", "\u0663", "--", "true"], "--gpus: '\u0663' is not a whole number", errors.EXIT_USAGE),
+    (["--time", "99999999999999999999", "--", "true"], "--time: '99999999999999999999' is out of range; allowed 1s "
+     "to 11574d (about 31 years)", errors.EXIT_USAGE),
+    (["--time", "1d1d", "--", "true"], "--time: '1d1d' is not a duration", errors.EXIT_USAGE),
+    (["--time", "1:99", "--", "true"], "--time: '1:99': a minute or second after a colon is 0 to 59",
+     errors.EXIT_USAGE),
+    (["--grace", "2d", "--", "true"], "--grace: '2d' is out of range; allowed 0s to 1d", errors.EXIT_USAGE),
+    (["--array", "1,,3", "--", "true"], "--array 1,,3: an empty item", errors.EXIT_USAGE),
 ]
 
 
@@ -64,9 +82,17 @@ def test_worker_without_nvml_says_so_in_one_line(cli):
     assert "Traceback" not in p.stderr
 
 
-def test_bad_fake_gpu_spec_is_refused(cli):
-    p = cli.run("worker", "--node", "n1", "--fake-gpus", "2xA100", check=False, timeout=30)
-    assert p.returncode == errors.EXIT_USAGE and "--fake-gpus" in p.stderr and "Traceback" not in p.stderr
+@pytest.mark.parametrize("spec,says", [
+    ("2xA100", "'2xA100' gives no memory; write e.g. 2xA100-40GB"),
+    ("2xA100-0GB", "'2xA100-0GB': 0 GB is out of range"),
+    ("1xA100-99999999999999999999GB", "99999999999999999999 GB is out of range"),
+    ("2x:40", "'2x:40' is not COUNTxTYPE-MEMGB"),
+    ("1xA 100-40GB", "'1xA 100-40GB' is not COUNTxTYPE-MEMGB"),
+    ("2xA100-abcGB", "'2xA100-abcGB': 'abc' is not a memory size in GB; e.g. 2xA100-40GB")])
+def test_bad_fake_gpu_spec_is_refused(cli, spec, says):
+    p = cli.run("worker", "--node", "n1", "--fake-gpus", spec, check=False, timeout=30)
+    assert p.returncode == errors.EXIT_USAGE and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.stderr.startswith("dispatch: error: --fake-gpus: ") and says in p.stderr, p.stderr
 
 
 def test_queue_show_and_nodes_print_json(cli):
@@ -179,6 +205,33 @@ def test_submit_from_a_jsonl_file_is_all_or_nothing(cli, tmp_path):
     p = cli.run("submit", "--from", str(bad), check=False)
     assert p.returncode != 0 and "bad.jsonl line 2: --gpus" in p.stderr and "Traceback" not in p.stderr
     assert len(cli.run("queue", "--all", "--json").stdout.split('"id"')) - 1 == 2  # nothing of bad.jsonl
+
+
+def test_submit_from_a_file_with_no_job_or_not_utf8_is_one_line_and_submits_nothing(cli, tmp_path):
+    empty, blank, latin1 = tmp_path / "empty.jsonl", tmp_path / "blank.jsonl", tmp_path / "latin1.jsonl"
+    empty.write_text("")
+    blank.write_text("\n  \n")
+    latin1.write_bytes('{"command": ["echo", "café"]}\n'.encode("latin-1"))
+    said = {}
+    for name, args, stdin in (("empty", [str(empty)], ""), ("blank", [str(blank)], ""), ("stdin", ["-"], ""),
+                              ("latin1", [str(latin1)], "")):
+        p = subprocess.run([sys.executable, "-m", "dispatcher", "submit", "--from", *args], input=stdin,
+                           env=cli.env(), capture_output=True, text=True, timeout=60)
+        assert p.returncode == errors.EXIT_USAGE and p.stdout == "" and len(p.stderr.splitlines()) == 1, p
+        said[name] = p.stderr
+    assert "empty.jsonl: no jobs in it" in said["empty"] and "no jobs in it" in said["blank"]
+    assert said["stdin"].startswith("dispatch: error: --from <stdin>: no jobs in it")
+    assert "latin1.jsonl: not UTF-8 text (line 1)" in said["latin1"]
+    assert cli.run("queue", "--all", "--json").stdout.strip() in ("", "[]")
+
+
+def test_an_elastic_job_that_runs_on_its_least_gets_no_warning_that_it_stays_queued(cli):
+    cli.start("worker", "--node", "n1", "--fake-gpus", "4xA100-40GB")
+    cli.wait_for(lambda: cli.run("nodes", "--json").stdout.strip() not in ("", "[]"), what="the node to register")
+    fits = cli.run("submit", "--gpus", "2-8", "--", "true")  # runs at once on 2 to 4 GPUs
+    assert fits.stderr == "" and fits.stdout.strip().isdigit()
+    never = cli.run("submit", "--gpus", "8-16", "--", "true")  # even its least is more than any node has
+    assert "needs 8xGPU" in never.stderr and "no registered node could ever hold it" in never.stderr, never.stderr
 
 
 def test_a_user_named_in_any_script_submits_and_is_listed(cli):
