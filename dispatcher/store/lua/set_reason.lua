@@ -5,17 +5,15 @@
 -- ARGV[1] the reason ("" : the scheduler has none now; the verdict goes too)
 -- ARGV[2] the verdict, msgpack ("" : none)
 -- returns (store/scripts.py Outcome) 1 DONE written; 0 STALE the job moved on, nothing written
-if redis.call('HGET', KEYS[1], 'state') ~= 'pending' then return 0 end
-local held = redis.call('HGET', KEYS[1], 'hold')
-if held and held ~= '' then return 0 end
+local f = redis.call('HMGET', KEYS[1], 'state', 'hold')
+if f[1] ~= 'pending' then return 0 end
+if f[2] and f[2] ~= '' then return 0 end
 if ARGV[1] == '' then
   redis.call('HDEL', KEYS[1], 'reason', 'verdict')
-  return 1
-end
-redis.call('HSET', KEYS[1], 'reason', ARGV[1])
-if ARGV[2] == '' then
+elseif ARGV[2] == '' then
+  redis.call('HSET', KEYS[1], 'reason', ARGV[1])
   redis.call('HDEL', KEYS[1], 'verdict')
 else
-  redis.call('HSET', KEYS[1], 'verdict', ARGV[2])
+  redis.call('HSET', KEYS[1], 'reason', ARGV[1], 'verdict', ARGV[2])
 end
 return 1
