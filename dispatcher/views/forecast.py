@@ -59,8 +59,13 @@ def read_eta(client, ns: str, job_id: str, timing: Timing | None = None) -> dict
     job = read_job(client, ns, job_id)
     if job["state"] != "pending":
         return {"job": job_id, "state": job["state"], "started_at": job["started_at"], "node": job["node"]}
+    if job["hold"]:  # dispatch hold: out of the scheduler's view until released
+        return {"job": job_id, "state": "pending", "on_hold": job["reason"] or f"held by {job['hold']}"}
     now = now_ms()
     _, config, _ = policy_in_force(client, ns, now / 1000.0)
+    never = _never(job, config)
+    if never:
+        return {"job": job_id, "state": "pending", "never": never}
     timeout_s = (timing or Timing.from_env()).node_timeout_s
     waiting = tolerant(lambda: client.zcard(keys.jobs_pending(ns)), 0) or 0
     if waiting <= EXACT_UP_TO:
@@ -70,6 +75,21 @@ def read_eta(client, ns: str, job_id: str, timing: Timing | None = None) -> dict
     read = read_snapshot(client, ns, now, timeout_s, SpecCache(), only_pending=ahead + [job_id])
     return {**forecast_read(read, job_id, now, config, ahead=ahead),
             "approximate": {"pending": waiting, "ahead": len(ahead), "ranked": job_id in ranked}}
+
+
+def _never(job: dict, config) -> str | None:
+    """Why a pending job can never start as the cluster and the policy stand (the scheduler's recorded
+    verdict that no live node could hold it, or a team limit below what it asks), else None. The
+    forecast would otherwise look 7 days ahead for it, or, past EXACT_UP_TO, list it as starting."""
+    verdict = job.get("verdict") or {}
+    if verdict.get("code") == "no_fit_ever":
+        return job["reason"]
+    quota = config.teams.get(job["team"]) if job["team"] else None
+    need = job.get("min_gpus") or job["gpus_requested"]
+    if quota is not None and quota.limit_gpus is not None and need > quota.limit_gpus:
+        return (f"team {job['team']}'s limit is {quota.limit_gpus} GPUs at once (the policy's [teams]) and this "
+                f"job needs {need}")
+    return None
 
 
 def as_dict(f: Forecast) -> dict:
@@ -99,6 +119,10 @@ def describe(d: dict, *, with_job: bool = True) -> str:
         return f"{head}{d['state']}; not waiting"
     if "held" in d:
         return f"{head}not forecast: it waits for its dependencies ({d['held']})"
+    if "on_hold" in d:
+        return f"{head}not forecast: {d['on_hold']}"
+    if "never" in d:
+        return f"{head}never, as the cluster and the policy stand: {d['never']}"
     if "invalid" in d:
         return f"{head}not forecast: its record is unusable ({d['invalid']})"
     if d.get("start") is None:

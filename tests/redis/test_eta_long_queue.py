@@ -30,3 +30,33 @@ def test_a_long_queues_eta_counts_the_jobs_ranked_ahead_and_says_it_approximates
     assert eta["approximate"] == {"pending": 4, "ahead": 1, "ranked": False}, eta
     assert abs(eta["start"]["in_s"] - 2 * 600) < 10, eta
     assert "so this is the earliest" in forecast.describe(eta)
+
+
+def test_eta_says_held_and_never_rather_than_forecasting_a_start(client, ns, monkeypatch):
+    """A held job gets its hold, not 'unknown; not waiting'; a job no node could ever hold, or one
+    asking more GPUs than its team's limit, gets 'never', not a start (past EXACT_UP_TO the list
+    forecast knows no team limit) nor '7 days'."""
+    from dispatcher.store.pending import hold_job
+    from dispatcher.store.policies import write_applied
+    from dispatcher.store.scripts import Scripts
+
+    monkeypatch.setattr(forecast, "EXACT_UP_TO", 2)
+    write_applied(client, ns, "[teams.vision]\nlimit_gpus = 2\n", "test", now_ms())
+    write_heartbeat(client, ns, "n1", [GpuInfo(i, "NVIDIA A100-40GB", 40.0) for i in range(4)], 8, 64.0, now_ms())
+    t = now_ms()
+    held, big, vision, *_ = write_jobs(client, ns, [
+        build_spec(command=["true"], user="u", gpus=1, submit_ms=t),
+        build_spec(command=["true"], user="u", gpus=8, submit_ms=t),
+        build_spec(command=["true"], user="u", gpus=4, team="vision", submit_ms=t),
+        *[build_spec(command=["true"], user="u", gpus=4, est=600, submit_ms=t - 1000) for _ in range(2)]])
+    hold_job(Scripts(client, ns), client, ns, held, "hold", "alice", now_ms())
+    sched = Scheduler(client, ns)
+    sched.cycle()
+    sched.lease.release()
+    assert forecast.describe(forecast.read_eta(client, ns, held)) == \
+        f"job {held}: not forecast: held by alice (dispatch release {held})"
+    said = forecast.describe(forecast.read_eta(client, ns, big))
+    assert said.startswith(f"job {big}: never, as the cluster and the policy stand: ") and "8" in said, said
+    assert forecast.describe(forecast.read_eta(client, ns, vision)) == (
+        f"job {vision}: never, as the cluster and the policy stand: team vision's limit is 2 GPUs at once "
+        "(the policy's [teams]) and this job needs 4")
