@@ -50,7 +50,7 @@ def report(overview: dict, queue: dict, width: int, rows: int = 12) -> str:
                      f"{age(c['oldest_wait_s'])} (job {c['oldest_job']})" if c["pending"] else "-",
                      "; ".join(f"{r['count']:,} x {r['reason']}" for r in c["reasons"][:2]))
                     for c in b["classes"]], right=frozenset({1, 2, 3}))
-    lines += table(f"Pending, highest class and longest wait first ({queue['total']:,})",
+    lines += table(f"Pending, oldest first, as dispatch queue ({queue['total']:,}; by class: the table above)",
                    ("id", "name", "user", "class", "GPUs", "wait", "why"),
                    [(j["id"], j["name"] or "-", j["user"], j["priority"], j["gpus_requested"], age(j["wait_s"]),
                      j["reason"] or "no reason recorded yet") for j in queue["jobs"]], right=frozenset({0, 4, 5}))
