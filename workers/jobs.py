@@ -97,7 +97,7 @@ class Supervisor:
         self._forget_pid(run.job_id, run.epoch)
         try:  # it stays in `running` until its outcome is written (or queued): reconcile must not take it
             if run.unsent:
-                self.outbox.add("log", run.job_id, run.epoch, bytes(run.unsent))
+                self.outbox.add("log", run.job_id, run.epoch, bytes(run.unsent), run.rank or 0)
             outcomes.record_end(self, run, code)
             for entry_id in run.acks:
                 control.ack(self.client, self.ns, self.node, entry_id)
@@ -174,8 +174,8 @@ class Supervisor:
             log.info("job %s: %s recorded after Redis came back", entry[1], entry[0])
 
     def _replay(self, kind, job_id, epoch, *rest) -> None:
-        if kind == "log":
-            append_log(self.client, self.ns, job_id, rest[0])
+        if kind == "log":  # (an entry of an older agent has no rank: rank 0's)
+            append_log(self.client, self.ns, job_id, rest[0], rank=rest[1] if len(rest) > 1 else 0)
         elif kind == "running":
             self.scripts.mark_running(job_id, epoch, rest[0], rest[1])  # check() stops a copy now stale
         elif kind == "finish":

@@ -4,7 +4,7 @@ Each entry is one file in <work dir>/outbox, written to a temporary name, fsynce
 the directory fsynced), so it survives the agent's kill -9 and the host's power loss. Entries are
 msgpack, oldest first by a sequence number in the name:
 
-- ("log", job id, epoch, bytes): output the job wrote while Redis was away;
+- ("log", job id, epoch, bytes, rank): output the job (a gang: that rank) wrote while Redis was away;
 - ("running", job id, epoch, started ms, pid): the start of an attempt;
 - ("finish", job id, epoch, state, exit code, reason, keywords): an attempt's outcome.
 
