@@ -46,7 +46,8 @@ ASSIGNED_SETTLE_MS = 60_000
 def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 5000) -> list[str]:
     """Requeue, as lost attempts, the jobs Redis shows running on this node at an epoch this agent
     does not run (started over `settle_ms` ago, so a launch in flight is left alone), and the jobs
-    assigned here over ASSIGNED_SETTLE_MS ago while no launch waits in the node's queue. With
+    assigned here over ASSIGNED_SETTLE_MS ago while no launch waits in the node's queue (a gang's rank
+    here, in a gang another rank started, likewise only while no launch waits). With
     `everything` (agent start), every job merely assigned here goes back too; their RQ entries then
     find a moved epoch and do nothing. A requeue is fenced by the epoch: a launch that raced it finds
     the job moved and starts nothing. Returns the ids requeued."""
@@ -77,6 +78,9 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
                                    else state == "assigned" and launch_lost
                                    and _settled(r["assigned_ms"], now, ASSIGNED_SETTLE_MS)):
             continue
+        if not everything and rank is not None and not launch_lost and state == "running":
+            continue  # a gang another rank started: this rank's launch may still wait in the node's queue
+            # (RQ reconnecting after an outage); it is lost once the queue holds none
         ended = reported_outcome(read_exits(sup.client, sup.ns, [job_id]).get(job_id)
                                  or kept_end(sup.work_dir, job_id, epoch, r["submit_ms"]), epoch)
         if ended is not None:  # it ended while the agent before this one was stopped (its keeper saw it), or
