@@ -372,3 +372,33 @@ def test_requests_past_the_bound_share_one_read(client, ns):
     t0 = time.perf_counter()
     board.overview_json(gzip=True)
     assert time.perf_counter() - t0 < 0.05 and len(reads) == 1  # within the bound: the read's answer again
+
+
+def test_every_api_endpoint_answers_bad_input_and_unknown_paths_with_a_json_error(client, ns):
+    """QA: ?hours=nan was a 500 HTML page with a traceback; /api/queue and /api/search clamped a bad
+    page or per silently (200) where /api/finished said 400; an unknown /api/ path was Flask's HTML
+    404; cancelling an ended job answered {"outcome": "succeeded"} as if it had just been done."""
+    from dispatcher.views.dashboard import create_app
+
+    app = create_app(Board(client, ns), allow_cancel=True).test_client()
+    for url in ("/api/history?hours=nan", "/api/history?hours=-nan", "/api/history?hours=inf",
+                "/api/history?hours=1e999", "/api/history?hours=abc", "/api/history?hours=-1"):
+        r = app.get(url)
+        assert r.status_code == 400 and "hours" in r.json["error"], url
+    for endpoint in ("/api/queue", "/api/search", "/api/finished"):
+        for bad in ("page=-5", "page=abc", "page=nan", "page=99999999999", "per=-1", "per=0", "per=100000",
+                    "per=1e3"):
+            r = app.get(f"{endpoint}?{bad}")
+            assert r.status_code == 400 and "page is 0 to" in r.json["error"], (endpoint, bad)
+        assert app.get(f"{endpoint}?page=0&per=5").status_code == 200
+    assert app.get("/api/history?hours=6").status_code == 200
+    for path in ("/api/nothing", "/api/job/", "/api/node/"):
+        r = app.get(path)
+        assert r.status_code == 404 and r.is_json and "no such endpoint" in r.json["error"], path
+
+    token = {"X-Dispatch-CSRF": app.get("/api/config").json["csrf"]}
+    assert app.post("/api/job/999999/cancel", headers=token, json={}).status_code == 404
+    [job] = write_jobs(client, ns, [build_spec(command=["true"], user="ann", submit_ms=now_ms(), gpus=1)])
+    assert app.post(f"/api/job/{job}/cancel", headers=token, json={}).json == {"outcome": "cancelled"}
+    again = app.post(f"/api/job/{job}/cancel", headers=token, json={})
+    assert again.status_code == 200 and again.json == {"outcome": "already cancelled"}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 import secrets
 import threading
 from urllib.parse import urlsplit
@@ -88,6 +89,12 @@ def _guard(app, access_key: str | None, csrf: str) -> None:
         status = 404 if isinstance(e, NotFoundError) else 403 if isinstance(e, NotAllowed) else 400
         return jsonify(error=str(e)), status
 
+    @app.errorhandler(404)
+    def not_found(e):  # under /api/ a client reads JSON, even for a path that is not there
+        if request.path.startswith("/api/"):
+            return jsonify(error=f"no such endpoint: {request.path}"), 404
+        return e
+
     @app.errorhandler(redis.exceptions.RedisError)
     def redis_error(e):  # the page keeps polling and says why it is not updating
         return jsonify(error=f"Redis failed: {e}"), 503
@@ -125,12 +132,11 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
         cls = request.args.get("class", "")
         if state not in ("pending", "running") or (cls and cls not in PRIORITIES):
             raise InvalidRequestError("state must be pending or running, class one of " + ", ".join(PRIORITIES))
-        return jsonify(board.queue_page(state, cls, request.args.get("page", 0, type=int),
-                                        request.args.get("per", 50, type=int)))
+        return jsonify(board.queue_page(state, cls, *_paging(50)))
 
     @app.get("/api/history")
     def history():
-        hours = request.args.get("hours", 6.0, type=float)
+        hours = _number("hours", 6.0, 0.0, math.inf, float, "hours is a number of hours, more than 0")
         return jsonify(samples=board.history(min(max(hours, 0.1), 12.0)))
 
     @app.get("/api/job/<job_id>")
@@ -155,8 +161,7 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
         from ..finished import finished_page
 
         return jsonify(finished_page(board.client, board.ns, request.args.get("state", "failed"),
-                                     request.args.get("user", ""), request.args.get("page", 0, type=int),
-                                     request.args.get("per", 25, type=int)))
+                                     request.args.get("user", ""), *_paging(25)))
 
     @app.get("/node/<name>")
     def node_page(name):
@@ -168,21 +173,46 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
 
         return jsonify(node_view(board.client, board.ns, name, board.timing.node_timeout_s))
 
-    from ..search import Search
+    from ..search import PER_MAX, Search
 
     finder = Search(board.client, board.ns)  # its specs and answers are kept between requests
 
     @app.get("/api/search")
     def search():
         return jsonify(finder.find(request.args.get("q", ""), request.args.get("state", ""),
-                                   request.args.get("class", ""), request.args.get("page", 0, type=int),
-                                   request.args.get("per", 25, type=int)))
+                                   request.args.get("class", ""), *_paging(25, PER_MAX)))
 
     @app.get("/metrics")
     def metrics():  # Prometheus asks for gzip
         head, body = scrape.answer()
         return _maybe_gzipped(lambda gz: gzip_join(head, body) if gz else head + body.data,
                               "text/plain; version=0.0.4; charset=utf-8")
+
+
+#: Rows a page of any endpoint holds at most, and the last page number one may ask for.
+MAX_PER, MAX_PAGE = 200, 1_000_000
+
+
+def _paging(per: int, most: int = MAX_PER) -> tuple[int, int]:
+    """The request's `page` and `per` (default `per`, at most `most`), or InvalidRequestError (400) for
+    a non-number or one out of range."""
+    why = f"page is 0 to {MAX_PAGE}, per 1 to {most}"
+    return _number("page", 0, -1, MAX_PAGE + 1, int, why), _number("per", per, 0, most + 1, int, why)
+
+
+def _number(name: str, default, above, below, kind, why: str):
+    """Query parameter `name` as `kind` (int or float), strictly between `above` and `below` and finite;
+    else InvalidRequestError saying `why` (nan, inf and 1e999 included)."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidRequestError(f"{name}={raw!r}: {why}", field=name) from None
+    if not (math.isfinite(value) and above < value < below):
+        raise InvalidRequestError(f"{name}={raw!r}: {why}", field=name)
+    return value
 
 
 def _maybe_gzipped(make, mimetype: str) -> Response:
@@ -207,12 +237,15 @@ def cancel_as(board, job_id: str, who: dict, addr: str | None = None) -> str:
     """Cancel a job from the page. With identity on, `who` must carry the user and their token, and
     the scheduler decides (owner or admin) and records who; without it, anyone who can reach the page
     may cancel, and the job's reason (and this process's log) says "anonymous from ADDR"."""
-    from ...store.jobs import cancel_job
+    from ...store.jobs import cancel_job, is_final, read_fields
     from ...store.scripts import Scripts
 
-    return _act_as(board, "cancel", job_id, who, addr, lambda by: cancel_job(
+    if ":" not in job_id and is_final(ended := read_fields(board.client, board.ns, job_id, ("state",)).get("state") or ""):
+        return f"already {ended}"  # as the CLI says (a cancel of an ended job changes nothing)
+    outcome = _act_as(board, "cancel", job_id, who, addr, lambda by: cancel_job(
         Scripts(board.client, board.ns), board.client, board.ns, job_id, now_ms(),
         f"cancelled from the dashboard by {by}"))
+    return outcome if outcome in ("cancelled", "requested") or outcome.startswith("already") else f"already {outcome}"
 
 
 def requeue_as(board, job_id: str, who: dict, addr: str | None = None) -> str:
