@@ -278,23 +278,46 @@ def read_queue(client, ns: str, *, include_final: bool = False, limit: int = 100
     type (the leading scheduler sets it aside and rebuilds it) is stood in for by the latest `limit`
     jobs of the all-jobs index that are not finished."""
     def latest():
-        return [text(i) for i in tolerant(lambda: client.zrange(keys.jobs_all(ns), -limit, -1), [])]
+        n = tolerant(lambda: client.zcard(keys.jobs_all(ns)), 0)
+        return [i for i, _ in tolerant(lambda: index_window(client, keys.jobs_all(ns), max(0, n - limit), limit), [])]
 
     if include_final:
         return _oldest_first(read_jobs(client, ns, latest()))
-    pipe = client.pipeline(transaction=False)
-    pipe.zrange(keys.jobs_active(ns), 0, -1)
-    pipe.zrange(keys.jobs_pending(ns), 0, limit - 1)
-    got = pipe.execute(raise_on_error=False)
-    for e in got:
-        if isinstance(e, Exception) and not wrong_type(e):
-            raise e
-    ids = list(dict.fromkeys(text(i) for part in got if not isinstance(part, Exception) for i in part))
+    ids, broken = [], False
+    for read in (lambda: [text(i) for i in client.zrange(keys.jobs_active(ns), 0, -1)],
+                 lambda: [i for i, _ in index_window(client, keys.jobs_pending(ns), 0, limit)]):
+        try:
+            ids += read()
+        except Exception as e:
+            if not wrong_type(e):
+                raise
+            broken = True
+    ids = list(dict.fromkeys(ids))
     jobs = read_jobs(client, ns, ids)
-    if any(isinstance(part, Exception) for part in got):
+    if broken:
         seen = set(ids)
         jobs += [j for j in read_jobs(client, ns, [i for i in latest() if i not in seen]) if not is_final(j["state"])]
     return _oldest_first(jobs)
+
+
+def index_window(client, key: str, start: int, count: int) -> list[tuple[str, float]]:
+    """Entries start..start+count-1 (ids and scores) of a job index ordered by (score, numeric id).
+    Redis orders equal scores by member as text ("1003" before "157": jobs of one `submit --from`
+    share a submit time), so the ties at the window's two edge scores are read whole (ZRANGEBYSCORE)
+    and placed by number; the rest of the index is not read."""
+    got = [(text(m), t) for m, t in client.zrange(key, start, start + count - 1, withscores=True)]
+    if not got or count <= 0:
+        return []
+    lo, hi = got[0][1], got[-1][1]
+    pipe = client.pipeline(transaction=False)
+    pipe.zcount(key, "-inf", f"({lo!r}")
+    for edge in {lo, hi}:
+        pipe.zrangebyscore(key, edge, edge, withscores=True)
+    before, *edges = pipe.execute()
+    near = dict(p for p in got if lo < p[1] < hi)
+    near.update((text(m), t) for part in edges for m, t in part)
+    ordered = sorted(near.items(), key=lambda p: (p[1], int(p[0]) if p[0].isdigit() else 0, p[0]))
+    return ordered[start - before:start - before + count]
 
 
 def _oldest_first(jobs: list[dict]) -> list[dict]:

@@ -29,7 +29,7 @@ from ..store import cluster, keys
 from ..store import stats as published
 from ..store.connect import text, tolerant
 from ..store.decisions import read_decisions
-from ..store.jobs import read_jobs, read_log_tail
+from ..store.jobs import index_window, read_jobs, read_log_tail
 from ..store.quarantine import valid_name
 from ..store.samples import figures, holders, node_use, read_samples
 from ..store.snapshot import SpecCache, read_snapshot
@@ -281,9 +281,8 @@ class Board:
             total = listed = c["indexed"]
             pages = max(1, -(-total // per))
             page = max(0, min(page, pages - 1))
-            got = tolerant(lambda: self.client.zrange(keys.jobs_pending(self.ns), page * per, (page + 1) * per - 1,
-                                                      withscores=True), [])
-            chosen = [(int(t) if math.isfinite(t) else now, text(j)) for j, t in got if valid_name(j)]
+            got = tolerant(lambda: index_window(self.client, keys.jobs_pending(self.ns), page * per, per), [])
+            chosen = [(int(t) if math.isfinite(t) else now, j) for j, t in got if valid_name(j)]
         else:
             if state == "pending":
                 k = c["queue"]["classes"].get(cls) or {}

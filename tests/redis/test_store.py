@@ -181,3 +181,24 @@ def test_the_last_lines_of_a_log_come_whole_across_chunks_as_tail_n(client, ns):
     assert read_log_tail(client, ns, "7", 0) == (newest, b"")  # -n 0 -f: only what comes next
     append_log(client, ns, "7", b"partial")  # a last line not ended yet counts, as tail's does
     assert read_log_tail(client, ns, "7", 2)[1] == b"line 999\npartial"
+
+
+def test_queue_lists_the_oldest_jobs_by_number_when_one_file_shares_a_submit_time(client, ns):
+    """QA: jobs of one `submit --from` file tie in the pending index, and Redis orders ties as text
+    ("10" before "2"), so `queue --limit 3` listed 1, 10, 11 while 2 and 3 (as old) waited; `--all`
+    and the dashboard's pages cut the same index the same way."""
+    from dispatcher.store.jobs import read_queue
+    from dispatcher.views.board import Board
+
+    at = now_ms() - 60_000
+    older = write_jobs(client, ns, [build_spec(command=["true"], user="ann", submit_ms=at - 1000, gpus=1)])
+    ids = older + write_jobs(client, ns, [build_spec(command=["true"], user="ann", submit_ms=at, gpus=1)
+                                          for _ in range(11)])
+    assert ids == [str(i) for i in range(1, 13)]
+    assert [j["id"] for j in read_queue(client, ns, limit=3)] == ["1", "2", "3"]
+    assert [j["id"] for j in read_queue(client, ns, limit=1)] == ["1"]
+    assert [j["id"] for j in read_queue(client, ns, limit=20)] == ids
+    assert [j["id"] for j in read_queue(client, ns, include_final=True, limit=3)] == ["10", "11", "12"]
+    board = Board(client, ns)
+    assert [j["id"] for j in board.queue_page("pending", "", 1, 5)["jobs"]] == ["6", "7", "8", "9", "10"]
+    assert [j["id"] for j in board.queue_page("pending", "", 2, 5)["jobs"]] == ["11", "12"]
