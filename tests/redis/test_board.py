@@ -398,6 +398,9 @@ def test_every_api_endpoint_answers_bad_input_and_unknown_paths_with_a_json_erro
 
     token = {"X-Dispatch-CSRF": app.get("/api/config").json["csrf"]}
     assert app.post("/api/job/999999/cancel", headers=token, json={}).status_code == 404
+    client.hset(keys.auth(ns), "mode", "hmac")  # identity on: the scheduler's answer was a 400
+    assert app.post("/api/job/999999/cancel", headers=token, json={}).status_code == 404
+    client.hdel(keys.auth(ns), "mode")
     [job] = write_jobs(client, ns, [build_spec(command=["true"], user="ann", submit_ms=now_ms(), gpus=1)])
     assert app.post(f"/api/job/{job}/cancel", headers=token, json={}).json == {"outcome": "cancelled"}
     again = app.post(f"/api/job/{job}/cancel", headers=token, json={})

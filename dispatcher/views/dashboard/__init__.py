@@ -237,11 +237,15 @@ def cancel_as(board, job_id: str, who: dict, addr: str | None = None) -> str:
     """Cancel a job from the page. With identity on, `who` must carry the user and their token, and
     the scheduler decides (owner or admin) and records who; without it, anyone who can reach the page
     may cancel, and the job's reason (and this process's log) says "anonymous from ADDR"."""
+    from ...core.errors import JobNotFound
     from ...store.jobs import cancel_job, is_final, read_fields
     from ...store.scripts import Scripts
 
-    if ":" not in job_id and is_final(ended := read_fields(board.client, board.ns, job_id, ("state",)).get("state") or ""):
-        return f"already {ended}"  # as the CLI says (a cancel of an ended job changes nothing)
+    state = "" if ":" in job_id else read_fields(board.client, board.ns, job_id, ("state",)).get("state") or ""
+    if not state:  # a 404, as GET /api/job/ID (the scheduler, identity on, would answer a 400)
+        raise JobNotFound(job_id)
+    if is_final(state):
+        return f"already {state}"  # as the CLI says (a cancel of an ended job changes nothing)
     outcome = _act_as(board, "cancel", job_id, who, addr, lambda by: cancel_job(
         Scripts(board.client, board.ns), board.client, board.ns, job_id, now_ms(),
         f"cancelled from the dashboard by {by}"))
