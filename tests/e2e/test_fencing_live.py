@@ -1,6 +1,7 @@
 """Nothing runs on two nodes at once and nothing finished runs again, when a node agent is stopped,
-silently cut off from Redis, or killed while Redis is down (docs/guarantees.md). Every attempt
-writes its own file of start, ticks and end; overlaps and reruns are judged from those files."""
+silently cut off from Redis, or killed (docs/guarantees.md; test_redis_down_live.py has the server
+going away). Every attempt writes its own file of start, ticks and end (ticking.py); overlaps and
+reruns are judged from those files."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.api import Client
 from dispatcher.config import Timing
 from dispatcher.store import keys
 from dispatcher.store.connect import connect
@@ -19,36 +19,9 @@ from dispatcher.store.jobs import read_job
 
 from ..conftest import Cli
 from .linkproxy import LinkProxy
+from .ticking import FAST, TICKING, attempts, overlaps, wait_running
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
-FAST = {"DISPATCH_HEARTBEAT_S": "0.5", "DISPATCH_NODE_TIMEOUT_S": "5"}
-
-#: An attempt of `ticks` x 0.2 s, each line with the time, in $OUT/<job>.<attempt>.<node>.<pid>.
-TICKING = ('f="$OUT/$DISPATCH_JOB_ID.$DISPATCH_ATTEMPT.$DISPATCH_NODE.$$"; echo "start $(date +%s.%N)" >> "$f"; '
-           'i=0; while [ $i -lt {ticks} ]; do echo "tick $(date +%s.%N)" >> "$f"; sleep 0.2; i=$((i+1)); done; '
-           'echo "end $(date +%s.%N)" >> "$f"')
-
-
-def attempts(out: Path, job_id: str) -> list[dict]:
-    """Each attempt of the job: its node, first and last time seen alive, and whether it ended."""
-    found = []
-    for f in sorted(out.glob(f"{job_id}.*")):
-        rows = [line.split() for line in f.read_text().splitlines() if len(line.split()) == 2]
-        if rows:
-            found.append({"node": f.name.split(".")[2], "first": float(rows[0][1]), "last": float(rows[-1][1]),
-                          "ended": rows[-1][0] == "end"})
-    return sorted(found, key=lambda a: a["first"])
-
-
-def overlaps(runs: list[dict]) -> list[tuple]:
-    return [(a["node"], b["node"], round(a["last"] - b["first"], 2))
-            for i, a in enumerate(runs) for b in runs[i + 1:] if b["first"] < a["last"]]
-
-
-def wait_running(cli, client, job_id, timeout=30):
-    return cli.wait_for(lambda: (lambda j: j if j["state"] == "running" else None)(read_job(client, cli.ns, job_id)),
-                        timeout=timeout, what=f"job {job_id} to run")
 
 
 def two_nodes(cli, tmp_path, env, urls=None):
@@ -124,94 +97,6 @@ def test_a_clock_that_cannot_fence_in_time_is_refused_in_one_line(cli):
     assert p.stderr.strip().count("\n") == 0 and "DISPATCH_NODE_TIMEOUT_S" in p.stderr, p.stderr
 
 
-def ticking_job_on_own_server(cli, tmp_path, own_server, ticks: int):
-    """An agent (node a) and a scheduler on the test's own server, which the test may kill, and a job
-    writing its attempts to $OUT, running. Returns env, out, work dir, agent and job."""
-    env = dict(FAST, DISPATCH_REDIS_URL=own_server.url, DISPATCH_NODE_TIMEOUT_S="30")
-    out = tmp_path / "runs"
-    out.mkdir()
-    work = tmp_path / "a"
-    agent = cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), **env)
-    cli.start("scheduler", **env)
-    client = connect(own_server.url)
-    job = cli.run("submit", "--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=ticks),
-                  **env).stdout.strip()
-    wait_running(cli, client, job)
-    client.close()
-    return env, out, work, agent, job
-
-
-def server_and_next_agent_back(cli, own_server, env, work) -> None:
-    """The server restarted on its files, and a new agent of node a on the same work dir."""
-    own_server.start()
-    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work), log_name="worker-again",
-              **env)
-
-
-def test_a_job_that_ends_while_redis_is_down_is_recorded_once_though_its_agent_is_killed(cli, tmp_path, own_server):
-    env, out, work, agent, job = ticking_job_on_own_server(cli, tmp_path, own_server, ticks=10)
-    own_server.proc.send_signal(signal.SIGKILL)  # Redis away ...
-    own_server.proc.wait()
-    cli.wait_for(lambda: any(r["ended"] for r in attempts(out, job)), timeout=30, what="the job to end")
-    time.sleep(1.0)
-    os.kill(agent.pid, signal.SIGKILL)  # ... and then the agent holding its outcome dies
-    agent.wait(10)
-    server_and_next_agent_back(cli, own_server, env, work)
-    assert cli.run("wait", job, "--timeout", "60", **env).returncode == 0
-    runs = attempts(out, job)
-    assert len(runs) == 1 and runs[0]["ended"], f"the finished job ran again: {runs}"
-    client = connect(own_server.url)
-    assert read_job(client, cli.ns, job)["state"] == "succeeded"
-    client.close()
-
-
-def test_a_job_that_ends_unreaped_while_redis_is_down_and_its_agent_is_killed_is_recorded_not_rerun(
-        cli, tmp_path, own_server):
-    """The chaos suite's double run: the agent is stopped (its job ends, unreaped), the server goes down,
-    the agent is killed. Its keeper sees the exit but cannot write it to Redis; it keeps it in the work
-    dir, and the next agent records the job as it ended."""
-    env, out, work, agent, job = ticking_job_on_own_server(cli, tmp_path, own_server, ticks=8)
-    os.kill(agent.pid, signal.SIGSTOP)  # it reaps nothing now
-    own_server.proc.send_signal(signal.SIGKILL)
-    own_server.proc.wait()
-    cli.wait_for(lambda: any(r["ended"] for r in attempts(out, job)), timeout=30, what="the job to end")
-    cli.wait_for(lambda: (work / "exits" / job).exists(), timeout=40, what="the keeper to keep the exit on disk")
-    os.kill(agent.pid, signal.SIGKILL)
-    agent.wait(10)
-    server_and_next_agent_back(cli, own_server, env, work)
-    assert cli.run("wait", job, "--timeout", "60", **env).returncode == 0
-    runs = attempts(out, job)
-    assert len(runs) == 1 and runs[0]["ended"], f"the finished job ran again: {runs}"
-
-
-def test_agents_outlive_redis_killed_three_times_during_submits(cli, tmp_path, own_server):
-    env = dict(FAST, DISPATCH_REDIS_URL=own_server.url)
-    out = tmp_path / "runs"
-    out.mkdir()
-    agents = [cli.start("worker", "--node", n, "--fake-gpus", "2xA100-40GB", "--work-dir", str(tmp_path / n),
-                        log_name=f"worker-{n}", **env) for n in ("a", "b", "c")]
-    cli.start("scheduler", **env)
-    api = Client(own_server.url, cli.ns)
-    jobs = []
-    for kill in range(3):  # each time while jobs are being placed and launched by the dozen
-        jobs += api.submit_many([{"command": ["sh", "-c", TICKING.format(ticks=1)], "gpus": 1, "env": {"OUT": str(out)}}
-                                 for _ in range(40)])
-        time.sleep(1.0)
-        own_server.proc.send_signal(signal.SIGKILL)
-        own_server.proc.wait()
-        time.sleep(4)  # longer than one retry: agents must wait it out wherever the outage caught them
-        own_server.start()
-    client = connect(own_server.url)
-    cli.wait_for(lambda: all(read_job(client, cli.ns, j)["state"] == "succeeded" for j in jobs), timeout=120,
-                 what="every acknowledged job to succeed")
-    client.close()
-    assert [a.poll() for a in agents] == [None, None, None], "an agent exited on a Redis outage"
-    for j in jobs:
-        ended = [r for r in attempts(out, j) if r["ended"]]
-        assert len(ended) == 1, (j, attempts(out, j))
-        assert overlaps(attempts(out, j)) == [], (j, attempts(out, j))
-
-
 def _marked(ns: str, job_id: str) -> list[int]:
     """Live processes that carry the job's id in their environment."""
     found = []
@@ -285,20 +170,6 @@ def test_an_agent_starts_beside_hostile_entries_in_the_active_index(cli, client)
     client.zadd(keys.jobs_active(cli.ns), {"666": 1, "no-such-job": 2, "667": float("inf")})
     cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")  # no scheduler: nobody quarantines yet
     cli.wait_for(lambda: client.zscore(keys.nodes_heartbeat(cli.ns), "a"), what="the agent to register")
-
-
-def test_an_agent_and_a_scheduler_started_while_redis_is_down_wait_for_it(cli, tmp_path, own_server):
-    env = dict(FAST, DISPATCH_REDIS_URL=own_server.url)
-    own_server.proc.send_signal(signal.SIGKILL)
-    own_server.proc.wait()
-    agent = cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(tmp_path / "a"), **env)
-    sched = cli.start("scheduler", **env)
-    time.sleep(3)
-    assert (agent.poll(), sched.poll()) == (None, None), "a daemon gave up on a server that is away"
-    own_server.start()
-    job = cli.run("submit", "--gpus", "1", "--", "true", **env).stdout.strip()
-    assert cli.run("wait", job, "--timeout", "60", **env).returncode == 0
-    assert "waiting for the server" in next(tmp_path.glob("worker-*.log")).read_text()
 
 
 def test_a_job_that_ends_while_its_agent_is_stopped_is_recorded_not_rerun(cli, client, tmp_path):
