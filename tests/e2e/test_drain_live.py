@@ -11,7 +11,8 @@ import pytest
 from dispatcher.store import keys
 from dispatcher.store.jobs import read_job
 
-from .test_fencing_live import FAST, two_nodes, wait_running
+from .test_fencing_live import two_nodes
+from .ticking import FAST, wait_running
 from .test_identity_live import as_user, lab  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -20,7 +20,7 @@ from dispatcher.store import keys
 from dispatcher.store.connect import connect
 from dispatcher.store.jobs import read_job
 
-from .test_fencing_live import FAST, TICKING, attempts, wait_running
+from .ticking import FAST, TICKING, attempts, wait_running
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
