@@ -1,11 +1,14 @@
-"""Builders for policy tests: make_node("n1").gpus(2, "A100", 40).obj(), make_job("j1").gpus(1).obj()."""
+"""Builders for policy tests: make_node("n1").gpus(2, "A100", 40).obj(), make_job("j1").gpus(1).obj();
+plan_of(pending, nodes, running, config) runs one cycle of schedule() on them, and placed and
+verdict_of read its Plan."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from dispatcher.core.plan import NodeView, PendingJob, RunningJob, Snapshot
+from dispatcher.core.plan import NodeView, PendingJob, Plan, RunningJob, Snapshot, Verdict
 from dispatcher.core.model import GpuInfo, JobSpec
+from dispatcher.policy import PolicyConfig, schedule
 
 NOW_MS = 1_000_000_000
 
@@ -97,3 +100,36 @@ def make_job(job_id: str) -> JobBuilder:
 def snapshot(pending=(), running=(), nodes=()) -> Snapshot:
     return Snapshot(tuple(j.pending() if isinstance(j, JobBuilder) else j for j in pending), tuple(running),
                     tuple(n.obj() if isinstance(n, NodeBuilder) else n for n in nodes))
+
+
+def plan_of(pending=(), nodes=(), running=(), config: PolicyConfig | None = None) -> Plan:
+    """One cycle of schedule() at NOW_MS (the default config unless given)."""
+    return schedule(snapshot(pending=pending, running=running, nodes=nodes), now_ms=NOW_MS,
+                    config=config or PolicyConfig())
+
+
+def placed(plan: Plan) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Each placement as job id -> (node, GPUs)."""
+    return {p.job_id: (p.node, p.gpus) for p in plan.placements}
+
+
+def verdict_of(plan: Plan, job_id: str) -> Verdict:
+    """The one verdict of `job_id` in `plan` (fails if it has none or several)."""
+    found = [v for v in plan.verdicts if v.job_id == job_id]
+    assert len(found) == 1, f"{job_id} has {len(found)} verdicts: {plan.verdicts}; placements {placed(plan)}"
+    return found[0]
+
+
+def seed_node():
+    """The seed scenario's node: n1 with two A100 40 GB (GPUs 0, 1) and two V100 16 GB (2, 3)."""
+    return make_node("n1").gpus(2, "A100", 40).gpus(2, "V100", 16)
+
+
+def seed_jobs():
+    """The seed scenario's queue: four jobs of four classes, of A100s and a V100, with memory needs."""
+    return [
+        make_job("JOB-001").gpus(1, "A100", mem_gb=20).priority("high").est(15).waited(30),
+        make_job("JOB-002").gpus(2, "A100", mem_gb=30).priority("low").est(60).waited(20),
+        make_job("JOB-003").gpus(1, "V100", mem_gb=10).priority("normal").est(30).waited(10),
+        make_job("JOB-004").gpus(1, "A100", mem_gb=15).priority("critical").est(10).waited(0),
+    ]

@@ -14,7 +14,7 @@ from dispatcher.core.plan import NodeView, PendingJob, RunningJob, Snapshot
 from dispatcher.core.model import GpuInfo, JobSpec
 from dispatcher.policy import schedule
 from dispatcher.policy.fit import fits_ever, gpu_family, gpu_usable
-from tests.builders import NOW_MS, make_job, make_node
+from tests.builders import NOW_MS, make_job, make_node, seed_jobs, seed_node
 from tests.builders import snapshot as build_snapshot
 
 GPU_KINDS = [("A100", 40.0), ("A100", 80.0), ("V100", 16.0), ("RTX 4090", 24.0), ("H100", 80.0)]
@@ -104,13 +104,8 @@ def snapshots(draw) -> Snapshot:
 
 def _seed_snapshot() -> Snapshot:
     """The seed scenario plus a running job, a CPU-only job and a never-fitting job."""
-    nodes = [make_node("n1").gpus(2, "A100", 40).gpus(2, "V100", 16), make_node("n2").gpus(2, "A100", 80).held(1)]
-    jobs = [make_job("JOB-001").gpus(1, "A100", mem_gb=20).priority("high").est(15).waited(30),
-            make_job("JOB-002").gpus(2, "A100", mem_gb=30).priority("low").est(60).waited(20),
-            make_job("JOB-003").gpus(1, "V100", mem_gb=10).priority("normal").est(30).waited(10),
-            make_job("JOB-004").gpus(1, "A100", mem_gb=15).priority("critical").est(10).waited(0),
-            make_job("JOB-005").gpus(0).cpus(4).user("bob"),
-            make_job("JOB-006").gpus(1, "H100").user("bob")]
+    nodes = [seed_node(), make_node("n2").gpus(2, "A100", 80).held(1)]
+    jobs = seed_jobs() + [make_job("JOB-005").gpus(0).cpus(4).user("bob"), make_job("JOB-006").gpus(1, "H100").user("bob")]
     return build_snapshot(pending=jobs, nodes=nodes,
                           running=[make_job("R").gpus(1).est(100).user("rita").running_on("n2", 1)])
 

@@ -7,13 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dispatcher.core.plan import Code, Snapshot
-from dispatcher.policy import Backlog, PolicyConfig, place_arrivals, plan_cycle, schedule
-from tests.builders import NOW_MS, make_job, make_node, snapshot
-
-
-def plan_of(pending=(), nodes=(), running=(), config: PolicyConfig | None = None):
-    return schedule(snapshot(pending=pending, running=running, nodes=nodes), now_ms=NOW_MS,
-                    config=config or PolicyConfig())
+from dispatcher.policy import Backlog, PolicyConfig, place_arrivals, plan_cycle
+from tests.builders import NOW_MS, make_job, make_node, plan_of
 
 
 def drained(builder, reason: str = "disk swap"):

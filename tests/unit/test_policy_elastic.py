@@ -4,15 +4,10 @@ finishes it soonest, waiting included, and says why."""
 import pytest
 
 from dispatcher.core.plan import Code
-from dispatcher.policy import PolicyConfig, schedule
 from dispatcher.core.elastic import ScalingError, counts, parse_scaling, run_time
-from tests.builders import NOW_MS, make_job, make_node, snapshot
+from tests.builders import make_job, make_node, plan_of
 
 HOUR = 3600.0
-
-
-def plan_of(pending, nodes, running=()):
-    return schedule(snapshot(pending=pending, running=running, nodes=nodes), now_ms=NOW_MS, config=PolicyConfig())
 
 
 def busy_node(held: int, for_s: float):

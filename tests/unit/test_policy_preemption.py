@@ -16,8 +16,8 @@ from dispatcher.core.plan import Code, Reservation
 from dispatcher.core.model import PRIORITIES
 from dispatcher.policy import PolicyConfig
 from dispatcher.policy.config import TeamQuota
-from tests.builders import NOW_MS, make_job
-from tests.preemption_builders import critical, full_node, placed, plan_of, preempted, running_job, verdict_of
+from tests.builders import NOW_MS, make_job, placed, plan_of, verdict_of
+from tests.preemption_builders import critical, full_node, preempted, running_job
 
 
 # --- 1. the basic case -----------------------------------------------------------------

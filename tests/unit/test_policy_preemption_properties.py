@@ -12,8 +12,8 @@ from dispatcher.core.plan import Code, PendingJob, RunningJob, Snapshot
 from dispatcher.core.model import PRIORITIES, JobSpec
 from dispatcher.policy import PolicyConfig, schedule
 from dispatcher.policy.fit import gpu_usable
-from tests.builders import NOW_MS, make_node
-from tests.preemption_builders import placed, preempted
+from tests.builders import NOW_MS, make_node, placed
+from tests.preemption_builders import preempted
 
 
 @st.composite

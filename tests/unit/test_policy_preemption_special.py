@@ -11,8 +11,8 @@ import pytest
 from dispatcher.core.plan import Reservation, RunningJob
 from dispatcher.policy import PolicyConfig, schedule
 from dispatcher.policy.config import TeamQuota
-from tests.builders import NOW_MS, make_job, make_node, snapshot
-from tests.preemption_builders import critical, full_node, placed, plan_of, preempted, running_job, verdict_of
+from tests.builders import NOW_MS, make_job, make_node, placed, plan_of, snapshot, verdict_of
+from tests.preemption_builders import critical, full_node, preempted, running_job
 
 
 # --- 9. shrinking elastic jobs ---------------------------------------------------------------

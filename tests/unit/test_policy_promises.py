@@ -6,17 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from dispatcher.policy import PolicyConfig, schedule
+from dispatcher.policy import PolicyConfig
 from dispatcher.policy.profiles import parse_policy
 from dispatcher.policy.promises import describe, promise
-from tests.builders import NOW_MS, make_job, make_node, snapshot
+from tests.builders import make_job, make_node, plan_of
 
 HOUR, DAY = 3600.0, 86400.0
-
-
-def plan_of(pending, nodes, running=(), config: PolicyConfig | None = None):
-    return schedule(snapshot(pending=pending, running=running, nodes=nodes), now_ms=NOW_MS,
-                    config=config or PolicyConfig())
 
 
 def _full_cluster():
