@@ -163,18 +163,30 @@ def choose_gpus(job: JobSpec, node: NodeView, candidates: list[int],
     """Pick `job.gpus` GPUs out of usable `candidates`.
 
     Exclusive jobs: the smallest memory that fits first (keeping big GPUs for big
-    jobs), then the lowest index. Sharing jobs: GPUs already shared first, the one
-    left fullest after this job first, so that sharing packs instead of spreading.
+    jobs), then the lowest index; all of one GPU family (gpu_family) when one family
+    among the candidates has enough, that of the smallest such GPUs, so that a
+    2-GPU job on a node of A100s and V100s does not get one of each while two of a
+    kind are free. Sharing jobs: GPUs already shared first, the one left fullest
+    after this job first, so that sharing packs instead of spreading.
     Assumes enough candidates.
     """
     if job.share and shared_used is not None:
         def key(i):
             left = node.gpu(i).mem_total_gb - shared_used.get(i, 0.0) - job.gpu_mem_gb
             return (i not in shared_used, left, i)
-    else:
-        def key(i):
-            return (node.gpu(i).mem_total_gb, i)
-    return tuple(sorted(sorted(candidates, key=key)[: job.gpus]))
+        return tuple(sorted(sorted(candidates, key=key)[: job.gpus]))
+
+    def key(i):
+        return (node.gpu(i).mem_total_gb, i)
+    ranked = sorted(candidates, key=key)
+    if job.gpus >= 2:
+        families: dict[str, list[int]] = {}
+        for i in ranked:
+            families.setdefault(gpu_family(node.gpu(i).name), []).append(i)
+        whole = [f[: job.gpus] for f in families.values() if len(f) >= job.gpus]
+        if whole and len(families) > 1:
+            ranked = min(whole, key=lambda f: [key(i) for i in f])
+    return tuple(sorted(ranked[: job.gpus]))
 
 
 def fit_score(job: JobSpec, node: NodeView, chosen: tuple[int, ...], free_gpus_after: int,

@@ -202,9 +202,15 @@ def test_one_cycle_memo_answers_as_the_plain_helpers_and_shares_a_kind_between_a
     (make_job("j").gpus(3), [0, 1, 2, 3], (0, 2, 3)),   # both V100s, then the lowest A100
     (make_job("j").gpus(1), [1, 3], (3,)),              # V100 3 (16 GB) before A100 1 (40 GB)
     (make_job("j").gpus(1), [1, 0], (0,)),              # equal memory: the lowest index
+    (make_job("j").gpus(2), [0, 1, 3], (0, 1)),         # two A100s, not V100 3 and an A100
+    (make_job("j").gpus(2), [1, 3], (1, 3)),            # no two of a kind: one of each
+    (make_job("j").gpus(3), [0, 1, 2, 3], (0, 2, 3)),   # no three of a kind: the smallest three
 ], ids=["one_gpu_takes_the_smallest", "two_gpus_take_the_two_smallest", "three_gpus_spill_to_the_lowest_big_one",
-        "only_the_given_candidates_are_used", "equal_memory_breaks_on_the_lowest_index"])
+        "only_the_given_candidates_are_used", "equal_memory_breaks_on_the_lowest_index",
+        "two_of_a_kind_before_the_smallest_pair", "mixed_only_when_no_family_has_enough",
+        "mixed_three_when_no_family_has_three"])
 def test_choose_gpus_takes_the_smallest_memory_then_the_lowest_index(job, candidates, want):
+    """Of one GPU family when one family among the candidates has enough (that of the smallest)."""
     got = choose_gpus(job.obj(), MIXED, candidates)
     assert got == want, f"choose_gpus(.., {candidates}) = {got}, want {want}"
 
