@@ -165,8 +165,18 @@ class LazyGroup(click.Group):
     def get_command(self, ctx, cmd_name):
         if cmd_name not in self.commands and cmd_name in self.lazy_commands:
             module, _, attr = self.lazy_commands[cmd_name].partition(":")
-            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+            self.add_command(_with_debug(getattr(importlib.import_module(module), attr)), cmd_name)
         return super().get_command(ctx, cmd_name)
+
+
+def _with_debug(cmd: click.Command) -> click.Command:
+    """`cmd` (and a group's subcommands) taking --debug, as the internal-error line asks: those without
+    `common` get a flag of no value of its own (main() reads it from the command line)."""
+    for sub in getattr(cmd, "commands", {}).values():
+        _with_debug(sub)
+    if not any("--debug" in p.opts for p in cmd.params):
+        cmd.params.append(click.Option(["--debug"], is_flag=True, expose_value=False, help="Show tracebacks."))
+    return cmd
 
 
 @click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})

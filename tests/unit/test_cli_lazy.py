@@ -36,3 +36,20 @@ def test_dispatch_help_lists_every_command_with_its_short_help():
     assert [line.split()[0] for line in listed if line.strip()] == EVERY_COMMAND
     assert "  submit        Submit a job: dispatch submit --gpus 2" in out
     assert "  policy        Check, diff, apply or roll back a policy." in out
+
+
+def test_every_command_and_subcommand_takes_debug_as_the_internal_error_line_asks():
+    def leaves(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                yield from leaves(sub, f"{path} {name}")
+        else:
+            yield path, cmd
+    without = [path for name in EVERY_COMMAND for path, cmd in leaves(cli.get_command(None, name), name)
+               if not any("--debug" in p.opts for p in cmd.params)]
+    assert without == []
+    # policy check has no `common` options: the flag is accepted, and the error is still one line without it
+    got = subprocess.run([sys.executable, "-m", "dispatcher", "policy", "check", "/nonexistent.toml", "--debug"],
+                         capture_output=True, text=True)
+    assert "No such option" not in got.stderr and got.returncode != 0, got.stderr
