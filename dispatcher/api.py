@@ -10,12 +10,11 @@ Requests are validated exactly as the CLI validates them (InvalidRequestError).
 
 from __future__ import annotations
 
-import os
 import time
 
 from .clock import now_ms
 from .config import resolve_url
-from .auth.identity import current_user
+from .auth.identity import caller_dir, current_user
 from .core.memo import gc_paused
 from .core.arrays import request_jobs
 from .core.spec import spec_from_request
@@ -49,7 +48,7 @@ class Client:
     @staticmethod
     def _caller() -> tuple[str, int, str]:
         """Who submits, when, from where: the defaults of a request's user, submit time and cwd."""
-        return current_user(), now_ms(), os.getcwd()
+        return current_user(), now_ms(), caller_dir()
 
     def submit(self, command, **fields) -> str:
         """Submit one job; fields are submit's flags (gpus=2, gpu_type='A100', est='2h', array='0-9%2', ...).

@@ -85,6 +85,15 @@ def current_user() -> str:
     return issued or os.environ.get("DISPATCH_USER") or os.environ.get("USER") or getpass.getuser()
 
 
+def caller_dir() -> str:
+    """The directory the caller submits from (a job's default --cwd); '' if it was deleted under it
+    (core/fields.with_caller then takes only an absolute --cwd)."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        return ""
+
+
 def client_token() -> str | None:
     """This user's token: $DISPATCH_TOKEN; else, for the server the URL comes from, the login file's
     (`dispatch login`) or the token `dispatch up` wrote for its owner in the state directory; else

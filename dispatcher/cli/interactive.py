@@ -25,7 +25,7 @@ from . import common
 from .flags import resources
 from ..clock import now_ms
 from ..core.errors import InvalidRequestError, InvalidStateError, JobNotFound
-from ..auth.identity import current_user
+from ..auth.identity import caller_dir, current_user
 
 #: The job's grace between SIGHUP (--time, --idle-timeout) or SIGTERM (cancel) and SIGKILL: a shell
 #: ignores SIGTERM, and holds no checkpoint to write.
@@ -57,7 +57,7 @@ def shell(ctx, command, idle_timeout, **flags):
     request = {k: v for k, v in flags.items() if v is not None}
     request.update(command=list(command) or [os.environ.get("SHELL") or "/bin/bash"], checkpoint_signal="HUP",
                    grace=GRACE, retries=0, env=[f"TERM={os.environ.get('TERM') or 'xterm-256color'}"])
-    spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=os.getcwd())
+    spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=caller_dir())
     spec = spec.filled(interactive=mode, idle_timeout_s=idle)
     (job_id,) = submit_specs(ctx.client, ctx.ns, [spec], me)
     warn_if_no_node_could_hold(ctx, [spec], [job_id])

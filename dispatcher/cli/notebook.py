@@ -25,7 +25,7 @@ from . import common
 from .flags import resources
 from ..clock import now_ms
 from ..core.errors import DispatcherError, InvalidRequestError, InvalidStateError, JobNotFound
-from ..auth.identity import NOTEBOOK_NONCE, NotAllowed, current_user, notebook_token
+from ..auth.identity import NOTEBOOK_NONCE, NotAllowed, caller_dir, current_user, notebook_token
 
 #: Run by the job's python: a port in the range (argv[1], "LOW-HIGH") that nothing listens on at the
 #: node's address, then JupyterLab (argv[2:]) bound there. One line, as `dispatch queue` shows it.
@@ -75,9 +75,9 @@ def notebook(ctx, python, port_range, no_wait, url_of, **flags):
     me = current_user()
     token, env = _new_token(ctx)
     request = {k: v for k, v in flags.items() if v is not None}
-    request.update(name=flags["name"] or "notebook", command=command_line(python, port_range, os.getcwd()),
-                   env=[env])
-    spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=os.getcwd())
+    here = caller_dir()
+    request.update(name=flags["name"] or "notebook", command=command_line(python, port_range, here), env=[env])
+    spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=here)
     (job_id,) = submit_specs(ctx.client, ctx.ns, [spec], me)
     warn_if_no_node_could_hold(ctx, [spec], [job_id])
     if no_wait:

@@ -14,7 +14,7 @@ from . import common
 from .flags import resources
 from ..clock import now_ms
 from ..core.errors import InvalidRequestError
-from ..auth.identity import current_user
+from ..auth.identity import caller_dir, current_user
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -76,7 +76,7 @@ def submit(ctx, from_file, command, **flags):
     for flag in ("after", "after_any"):  # repeated or comma-separated, every id counts ('' is refused)
         if flag in defaults:
             defaults[flag] = [i for value in defaults[flag] for i in value.split(",")]
-    now, here, me = now_ms(), os.getcwd(), current_user()
+    now, here, me = now_ms(), caller_dir(), current_user()
     if from_file is not None and command:
         raise InvalidRequestError("give either a command or --from FILE, not both", field="--from")
     def build(request):

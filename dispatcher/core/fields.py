@@ -1,7 +1,8 @@
 """Checks of single request fields that core/spec.py composes into a JobSpec: text that must be UTF-8,
 the environment (--env), the jobs a job waits for (--after, --after-any), and the caller's defaults (its
 user, and its working directory, which a relative --cwd is taken from, as Slurm's --chdir is from the
-submit directory). Pure: the caller passes its user and directory."""
+submit directory). Pure: the caller passes its user and directory (auth/identity.py's current_user and
+caller_dir)."""
 
 from __future__ import annotations
 
@@ -79,12 +80,16 @@ def with_caller(options: dict, user: str, cwd: str) -> dict:
     """`options` (check_options' keywords) with the caller's user and working directory where the request
     gives none (absent or None). A relative --cwd is taken from the caller's directory (Slurm's --chdir),
     so the job runs there and not in whatever directory its node agent was started in. An empty --user or
-    --cwd is refused: leaving the flag out is how to get the default."""
+    --cwd is refused: leaving the flag out is how to get the default. With no caller's directory (`cwd` '':
+    auth/identity.caller_dir's, deleted under it), the request must give an absolute --cwd."""
     if options.get("user") is None:
         options["user"] = user
     elif isinstance(options["user"], str) and not options["user"].strip():
         raise InvalidRequestError("--user: empty; give a user name (left out, it is yours)", field="--user")
     given = options.get("cwd")
+    if not cwd and (given is None or (isinstance(given, str) and given.strip() and not posixpath.isabs(given))):
+        raise InvalidRequestError("--cwd: the directory you submit from no longer exists; cd to one that does, "
+                                  "or give the job's directory as an absolute --cwd", field="--cwd")
     if given is None:
         options["cwd"] = cwd
     elif not isinstance(given, str):

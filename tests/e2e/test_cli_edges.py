@@ -93,3 +93,21 @@ def test_auth_token_refuses_an_empty_user_name_as_it_refuses_a_bad_one(cli, tmp_
 @pytest.mark.parametrize("value", ["inf", "nan"])
 def test_every_timing_must_be_a_finite_number_of_seconds(cli, var, value):
     one_line(cli.run("nodes", check=False, **{var: value}), errors.EXIT_USAGE, f"{var}={value!r}", "finite")
+
+
+def test_a_submit_from_a_deleted_directory_asks_for_an_absolute_cwd_and_takes_one(cli, tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+
+    def submit_from_gone(*args):  # the shell sits in `gone` when it is deleted under it, as a user's would
+        import subprocess
+        import sys
+        return subprocess.run(["sh", "-c", 'cd "$0" && rmdir "$0" && exec "$@"', str(gone), sys.executable, "-m",
+                               "dispatcher", "submit", *args], env=cli.env(), capture_output=True, text=True,
+                              timeout=60)
+
+    for args in ([], ["--cwd", "sub"]):
+        one_line(submit_from_gone(*args, "--", "pwd"), errors.EXIT_USAGE, "--cwd", "no longer exists")
+        gone.mkdir()
+    job_id = submit_from_gone("--cwd", str(tmp_path), "--", "pwd").stdout.strip()
+    assert cli.show(job_id)["cwd"] == str(tmp_path)
