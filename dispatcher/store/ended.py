@@ -14,7 +14,7 @@ from ..core.model import FINAL_STATES
 from . import keys
 from .connect import text, tolerant
 from .job_record import parse, queue_fields, queue_record, record_from_hash
-from .jobs import attempt_view, record_view
+from .jobs import attempt_view, oldest_first, record_view
 from .quarantine import valid_name
 from .samples import SAMPLE_EVERY_MS, read_samples
 
@@ -26,7 +26,8 @@ _END = ("state", "finished_ms")
 def read_ended(client, ns: str, *, ended_since_ms: int | None = None, ended_until_ms: int | None = None,
                submitted_since_ms: int | None = None, batch: int = BATCH) -> tuple[list[dict], int]:
     """The views (job_view, with `attempts`) of the jobs in a final state that ended in the window and
-    were submitted from `submitted_since_ms` on (None: no bound), oldest submit first; and how many
+    were submitted from `submitted_since_ms` on (None: no bound), oldest submit first (ties by numeric id,
+    not as Redis orders them, as text); and how many
     records were skipped as unreadable."""
     lo = submitted_since_ms if submitted_since_ms is not None else "-inf"
     hi = ended_until_ms if ended_until_ms is not None else "+inf"
@@ -64,7 +65,7 @@ def read_ended(client, ns: str, *, ended_since_ms: int | None = None, ended_unti
             view = record_view(rec)
             view["attempts"] = [attempt_view(a) for a in attempts] if isinstance(attempts, list) else []
             views.append(view)
-    return views, skipped
+    return oldest_first(views), skipped
 
 
 def _inside(finished_ms: int, since_ms: int | None, until_ms: int | None) -> bool:

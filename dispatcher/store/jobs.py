@@ -282,7 +282,7 @@ def read_queue(client, ns: str, *, include_final: bool = False, limit: int = 100
         return [i for i, _ in tolerant(lambda: index_window(client, keys.jobs_all(ns), max(0, n - limit), limit), [])]
 
     if include_final:
-        return _oldest_first(read_jobs(client, ns, latest()))
+        return oldest_first(read_jobs(client, ns, latest()))
     ids, broken = [], False
     for read in (lambda: [text(i) for i in client.zrange(keys.jobs_active(ns), 0, -1)],
                  lambda: [i for i, _ in index_window(client, keys.jobs_pending(ns), 0, limit)]):
@@ -297,7 +297,7 @@ def read_queue(client, ns: str, *, include_final: bool = False, limit: int = 100
     if broken:
         seen = set(ids)
         jobs += [j for j in read_jobs(client, ns, [i for i in latest() if i not in seen]) if not is_final(j["state"])]
-    return _oldest_first(jobs)
+    return oldest_first(jobs)
 
 
 def index_window(client, key: str, start: int, count: int) -> list[tuple[str, float]]:
@@ -320,7 +320,8 @@ def index_window(client, key: str, start: int, count: int) -> list[tuple[str, fl
     return ordered[start - before:start - before + count]
 
 
-def _oldest_first(jobs: list[dict]) -> list[dict]:
+def oldest_first(jobs: list[dict]) -> list[dict]:
+    """Job views by (submit time, numeric id): the jobs of one `submit --from` or array share a submit time."""
     return sorted(jobs, key=lambda j: (j["submitted_at"] or 0, int(j["id"]) if j["id"].isdigit() else 0))
 
 

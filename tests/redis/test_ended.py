@@ -53,3 +53,13 @@ def test_jobs_that_ended_in_the_window_are_read_in_batches_and_bad_records_are_c
 
     everything, _ = read_ended(client, ns)
     assert {v["id"] for v in everything} == set(ids[:4])
+
+
+def test_ended_jobs_that_share_a_submit_time_come_in_numeric_id_order_not_as_text(client, ns):
+    at = now_ms()  # an array's elements, or the jobs of one `submit --from`, share their submit time
+    ids = write_jobs(client, ns, [build_spec(user="ana", submit_ms=at, command=["true"]) for _ in range(12)])
+    s = Scripts(client, ns)
+    for job_id in ids:
+        cancel_job(s, client, ns, job_id, now_ms())
+    assert any(len(i) > len(ids[0]) for i in ids)  # ('10' sorts before '2' as text)
+    assert [v["id"] for v in read_ended(client, ns)[0]] == ids
