@@ -274,15 +274,18 @@ def read_named(client, ns: str, ids) -> list[dict]:
 
 
 def read_queue(client, ns: str, *, include_final: bool = False, limit: int = 1000) -> list[dict]:
-    """Pending and active jobs (and recent finished ones if asked), oldest first. An index of the wrong
-    type (the leading scheduler sets it aside and rebuilds it) is stood in for by the latest `limit`
-    jobs of the all-jobs index that are not finished."""
+    """Every active job and the oldest `limit` pending ones (with include_final, the finished ones among the
+    latest `limit` jobs too), oldest first. An index of the wrong type (the leading scheduler sets it aside
+    and rebuilds it) is stood in for by the latest `limit` jobs of the all-jobs index that are not finished."""
     def latest():
         n = tolerant(lambda: client.zcard(keys.jobs_all(ns)), 0)
         return [i for i, _ in tolerant(lambda: index_window(client, keys.jobs_all(ns), max(0, n - limit), limit), [])]
 
-    if include_final:
-        return oldest_first(read_jobs(client, ns, latest()))
+    if include_final:  # (a job that runs or waits is listed however old it is)
+        jobs = read_queue(client, ns, limit=limit)
+        seen = {j["id"] for j in jobs}
+        return oldest_first(jobs + [j for j in read_jobs(client, ns, [i for i in latest() if i not in seen])
+                                    if is_final(j["state"])])
     ids, broken = [], False
     for read in (lambda: [text(i) for i in client.zrange(keys.jobs_active(ns), 0, -1)],
                  lambda: [i for i, _ in index_window(client, keys.jobs_pending(ns), 0, limit)]):

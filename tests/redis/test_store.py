@@ -198,7 +198,21 @@ def test_queue_lists_the_oldest_jobs_by_number_when_one_file_shares_a_submit_tim
     assert [j["id"] for j in read_queue(client, ns, limit=3)] == ["1", "2", "3"]
     assert [j["id"] for j in read_queue(client, ns, limit=1)] == ["1"]
     assert [j["id"] for j in read_queue(client, ns, limit=20)] == ids
-    assert [j["id"] for j in read_queue(client, ns, include_final=True, limit=3)] == ["10", "11", "12"]
+    assert [j["id"] for j in read_queue(client, ns, include_final=True, limit=3)] == ["1", "2", "3"]
     board = Board(client, ns)
     assert [j["id"] for j in board.queue_page("pending", "", 1, 5)["jobs"]] == ["6", "7", "8", "9", "10"]
     assert [j["id"] for j in board.queue_page("pending", "", 2, 5)["jobs"]] == ["11", "12"]
+
+
+def test_queue_all_lists_an_old_pending_job_beside_the_latest_finished_ones_in_number_order(client, ns):
+    """QA: `queue --all` read only the latest 1000 jobs of the all-jobs index, so after a finished sweep of
+    1000 a job pending or running since before it was not listed (and the footer counted it as 'more')."""
+    from dispatcher.store.jobs import cancel_job, read_queue
+    from dispatcher.store.scripts import Scripts
+
+    at = now_ms() - 60_000
+    ids = write_jobs(client, ns, [build_spec(command=["true"], user="ann", submit_ms=at - 1000, gpus=1)])
+    sweep = write_jobs(client, ns, [build_spec(command=["true"], user="ann", submit_ms=at, gpus=1) for _ in range(11)])
+    for job_id in sweep:
+        cancel_job(Scripts(client, ns), client, ns, job_id, now_ms())
+    assert [j["id"] for j in read_queue(client, ns, include_final=True, limit=3)] == ["1", "10", "11", "12"]
