@@ -36,7 +36,7 @@ WAIT_NOTE_S, STATE_EVERY_S = 1.0, 2.0
 SCREENFUL = 4096
 
 
-@click.command(context_settings={"ignore_unknown_options": False})
+@click.command(context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False})
 @resources(priority="high")
 @click.option("--idle-timeout", default="1h", metavar="DURATION",
               help="End the session after this long with no keystroke (0: never).")

@@ -17,7 +17,7 @@ from ..core.errors import InvalidRequestError
 from ..auth.identity import caller_dir, current_user
 
 
-@click.command(context_settings={"ignore_unknown_options": False})
+@click.command(context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False})
 @resources()
 @click.option("--user", default=None, help="Owner (default: $USER).")
 @click.option("--nodes", default=None, metavar="N",

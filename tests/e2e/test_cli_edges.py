@@ -111,3 +111,13 @@ def test_a_submit_from_a_deleted_directory_asks_for_an_absolute_cwd_and_takes_on
         gone.mkdir()
     job_id = submit_from_gone("--cwd", str(tmp_path), "--", "pwd").stdout.strip()
     assert cli.show(job_id)["cwd"] == str(tmp_path)
+
+
+def test_flags_after_the_command_are_the_commands_own_as_sbatch_and_tsp_pass_them(cli):
+    # was: `submit --gpus 1 python train.py --name run1` ran `python train.py` and named the job run1, and
+    # `submit sh -c 'echo x'` said "No such option '-c'"
+    job = cli.submit("--cpus", "2", "python3", "train.py", "--name", "run1", "--gpus", "1", "--", "x")
+    assert cli.show(job)["command"] == ["python3", "train.py", "--name", "run1", "--gpus", "1", "--", "x"]
+    assert (cli.show(job)["name"], cli.show(job)["gpus_requested"], cli.show(job)["cpus"]) == ("", 0, 2)
+    assert cli.show(cli.submit("sh", "-c", "echo x"))["command"] == ["sh", "-c", "echo x"]
+    assert cli.show(cli.submit("--name", "n", "--", "echo", "--name"))["command"] == ["echo", "--name"]
