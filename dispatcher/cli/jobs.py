@@ -361,7 +361,10 @@ def decisions(ctx, job_id, limit, as_json):
     """The scheduler's latest decisions: each start (its score breakdown and why it won) and each
     preemption (its victim, the job it made room for, how, and why)."""
     from ..store.decisions import read_decisions
+    from ..store.jobs import read_named
 
+    if job_id is not None:  # 12_5 is element 5 of array 12; no such job is one line, not an empty table
+        job_id = read_named(ctx.client, ctx.ns, [job_id])[0]["id"]
     got = read_decisions(ctx.client, ctx.ns, job_id=job_id, limit=limit)
     if as_json:
         click.echo(json.dumps(got, indent=1))

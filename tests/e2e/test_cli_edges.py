@@ -121,3 +121,19 @@ def test_flags_after_the_command_are_the_commands_own_as_sbatch_and_tsp_pass_the
     assert (cli.show(job)["name"], cli.show(job)["gpus_requested"], cli.show(job)["cpus"]) == ("", 0, 2)
     assert cli.show(cli.submit("sh", "-c", "echo x"))["command"] == ["sh", "-c", "echo x"]
     assert cli.show(cli.submit("--name", "n", "--", "echo", "--name"))["command"] == ["echo", "--name"]
+
+
+def test_decisions_job_takes_an_array_element_as_why_does_and_names_a_job_that_does_not_exist(cli, client):
+    from dispatcher.clock import now_ms
+    from dispatcher.core.plan import Placement
+    from dispatcher.store.decisions import write_decisions
+
+    array = cli.submit("--array", "0-2", "--", "true")
+    element = cli.show(f"{array}_1")["id"]
+    pipe = client.pipeline()
+    write_decisions(pipe, cli.ns, [Placement(element, "n1", (0,), 50.0, {"fit": 1.0}, 1, "rank 1")], now_ms(), "default")
+    pipe.execute()
+    got = json.loads(cli.run("decisions", "--job", f"{array}_1", "--json").stdout)  # was: [] (no job '0_1' decided)
+    assert [d["job"] for d in got] == [element]
+    for bad in ("999999", f"{array}_7", ""):  # was: an empty table and exit 0
+        one_line(cli.run("decisions", "--job", bad, check=False), errors.EXIT_NOT_FOUND, "no job with id")
