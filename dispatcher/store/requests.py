@@ -59,8 +59,10 @@ def send(client, ns: str, kind: str, user: str, token: str, body: dict, timeout_
                               "is `dispatch scheduler` running (with --secret-file)?")
     answer = msgpack.unpackb(got[1], raw=False)
     if not answer.get("ok"):
-        cls = NotAllowed if answer.get("denied") else InvalidRequestError
-        raise cls(answer.get("error", "refused"))
+        err = (NotAllowed if answer.get("denied") else InvalidRequestError)(answer.get("error", "refused"))
+        if isinstance(answer.get("code"), int):  # the error's own exit code (a job not pending: 1, as without identity)
+            err.exit_code = answer["code"]
+        raise err
     return answer
 
 
@@ -112,7 +114,7 @@ class RequestServer:
         except NotAllowed as e:
             answer = {"ok": False, "denied": True, "error": str(e)}
         except DispatcherError as e:
-            answer = {"ok": False, "error": str(e)}
+            answer = {"ok": False, "error": str(e), "code": e.exit_code}
         except Exception as e:  # a hostile request must not stop the scheduler
             log.warning("request %s refused: %s: %s", entry_id, type(e).__name__, e)
             answer = {"ok": False, "error": f"malformed request ({type(e).__name__})"}

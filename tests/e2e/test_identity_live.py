@@ -94,3 +94,16 @@ def test_a_scheduler_or_agent_without_the_secret_refuses_a_namespace_with_identi
         p = cli.run(*part, check=False, timeout=60)
         assert p.returncode == 2 and "has identity on" in p.stderr and "--secret-file" in p.stderr, p.stderr
         assert "Traceback" not in p.stderr
+
+
+def test_a_refusal_exits_with_the_same_code_as_without_identity(cli, lab):
+    """QA: under identity every refusal the scheduler answered exited 2 (usage); a job in the wrong state is
+    1, as `dispatch hold` of an ended job exits without identity."""
+    from dispatcher.core import errors
+
+    alice = as_user(lab, "alice")
+    job = cli.run("submit", "--", "true", **alice).stdout.strip()
+    cli.wait_for(lambda: cli.show(job)["state"] == "succeeded", what="alice's job to succeed")
+    for verb in (["hold"], ["release"], ["update", "--priority", "low"]):
+        p = cli.run(*verb, job, check=False, **alice)
+        assert p.returncode == errors.EXIT_FAILED and "is succeeded; cannot" in p.stderr, (verb, p.returncode, p.stderr)
