@@ -153,7 +153,7 @@ def history_rows(client, ns: str, since: str | None, sel=None) -> tuple[list, li
 
     since_ms = None
     if since:
-        since_ms = int((time.time() - parse_duration(since, flag="--since")) * 1000)
+        since_ms = int(max(0.0, time.time() - parse_duration(since, flag="--since")) * 1000)  # (before 1970: all)
     found = [r for r in read_history(client, ns, since_ms) if sel is None or sel.matches(r)]
     first = min((r["submitted_at"] for r in found), default=0.0)
     jobs = [TraceJob(r["id"], round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
