@@ -9,8 +9,8 @@ import click
 def resources(priority: str = "normal"):
     """--name, --team, --gpus, --gpu-type, --gpu-mem, --cpus, --mem, --priority (default `priority`), --time."""
     options = [
-        click.option("--name", default="", help="A name for the job."),
-        click.option("--team", default="", help="Team, for quotas."),
+        click.option("--name", default=None, help="A name for the job."),
+        click.option("--team", default=None, help="Team, for quotas."),
         click.option("--gpus", default="0", metavar="N|MIN-MAX",
                      help="Number of GPUs, all on one node (0: CPU only); a range (1-8) lets the scheduler choose. "
                           "With --nodes: the total. More than any node has: as many whole nodes as they fill."),

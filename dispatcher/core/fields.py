@@ -76,6 +76,23 @@ def parse_job_ids(value, flag: str) -> tuple[str, ...]:
     return tuple(ids)
 
 
+#: Text fields where an empty value is a mistake (`--team "$TEAM"` with TEAM unset), not a choice: flag, what to give.
+NOT_EMPTY = {"name": ("--name", "a name"), "team": ("--team", "a team"),
+             "checkpoint_signal": ("--checkpoint-signal", "a signal such as USR1"),
+             "output": ("--output", "a file pattern such as logs/%x-%j.out"),
+             "notify": ("--notify", "a command or an http(s) URL"),
+             "scaling": ("--scaling", "linear, amdahl:P or a table such as 1:10h,2:5.5h")}
+
+
+def refuse_empty(request: dict) -> None:
+    """A request (REQUEST_FIELDS) that gives one of NOT_EMPTY empty or blank is refused: leaving the flag out
+    is how to get its default."""
+    for key, (flag, what) in NOT_EMPTY.items():
+        value = request.get(key)
+        if isinstance(value, str) and not value.strip():
+            raise InvalidRequestError(f"{flag}: empty; give {what}, or leave {flag} out", field=flag)
+
+
 def with_caller(options: dict, user: str, cwd: str) -> dict:
     """`options` (check_options' keywords) with the caller's user and working directory where the request
     gives none (absent or None). A relative --cwd is taken from the caller's directory (Slurm's --chdir),

@@ -11,7 +11,7 @@ import functools
 import re
 
 from .errors import InvalidRequestError
-from .fields import env_pairs, parse_job_ids, utf8, with_caller
+from .fields import env_pairs, parse_job_ids, refuse_empty, utf8, with_caller
 from .gpuspec import MAX_GPU_MEM_GB
 from .memo import remembered
 from .model import PRIORITIES, PRIORITY_ALIASES, JobSpec
@@ -335,6 +335,7 @@ def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> 
     those fields as the request gives them (a sweep's lines)."""
     if not isinstance(request, dict):
         raise InvalidRequestError("a request must be an object of submit's fields, with 'command'", field="request")
+    refuse_empty(request)
     shared = [kv for kv in request.items() if kv[0] != "command" and kv[0] != "name"]
     template = _request_template((user, cwd, *shared))
     return _filled(template, request.get("command"), request.get("name"), submit_ms)

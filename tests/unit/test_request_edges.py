@@ -69,6 +69,12 @@ def test_a_request_without_cwd_runs_where_it_was_submitted_and_build_spec_keeps_
      "11574d (about 31 years)"),  # minutes, told as a duration: not 6e+21 against a bound in seconds
     ({"est": float("nan")}, "--est", "--est: nan is out of range"),
     ({"gpus": 1, "gpu_mem": True}, "--gpu-mem", "--gpu-mem: True is not a number"),
+    ({"name": ""}, "--name", "--name: empty; give a name, or leave --name out"),  # QA: these were taken as none
+    ({"team": ""}, "--team", "--team: empty; give a team"),  # (no team: no team quota)
+    ({"checkpoint_signal": ""}, "--checkpoint-signal", "--checkpoint-signal: empty"),  # (TERM, not the one meant)
+    ({"output": " "}, "--output", "--output: empty; give a file pattern"),
+    ({"notify": ""}, "--notify", "--notify: empty"),
+    ({"gpus": "1-4", "scaling": ""}, "--scaling", "--scaling: empty"),
     ({"command": [""]}, "COMMAND", "the program to run is ''; name one"),
     ({"command": [" ", "x"]}, "COMMAND", "the program to run is ' '"),
 ])
