@@ -8,6 +8,7 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
+from .arrays import parse_array
 from .errors import InvalidRequestError
 
 #: States a filter may name: the job states, and the two groups users think in.
@@ -17,11 +18,15 @@ STATE_GROUPS = {"active": ("pending", "assigned", "running", "preempting"),
 #: The most ids one range may stand for (`1-1000000` is a typo, not a request).
 MAX_RANGE = 100_000
 _RANGE = re.compile(r"(\d+)-(\d+)")
+#: Elements of an array as queue shows them and scancel takes them: 12_[1-3,7] (a cap, %8, is ignored).
+_ELEMENTS = re.compile(r"(\d+)_\[([^\]]*)\]")
+_OUTSIDE_BRACKETS = re.compile(r",(?![^\[]*\])")
 
 
 def split(values) -> tuple[str, ...]:
-    """Repeated or comma-separated values, each stripped, empty ones left out."""
-    return tuple(v.strip() for item in values for v in str(item).split(",") if v.strip())
+    """Repeated or comma-separated values, each stripped, empty ones left out (a comma inside brackets, as in
+    an array's elements 12_[1,3], is the value's own)."""
+    return tuple(v.strip() for item in values for v in _OUTSIDE_BRACKETS.split(str(item)) if v.strip())
 
 
 @dataclass(frozen=True)
@@ -46,9 +51,18 @@ class Selection:
 
 
 def expand_ids(args) -> list[str]:
-    """Job ids as given, ranges `60-66` spelled out, order kept, no repeats."""
+    """Job ids as given, ranges `60-66` and an array's elements `12_[1-3,7]` spelled out, order kept, no repeats."""
     out: dict[str, None] = {}
     for arg in split(args):
+        elements = _ELEMENTS.fullmatch(arg)
+        if elements:
+            try:
+                indices, _ = parse_array(elements.group(2))
+            except InvalidRequestError:
+                raise InvalidRequestError(f"{arg}: not elements of an array; give e.g. 12_[1-3,7] (as queue shows "
+                                          "an array) or 12_5", field="JOB") from None
+            out.update(dict.fromkeys(f"{elements.group(1)}_{i}" for i in indices))
+            continue
         m = _RANGE.fullmatch(arg)
         if m:
             lo, hi = int(m.group(1)), int(m.group(2))

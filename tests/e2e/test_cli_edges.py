@@ -137,3 +137,14 @@ def test_decisions_job_takes_an_array_element_as_why_does_and_names_a_job_that_d
     assert [d["job"] for d in got] == [element]
     for bad in ("999999", f"{array}_7", ""):  # was: an empty table and exit 0
         one_line(cli.run("decisions", "--job", bad, check=False), errors.EXIT_NOT_FOUND, "no job with id")
+
+
+def test_cancel_hold_and_queue_take_an_arrays_elements_in_brackets_as_queue_prints_them(cli):
+    array = cli.submit("--array", "0-4", "--gpus", "1", "--", "true")  # no node: all pending
+    listed = json.loads(cli.run("queue", f"{array}_[1-2,4]", "--json").stdout)
+    assert [(j["array_of"], j["array_index"]) for j in listed] == [(array, 1), (array, 2), (array, 4)]
+    cli.run("hold", f"{array}_[3]")
+    cli.run("cancel", f"{array}_[0-2%8]")
+    states = [j["state"] for j in json.loads(cli.run("queue", array, "--json").stdout)]
+    assert states == ["cancelled"] * 3 + ["pending"] * 2 and cli.show(f"{array}_3")["hold"]
+    one_line(cli.run("cancel", f"{array}_[9]", check=False), errors.EXIT_NOT_FOUND, f"{array}_9")

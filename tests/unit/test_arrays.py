@@ -102,3 +102,15 @@ def test_a_stepped_array_is_shown_as_its_step_not_every_index(indices, shown):
     """`dispatch queue`'s ID column: 12_[0-998:2], as --array takes it, not 500 numbers."""
     assert ranges(indices) == shown
     assert parse_array(shown)[0] == tuple(sorted(indices))
+
+
+def test_elements_of_an_array_as_queue_shows_them_are_taken_by_the_commands_on_ids():
+    """QA: `cancel 12_[1-3]` (scancel's form, and what queue prints: 12_[0-99%8]) was 'no job with id'."""
+    from dispatcher.core.selection import expand_ids, selection
+
+    assert expand_ids(["12_[1-3,7]", "5"]) == ["12_1", "12_2", "12_3", "12_7", "5"]
+    assert expand_ids(["12_[0-2%8],12_5,3-4"]) == ["12_0", "12_1", "12_2", "12_5", "3", "4"]
+    assert selection(["12_[1,3]"], ["ann,bob"]).users == ("ann", "bob")
+    for bad in ("12_[x]", "12_[]", "12_[3-1]"):
+        with pytest.raises(InvalidRequestError, match=r"not elements of an array; give e\.g\. 12_\[1-3,7\]"):
+            expand_ids([bad])
