@@ -12,6 +12,7 @@ import time
 import click
 
 from ..core import errors
+from ..core.arrays import label
 from . import _table, common, json_flag
 from ..clock import now_ms
 from ..core.errors import InvalidRequestError
@@ -52,9 +53,8 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
     now = time.time()
     rows = []
     rest = published.read(ctx.client, ctx.ns)["rest_reason"] or ""  # why the jobs the last cycle did not reach wait
-    shown = [(f"{j['array_of']}_{j['array_index']}" if j["array_of"] else j["id"], j, [j]) for j in jobs] \
-        if expand else folded(jobs)
-    for label, j, group in shown:
+    shown = [(label(j), j, [j]) for j in jobs] if expand else folded(jobs)
+    for row_id, j, group in shown:
         waited = ((j["started_at"] or j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
                   if j["submitted_at"] else None)
         gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] > 1 else _held(j)) \
@@ -66,7 +66,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
             where = ",".join(dict.fromkeys(active)) or "-"
         reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else ""
         reason = reason or (rest if j["state"] == "pending" else "")
-        rows.append([label, j["name"] or "-", j["user"], j["priority"], counts(group) if len(group) > 1 else j["state"],
+        rows.append([row_id, j["name"] or "-", j["user"], j["priority"], counts(group) if len(group) > 1 else j["state"],
                      gpus, where,
                      age(waited), reason[:90], shlex.join(j["command"])])
     header = ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON", "COMMAND"]
@@ -277,7 +277,7 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
     failed = [client.show(i) for i in ids if ended[i] != "succeeded"]  # (their codes and reasons)
     for j in failed:
         code = f" (exit {j['exit_code']})" if j["exit_code"] not in (None, 0) else ""
-        click.echo(f"{j['id']}: {j['state']}{code}" + (f": {j['reason']}" if j["reason"] else ""), err=True)
+        click.echo(f"{label(j)}: {j['state']}{code}" + (f": {j['reason']}" if j["reason"] else ""), err=True)
     if failed and len(ids) == 1 and failed[0]["state"] == "failed" and (failed[0]["exit_code"] or 0) > 0:
         sys.exit(min(int(failed[0]["exit_code"]), 255))
     sys.exit(errors.EXIT_FAILED if failed else errors.EXIT_OK)

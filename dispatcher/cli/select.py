@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import click
 
+from ..core.arrays import label
 from ..core.errors import InvalidRequestError
 from ..core.selection import STATE_GROUPS, Selection, selection  # noqa: F401 (the commands import them here)
 
@@ -85,7 +86,7 @@ def act_each(ctx, kind: str, jobs: list[dict], local, say=lambda outcome, job: s
             click.echo(f"dispatch: error: {e}", err=True)
             refused = refused or e
             continue
-        click.echo(f"{job_id}: {say(outcome, job)}")
+        click.echo(f"{label(job)}: {say(outcome, job)}")  # (an array's element as 12_5)
     if refused is not None:
         raise click.exceptions.Exit(refused.exit_code)
 

@@ -86,6 +86,12 @@ def element_name(text: str) -> tuple[str, int] | None:
     return None
 
 
+def label(job: dict) -> str:
+    """How people name a job (a view with id, array_of, array_index): an array's element as 12_5, as queue
+    shows it and every command takes it; any other job by its id."""
+    return f"{job['array_of']}_{job['array_index']}" if job.get("array_of") else job["id"]
+
+
 def request_jobs(request, build, token: str) -> list[JobSpec]:
     """The jobs of one submit request: `build(request)` (core/spec.spec_from_request), or, for a request
     with "array", its elements. `token`: unique among the arrays of one submit (the request's number)."""

@@ -19,7 +19,7 @@ import threading
 import time
 
 from ..clock import now_ms
-from ..core.arrays import element_name
+from ..core.arrays import element_name, label
 from ..core.errors import InvalidRequestError, JobNotFound, MalformedRecord
 from ..core.model import FINAL_STATES, PRIORITIES
 from ..core.selection import Selection, selection
@@ -194,6 +194,6 @@ def _row(j: dict, now: int) -> dict:
     pending = j["state"] == "pending"  # (a requeued job keeps its last attempt's start)
     return {"id": j["id"], "name": j["name"], "user": j["user"], "team": j["team"], "class": j["priority"],
             "state": j["state"], "gpus_requested": j["gpus_requested"], "node": j["node"] or None,
-            "gpus": list(j["gpus"]), "label": f"{j['array_of']}_{j['array_index']}" if j["array_of"] else j["id"],
+            "gpus": list(j["gpus"]), "label": label(j),
             "wait_s": secs(j["submit_ms"], now if pending else j["started_ms"]),
             "run_s": None if pending or not j["started_ms"] else secs(j["started_ms"], j["finished_ms"] or now)}

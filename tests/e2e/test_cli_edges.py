@@ -148,3 +148,12 @@ def test_cancel_hold_and_queue_take_an_arrays_elements_in_brackets_as_queue_prin
     states = [j["state"] for j in json.loads(cli.run("queue", array, "--json").stdout)]
     assert states == ["cancelled"] * 3 + ["pending"] * 2 and cli.show(f"{array}_3")["hold"]
     one_line(cli.run("cancel", f"{array}_[9]", check=False), errors.EXIT_NOT_FOUND, f"{array}_9")
+
+
+def test_an_arrays_elements_are_named_12_5_in_what_cancel_hold_and_wait_print(cli):
+    # was: `hold 12_1` printed '13: held' and `wait 12` '13: cancelled', ids the queue never shows
+    array = cli.submit("--array", "0-1", "--gpus", "1", "--", "true")  # no node: all pending
+    assert cli.run("hold", f"{array}_1").stdout == f"{array}_1: held\n"
+    assert cli.run("cancel", array).stdout.splitlines() == [f"{array}_0: cancelled", f"{array}_1: cancelled"]
+    waited = cli.run("wait", array, check=False)
+    assert [line.split(":")[0] for line in waited.stderr.splitlines()] == [f"{array}_0", f"{array}_1"]

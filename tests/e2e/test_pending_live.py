@@ -90,6 +90,6 @@ def test_holding_an_array_whose_first_element_runs_holds_the_rest_and_says_which
     assert held.stderr.strip() == f"dispatch: error: job {array} is running; cannot hold it " \
                                   "(only a pending job can be held; `dispatch preempt` sends it back to the queue)"
     rest = [str(int(array) + k) for k in (1, 2, 3)]
-    assert held.stdout.split("\n")[:3] == [f"{j}: held" for j in rest], held.stdout
+    assert held.stdout.split("\n")[:3] == [f"{array}_{k}: held" for k in (1, 2, 3)], held.stdout  # (as queue names them)
     cli.wait_for(lambda: all(cli.show(j)["reason"].startswith("held by ") for j in rest), what="the held reasons")
-    assert cli.run("release", array, check=False).stdout.split("\n")[:3] == [f"{j}: released" for j in rest]
+    assert cli.run("release", array, check=False).stdout.split("\n")[:3] == [f"{array}_{k}: released" for k in (1, 2, 3)]
