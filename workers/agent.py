@@ -215,6 +215,8 @@ class NodeAgent:
                     worker.work(logging_level="WARNING", with_scheduler=False)
                     break  # a warm shutdown (SIGINT/SIGTERM)
                 except Exception as e:
+                    if getattr(worker, "stop_asked", False):
+                        break  # a warm shutdown whose teardown could not reach the server
                     # RQ retries a lost server while it waits for work, but not while it starts or
                     # finishes a launch: the agent outlives that (its jobs, heartbeats and outbox carry
                     # on) and starts a new worker once the server is back

@@ -17,6 +17,15 @@ LISTEN_S = 1.0
 
 
 class AgentWorker(SimpleWorker):
+    #: A warm shutdown was asked (SIGINT/SIGTERM). RQ's own flag is set only while busy, and while the
+    #: server is away its teardown fails past the StopRequested: the agent reads this instead of taking
+    #: the error for a lost server and starting a new worker (a stop `dispatch up` then waited 60 s for).
+    stop_asked = False
+
+    def request_stop(self, signum, frame) -> None:
+        self.stop_asked = True
+        super().request_stop(signum, frame)
+
     def subscribe(self) -> None:
         """As RQ's (2.x, 3.x), with LISTEN_S for the listener's wait."""
         self.pubsub = self.connection.pubsub()

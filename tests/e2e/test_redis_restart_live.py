@@ -4,6 +4,7 @@ submission is lost, and the scheduler and node agents reconnect by themselves.""
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 
 import pytest
@@ -57,3 +58,26 @@ def test_wait_and_logs_follow_ride_out_a_server_restart(cli, tmp_path, own_serve
     assert follow.wait(timeout=60) == 0
     out = log.read_text()
     assert "line6" in out and "does not answer" in out
+
+
+def test_a_worker_stops_on_sigterm_while_its_server_is_down(cli, tmp_path, own_server):
+    # Ctrl-C of `dispatch up` while its server restarts (or an `up` stopping because its server cannot
+    # come back) sends the agent one SIGTERM: RQ took it while it retried the lost server, its teardown
+    # could not reach the server either, and the agent took that for a lost server and started a new
+    # RQ worker, so `up` hung a minute and then killed it
+    env = {"DISPATCH_REDIS_URL": own_server.url}
+    worker = cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--work-dir", str(tmp_path / "n1"),
+                       **env)
+    log = cli.home / "worker-0.log"
+    cli.wait_for(lambda: "listening on RQ queue" in log.read_text(), what="the agent to listen")
+    time.sleep(0.5)
+    own_server.proc.send_signal(signal.SIGKILL)
+    own_server.proc.wait()
+    cli.wait_for(lambda: "could not connect to Redis" in log.read_text(), what="RQ to retry the lost server")
+    worker.send_signal(signal.SIGTERM)
+    try:
+        code = worker.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the agent did not stop on SIGTERM while its server was down\n"
+                             + log.read_text()[-3000:]) from None
+    assert code == 0, log.read_text()[-3000:]
