@@ -169,6 +169,7 @@ class Up:
 
     def _run(self) -> None:
         clear_leftovers(self.lock.previous, self.data_dir)
+        state_id = _dir_id(self.state_dir)
         dashboard = None
         try:
             embedded = self.url is None
@@ -191,6 +192,11 @@ class Up:
             print("dispatch: scheduler and node agent running; Ctrl-C stops everything", file=sys.stderr)
             while not self.signals and self.failure is None:
                 time.sleep(POLL_S)
+                if _dir_id(self.state_dir) != state_id:  # its lock, records and data went with it
+                    self.failure = UpStopped("state", f"the state directory {self.state_dir} was removed while "
+                                             "`dispatch up` ran, the server's data with it; stopped everything "
+                                             "(start `dispatch up` again for a new one)")
+                    break
                 if self.server is not None:
                     self._watch_server()
                 self._watch_children()
@@ -316,6 +322,16 @@ class Up:
             self.server.stop()
         if started:  # (a refusal before anything started is its one line alone)
             print("dispatch: stopped", file=sys.stderr)
+
+
+def _dir_id(path: Path) -> tuple[int, int] | None:
+    """Which directory `path` names (device, inode); None if it is gone. A removed state directory
+    must not go unnoticed: a second `up` would find no lock in its place and start beside this one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _previous_port(previous: dict, data_dir: Path) -> int | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -282,3 +283,36 @@ def test_up_stops_cleanly_when_its_server_cannot_come_back(ups):
         assert not pid_alive(rec[part]), (part, ups.logs())
     p = ups.run("queue")
     assert "no server" in _one_line(p.stderr)
+
+
+@pytest.mark.slow
+def test_up_stops_in_one_line_when_its_state_directory_is_removed(tmp_path):
+    # rm -rf of the state dir under a running `up` took its lock and server.json: commands then said
+    # "no server: start one with `dispatch up`", and that second `up` started beside the first, its
+    # agent killing the first one's running job as a leftover, while the first's data was gone
+    home = tmp_path / "state"
+    home.mkdir()
+    ups = UpHarness(home)
+    log = tmp_path / "up.log"
+    with open(log, "wb") as out:
+        up = subprocess.Popen(DISPATCH + UP, env=_env(home), stdout=out, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    ups.procs.append(up)
+    try:
+        rec = ups.wait_running(up)
+        job = ups.run("submit", "--gpus", "1", "--", "sleep", "60").stdout.strip()
+        ups.wait_for(lambda: json.loads(ups.run("show", job, "--json").stdout)["state"] == "running",
+                     what=f"job {job} to run")
+        shutil.rmtree(home)
+        try:
+            up.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"up kept running without its state directory\n{log.read_text()[-3000:]}") from None
+        text = log.read_text()
+        assert up.returncode not in (0, None) and "Traceback" not in text, text
+        last = text.strip().splitlines()[-1]
+        assert last.startswith("dispatch: error:") and f"{home} was removed" in last, last
+        for part in ("server_pid", "scheduler_pid", "agent_pid"):
+            assert not pid_alive(rec[part]), (part, text)
+    finally:
+        ups.stop_all()
