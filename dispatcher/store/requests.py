@@ -22,7 +22,7 @@ from ..core.errors import DispatcherError, InvalidRequestError
 from ..auth.identity import MAX_SKEW_S, NotAllowed, Verifier, seal_job, sign
 from . import keys
 from .codec import decode_spec
-from .connect import text
+from .connect import ride_out, text
 from .quarantine import Entry, quarantine
 
 log = logging.getLogger("dispatch.requests")
@@ -33,6 +33,9 @@ KINDS = ("submit", "cancel", "preempt", "job-submit", "hold", "release", "update
 SEEN_TTL_S = int(2 * MAX_SKEW_S + 60)
 REQUESTS_MAXLEN = 100_000
 REPLY_TTL_S = 60
+#: The longest one wait for an answer blocks: within redis-py's socket timeout (5 s by default), which
+#: a longer BLPOP ran into, told as a server restarting while the request stayed to be carried out.
+REPLY_SLICE_S = 1.0
 MAX_BODY_BYTES = 2 * 1024 * 1024
 #: Specs in one signed submit, and their encoded bytes (a spec is at most 256 KiB: codec.py).
 MAX_SPECS, SPECS_BYTES = 1000, 1024 * 1024
@@ -52,11 +55,22 @@ def send(client, ns: str, kind: str, user: str, token: str, body: dict, timeout_
                                   "sig": sign(token, kind, rid, user, ts, raw)},
               maxlen=REQUESTS_MAXLEN, approximate=True)
     pipe.publish(keys.events(ns), b"request")
-    pipe.execute()
-    got = client.blpop([keys.reply(ns, rid)], timeout=timeout_s)
+    entry = pipe.execute()[0]
+    got, deadline = None, time.monotonic() + timeout_s
+    while got is None and time.monotonic() < deadline:  # in slices within the client's socket timeout (5 s)
+        wait_s = min(REPLY_SLICE_S, max(0.1, deadline - time.monotonic()))
+        got = ride_out(lambda: client.blpop([keys.reply(ns, rid)], timeout=wait_s))
     if got is None:
-        raise DispatcherError(f"no scheduler answered the {kind} request within {timeout_s:g}s; "
-                              "is `dispatch scheduler` running (with --secret-file)?")
+        # taken back, so that a scheduler that comes back later does not carry out what its sender
+        # was told did not happen (a resubmit then ran the job twice); an answer written meanwhile counts
+        pipe = client.pipeline(transaction=True)
+        pipe.xdel(keys.requests(ns), entry)
+        pipe.lpop(keys.reply(ns, rid))
+        got = (None, pipe.execute()[1])
+    if got[1] is None:
+        raise DispatcherError(f"no scheduler answered the {kind} request within {timeout_s:g}s, so it was "
+                              "withdrawn: nothing was done; check that `dispatch up` (or `dispatch scheduler`, "
+                              "with --secret-file) runs, then try again")
     answer = msgpack.unpackb(got[1], raw=False)
     if not answer.get("ok"):
         err = (NotAllowed if answer.get("denied") else InvalidRequestError)(answer.get("error", "refused"))

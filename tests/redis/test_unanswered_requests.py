@@ -1,0 +1,59 @@
+"""A signed request (identity on: every `dispatch up`) that the scheduler answers late, or not at all.
+
+While `up` restarts a scheduler killed -9, the new one leads only once the old lease lapses (5 s):
+a submit then waited past redis-py's 5 s socket timeout, was told "the embedded server is
+restarting; try again in a moment", and the scheduler carried the request out anyway, so a user who
+did as told ran the job twice."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from dispatcher.auth.identity import Verifier, token_for
+from dispatcher.clock import now_ms
+from dispatcher.core.errors import DispatcherError
+from dispatcher.core.spec import build_spec
+from dispatcher.store import keys
+from dispatcher.store.codec import encode_spec
+from dispatcher.store.requests import RequestServer, send
+from dispatcher.store.scripts import Scripts
+
+SECRET = b"s" * 32
+
+
+def _submit(client, ns, timeout_s: float) -> dict:
+    spec = build_spec(command=["true"], user="alice", submit_ms=now_ms())
+    return send(client, ns, "submit", "alice", token_for(SECRET, "alice"), {"specs": [encode_spec(spec)]},
+                timeout_s=timeout_s)
+
+
+@pytest.fixture
+def leader(client, ns):
+    server = RequestServer(client, ns, Verifier(SECRET, admins=()), Scripts(client, ns))
+    server.publish_mode()
+    return server
+
+
+def test_an_answer_later_than_the_socket_timeout_is_still_taken(client, ns, leader):
+    late = threading.Timer(6.0, leader.serve)
+    late.start()
+    try:
+        answer = _submit(client, ns, timeout_s=15)
+    finally:
+        late.join()
+    assert answer["ids"] == ["1"] and client.exists(keys.job(ns, "1"))
+
+
+def test_a_request_no_scheduler_answers_is_withdrawn_and_not_carried_out_later(client, ns, leader):
+    with pytest.raises(DispatcherError, match="withdrawn: nothing was done"):
+        _submit(client, ns, timeout_s=6)
+    assert leader.serve() == 0  # the scheduler, back, has nothing to carry out
+    assert not client.exists(keys.job(ns, "1"))
+    soon = threading.Timer(0.2, leader.serve)
+    soon.start()
+    try:
+        assert _submit(client, ns, timeout_s=5)["ids"] == ["1"]  # the next one is answered, under the first id
+    finally:
+        soon.join()
