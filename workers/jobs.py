@@ -119,13 +119,14 @@ class Supervisor:
         """The job's output, into its node-side log file and its log stream. What Redis does not take
         waits (up to 1 MiB, the newest kept) and goes with the next chunk, or into the outbox."""
         out, copy = run.proc.stdout, outputs.start(self, run, log_path)  # its --output file (workers/outputs.py)
-        with open(log_path, "ab") as f:
+        with open(log_path, "ab", buffering=0) as f:
+            node_log = f  # (None once the disk refuses it: the pipe is still read, or the job would block)
             while True:
                 chunk = out.read1(65536)
                 if not chunk:
                     break
-                f.write(chunk)
-                f.flush()
+                if node_log is not None:
+                    node_log = outputs.write(self, run, node_log, chunk, f"its log file {log_path}")
                 if copy is not None:
                     copy = outputs.write(self, run, copy, chunk)
                 run.unsent += chunk

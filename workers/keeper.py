@@ -144,11 +144,14 @@ def fenced_epoch(work_dir: Path, job_id: str) -> int | None:
 def fence(work_dir: Path, why: str) -> list[str]:
     """Kill every recorded attempt of the node; returns the job ids killed."""
     killed = []
-    (work_dir / FENCED_DIR).mkdir(parents=True, exist_ok=True)
     for a in read_attempts(work_dir):
         if not proctrack.pids(a) and not proctrack.cgroup_pids(a.cgroup):
             continue
-        (work_dir / FENCED_DIR / a.job_id).write_text(str(a.epoch))
+        try:  # the mark tells the agent the kill was the fence's; a full disk must not keep the copy alive
+            (work_dir / FENCED_DIR).mkdir(parents=True, exist_ok=True)
+            (work_dir / FENCED_DIR / a.job_id).write_text(str(a.epoch))
+        except OSError as e:
+            log.warning("keeper: cannot mark job %s fenced (%s); killing it all the same", a.job_id, e)
         proctrack.signal_attempt(a, signal.SIGKILL)
         killed.append(a.job_id)
     if killed:

@@ -50,13 +50,14 @@ def start(sup, run, log_path) -> object | None:
         return None
 
 
-def write(sup, run, out, chunk: bytes):
-    """Append `chunk` to the output file; the file, or None once it cannot be written (said once)."""
+def write(sup, run, out, chunk: bytes, what: str = "--output"):
+    """Append `chunk` to the output file (or the node-side log file, `what` names it); the file, or None
+    once it cannot be written (said once): a full disk stops the copy, never the job's output."""
     try:
         out.write(chunk)
         return out
     except OSError as e:
-        _say(sup, run, f"--output stopped on {sup.node}: {e.strerror or e}")
+        _say(sup, run, f"{what} stopped on {sup.node}: {e.strerror or e}")
         out.close()
         return None
 

@@ -29,6 +29,7 @@ import time
 from dispatcher.store import job_record, tty as streams
 from dispatcher.store.jobs import append_log
 
+from . import outputs
 from .running import Running, Stopping
 
 log = logging.getLogger("dispatch.agent")
@@ -105,10 +106,11 @@ class Terminal:
         except Exception as e:
             log.warning("job %s: could not record its session's start (%s)", self.job_id, e)
         threading.Thread(target=self._relay_input, args=(run,), name=f"tty-in-{self.job_id}", daemon=True).start()
-        with open(log_path, "ab") as f:
+        with open(log_path, "ab", buffering=0) as f:
+            node_log = f  # (None once the disk refuses it: the session goes on)
             while (data := self._batch()):
-                f.write(data)
-                f.flush()
+                if node_log is not None:
+                    node_log = outputs.write(sup, run, node_log, data, f"its log file {log_path}")
                 run.unsent += data
                 del run.unsent[:-(1 << 20)]
                 try:

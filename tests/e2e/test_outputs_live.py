@@ -108,3 +108,29 @@ def test_a_notify_url_is_posted_the_end_as_json_also_for_a_job_cancelled_while_p
         assert cli.show(waiting)["notified"] == "scheduler" and cli.show(waiting)["notified_at"]
     finally:
         server.shutdown()
+
+
+def test_a_node_log_file_the_disk_refuses_stops_neither_the_job_nor_its_output(cli, client, tmp_path):
+    # a full disk under the agent's work dir: the log file's write raised in the thread that reads the
+    # job's output (a traceback in up's output), nothing read the pipe any more, and the job blocked on
+    # its next write for good. Here the agent may write no file past 256 KiB (EFBIG, as ENOSPC)
+    import resource
+    import subprocess
+    import sys
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+
+    log = open(tmp_path / "worker-limited.log", "wb")
+    cli.procs.append(subprocess.Popen(
+        [sys.executable, "-m", "dispatcher", "worker", "--node", "n1", "--fake-gpus", "1xA100-40GB",
+         "--work-dir", str(tmp_path / "n1")], env=cli.env(), stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True, preexec_fn=small_files))
+    cli.start("scheduler")
+    job = cli.submit("--", sys.executable, "-c", "import sys; sys.stdout.write('x' * (2 << 20)); print('end')")
+    assert cli.run("wait", job, "--timeout", "30", check=False).returncode == 0, (tmp_path / "worker-limited.log"
+                                                                                .read_text()[-3000:])
+    out = cli.run("logs", job).stdout
+    assert out.count("x") == 2 << 20 and out.endswith("end\n"), len(out)
+    assert f"[dispatch: its log file {tmp_path / 'n1' / 'logs' / job}.log stopped on n1: File too large]" in out
+    assert "Traceback" not in (tmp_path / "worker-limited.log").read_text()

@@ -78,3 +78,22 @@ def test_a_kept_end_answers_for_its_own_job_only(tmp_path):
     os.utime(tmp_path / "exits" / "7", (old, old))
     prune_exits(tmp_path)
     assert kept_end(tmp_path, "7", 3, 555) is None and kept_end(tmp_path, "9", 2, 0) is not None
+
+
+def test_the_fence_kills_though_the_work_dir_takes_no_mark(tmp_path):
+    # a full disk under the work dir made the fence's mark raise before its kill: the keeper died
+    # (a traceback in up's output) and the copy ran on past the moment the scheduler reran the job
+    from workers.keeper import FENCED_DIR, fence
+
+    (tmp_path / PID_DIR).mkdir()
+    (tmp_path / FENCED_DIR).write_text("")  # no directory can be made there, as on a full disk
+    running = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                               env={**os.environ, "DISPATCH_JOB_ID": "3", "DISPATCH_EPOCH": "1"})
+    try:
+        time.sleep(0.3)
+        (tmp_path / PID_DIR / "3").write_text(f"{running.pid} 1")
+        assert fence(tmp_path, "a test") == ["3"]
+        assert running.wait(timeout=5) == -9
+    finally:
+        running.kill()
+        running.wait()
