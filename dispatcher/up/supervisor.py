@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .. import config
 from .embedded import EmbeddedServer, die_with_parent, free_port, port_free
-from ..core.errors import EXIT_NO_GPU, EXIT_USAGE, DispatcherError, UpStopped, masked_url
+from ..core.errors import EXIT_NO_GPU, EXIT_USAGE, ConfigError, DispatcherError, UpStopped, masked_url
 from .lock import UpLock, clear_leftovers
 from .secure import Secure
 
@@ -147,9 +147,18 @@ class Up:
                         namespace=self.ns, socket=str(self.socket_path) if self.socket_path else None)
         for child in self.children:
             info[f"{child.name.split()[-1]}_pid"] = child.pid
-        self.lock.write({**info, "url": masked_url(self.url)})
-        if self.server is not None:
-            config.record_server(info)
+        try:
+            self.lock.write({**info, "url": masked_url(self.url)})
+            if self.server is not None:
+                config.record_server(info)
+        except (OSError, DispatcherError) as e:  # a full disk: said, not an internal error that stops it all
+            why = getattr(e, "strerror", None) or e
+            if self.status == "starting":
+                raise ConfigError(f"cannot write the record of `dispatch up` in {self.state_dir} ({why}); make room "
+                                  "there, or point DISPATCH_HOME at a directory that has some", key="DISPATCH_HOME") \
+                    from None
+            log.warning("cannot write the record of `dispatch up` in %s (%s); commands may see it out of date",
+                        self.state_dir, why)
 
     def _on_signal(self, signum, frame) -> None:
         self.signals += 1  # only a counter: taking a lock in a signal handler can deadlock the main thread

@@ -316,3 +316,37 @@ def test_up_stops_in_one_line_when_its_state_directory_is_removed(tmp_path):
             assert not pid_alive(rec[part]), (part, text)
     finally:
         ups.stop_all()
+
+
+def test_up_on_a_state_dir_that_takes_no_write_says_so_in_one_line(tmp_path):
+    # a full disk under the state dir (here: no file may grow past 64 bytes, EFBIG as ENOSPC) was
+    # "dispatch: internal error: OSError: [Errno 28] No space left on device"
+    import resource
+
+    def tiny_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+    p = subprocess.run(DISPATCH + UP, env=_env(tmp_path), capture_output=True, text=True, timeout=60,
+                       preexec_fn=tiny_files)
+    line = _one_line(p.stderr)
+    assert p.returncode == errors.EXIT_USAGE and "internal error" not in line, p.stderr
+    assert f"cannot write the record of `dispatch up` in {tmp_path} (File too large)" in line, line
+
+
+@pytest.mark.slow
+def test_up_goes_on_when_its_record_cannot_be_written_as_it_restarts_a_part(ups):
+    # the same full disk while `up` runs: the record it rewrites when it restarts its scheduler raised,
+    # and `up` died with an internal error, everything with it
+    up = ups.start("up")
+    rec = ups.wait_running(up)
+    (ups.home / "server.json").unlink()
+    (ups.home / "server.json").mkdir()  # no record can replace it
+    os.kill(rec["scheduler_pid"], signal.SIGKILL)
+    ups.wait_for(lambda: "the scheduler is running again" in (ups.home / "up.log").read_text(),
+                 what="the scheduler's restart")
+    assert up.poll() is None, ups.logs()
+    up.send_signal(signal.SIGTERM)
+    assert up.wait(60) == 0, ups.logs()
+    text = (ups.home / "up.log").read_text()
+    assert "cannot write the record of `dispatch up`" in text and "internal error" not in text, text
+    assert "Traceback" not in text and text.strip().endswith("dispatch: stopped"), text
