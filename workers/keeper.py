@@ -83,10 +83,14 @@ def keep_exit(work_dir: Path, job_id: str, epoch: int, code: int, at_ms: int, st
     submit time (ms), where known, so that a job id Redis issued again after losing a submit is never
     taken for the job that ended."""
     folder = work_dir / EXITS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{job_id}.tmp"
-    tmp.write_text(exit_text(epoch, code, at_ms) + (f" {stamp}" if stamp else ""))
-    tmp.replace(folder / job_id)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(exit_text(epoch, code, at_ms) + (f" {stamp}" if stamp else ""))
+        tmp.replace(folder / job_id)
+    except OSError as e:  # a full disk: the end still goes to Redis (or the outbox), only this copy is lost
+        log.warning("cannot keep the end of job %s in %s (%s); recording it all the same", job_id, folder,
+                    e.strerror or e)
 
 
 def _kept(work_dir: Path, job_id: str) -> tuple[tuple[int, int, int], int] | None:

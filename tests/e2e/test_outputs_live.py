@@ -134,3 +134,16 @@ def test_a_node_log_file_the_disk_refuses_stops_neither_the_job_nor_its_output(c
     assert out.count("x") == 2 << 20 and out.endswith("end\n"), len(out)
     assert f"[dispatch: its log file {tmp_path / 'n1' / 'logs' / job}.log stopped on n1: File too large]" in out
     assert "Traceback" not in (tmp_path / "worker-limited.log").read_text()
+
+
+def test_a_job_ends_recorded_though_the_work_dir_cannot_keep_its_end(cli, client, tmp_path):
+    # a full disk as a job ends: the agent keeps every end on disk before it records it, that write
+    # raised in the job's watcher, and the job stayed `running` (its GPU held) for good. Here the
+    # exits folder cannot be made, as on a full disk
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n1" / "exits").write_text("")
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--work-dir", str(tmp_path / "n1"))
+    cli.start("scheduler")
+    job = cli.submit("--", "true")
+    assert cli.run("wait", job, "--timeout", "30", check=False).returncode == 0, state_of(client, cli.ns, job)
+    assert "Traceback" not in (tmp_path / "worker-0.log").read_text()
