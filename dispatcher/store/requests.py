@@ -60,17 +60,14 @@ def send(client, ns: str, kind: str, user: str, token: str, body: dict, timeout_
     while got is None and time.monotonic() < deadline:  # in slices within the client's socket timeout (5 s)
         wait_s = min(REPLY_SLICE_S, max(0.1, deadline - time.monotonic()))
         got = ride_out(lambda: client.blpop([keys.reply(ns, rid)], timeout=wait_s))
+    withdrawn = False
     if got is None:
-        # taken back, so that a scheduler that comes back later does not carry out what its sender
-        # was told did not happen (a resubmit then ran the job twice); an answer written meanwhile counts
-        pipe = client.pipeline(transaction=True)
-        pipe.xdel(keys.requests(ns), entry)
-        pipe.lpop(keys.reply(ns, rid))
-        got = (None, pipe.execute()[1])
-    if got[1] is None:
-        raise DispatcherError(f"no scheduler answered the {kind} request within {timeout_s:g}s, so it was "
-                              "withdrawn: nothing was done; check that `dispatch up` (or `dispatch scheduler`, "
-                              "with --secret-file) runs, then try again")
+        got, withdrawn = _withdraw(client, ns, entry, rid)
+    if got is None:
+        then = ("so it was withdrawn: nothing was done; check that `dispatch up` (or `dispatch scheduler`, with "
+                "--secret-file) runs, then try again" if withdrawn else "it may still be carried out once a "
+                "scheduler runs: look for it in `dispatch queue` before you send it again")
+        raise DispatcherError(f"no scheduler answered the {kind} request within {timeout_s:g}s; {then}")
     answer = msgpack.unpackb(got[1], raw=False)
     if not answer.get("ok"):
         err = (NotAllowed if answer.get("denied") else InvalidRequestError)(answer.get("error", "refused"))
@@ -78,6 +75,23 @@ def send(client, ns: str, kind: str, user: str, token: str, body: dict, timeout_
             err.exit_code = answer["code"]
         raise err
     return answer
+
+
+def _withdraw(client, ns: str, entry, rid: str) -> tuple[tuple | None, bool]:
+    """Take back a request no scheduler answered, so that one that comes back later does not carry out
+    what its sender was told did not happen (a resubmit then ran the job twice); an answer written
+    meanwhile still counts. Returns (the answer as BLPOP gives it, or None; whether it was taken back).
+    A login that may not delete requests (the user and agent roles: store/roles.py) cannot take it back."""
+    import redis
+
+    pipe = client.pipeline(transaction=True)
+    pipe.xdel(keys.requests(ns), entry)
+    pipe.lpop(keys.reply(ns, rid))
+    try:
+        answer = pipe.execute()[1]
+    except redis.exceptions.NoPermissionError:
+        return ride_out(lambda: client.blpop([keys.reply(ns, rid)], timeout=0.01)), False
+    return (None if answer is None else (keys.reply(ns, rid), answer)), True
 
 
 class Replayed(NotAllowed):

@@ -57,3 +57,17 @@ def test_a_request_no_scheduler_answers_is_withdrawn_and_not_carried_out_later(c
         assert _submit(client, ns, timeout_s=5)["ids"] == ["1"]  # the next one is answered, under the first id
     finally:
         soon.join()
+
+
+def test_a_login_that_may_not_take_a_request_back_is_told_to_look_before_it_sends_again(client, ns, leader, redis_url):
+    from dispatcher.store import roles
+    from dispatcher.store.connect import connect
+
+    roles.apply(client, ns, {r: f"pw-{r}" for r in roles.ROLES})
+    user = connect(roles.role_url(redis_url, ns, "user", "pw-user"))  # `dispatch login` of `up --shared`
+    try:
+        with pytest.raises(DispatcherError, match="may still be carried out once a scheduler runs: look for it"):
+            _submit(user, ns, timeout_s=1)
+    finally:
+        user.close()
+        client.execute_command("ACL", "DELUSER", *[roles.username(ns, r) for r in roles.ROLES])
