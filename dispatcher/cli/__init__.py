@@ -218,8 +218,10 @@ def main() -> None:
     except DispatcherError as e:
         if debug:
             raise
-        if isinstance(e, errors.ConnectionError):
-            e = _restarting() or e
+        if isinstance(e, errors.ConnectionError):  # (a server that cannot write answers: no restart to wait for)
+            from ..store.connect import cannot_write
+
+            e = cannot_write(e) or _restarting() or e
         click.echo(f"dispatch: error: {e}", err=True)
         sys.exit(e.exit_code)
     except Exception as e:
@@ -231,8 +233,11 @@ def main() -> None:
             click.echo(f"dispatch: error: your Redis login may not do this ({e}); with identity on, users "
                        "change jobs only through signed requests (docs/security.md, Roles)", err=True)
             sys.exit(errors.EXIT_USAGE)
-        from ..store.connect import transient
+        from ..store.connect import cannot_write, transient
 
+        if isinstance(e, redis.exceptions.ResponseError) and (full := cannot_write(e)) is not None:
+            click.echo(f"dispatch: error: {full}", err=True)  # it answers: no restart to wait for
+            sys.exit(full.exit_code)
         # a lost connection, or a server loading, full or read-only: maybe `up` restarting it; not a refused command
         if isinstance(e, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)) or transient(e):
             msg = _restarting() or f"Redis failed: {e} (is the server up? see `dispatch up`)"

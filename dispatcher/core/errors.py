@@ -124,6 +124,17 @@ class ServerRestarting(DispatcherError):
         self.up_pid, self.status = up_pid, status
 
 
+class ServerCannotWrite(DispatcherError):
+    """The server answers but refuses to write (MISCONF): it cannot write its append-only file, as on a
+    full disk. No restart is coming: the disk needs room."""
+
+    exit_code = EXIT_CONNECT
+
+    def __init__(self, why: str):
+        super().__init__(f"the server cannot write its data ({why}); make room on its disk (with `dispatch up`: "
+                         "under $DISPATCH_HOME/data), then try again")
+
+
 class UpAlreadyRunning(DispatcherError):
     """A second `dispatch up` on a state directory one already runs on."""
 

@@ -78,6 +78,17 @@ def _driver(redis) -> dict:
     return {"driver_info": DriverInfo(lib_version=redis.__version__)}
 
 
+def cannot_write(e: Exception):
+    """A server refusing writes because it cannot write its data (MISCONF: a full disk), as an error that
+    says so (errors.ServerCannotWrite); None for any other error."""
+    from ..core.errors import ServerCannotWrite
+
+    msg = str(e)
+    if "MISCONF" not in msg:
+        return None
+    return ServerCannotWrite(msg[msg.index("MISCONF") + 8:].split(" script:")[0].split(" : <")[0])
+
+
 def transient(e: Exception) -> bool:
     """A Redis error that waiting may cure: the server is down, restarting, loading its data or
     cannot write its append-only file (a full disk); not a wrong password, URL or command."""

@@ -81,3 +81,55 @@ def test_a_worker_stops_on_sigterm_while_its_server_is_down(cli, tmp_path, own_s
         raise AssertionError("the agent did not stop on SIGTERM while its server was down\n"
                              + log.read_text()[-3000:]) from None
     assert code == 0, log.read_text()[-3000:]
+
+
+def test_a_server_whose_disk_is_full_is_said_so_not_taken_for_a_restart(tmp_path):
+    # a full disk under the append-only file: the server answers but refuses writes (MISCONF), and
+    # every command said "the embedded server of `dispatch up` is restarting; try again in a moment"
+    # (or, with --redis, "is the server up?"): no restart was coming. Here no file of the server may
+    # grow past 16 KiB, which fails its AOF writes as a full disk does
+    import os
+    import resource
+    import sys
+
+    from dispatcher.up.embedded import free_port, server_binary
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a short write, as ENOSPC gives, not a kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 10, 16 << 10))
+
+    port = free_port()
+    server = subprocess.Popen([server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path),
+                               "--save", "", "--appendonly", "yes", "--appendfsync", "everysec"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=small_files)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = None
+        for _ in range(100):
+            try:
+                client = connect(url)
+                break
+            except Exception:
+                time.sleep(0.05)
+        client.set("filler", b"x" * (64 << 10))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                client.set("probe", b"1")
+            except Exception as e:
+                assert "MISCONF" in str(e), e
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the server never refused a write")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
+        env.update(DISPATCH_HOME=str(tmp_path / "home"), DISPATCH_REDIS_URL=url)
+        p = subprocess.run([sys.executable, "-m", "dispatcher", "submit", "--", "true"], env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 3 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert "the server cannot write its data" in p.stderr and "make room on its disk" in p.stderr, p.stderr
+        assert "restarting" not in p.stderr and "is the server up" not in p.stderr, p.stderr
+        client.close()
+    finally:
+        server.kill()
+        server.wait()
