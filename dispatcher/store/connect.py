@@ -83,7 +83,7 @@ def cannot_write(e: Exception):
     says so (errors.ServerCannotWrite); None for any other error."""
     from ..core.errors import ServerCannotWrite
 
-    msg = str(e)
+    msg = str(e.args[0]) if e.args else str(e)  # (the server's words, without a hint of ours)
     if "MISCONF" not in msg:
         return None
     return ServerCannotWrite(msg[msg.index("MISCONF") + 8:].split(" script:")[0].split(" : <")[0])
