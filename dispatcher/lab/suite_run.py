@@ -18,16 +18,20 @@ DEFAULT_TRACES = Path(__file__).resolve().parents[2] / "examples" / "traces"
 
 
 def load_workloads(traces_dir: str | os.PathLike | None, seed: int, names: list[str] | None = None) -> list[Workload]:
-    """The shared traces found in `traces_dir`, then the generated weeks (seeded by `seed` and the
-    week's name). `names` keeps only those workloads."""
+    """The shared traces in `traces_dir` (one missing is an InvalidRequestError), then the generated weeks
+    (seeded by `seed` and the week's name). `names` keeps only those workloads."""
+    from ..core.errors import InvalidRequestError
+
     out = []
     folder = Path(traces_dir) if traces_dir else DEFAULT_TRACES
     for name, file, nodes, about in TRACES:
         if names is not None and name not in names:
             continue
         path = folder / file
-        if path.is_file():
-            out.append(from_trace(name, read_trace_text(path, field="--traces"), nodes=nodes, about=about))
+        if not path.is_file():  # not a card without the week, silently
+            raise InvalidRequestError(f"--traces: no {file} in {folder} (the {name} week); give the folder that "
+                                      f"holds it, or leave the week out with --workloads", field="--traces")
+        out.append(from_trace(name, read_trace_text(path, field="--traces"), nodes=nodes, about=about))
     out += generated(lambda n: random.Random(f"{seed}:{n}"), names)
     return out
 
@@ -122,9 +126,10 @@ def export(folder, *, workloads: str | None = None, traces_dir=None, seed: int =
 
     out = Path(folder)
     done = []
+    weeks = _named(workloads, traces_dir, seed)  # a bad --workloads or --traces: no folder made
     try:
         out.mkdir(parents=True, exist_ok=True)
-        for w in _named(workloads, traces_dir, seed):
+        for w in weeks:
             path = out / f"{w.name}.csv"
             path.write_text(format_trace(w.jobs))
             done.append((str(path), w.nodes))

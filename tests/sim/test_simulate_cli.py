@@ -211,3 +211,16 @@ def test_make_nodes_bounds_the_cluster_before_it_builds_a_node():
             make_nodes(spec, gpus)
     with pytest.raises(InvalidRequestError, match="not both"):
         make_nodes("1x8xA100-80GB", 8)
+
+
+# -- 5. a shared trace missing from --traces ------------------------------------------------------------------
+
+def test_a_suite_week_whose_trace_is_not_in_the_traces_folder_is_refused_not_left_off_the_card(
+        tmp_path, monkeypatch, capsys):
+    (tmp_path / "philly_week.csv").write_text(T1)  # the shared folder's layout: alibaba's week in a subfolder
+    err = refused(monkeypatch, capsys, "simulate", "--suite", "--export", tmp_path / "w", "--traces", tmp_path)
+    assert f"--traces: no alibaba_gpu2023_week.csv in {tmp_path} (the alibaba week)" in err, err
+    assert "leave the week out with --workloads" in err and not (tmp_path / "w").exists()
+    code, out, err = dispatch(monkeypatch, capsys, "simulate", "--suite", "--export", tmp_path / "w", "--traces",
+                              tmp_path, "--workloads", "philly")
+    assert code == 0 and (tmp_path / "w" / "philly.csv").is_file(), err
