@@ -63,7 +63,11 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
     check_options(click.get_current_context(), suite, export_dir)
     if time_scale != time_scale:  # nan passes FloatRange
         raise InvalidRequestError("--time-scale: give a number from 0.001 to 1000", field="--time-scale")
-    names = [n.strip() for n in (compare or policy).split(",") if n.strip()]
+    names = [n.strip() for n in (policy if compare is None else compare).split(",") if n.strip()]
+    if not names:  # --compare '' or ',', --policy '': no policy to run
+        flag = "--policy" if compare is None else "--compare"
+        raise InvalidRequestError(f"{flag}: no policy named; give e.g. {flag} "
+                                  f"{'dispatch' if compare is None else 'fifo,dispatch'} (or leave it out)", field=flag)
     if suite and export_dir:
         from ..lab.suite_run import export
 

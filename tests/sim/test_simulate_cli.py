@@ -224,3 +224,15 @@ def test_a_suite_week_whose_trace_is_not_in_the_traces_folder_is_refused_not_lef
     code, out, err = dispatch(monkeypatch, capsys, "simulate", "--suite", "--export", tmp_path / "w", "--traces",
                               tmp_path, "--workloads", "philly")
     assert code == 0 and (tmp_path / "w" / "philly.csv").is_file(), err
+
+
+# -- 6. nothing to run: no policy, no job ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,words", [
+    (["--compare", ","], "--compare: no policy named"),
+    (["--compare", ""], "--compare: no policy named"),  # was: the --policy default, as if --compare were not given
+    (["--policy", ""], "--policy: no policy named"),
+], ids=["comma", "empty-compare", "empty-policy"])
+def test_an_empty_policy_list_is_refused_not_an_empty_table(t1, monkeypatch, capsys, args, words):
+    assert words in refused(monkeypatch, capsys, "simulate", t1, "--gpus", 4, *args)
+
