@@ -53,12 +53,12 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
     import random
     from dataclasses import replace
 
-    from ..lab.suite_run import read_trace_text
+    from ..lab.suite_run import read_trace
     from ..scheduler.policy_source import load_policy_file
     from ..sim.compare import simulate as run, table
     from ..sim.engine import make_nodes
     from ..sim.policies import resolve
-    from ..sim.workload import EstimateModel, parse_trace
+    from ..sim.workload import EstimateModel
 
     check_options(click.get_current_context(), suite, export_dir)
     if time_scale != time_scale:  # nan passes FloatRange
@@ -86,7 +86,7 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
         return
     if not trace:
         raise InvalidRequestError("give a TRACE.csv to replay, or --suite", field="TRACE")
-    jobs = parse_trace(read_trace_text(trace), name=trace)
+    jobs = read_trace(trace)
     if time_scale != 1.0:
         jobs = [replace(j, submit_s=j.submit_s / time_scale) for j in jobs]
     nodes = make_nodes(nodes_spec, gpus, gpus_per_node)
@@ -279,14 +279,14 @@ def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budg
 
     from . import _table
     from ..core.errors import ConnectionError as NoRedis
-    from ..lab.suite_run import read_trace_text
+    from ..lab.suite_run import read_trace
     from ..policy.render import diff_policies, render_policy
     from ..scheduler.policy_changes import named_policy
     from ..sim.engine import make_nodes
     from ..sim.tune import Workload, changes_table, tune as search
     from ..sim.workload import parse_trace
 
-    workloads = [Workload(path, parse_trace(read_trace_text(path, field="--trace"), name=path)) for path in traces]
+    workloads = [Workload(path, read_trace(path, field="--trace")) for path in traces]
     if since is not None or not traces:
         window = since or "7d"
         jobs = parse_trace(history_csv(ctx.client, ctx.ns, window), name="history")

@@ -50,6 +50,19 @@ def read_trace_text(path: str | os.PathLike, *, field: str = "TRACE") -> str:
                                   field=field) from None
 
 
+def read_trace(path: str | os.PathLike, *, field: str = "TRACE") -> list:
+    """A trace file's jobs (read_trace_text, then parse_trace); a trace with no job (a header alone, as
+    `dispatch history --csv` prints when nothing finished) is one InvalidRequestError: nothing to replay."""
+    from ..core.errors import InvalidRequestError
+    from ..sim.workload import parse_trace
+
+    jobs = parse_trace(read_trace_text(path, field=field), name=str(path))
+    if not jobs:
+        raise InvalidRequestError(f"{path}: no jobs in this trace, only its header: nothing to replay; give a "
+                                  f"trace with one job a line after the header", field=field)
+    return jobs
+
+
 def policy_named(spec: str):
     """A built-in name, a policy file (.toml), or a JSON object of PolicyConfig fields that override
     the defaults (the search's candidates: '{"reservations": 2}')."""

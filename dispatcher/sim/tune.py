@@ -169,6 +169,7 @@ def objective(cand: dict, current: dict, targets: dict | None = None, easy: dict
               ) -> tuple[float | None, str]:
     """(score, why rejected): the average JCT, lower is better; None with the reason when
 
+    - it finishes fewer jobs than the policy in force (its average would leave the others out);
     - critical or high work waits longer than under the policy in force, on average or at p99, by
       more than WAIT_SLACK (or WAIT_FLOOR_S): they must jump the queue whatever else changes;
     - a class whose p99 wait is within its wait target (`targets`: class -> seconds, the policy's
@@ -176,6 +177,8 @@ def objective(cand: dict, current: dict, targets: dict | None = None, easy: dict
       sweep job passing a long training job is the point);
     - the p99 wait of 8+ GPU jobs grows by more than BIG_SLACK beyond both the policy in force's and
       fifo-easy's (`easy`: fifo-easy's figures on the same runs, when measured)."""
+    if cand.get("jobs", 0) < current.get("jobs", 0):  # its average JCT leaves out the jobs it did not finish
+        return None, f"finishes {cand['jobs']:,} jobs, the policy in force {current['jobs']:,}"
     for c, target in (targets or {}).items():
         now, got = current["per_class"].get(c), cand["per_class"].get(c)
         if now and got and now["p99_wait_s"] <= target < got["p99_wait_s"]:
@@ -256,7 +259,8 @@ def tune(workloads: list[Workload], nodes, current: PolicySet, *, budget: int, r
         t.figures = combine(done + runs(pset, others))
         t.score, t.rejected = objective(t.figures, base.figures, targets, easy)
     top = best()
-    if top is None or top.score > base.score * (1 - MIN_GAIN):
+    # nothing finished under the policy in force (no job fits the cluster): no candidate can show a gain
+    if top is None or not base.score or top.score > base.score * (1 - MIN_GAIN):
         top = None
     return TuneResult(base, trials, top)
 

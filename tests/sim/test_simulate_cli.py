@@ -236,3 +236,9 @@ def test_a_suite_week_whose_trace_is_not_in_the_traces_folder_is_refused_not_lef
 def test_an_empty_policy_list_is_refused_not_an_empty_table(t1, monkeypatch, capsys, args, words):
     assert words in refused(monkeypatch, capsys, "simulate", t1, "--gpus", 4, *args)
 
+
+def test_a_trace_with_only_its_header_is_refused_not_a_table_of_zeros(tmp_path, monkeypatch, capsys):
+    empty = tmp_path / "none.csv"
+    empty.write_text(H + "\n")  # what `dispatch history --csv` prints when nothing finished
+    assert "none.csv: no jobs in this trace, only its header" in refused(monkeypatch, capsys, "simulate", empty,
+                                                                         "--gpus", 4)

@@ -132,3 +132,34 @@ def test_tune_replays_a_live_clusters_history_against_the_policy_in_force(client
     assert report["workloads"] == {"history (7d)": 42} and report["gpus"] == 2, report
     assert report["candidate"]["avg_jct_s"] < report["current"]["avg_jct_s"], report
     assert parse_policy(out.read_text()).profiles["default"].teams == parse_policy(FIFO_LIKE).profiles["default"].teams
+
+
+def refused(tmp_path, *args) -> str:
+    """The one line `dispatch tune ARGS` fails with, run as the user runs it (its own process)."""
+    import os
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "dispatcher", "tune", *map(str, args)], capture_output=True, text=True,
+                       env={**os.environ, "DISPATCH_HOME": str(tmp_path / "home")}, timeout=120)
+    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, (p.returncode, p.stdout,
+                                                                                             p.stderr)
+    return p.stderr.strip()
+
+
+def test_tune_proposes_nothing_for_a_trace_with_no_job_or_none_that_fits(tmp_path):
+    """A header alone was replayed as 0 s against 0 s and a candidate written with 'changes' to apply."""
+    empty, huge, out = tmp_path / "empty.csv", tmp_path / "huge.csv", tmp_path / "tuned.toml"
+    empty.write_text(format_trace([]))
+    err = refused(tmp_path, "--trace", empty, "--gpus", 8, "--current", "default", "--out", out, "--budget", 2)
+    assert "empty.csv: no jobs in this trace, only its header" in err and not out.exists(), err
+    huge.write_text(format_trace([TraceJob(f"j{i}", i * 60.0, "u", 16, 600.0) for i in range(4)]))  # 16 GPUs on 8
+    text = invoke("tune", "--trace", str(huge), "--gpus", "8", "--current", "default", "--out", str(out),
+                  "--budget", "3")["text"]
+    assert "no candidate beats the policy in force" in text and not out.exists(), text
+
+
+def test_the_objective_rejects_a_candidate_that_finishes_fewer_jobs():
+    now = {"jobs": 10, "avg_jct_s": 5000.0, "p99_wait_8plus_gpus_s": 0.0, "per_class": {}}
+    score, why = objective({**now, "jobs": 9, "avg_jct_s": 100.0}, now)
+    assert score is None and why == "finishes 9 jobs, the policy in force 10", why
