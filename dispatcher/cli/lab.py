@@ -279,6 +279,7 @@ def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budg
 
     from . import _table
     from ..core.errors import ConnectionError as NoRedis
+    from ..lab.report import check_file_path
     from ..lab.suite_run import read_trace
     from ..policy.render import diff_policies, render_policy
     from ..scheduler.policy_changes import named_policy
@@ -286,6 +287,7 @@ def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budg
     from ..sim.tune import Workload, changes_table, tune as search
     from ..sim.workload import parse_trace
 
+    check_file_path(out, "--out", "dispatch-tuned.toml")
     workloads = [Workload(path, read_trace(path, field="--trace")) for path in traces]
     if since is not None or not traces:
         window = since or "7d"
@@ -312,7 +314,10 @@ def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budg
               "trials": [{"label": t.label, "avg_jct_s": t.figures["avg_jct_s"], "rejected": t.rejected or None}
                          for t in result.trials]}
     if best is not None:
-        Path(out).write_text(render_policy(best.policy))
+        try:
+            Path(out).write_text(render_policy(best.policy))
+        except OSError as e:
+            raise InvalidRequestError(f"--out: cannot write {out}: {e.strerror or e}", field="--out") from None
         report["changes"] = [{"setting": s, "a": a, "b": b} for s, a, b in diff_policies(pset, best.policy)]
     if as_json:
         click.echo(json.dumps(report, indent=1))

@@ -30,17 +30,22 @@ def check_path(path: str) -> None:
     """Before a run: one line if matplotlib is missing, `path`'s suffix is not one of FORMATS, or its folder
     is not there (so a bad --plot loses no run)."""
     _matplotlib()
-    p = Path(path)
-    suffix = p.suffix.lower().lstrip(".")
+    suffix = Path(path).suffix.lower().lstrip(".")
     if suffix not in FORMATS:
         said = f"a .{suffix} file" if suffix else "a name without a suffix"
         raise InvalidRequestError(f"--plot {path}: cannot write {said}; end the name in .png, .svg or .pdf (or "
                                   f"{', '.join('.' + f for f in FORMATS[3:])})", field="--plot")
+    check_file_path(path, "--plot", "sim.png")
+
+
+def check_file_path(path: str, flag: str, example: str) -> None:
+    """One line if the file `path` (given as `flag`) could not be written for its name: a folder, or in a
+    folder that is not there (checked before a run, so that a bad name loses no run)."""
+    p = Path(path)
     if p.is_dir():
-        raise InvalidRequestError(f"--plot {path}: is a folder; give a file name, e.g. {p / 'sim.png'}",
-                                  field="--plot")
+        raise InvalidRequestError(f"{flag} {path}: is a folder; give a file name, e.g. {p / example}", field=flag)
     if not p.parent.is_dir():
-        raise InvalidRequestError(f"--plot {path}: no folder {p.parent}", field="--plot")
+        raise InvalidRequestError(f"{flag} {path}: no folder {p.parent}", field=flag)
 
 
 def plot(out: dict, path: str) -> None:

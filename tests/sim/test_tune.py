@@ -159,6 +159,13 @@ def test_tune_proposes_nothing_for_a_trace_with_no_job_or_none_that_fits(tmp_pat
     assert "no candidate beats the policy in force" in text and not out.exists(), text
 
 
+def test_tune_refuses_an_out_file_it_could_not_write_before_the_search(punishing, tmp_path):
+    trace, fifo = punishing
+    out = tmp_path / "no" / "tuned.toml"  # was: the whole search, then "internal error: FileNotFoundError"
+    err = refused(tmp_path, "--trace", trace, "--nodes", "1x4xA100-80GB", "--current", fifo, "--out", out)
+    assert f"--out {out}: no folder {out.parent}" in err, err
+
+
 def test_the_objective_rejects_a_candidate_that_finishes_fewer_jobs():
     now = {"jobs": 10, "avg_jct_s": 5000.0, "p99_wait_8plus_gpus_s": 0.0, "per_class": {}}
     score, why = objective({**now, "jobs": 9, "avg_jct_s": 100.0}, now)
