@@ -49,7 +49,10 @@ def parse_trace(text: str, *, name: str = "trace") -> list[TraceJob]:
         header = next(rows, None)
         columns = tuple(h.strip() for h in header or ())
         if columns not in (HEADER, HEADER + EXTRA):
-            raise InvalidRequestError(f"{name}: the first line must be {','.join(HEADER)}", field="TRACE")
+            got = ",".join(columns)
+            raise InvalidRequestError(f"{name}: the first line must be {','.join(HEADER)} (these columns, in this "
+                                      f"order; {','.join(EXTRA)} may follow), got "
+                                      f"{(got[:120] + '...' if len(got) > 120 else got)!r}", field="TRACE")
         jobs: list[TraceJob] = []
         first_line: dict[str, int] = {}
         for row in rows:
@@ -74,7 +77,9 @@ def parse_trace(text: str, *, name: str = "trace") -> list[TraceJob]:
             n_gpus = _gpus(gpus, f"{name}:{n}")
             prio = PRIORITY_ALIASES.get(priority.lower(), priority.lower()) or "normal"
             if prio not in PRIORITIES:
-                raise InvalidRequestError(f"{name}:{n}: unknown priority {priority!r}", field="TRACE")
+                raise InvalidRequestError(f"{name}:{n}: unknown priority {priority!r}; use "
+                                          f"{', '.join(reversed(PRIORITIES))} or leave it empty (normal)",
+                                          field="TRACE")
             types = tuple(t.strip() for t in gpu_type.split("|") if t.strip())
             jobs.append(TraceJob(job_id, submit_s, user, n_gpus, dur, types, prio))
     except csv.Error as e:  # a NUL byte, an unclosed quote at the end, a field past the csv module's limit

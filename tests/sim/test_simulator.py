@@ -74,9 +74,14 @@ def test_a_trace_survives_format_and_parse():
 
 @pytest.mark.parametrize("text,words", [
     ("job_id,submit_time_s\n", "first line"),
+    ("submit_time_s,job_id,user,num_gpus,duration_s,gpu_type,priority\n0,a,u,1,5,,\n",
+     "(these columns, in this order; state,exit_code,team may follow), got 'submit_time_s,job_id,user,"),
+    ("", "first line must be job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority (these columns, in "
+         "this order; state,exit_code,team may follow), got ''"),
     ("job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority\na,0,u,1,-5,,\n", ":2:"),
     ("job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority\na,0,u,x,5,,\n", ":2: num_gpus must be a whole"),
-    ("job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority\na,0,u,1,5,,urgent\n", "unknown priority"),
+    ("job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority\na,0,u,1,5,,urgent\n",
+     "unknown priority 'urgent'; use critical, high, normal, low or leave it empty (normal)"),
 ])
 def test_a_bad_trace_gets_a_one_line_error_from_the_cli(tmp_path, text, words):
     path = tmp_path / "t.csv"
