@@ -65,7 +65,8 @@ def plot(out: dict, path: str) -> None:
     c.set(title="GPU utilization", xlabel="hours", ylabel="busy GPUs / all GPUs", ylim=(0, 1.05))
     for ax in (a, b, c):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # none when no job finished: matplotlib would warn on stderr
+            ax.legend(fontsize=8)
     fig.suptitle(f"{out['jobs']} jobs on {out['gpus']} GPUs, estimates {out['estimates']}")
     fig.tight_layout()
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 
 import pytest
 
@@ -113,6 +114,16 @@ def test_a_plot_can_be_svg_or_pdf(tmp_path, t1, monkeypatch, capsys):
     for name in ("x.svg", "x.pdf"):
         code, out, err = dispatch(monkeypatch, capsys, "simulate", t1, "--gpus", 4, "--plot", tmp_path / name)
         assert code == 0 and (tmp_path / name).stat().st_size > 0 and f"plot in {tmp_path / name}" in out, err
+
+
+def test_a_plot_of_a_run_where_no_job_finished_prints_no_warning(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    huge = tmp_path / "huge.csv"
+    huge.write_text(f"{H}\na,0,u,16,100,,\n")  # 16 GPUs on 8: never starts, so no curve to label
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # what the user saw: matplotlib's UserWarning on stderr
+        code, out, err = dispatch(monkeypatch, capsys, "simulate", huge, "--gpus", 8, "--plot", tmp_path / "p.png")
+    assert code == 0 and (tmp_path / "p.png").stat().st_size > 0 and err == "", err
 
 
 @pytest.mark.parametrize("spec", ["lognormal:1e308", "lognormal:nan", "lognormal:inf", "lognormal:-1", "lognormal:0",
