@@ -254,8 +254,8 @@ def history_csv(client, ns: str, since: str | None) -> str:
 
 @click.command()
 @click.option("--since", default=None, metavar="DURATION",
-              help="Replay the jobs that finished in this window (default 7d; with --trace and no --since, "
-                   "only the traces).")
+              help="Replay the jobs submitted in this window that ran to an end, as `dispatch history --since` "
+                   "lists them (default 7d; with --trace and no --since, only the traces).")
 @click.option("--trace", "traces", multiple=True, type=click.Path(dir_okay=False), metavar="FILE.csv",
               help="Also replay this trace (repeatable): e.g. `dispatch history --csv` of another week.")
 @click.option("--nodes", "nodes_spec", default=None, metavar="SPEC",
@@ -295,7 +295,8 @@ def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budg
         if jobs:
             workloads.insert(0, Workload(f"history ({window})", jobs))
         elif not traces:
-            raise InvalidRequestError(f"no jobs finished in the last {window} in namespace {ctx.ns}: run some jobs "
+            raise InvalidRequestError(f"no job submitted in the last {window} ran to an end in namespace {ctx.ns} "
+                                      f"(`dispatch history --since {window}` lists them): run some jobs "
                                       f"first, or pass --trace FILE.csv (e.g. a `dispatch history --csv` export)",
                                       field="--since")
     nodes = make_nodes(nodes_spec, gpus, gpus_per_node) if nodes_spec or gpus else _live_cluster(ctx)

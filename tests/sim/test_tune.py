@@ -121,6 +121,7 @@ def finished_history(client, ns, jobs: list[TraceJob], start_ms: int) -> None:
 def test_tune_replays_a_live_clusters_history_against_the_policy_in_force(client, ns, cli, tmp_path):
     p = cli.run("tune", check=False)
     assert p.returncode == 2 and "run some jobs first, or pass --trace" in p.stderr, p.stderr
+    assert "no job submitted in the last 7d ran to an end" in p.stderr, p.stderr  # --since bounds the submit
     finished_history(client, ns, bursts(3, longs=4, shorts=10, every_s=3 * H, long_s=H, short_s=180.0),
                      now_ms() - int(2 * 86400 * 1000))
     write_heartbeat(client, ns, "n1", [GpuInfo(i, "NVIDIA A100-40GB", 40.0) for i in range(2)], 8, 64.0, now_ms())
