@@ -278,7 +278,7 @@ def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budg
     from pathlib import Path
 
     from . import _table
-    from ..core.errors import ConnectionError as NoRedis
+    from ..core.errors import ConnectionError as NoRedis, NoServer
     from ..lab.report import check_file_path
     from ..lab.suite_run import read_trace
     from ..policy.render import diff_policies, render_policy
@@ -302,7 +302,7 @@ def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budg
     nodes = make_nodes(nodes_spec, gpus, gpus_per_node) if nodes_spec or gpus else _live_cluster(ctx)
     try:
         pset, _ = named_policy(current, lambda: (ctx.client, ctx.ns))
-    except NoRedis as e:
+    except (NoRedis, NoServer) as e:  # no server at all, or one that does not answer
         e.hint = "`--current live` reads the policy in force from Redis; or give --current FILE or default"
         raise
     t0 = time.perf_counter()
@@ -342,11 +342,11 @@ def _live_cluster(ctx):
     from ..config import Timing
     from ..store.nodes import read_nodes
 
-    from ..core.errors import ConnectionError as NoRedis
+    from ..core.errors import ConnectionError as NoRedis, NoServer
 
     try:
         found, _ = read_nodes(ctx.client, ctx.ns)
-    except NoRedis as e:
+    except (NoRedis, NoServer) as e:
         e.hint = "the cluster comes from the live nodes' records; without Redis give it with --nodes SPEC or --gpus N"
         raise
     timeout = Timing.from_env().node_timeout_s

@@ -135,16 +135,18 @@ def test_tune_replays_a_live_clusters_history_against_the_policy_in_force(client
     assert parse_policy(out.read_text()).profiles["default"].teams == parse_policy(FIFO_LIKE).profiles["default"].teams
 
 
-def refused(tmp_path, *args) -> str:
-    """The one line `dispatch tune ARGS` fails with, run as the user runs it (its own process)."""
+def refused(tmp_path, *args, code: int = 2) -> str:
+    """The one line `dispatch tune ARGS` fails with, run as the user runs it (its own process), with no
+    server to find (a state directory of its own, no DISPATCH_REDIS_URL)."""
     import os
     import subprocess
     import sys
 
+    env = {k: v for k, v in os.environ.items() if k != "DISPATCH_REDIS_URL"} | {"DISPATCH_HOME": str(tmp_path / "h")}
     p = subprocess.run([sys.executable, "-m", "dispatcher", "tune", *map(str, args)], capture_output=True, text=True,
-                       env={**os.environ, "DISPATCH_HOME": str(tmp_path / "home")}, timeout=120)
-    assert p.returncode == 2 and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, (p.returncode, p.stdout,
-                                                                                             p.stderr)
+                       env=env, timeout=120)
+    assert p.returncode == code and p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, (p.returncode,
+                                                                                                p.stdout, p.stderr)
     return p.stderr.strip()
 
 
@@ -171,3 +173,13 @@ def test_the_objective_rejects_a_candidate_that_finishes_fewer_jobs():
     now = {"jobs": 10, "avg_jct_s": 5000.0, "p99_wait_8plus_gpus_s": 0.0, "per_class": {}}
     score, why = objective({**now, "jobs": 9, "avg_jct_s": 100.0}, now)
     assert score is None and why == "finishes 9 jobs, the policy in force 10", why
+
+
+def test_tune_without_a_server_says_which_flag_does_without_it(punishing, tmp_path):
+    """With no `dispatch up` and no --redis, the policy in force (--current live, the default) and the live
+    cluster (no --nodes) cannot be read: the one line says what to give instead."""
+    trace, _ = punishing
+    err = refused(tmp_path, "--trace", trace, "--gpus", 4, code=3)
+    assert err.startswith("dispatch: error: no server") and "or give --current FILE or default" in err, err
+    err = refused(tmp_path, "--trace", trace, "--current", "default", code=3)
+    assert "without Redis give it with --nodes SPEC or --gpus N" in err, err
