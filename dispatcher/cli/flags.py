@@ -32,6 +32,15 @@ def resources(priority: str = "normal"):
     return decorate
 
 
+def session_request(flags: dict, **fields) -> dict:
+    """The request of an interactive job (shell, notebook) from its resources() flags and `fields`: on one
+    node always (nodes=1). Never an auto gang of whole nodes, which would start the shell or the server
+    once per node, each reading the same keystrokes; more GPUs than any node has waits as no fit."""
+    request = {k: v for k, v in flags.items() if v is not None}
+    request.update(nodes=1, **fields)
+    return request
+
+
 def alerts_option(fn):
     """--alerts (and DISPATCH_ALERTS) are gone: the thresholds are the policy file's [alerts] table, one
     place for every view. Kept hidden, to say so."""

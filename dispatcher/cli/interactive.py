@@ -22,7 +22,7 @@ import time
 import click
 
 from . import common
-from .flags import resources
+from .flags import resources, session_request
 from ..clock import now_ms
 from ..core.errors import InvalidRequestError, InvalidStateError, JobNotFound
 from ..auth.identity import caller_dir, current_user
@@ -54,9 +54,9 @@ def shell(ctx, command, idle_timeout, **flags):
                                   field="--gpus")
     idle = _idle_seconds(idle_timeout)
     me, mode = current_user(), "command" if command else "shell"
-    request = {k: v for k, v in flags.items() if v is not None}
-    request.update(command=list(command) or [os.environ.get("SHELL") or "/bin/bash"], checkpoint_signal="HUP",
-                   grace=GRACE, retries=0, env=[f"TERM={os.environ.get('TERM') or 'xterm-256color'}"])
+    request = session_request(flags, command=list(command) or [os.environ.get("SHELL") or "/bin/bash"],
+                              checkpoint_signal="HUP", grace=GRACE, retries=0,
+                              env=[f"TERM={os.environ.get('TERM') or 'xterm-256color'}"])
     spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=caller_dir())
     spec = spec.filled(interactive=mode, idle_timeout_s=idle)
     (job_id,) = submit_specs(ctx.client, ctx.ns, [spec], me)

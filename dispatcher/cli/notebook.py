@@ -13,7 +13,6 @@ token, as the one line on stdout.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import sys
@@ -22,7 +21,7 @@ import time
 import click
 
 from . import common
-from .flags import resources
+from .flags import resources, session_request
 from ..clock import now_ms
 from ..core.errors import DispatcherError, InvalidRequestError, InvalidStateError, JobNotFound
 from ..auth.identity import NOTEBOOK_NONCE, NotAllowed, caller_dir, current_user, notebook_token
@@ -74,9 +73,9 @@ def notebook(ctx, python, port_range, no_wait, url_of, **flags):
         return
     me = current_user()
     token, env = _new_token(ctx)
-    request = {k: v for k, v in flags.items() if v is not None}
     here = caller_dir()
-    request.update(name=flags["name"] or "notebook", command=command_line(python, port_range, here), env=[env])
+    request = session_request(flags, name=flags["name"] or "notebook", command=command_line(python, port_range, here),
+                              env=[env])
     spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=here)
     (job_id,) = submit_specs(ctx.client, ctx.ns, [spec], me)
     warn_if_no_node_could_hold(ctx, [spec], [job_id])

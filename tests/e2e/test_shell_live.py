@@ -232,3 +232,24 @@ def test_attach_takes_an_element_id_as_show_and_logs_do(cli):
     assert p.returncode != 0 and p.stderr.strip() == (
         f"dispatch: error: job {element} is no interactive session (dispatch shell); follow its output with "
         f"dispatch logs -f {element}"), p.stderr
+
+
+def test_a_shell_asking_more_gpus_than_any_node_has_waits_and_never_runs_on_several_nodes(cli, client, tmp_path):
+    """QA: `dispatch shell --gpus 2` on 1-GPU nodes started as a gang of whole nodes: a shell on each node,
+    both reading every keystroke and writing to the one terminal (each command ran twice, on two hosts).
+    A session is on one node: it waits as a job no node could ever hold, and says so."""
+    for name in ("n1", "n2"):
+        cli.start("worker", "--node", name, "--fake-gpus", "1xA100-40GB", HOME=str(tmp_path), PS1="dsh$ ", **FAST)
+    cli.start("scheduler", **FAST)
+    cli.wait_for(lambda: len(holders(cli)) == 2, what="both nodes to register")
+    t = Term(cli, "shell", "--gpus", "2", *BASH)
+    t.expect(rb"no registered node could ever hold it")
+    t.expect(rb"waiting for a GPU: job \d+")
+    job_id = only_job(client, cli.ns)
+    cli.wait_for(lambda: "could ever hold" in (read_job(client, cli.ns, job_id)["reason"] or ""),
+                 what="the scheduler's verdict")
+    job = read_job(client, cli.ns, job_id)
+    assert job["state"] == "pending" and job["ranks"] in ([], None), job
+    os.killpg(t.proc.pid, signal.SIGINT)  # Ctrl-C while it waits: cancelled
+    assert t.exit_code() == 130
+    assert ended(cli, client, job_id)["state"] == "cancelled"
