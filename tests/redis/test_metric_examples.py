@@ -97,3 +97,16 @@ def test_the_rules_thresholds_are_the_policy_defaults():
     assert f"for: {cfg.low_util_for_s / 60:g}m" in text
     assert f"(dispatch_gpu_utilization_ratio) < {policy.idle_util_pct / 100:g}" in text
     assert f"for: {policy.idle_warn_s / 60:g}m" in text
+
+
+def test_metrics_content_type_names_its_charset_once(client, ns):
+    """QA: /metrics answered `text/plain; version=0.0.4; charset=utf-8; charset=utf-8` (werkzeug added a
+    charset to one already there). Go's mime.ParseMediaType refuses a repeated parameter, and Prometheus
+    3 fails a scrape whose Content-Type does not parse: every scrape of the dashboard failed."""
+    from dispatcher.views.dashboard import create_app
+
+    app = create_app(Board(client, ns)).test_client()
+    for headers in ({}, {"Accept-Encoding": "gzip"}):
+        r = app.get("/metrics", headers=headers)
+        assert r.status_code == 200 and r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert app.get("/api/board").headers["Content-Type"] == "application/json"

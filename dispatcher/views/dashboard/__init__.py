@@ -215,10 +215,11 @@ def _number(name: str, default, above, below, kind, why: str):
     return value
 
 
-def _maybe_gzipped(make, mimetype: str) -> Response:
-    """`make(gzip)`'s body, gzipped if the request takes gzip (views/gzipped.py)."""
+def _maybe_gzipped(make, content_type: str) -> Response:
+    """`make(gzip)`'s body, gzipped if the request takes gzip (views/gzipped.py), as `content_type` as it is
+    (not werkzeug's mimetype, which adds a charset to one already there)."""
     gz = "gzip" in request.accept_encodings
-    resp = Response(make(gz), mimetype=mimetype)
+    resp = Response(make(gz), content_type=content_type)
     resp.vary.add("Accept-Encoding")
     if gz:
         resp.headers["Content-Encoding"] = "gzip"
