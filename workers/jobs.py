@@ -95,6 +95,10 @@ class Supervisor:
         proctrack.stop_leftovers(run.attempt, run.spec.grace_s)
         reader.join(5.0)  # the output pipe closes with the last process that held it
         self._forget_pid(run.job_id, run.epoch)
+        try:  # a checkpoint saved on the checkpoint signal, just before the job exited: before its end
+            self._note_checkpoint(run)
+        except Exception as e:
+            log.warning("job %s: could not record its last checkpoint (%s)", run.job_id, e)
         try:  # it stays in `running` until its outcome is written (or queued): reconcile must not take it
             if run.unsent:
                 self.outbox.add("log", run.job_id, run.epoch, bytes(run.unsent), run.rank or 0)
@@ -269,13 +273,18 @@ class Supervisor:
             if r.rank is not None:
                 self._follow_gang(r, rec)
             self._progress(r, rec["progress_ms"])
-            try:
-                mtime = (r.ckpt_dir / CHECKPOINT_FILE).stat().st_mtime
-            except OSError:
-                continue
-            if mtime > r.ckpt_seen:
-                r.ckpt_seen = mtime
-                self.scripts.checkpointed(r.job_id, r.epoch, int(mtime * 1000))
+            self._note_checkpoint(r)
+
+    def _note_checkpoint(self, run: Running) -> None:
+        """Record a checkpoint the job reported by touching DISPATCH_CHECKPOINT_DIR/CHECKPOINTED since the
+        last look (checkpointed.lua, fenced by the epoch)."""
+        try:
+            mtime = (run.ckpt_dir / CHECKPOINT_FILE).stat().st_mtime
+        except OSError:
+            return
+        if mtime > run.ckpt_seen:
+            run.ckpt_seen = mtime
+            self.scripts.checkpointed(run.job_id, run.epoch, int(mtime * 1000))
 
     def _follow_gang(self, run: Running, rec: dict) -> None:
         """A gang's rank stops with its gang: once the job is stopping (another rank ended, its node

@@ -120,3 +120,22 @@ def test_an_operator_preempts_only_checkpointable_jobs_unless_forced(cli):
     assert cli.show(job)["attempt"] == 1
     cli.run("cancel", job)
     assert cli.run("preempt", job, check=False).returncode != 0
+
+
+def test_a_checkpoint_reported_at_the_signal_counts_though_the_job_exits_at_once(cli):
+    """QA: a job that saves on its checkpoint signal, touches $DISPATCH_CHECKPOINT_DIR/CHECKPOINTED and exits
+    (docs/distributed.md's pattern) had no checkpoint_at and all its run counted in gpu_s_lost: the agent
+    looks at the file once a heartbeat, and the job was gone before the next look. Its end looks once more."""
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", DISPATCH_HEARTBEAT_S="5",
+              DISPATCH_NODE_TIMEOUT_S="60")
+    cli.start("scheduler", DISPATCH_NODE_TIMEOUT_S="60")
+    saves = ('trap \'echo saved > "$DISPATCH_CHECKPOINT_DIR/step"; touch "$DISPATCH_CHECKPOINT_DIR/CHECKPOINTED"; '
+             'exit 0\' TERM; echo running; while :; do sleep 0.1; done')
+    job = cli.submit("--gpus", "1", "--checkpointable", "--", "sh", "-c", saves)
+    cli.wait_for(lambda: "running" in cli.run("logs", job).stdout, what="the job to run")
+    time.sleep(3)  # 3 GPU-seconds of work, all of it saved at the signal
+    cli.run("preempt", job)
+    cli.wait_for(lambda: cli.show(job)["preemptions"] == 1, what="the preemption")
+    shown = cli.show(job)
+    assert shown["checkpoint_at"] is not None and shown["gpu_s_lost"] < 1.0, shown
+    cli.run("cancel", job)
