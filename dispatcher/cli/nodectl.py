@@ -21,16 +21,6 @@ from ..clock import now_ms
 from ..core.units import age
 
 
-def _state(alive: bool, drain, held: bool) -> str:
-    """up, draining (drained, jobs still hold GPUs there), drained (idle), down (no heartbeat within the
-    node timeout; ", drained" if it is)."""
-    if not alive:
-        return "down, drained" if drain else "down"
-    if drain:
-        return "draining" if held else "drained"
-    return "up"
-
-
 def _mark(drain, now: float) -> dict | None:
     if drain is None:
         return None
@@ -53,7 +43,7 @@ def _said(name: str, mark: dict) -> str:
 def nodes(ctx, free, as_json):
     """Nodes, their state (up, draining, drained, down), their GPUs and what holds them."""
     from ..config import Timing
-    from ..store.nodes import read_nodes
+    from ..store.nodes import node_state, read_nodes
 
     if free:
         return _capacity(ctx, as_json)
@@ -61,7 +51,7 @@ def nodes(ctx, free, as_json):
     now = now_ms()
     timeout = Timing.from_env().node_timeout_s
     out = [{
-        "name": n.name, "alive": n.alive(now, timeout), "state": _state(n.alive(now, timeout), n.drain, bool(n.alloc)),
+        "name": n.name, "alive": n.alive(now, timeout), "state": node_state(n.alive(now, timeout), n.drain, bool(n.alloc)),
         "drain": _mark(n.drain, now / 1000.0), "seen_s_ago": round((now - n.seen_ms) / 1000, 1),
         "cpus": n.cpus, "mem_gb": n.mem_gb,
         "gpus": [{"index": g.index, "name": g.name, "mem_total_gb": g.mem_total_gb, "mem_used_gb": g.mem_used_gb,

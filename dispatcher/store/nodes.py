@@ -216,6 +216,16 @@ def read_changed_infos(client, ns: str, known):
     return beats, raws, bad
 
 
+def node_state(alive: bool, drain, held: bool) -> str:
+    """up, draining (drained, jobs still hold GPUs there), drained (idle), down (no heartbeat within the
+    node timeout; ", drained" if it is): `dispatch nodes` and `dispatch top` say it."""
+    if not alive:
+        return "down, drained" if drain else "down"
+    if drain:
+        return "draining" if held else "drained"
+    return "up"
+
+
 def read_nodes(client, ns: str) -> tuple[list[NodeRecord], list[str]]:
     """Every node with a heartbeat and its GPUs held, and the problems met (malformed records, keys of
     the wrong type and bad heartbeat entries are skipped). Read-only."""

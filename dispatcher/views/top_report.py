@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from ..core.units import age
+from ..store.nodes import node_state
 
 #: GPU rows in the report, before an "N more" line.
 REPORT_GPUS = 48
@@ -73,13 +74,20 @@ def report(overview: dict, queue: dict, width: int, rows: int = 12) -> str:
     return "".join(_cut(line, width) + "\n" for line in lines)
 
 
+def node_word(n: dict) -> str:
+    """A node's state as `dispatch nodes` says it (up, draining, drained), or DEAD (no heartbeat)."""
+    if not n["alive"]:
+        return "DEAD"
+    return node_state(True, n.get("drain"), any(g["job"] for g in n["gpus"]))
+
+
 def _node_lines(nodes: list[dict]) -> list[str]:
     """A line per node, its GPUs as index:job (or free, zombie, dead)."""
     name_w = max((len(n["name"]) for n in nodes), default=4)
-    out = ["Nodes and GPUs (index:job)", f"{'node':<{name_w}}  state  {'seen':>6}  GPUs"]
+    out = ["Nodes and GPUs (index:job)", f"{'node':<{name_w}}  {'state':<8}  {'seen':>6}  GPUs"]
     for n in nodes:
         cells = " ".join(f"{g['index']}:{g['job'] or GPU_WORD[g['state']]}" for g in n["gpus"])
-        out.append(f"{n['name']:<{name_w}}  {'up' if n['alive'] else 'DEAD':<5}  {age(n['seen_s_ago']):>6}  {cells}")
+        out.append(f"{n['name']:<{name_w}}  {node_word(n):<8}  {age(n['seen_s_ago']):>6}  {cells}")
     return out + [""]
 
 

@@ -8,6 +8,7 @@ from rich.text import Text
 from ..core.units import age
 from .top_keys import HELP, PANES, fit
 from .top_panes import CLASS_STYLE, GPU_STYLE, meter, pane_rows, table
+from .top_report import node_word
 
 #: Pending and running jobs `top` reads for its jobs list (each, the oldest; Board.queue_page's most).
 LOADED = 200
@@ -39,7 +40,8 @@ def _node_line(n: dict, width: int) -> Text:
     and memory as bars."""
     gpus = n["gpus"]
     line = Text(f"{n['name'][:14]:<14} ", "bold" if n["alive"] else "bold red")
-    line.append("up   " if n["alive"] else "DEAD ", "green" if n["alive"] else "bold red")
+    word = node_word(n)
+    line.append(f"{word:<9}", {"up": "green", "DEAD": "bold red"}.get(word, "bold yellow"))
     for g in gpus:
         line.append({"held": "#", "free": ".", "blocked": "Z", "dead": "x"}[g["state"]], GPU_STYLE[g["state"]])
     util = sum(g.get("util_pct") or 0 for g in gpus) / len(gpus) if gpus else 0.0

@@ -44,3 +44,21 @@ def test_top_redirected_to_a_file_prints_one_frame(cli, client, tmp_path):
                            stdout=f, stderr=subprocess.PIPE, text=True, timeout=60)
     assert p.returncode == 0 and not p.stderr, p.stderr
     check_one_frame(out.read_text(), job)
+
+
+def test_top_says_a_drained_node_is_drained_as_dispatch_nodes_does(cli, client):
+    """QA: after `dispatch drain gpu-07`, `dispatch nodes` said drained but `dispatch top` said up: the operator
+    watching top saw an idle, up node that took no job."""
+    from dispatcher.store.nodes import drain
+    from dispatcher.views.board import Board
+    from dispatcher.views.top_screen import gather, screen
+    from dispatcher.views.top_keys import ViewState
+
+    a_node_and_a_job(cli, client)
+    gpus = [GpuInfo(0, "NVIDIA A100-80GB", 80.0)]
+    write_heartbeat(client, cli.ns, "gpu-08", gpus, 8, 64.0, now_ms())
+    drain(client, cli.ns, "gpu-07", "driver upgrade", "root", now_ms())
+    lines = [ln for ln in cli.run("top", "--once").stdout.splitlines() if ln.startswith("gpu-0")]
+    assert lines[0].split()[:2] == ["gpu-07", "drained"] and lines[1].split()[:2] == ["gpu-08", "up"], lines
+    frame = [ln.plain for ln in screen(gather(Board(client, cli.ns)), ViewState(), 100, 30)[0]]
+    assert any(ln.startswith("gpu-07") and " drained " in ln for ln in frame), frame
