@@ -80,8 +80,9 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
 
 def _held(j: dict) -> str:
     """A one-node job's GPUS cell: what it asked for; an elastic job that holds another count (shrunk by a
-    preemption, or started on fewer): held/asked, 2/4."""
-    held = len(j["gpus"]) if j["min_gpus"] is not None and j["state"] in ("assigned", "running", "preempting") else 0
+    preemption, or started on fewer): held/asked, 2/4. One larger than any node runs on whole nodes: every rank's."""
+    gpus = [g for _, rank_gpus in j.get("ranks") or () for g in rank_gpus] or j["gpus"]
+    held = len(gpus) if j["min_gpus"] is not None and j["state"] in ("assigned", "running", "preempting") else 0
     return f"{held}/{j['gpus_requested']}" if held and held != j["gpus_requested"] else f"{j['gpus_requested']}"
 
 

@@ -78,3 +78,4 @@ def test_dispatch_submit_says_what_is_wrong_in_one_line(argv, words):
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"dispatch: error: {words}")
     assert len(done.stderr.strip().splitlines()) == 1 and "Usage" not in done.stderr and not done.stdout
+

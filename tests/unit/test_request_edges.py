@@ -121,6 +121,8 @@ def _row(**over) -> dict:
 @pytest.mark.parametrize("job,cell", [
     (_row(), "2/4"), (_row(gpus=[0, 1, 2, 3]), "4"), (_row(min_gpus=None, gpus=[0, 1]), "4"),
     (_row(state="pending", gpus=[]), "4"), (_row(state="succeeded"), "4"), (_row(state="preempting"), "2/4"),
+    # QA: on two whole 2-GPU nodes (larger than any node) it holds all 4, but showed 2/4 (rank 0's GPUs)
+    (_row(gpus=[0, 1], ranks=[["n2", [0, 1]], ["vm", [0, 1]]]), "4"),
 ])
 def test_queue_shows_what_a_shrunk_elastic_job_holds_beside_what_it_asked(job, cell):
     assert _held(job) == cell
