@@ -75,6 +75,10 @@ class NeverFit:
         """The code and reason of a job check() set aside: NO_FIT_EVER, or NO_FIT_NOW where a drained
         node could hold it (it starts there once that node is resumed)."""
         note = drained_note(self.drained, spec, self.fit) if self.drained else ""
+        if note and spec.nodes >= 2:
+            k = self.gang_nodes(spec)
+            return Code.NO_FIT_NOW, (f"{note}needs {describe_gang(spec)}; only {k} node{'s' if k != 1 else ''} "
+                                     f"that take{'s' if k == 1 else ''} jobs could hold its share")
         if note:
             return Code.NO_FIT_NOW, f"{note}needs {describe_need(spec)}; no node that takes jobs could hold it"
         return Code.NO_FIT_EVER, self.reason(spec)

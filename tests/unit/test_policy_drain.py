@@ -99,3 +99,14 @@ def test_arrivals_between_full_cycles_keep_off_a_drained_node():
     plan = place_arrivals(c, arrivals, NOW_MS)
     assert [(p.job_id, p.node) for p in plan.placements] == [("j1", "b")]
     assert verdict(plan, "j2").reason.startswith("a is drained: disk swap; ")
+
+
+def test_a_gang_that_waits_for_a_drained_node_is_described_as_a_gang():
+    """QA: `--nodes 2 --gpus-per-node 1` with one of two nodes drained said "needs 2xGPU, 1 CPU; no node that
+    takes jobs could hold it", as if it asked for 2 GPUs on one node."""
+    gang = make_job("g").gpus(2)._set(nodes=2, gpus_per_node=1)
+    plan = plan_of([gang], [drained(make_node("a").gpus(2)), make_node("b").gpus(2)])
+    v = verdict(plan, "g")
+    assert v.code == Code.NO_FIT_NOW
+    assert v.reason == ("a is drained: disk swap; needs 2 nodes with 1 free GPUs each (one GPU type); only 1 node "
+                        "that takes jobs could hold its share"), v.reason
