@@ -5,7 +5,6 @@ checked there: a gang's --nodes, --gpus-per-node and --gpus against each other t
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import click
