@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.e2e.test_dashboard_live import browser, start_dashboard, wait_page
+from tests.e2e.dashboard_kit import browser, start_dashboard, wait_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

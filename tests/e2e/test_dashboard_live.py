@@ -14,11 +14,9 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import time
 import urllib.request
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -26,31 +24,11 @@ import pytest
 from dispatcher.core.model import GpuInfo
 from dispatcher.store.nodes import NodeRecord
 from dispatcher.store.samples import record_sample
-from tests.conftest import IN_CI
 from tests.e2e.test_zombies_live import zombie
 
+from .dashboard_kit import ENV, browser, full_page_screenshot, get, shots_dir, start_dashboard, text_of, wait_page
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
-DOCS = Path(__file__).resolve().parents[2] / "docs"
-
-
-def shots_dir(tmp_path: Path) -> Path:
-    """Where the screenshots go: docs/ when asked (DISPATCH_UPDATE_DOCS=1), else the test's tmp dir."""
-    return DOCS if os.environ.get("DISPATCH_UPDATE_DOCS") == "1" else tmp_path
-ENV = {"DISPATCH_NODE_TIMEOUT_S": "4"}  # a killed node is reported dead within seconds
-
-
-def get(url: str, timeout: float = 30):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.read()
-
-
-def start_dashboard(cli, *args) -> str:
-    """`dispatch dashboard` on a free port; returns its base URL."""
-    cli.start("dashboard", "--port", "0", *args, log_name="dashboard", **ENV)
-    log = cli.home / f"dashboard-{len(cli.procs) - 1}.log"
-    found = cli.wait_for(lambda: re.search(r"http://[\d.]+:\d+/", log.read_text()), what="the dashboard to listen")
-    return found.group(0).rstrip("/")
 
 
 def seed_history(client, ns: str, hours: float = 3.0) -> None:
@@ -119,49 +97,6 @@ def submit_all(cli, name: str, est: str, rows) -> list[str]:
     """One `sleep 300` job per (user, team, class, GPUs, GPU type); their ids."""
     return [cli.submit("--name", f"{name}-{u}-{i}", "--user", u, "--team", t, "--priority", p, "--gpus", str(g),
                        "--gpu-type", k, "--est", est, "--", "sleep", "300") for i, (u, t, p, g, k) in enumerate(rows)]
-
-
-def browser():
-    try:
-        from selenium import webdriver
-    except ImportError:
-        if IN_CI:
-            raise
-        pytest.skip("selenium is not installed (pip install -e '.[test]')")
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and driver):
-        if IN_CI:
-            raise AssertionError("chromium and chromium-driver are needed (apt-get install chromium chromium-driver)")
-        pytest.skip("no chromium / chromedriver on PATH")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1480,1200",
-                "--force-device-scale-factor=1", "--hide-scrollbars"):
-        opts.add_argument(arg)
-    return webdriver.Chrome(options=opts, service=webdriver.ChromeService(executable_path=driver))
-
-
-def wait_page(driver, predicate, what: str, timeout: float = 20):
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: predicate(d))
-    except Exception:
-        raise AssertionError(f"the page never showed {what}; it shows:\n"
-                             f"{driver.find_element('tag name', 'body').text[:3000]}") from None
-
-
-def text_of(driver, element_id: str) -> str:
-    return driver.find_element("id", element_id).text
-
-
-def full_page_screenshot(driver, path: Path) -> None:
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": 1480, "height": height, "deviceScaleFactor": 1, "mobile": False})
-    time.sleep(0.5)
-    driver.save_screenshot(str(path))
-    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def test_the_dashboard_shows_the_queue_the_gpus_and_the_decisions_live(cli, busy, tmp_path):
@@ -425,7 +360,6 @@ def test_a_taken_port_is_a_one_line_error(cli):
         p = cli.run("dashboard", "--port", str(s.getsockname()[1]), check=False, timeout=30)
     assert p.returncode != 0 and p.stderr.count("\n") == 1 and "--port" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
-
 
 
 def test_a_dashboard_with_an_access_key_shows_nothing_without_it(cli, tmp_path):

@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from tests.e2e.test_dashboard_live import browser, get, shots_dir, start_dashboard, text_of, wait_page
+from tests.e2e.dashboard_kit import browser, get, shots_dir, start_dashboard, text_of, wait_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 ENV = {"DISPATCH_NODE_TIMEOUT_S": "4"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_dashboard_live import browser, start_dashboard, text_of, wait_page
+from tests.e2e.dashboard_kit import browser, start_dashboard, text_of, wait_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -20,7 +20,7 @@ import pytest
 
 from dispatcher.up.embedded import free_port
 from tests.conftest import IN_CI
-from tests.e2e.test_dashboard_live import get, start_dashboard
+from tests.e2e.dashboard_kit import get, start_dashboard
 from tests.redis.test_metric_examples import RULES, grafana_exprs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

@@ -1,14 +1,12 @@
-"""The operators' view against a real server: samples, the board, alerts and metrics, all read-only."""
+"""The operators' view against a real server: samples, the board and metrics, all read-only
+(test_board_alerts.py has the alerts)."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from dispatcher.policy.profiles import parse_policy
-from dispatcher.views.alerts import AlertConfig, evaluate
 from dispatcher.views.board import Board
 from dispatcher.views.capacity import capacity
-from dispatcher.core.errors import ConfigError
 from dispatcher.views.metrics import ClusterCollector, exposition
 from dispatcher.core.model import GpuInfo
 from dispatcher.clock import now_ms
@@ -89,66 +87,6 @@ def test_one_sample_per_slot_and_read_back_in_order(client, ns):
     assert [(s["t_ms"], s["held"], s["pending"], s["running"], s["frag"], s["idle"]) for s in got] == [
         (t - t % 15_000, 1, 1, 1, 1.0, ["a:0"]), (t + 15_000 - t % 15_000, 0, 0, 0, 0.0, [])]
     assert read_samples(client, ns, t + 1) == got[1:]
-
-
-@pytest.mark.parametrize("table,field,value", [('critical_wait = "5m"', "critical_wait_s", 300.0),
-                                               ('low_util = 40\nlow_util_for = "1h"', "low_util_for_s", 3600.0),
-                                               ("", "high_wait_s", 1800.0)], ids=["duration", "two", "defaults"])
-def test_alert_thresholds_come_from_the_policy_files_alerts_table(table, field, value):
-    assert getattr(parse_policy(f"[alerts]\n{table}\n").alerts, field) == value
-
-
-@pytest.mark.parametrize("table", ["nope = 1", 'high_wait = "soon"', "low_util = -3", "low_util = 200",
-                                   "low_util = nan", "critical_wait = inf"])
-def test_bad_alert_thresholds_name_the_key(table):
-    with pytest.raises(ConfigError) as e:
-        parse_policy(f"[alerts]\n{table}\n")
-    assert e.value.key == f"alerts.{table.split()[0]}"
-
-
-def test_alerts_fire_on_long_waits_dead_nodes_zombies_low_allocation_and_idle_gpus():
-    now = 10_000_000
-    cfg = AlertConfig(critical_wait_s=60, high_wait_s=600, low_util_pct=50, low_util_for_s=300)
-    view = {"classes": [{"class": "critical", "pending": 2, "oldest_wait_s": 90.0, "oldest_job": "7"},
-                        {"class": "high", "pending": 1, "oldest_wait_s": 100.0, "oldest_job": "8"},
-                        {"class": "low", "pending": 1, "oldest_wait_s": 9e9, "oldest_job": "9"}],
-            "nodes": [{"name": "a", "alive": True, "seen_s_ago": 1, "gpus": [
-                          {"index": 0, "job": "3", "blocked": None, "idle": "GPUs idle: all below 5% utilization for 30m",
-                           "idle_since": now / 1000 - 2400},
-                          {"index": 1, "job": None, "blocked": "zombie: pid 9"}]},
-                      {"name": "b", "alive": False, "seen_s_ago": 42, "gpus": []}]}
-    samples = [{"t_ms": now - s * 1000, "pending": 3, "gpus": 4, "held": 1, "idle": ["a:0"]}
-               for s in range(400, -1, -20)]
-    got = evaluate(view, {"critical": [90.0, 30.0], "high": [100.0]}, samples, cfg, now)
-    assert [(a["kind"], a["severity"], a["subject"]) for a in got] == [
-        ("dead_node", "critical", "b"), ("wait", "critical", "critical"),
-        ("idle_gpu", "warning", "a:0"), ("low_util", "warning", "cluster"), ("zombie", "warning", "a:1")]
-    assert "1 critical job waiting over 60s (longest: job 7, 90s)" in got[1]["message"]
-    assert got[2]["message"] == "a GPU 0 held by job 3: GPUs idle: all below 5% utilization for 30m (idle for 40m)"
-    # a window the samples do not reach back over raises nothing; the idle warning needs none (its agent timed it)
-    assert [a["kind"] for a in evaluate(view, {}, samples[-5:], cfg, now)] == ["dead_node", "idle_gpu", "zombie"]
-
-
-def test_the_old_idle_alert_threshold_points_to_the_policy():
-    with pytest.raises(ConfigError) as e:
-        parse_policy('[alerts]\nidle_gpu_for = "1h"\n')
-    assert e.value.key == "alerts.idle_gpu_for" and "idle_warn" in str(e.value)
-
-
-def test_every_view_takes_the_thresholds_the_scheduler_published(client, ns, cli):
-    from dispatcher.scheduler.loop import Scheduler
-    from dispatcher.scheduler.policy_source import PolicySource
-
-    waiting = write_jobs(client, ns, [build_spec(command=["true"], user="u", submit_ms=now_ms() - 120_000, gpus=1,
-                                                 priority="critical")])[0]
-    policy = cli.home / "policy.toml"
-    policy.write_text('[alerts]\ncritical_wait = "1m"\n')
-    Scheduler(client, ns, policy=PolicySource(str(policy))).cycle()  # publishes the policy, and its queue
-    alerts = Board(client, ns).overview()["alerts"]
-    assert [(a["kind"], a["subject"]) for a in alerts] == [("wait", "critical")], alerts
-    assert f"job {waiting}" in alerts[0]["message"]
-    out = cli.run("top", "--once", "--alerts", "critical_wait=5m", check=False)
-    assert out.returncode != 0 and "policy file's [alerts] table" in out.stderr and len(out.stderr.splitlines()) == 1
 
 
 def dump_all(client, ns):
