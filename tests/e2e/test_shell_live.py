@@ -251,5 +251,5 @@ def test_a_shell_asking_more_gpus_than_any_node_has_waits_and_never_runs_on_seve
     job = read_job(client, cli.ns, job_id)
     assert job["state"] == "pending" and job["ranks"] in ([], None), job
     os.killpg(t.proc.pid, signal.SIGINT)  # Ctrl-C while it waits: cancelled
-    assert t.exit_code() == 130
+    assert t.exit_code(timeout=45) == 130  # the cancel waits for the scheduler's answer (up to 15 s, then withdrawn)
     assert ended(cli, client, job_id)["state"] == "cancelled"
