@@ -179,7 +179,7 @@ def choose_gpus(job: JobSpec, node: NodeView, candidates: list[int],
     def key(i):
         return (node.gpu(i).mem_total_gb, i)
     ranked = sorted(candidates, key=key)
-    if job.gpus >= 2:
+    if job.gpus >= 2 and len({g.name for g in node.gpus}) > 1:  # a node of one model is one family (hot path)
         families: dict[str, list[int]] = {}
         for i in ranked:
             families.setdefault(gpu_family(node.gpu(i).name), []).append(i)
