@@ -56,7 +56,7 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
     from ..lab.suite_run import read_trace
     from ..scheduler.policy_source import load_policy_file
     from ..sim.compare import simulate as run, table
-    from ..sim.engine import make_nodes
+    from ..sim.nodes import make_nodes
     from ..sim.policies import resolve
     from ..sim.workload import EstimateModel
 
@@ -283,7 +283,7 @@ def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budg
     from ..lab.suite_run import read_trace
     from ..policy.render import diff_policies, render_policy
     from ..scheduler.policy_changes import named_policy
-    from ..sim.engine import make_nodes
+    from ..sim.nodes import make_nodes
     from ..sim.tune import Workload, changes_table, tune as search
     from ..sim.workload import parse_trace
 

@@ -86,7 +86,7 @@ def simulate_one(workload: Workload, policy: str, *, estimates: str = "lognormal
                  ckpt_s: tuple[float, float] = (30.0, 30.0)) -> dict:
     """The metrics of one policy on one workload (per-user figures left out: the card needs none)."""
     from ..sim.compare import simulate
-    from ..sim.engine import make_nodes
+    from ..sim.nodes import make_nodes
     from ..sim.workload import EstimateModel
 
     p = policy_named(policy)

@@ -228,6 +228,18 @@ class Backlog:
         found.sort(key=lambda x: (x[0], x[1]))
         return [item[4] for item in found[:n]]
 
+    def strength_bound(self) -> float:
+        """An upper bound on the strength (strength()) of every job waiting: its class's, at LAS tier 0
+        (inf under preempt_by remaining; -inf with nothing waiting)."""
+        classes = [c for c, n in self.by_class.items() if n]
+        mode = self.config.preempt_by
+        if not classes or mode == "remaining":
+            return float("inf") if classes else float("-inf")
+        if mode == "attained":
+            return 0.0
+        top = max(PRIORITIES.index(c) for c in classes)
+        return top * self.config.class_step if mode == "class+attained" else float(top)
+
     def oldest(self, prio: str, n: int) -> list[PendingJob]:
         """Up to `n` of the class's jobs, oldest submit first."""
         return [item[4] for item in self._oldest(prio, n, lambda item: True)]

@@ -17,16 +17,23 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from ..core.plan import NodeView, PendingJob, RunningJob, Snapshot
-from ..core.model import GpuInfo, JobSpec
+from ..core.model import JobSpec
 from ..policy import Backlog, schedule
-from ..core.predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, RECENT, Run, fingerprint, policy_estimate, predict
-from .workload import MAX_CLUSTER_GPUS, EstimateModel, TraceJob
+from ..policy.preemption import preemptible_below
+from .workload import EstimateModel, HistoryPredictor, TraceJob
 
 ARRIVE, FINISH, SAVED, TICK = 0, 1, 2, 3  # TICK: a cycle with nothing new (time alone changes the plan)
+#: The live scheduler cycles every second, so time alone changes its plan: a minimum run or a cooldown
+#: ends (a critical job waits behind a 30 s minimum run), a running job's LAS tier rises, a waiting job
+#: passes its starvation bound. A replay cycles at those moments (Engine._guard), and, while jobs wait,
+#: at least this often for what changes gradually: aging, shares of class targets, time-of-day
+#: profiles, runs past their estimates.
+TICK_S = 300.0
+_PERIODIC = "\0tick"  # the job id of the engine's periodic tick (a job's own guards carry its id)
 #: A run stops, stalled, once a simulated day passes in which no job finished and no preempted job kept
 #: any progress, while the jobs in the cluster were preempted at least once each on average: a policy
 #: that stops jobs before they progress (a preemptive one with no minimum run, against the checkpoint's
@@ -68,74 +75,14 @@ class SimResult:
     stalled_at_s: float | None = None  # the run stopped here, stalled (STALL_WINDOW_S); its jobs left unfinished
 
 
-class HistoryPredictor:
-    """The live scheduler's runtime prediction (dispatcher/core/predict.py) over the runs finished so far:
-    the same capped histories per fingerprint and per user that finish.lua keeps in Redis."""
-
-    def __init__(self):
-        self.by_fp: dict = defaultdict(lambda: deque(maxlen=KEPT_PER_FINGERPRINT))
-        self.by_user: dict = defaultdict(lambda: deque(maxlen=KEPT_PER_USER))
-
-    def observe(self, spec: JobSpec, duration_s: float) -> None:
-        run = Run(duration_s)
-        self.by_fp[fingerprint(spec)].appendleft(run)  # newest first, as LPUSH keeps them
-        self.by_user[spec.user].appendleft(run)
-
-    def predict(self, spec: JobSpec) -> float | None:
-        same, user = self.by_fp.get(fingerprint(spec), ()), self.by_user.get(spec.user, ())
-        return policy_estimate(None, predict(list(same)[:RECENT], list(user)[:RECENT]), None)
-
-
-def make_nodes(spec: str | None, gpus: int | None, gpus_per_node: int = 8) -> list[tuple[str, tuple[GpuInfo, ...]]]:
-    """`--nodes 2x8xA100-80GB,2x8xV100-32GB` or `--gpus 256 --gpus-per-node 8` -> [(name, gpus)].
-    A node of mixed GPUs joins its parts with '+': `1x2xA100-40GB+2xV100-16GB`. At most
-    MAX_CLUSTER_GPUS GPUs in all, checked before any node is made."""
-    from ..core.errors import InvalidRequestError
-    from ..core.gpuspec import parse_fake_gpus
-
-    if spec and gpus:
-        raise InvalidRequestError("give the cluster as --gpus N or as --nodes SPEC, not both", field="--nodes")
-    nodes: list[tuple[str, tuple[GpuInfo, ...]]] = []
-    if spec:
-        parts: list[tuple[int, tuple[GpuInfo, ...]]] = []
-        total = 0
-        for part in (p.strip() for p in spec.split(",")):
-            count, sep, rest = part.partition("x")
-            if not sep or not count.isdigit() or int(count) < 1:
-                raise InvalidRequestError(f"--nodes: {part!r} is not NODESxGPUSxTYPE, e.g. 2x8xA100-80GB",
-                                          field="--nodes")
-            node_gpus = tuple(parse_fake_gpus(rest.replace("+", ","), flag="--nodes"))
-            total += int(count) * len(node_gpus)
-            if total > MAX_CLUSTER_GPUS:
-                raise InvalidRequestError(f"--nodes: {spec} is more than {MAX_CLUSTER_GPUS:,} GPUs, the most the "
-                                          f"simulator takes", field="--nodes")
-            parts.append((int(count), node_gpus))
-        for times, node_gpus in parts:
-            kind = node_gpus[0].name.replace("NVIDIA ", "").lower().replace(" ", "-")
-            for _ in range(times):
-                nodes.append((f"{kind}-{len(nodes):03d}", node_gpus))
-    elif gpus:
-        if gpus < 1 or gpus_per_node < 1:
-            raise InvalidRequestError("--gpus and --gpus-per-node must be at least 1", field="--gpus")
-        if gpus > MAX_CLUSTER_GPUS:
-            raise InvalidRequestError(f"--gpus: {gpus} is more than {MAX_CLUSTER_GPUS:,}, the most the simulator "
-                                      f"takes", field="--gpus")
-        full, left = divmod(gpus, gpus_per_node)
-        for size in [gpus_per_node] * full + ([left] if left else []):
-            nodes.append((f"n{len(nodes):03d}",
-                          tuple(GpuInfo(i, "NVIDIA GPU-80GB", 80.0) for i in range(size))))
-    else:
-        raise InvalidRequestError("give the cluster: --gpus N [--gpus-per-node 8] or --nodes SPEC", field="--gpus")
-    return nodes
-
-
 class Engine:
     """`config` is a PolicyConfig, or a function of the simulated time in seconds that gives one
     (a policy file's time-of-day profiles; t = 0 is a Monday, 00:00)."""
 
     def __init__(self, trace: list[TraceJob], nodes, config, *, name: str = "policy",
                  estimates: EstimateModel = EstimateModel(), rng=None, ckpt_save_s: float = 30.0,
-                 ckpt_restore_s: float = 30.0, cpus_per_node: int = 1_000_000, mem_per_node_gb: float = 1e9):
+                 ckpt_restore_s: float = 30.0, cpus_per_node: int = 1_000_000, mem_per_node_gb: float = 1e9,
+                 tick_s: float | None = TICK_S):
         self.config_at = config if callable(config) else (lambda _t: config)
         self.name, self.config, self.estimates = name, self.config_at(0.0), estimates
         self.ckpt_save_s, self.ckpt_restore_s = ckpt_save_s, ckpt_restore_s
@@ -148,6 +95,7 @@ class Engine:
         self.jobs: dict[str, SimJob] = {}
         self.events: list = []
         self.seq = 0
+        self._to_happen = 0  # events in the heap that are not ticks: arrivals, ends, saves
         for t in trace:
             spec = JobSpec(id=t.job_id, command=("sim",), name=t.job_id, user=t.user or "anonymous", gpus=t.gpus,
                            gpu_types=t.gpu_types, priority=t.priority, submit_ms=int(t.submit_s * 1000),
@@ -171,6 +119,10 @@ class Engine:
         #: None, or t -> a later time: the events from t up to it happen together, at the last one's
         #: time (fewer cycles, each event at most that much late; forecasts use it)
         self.coalesce = None
+        #: at most this long without a cycle while jobs wait (TICK_S); None: cycles only on events
+        self.tick_s = tick_s
+        self._last_cycle_s = -math.inf
+        self._ticks: set[float] = set()  # when the ticks this engine pushed and has not yet popped fall
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, now_s: float, work_s: dict[str, float], config, *,
@@ -181,7 +133,7 @@ class Engine:
         much left), and its pending jobs, each running `work_s[id]` once started. The policy is told
         the estimates the specs carry. Nothing else arrives. The snapshot is not changed."""
         engine = cls([], [(v.name, v.gpus) for v in snapshot.nodes], config, name=name,
-                     estimates=EstimateModel("given"), ckpt_save_s=ckpt_save_s, ckpt_restore_s=0.0)
+                     estimates=EstimateModel("given"), ckpt_save_s=ckpt_save_s, ckpt_restore_s=0.0, tick_s=None)
         for v in snapshot.nodes:
             engine.free[v.name] = set(v.free_gpus)
 
@@ -217,6 +169,7 @@ class Engine:
 
     def push(self, t: float, kind: int, job_id: str, token: int) -> None:
         self.seq += 1
+        self._to_happen += kind != TICK
         heapq.heappush(self.events, (t, kind, self.seq, job_id, token))
 
     # -- estimates ------------------------------------------------------------------------------
@@ -241,6 +194,9 @@ class Engine:
         job.spec = replace(job.spec, est_s=None if est is None else max(1.0, est))
         job.state = "pending"
         self.pending.add(PendingJob(job.spec, job.attempts, int(job.since_s * 1000), job.attained_gpu_s))
+        bound = self.config.starvation_s.get(job.spec.priority)
+        if bound is not None:
+            self._guard(job, job.spec.submit_ms / 1000.0 + bound, now)
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, *, until_s: float = math.inf, watch: str | None = None, max_cycles: int | None = None) -> SimResult:
@@ -258,8 +214,9 @@ class Engine:
             # a batch's events happen at the time of its last one (ticks delay none)
             now, changed = max((e[0] for e in batch if e[1] != TICK), default=batch[-1][0]), False
             for _, kind, _, job_id, token in batch:
+                self._to_happen -= kind != TICK
                 if kind == TICK:
-                    changed = True
+                    changed = self._tick_due(now, job_id, token) or changed
                     continue
                 job = self.jobs[job_id]
                 if kind == ARRIVE:
@@ -281,9 +238,58 @@ class Engine:
                 busy = self.total_gpus - sum(len(f) for f in self.free.values())
                 self.timeline.append((now, 0, busy, 0))
             self._check_stall(now)
+            self._schedule_tick()
         unfinished = sum(1 for j in self.jobs.values() if j.state != "done")
         return SimResult(self.name, list(self.jobs.values()), self.total_gpus, self.timeline, self.cycles,
                          unfinished, self.starts, self.told, self.stalled_at_s)
+
+    def _tick_due(self, now: float, job_id: str, token: int) -> bool:
+        """Whether a TICK popped at `now` cycles: a caller's (job id "") always does; the periodic one
+        if no cycle ran for tick_s; a job's (_guard) while that job is as it was then, and, for a
+        running one, some job waiting could outrank it now."""
+        if job_id == "":
+            return True
+        if job_id == _PERIODIC:
+            self._ticks.discard(now)
+            return now >= self._last_cycle_s + self.tick_s
+        job = self.jobs[job_id]
+        if job.token != token or not self.pending:
+            return False
+        if job.state != "running":
+            return job.state == "pending"
+        if self.config.teams:  # a team's guarantee reclaims from its own class too
+            return True
+        need = preemptible_below(self.views_of_running[job_id][0], int(round(now * 1000)), self.config)
+        return need is not None and need < self.pending.strength_bound()
+
+    def _schedule_tick(self) -> None:
+        """While jobs wait and something is still to happen (with nothing running and nothing to
+        arrive, a job that cannot start never will): a tick tick_s after the last cycle."""
+        if self.tick_s is None or not self.pending or not self._to_happen:
+            return
+        at = self._last_cycle_s + self.tick_s
+        if not any(t <= at for t in self._ticks):
+            self._ticks.add(at)
+            self.push(at, TICK, _PERIODIC, 0)
+
+    def _guard(self, job: SimJob, at_s: float, now: float) -> None:
+        """A tick at `at_s` (to the millisecond, rounded up), when time alone may change what the policy
+        makes of `job`, as it stands now: a running job's minimum run or cooldown ends or its LAS tier
+        rises (it may become a victim), a waiting one passes its class's starvation bound."""
+        if self.tick_s is not None and at_s > now:
+            self.push(math.ceil(at_s * 1000) / 1000, TICK, job.spec.id, job.token)
+
+    def _guard_running(self, job: SimJob, now: float) -> None:
+        cfg = self.config
+        if not cfg.preemption:
+            return
+        self._guard(job, now + cfg.min_run_s, now)
+        if job.preemptions:
+            self._guard(job, job.last_preempted_s + cfg.preempt_cooldown_s, now)
+        for piece in {len(gpus) for _, gpus in job.node_gpus}:
+            for t in cfg.las_thresholds_gpu_s:
+                if t > job.attained_gpu_s:
+                    self._guard(job, now + (t - job.attained_gpu_s) / piece, now)
 
     def _check_stall(self, now: float) -> None:
         """Mark the run stalled (STALL_WINDOW_S) when it is."""
@@ -337,6 +343,7 @@ class Engine:
         self.config = self.config_at(now)
         plan = schedule(self.snapshot(now_ms), now_ms=now_ms, config=self.config)
         self.cycles += 1
+        self._last_cycle_s = now
         freed = False
         for pr in plan.preemptions:
             victim = self.jobs[pr.job_id]
@@ -370,6 +377,7 @@ class Engine:
             self.pending.discard(p.job_id)
             self.running[p.job_id] = job
             self.view_running(job)
+            self._guard_running(job, now)
             self.starts.append((now, p.job_id, p.node, p.gpus, p.rank))
             self.push(now + job.restore_s + job.work_left_s, FINISH, p.job_id, job.token)
         busy = self.total_gpus - sum(len(f) for f in self.free.values())

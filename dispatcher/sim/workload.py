@@ -14,10 +14,12 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from ..core.errors import InvalidRequestError
-from ..core.model import PRIORITIES, PRIORITY_ALIASES
+from ..core.model import PRIORITIES, PRIORITY_ALIASES, JobSpec
+from ..core.predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, RECENT, Run, fingerprint, policy_estimate, predict
 
 HEADER = ("job_id", "submit_time_s", "user", "num_gpus", "duration_s", "gpu_type", "priority")
 #: The columns `dispatch history --csv` writes after HEADER.
@@ -191,3 +193,21 @@ class EstimateModel:
 
     def label(self) -> str:
         return f"lognormal:{self.sigma:g}" if self.kind == "lognormal" else self.kind
+
+
+class HistoryPredictor:
+    """The live scheduler's runtime prediction (dispatcher/core/predict.py) over the runs finished so far:
+    the same capped histories per fingerprint and per user that finish.lua keeps in Redis."""
+
+    def __init__(self):
+        self.by_fp: dict = defaultdict(lambda: deque(maxlen=KEPT_PER_FINGERPRINT))
+        self.by_user: dict = defaultdict(lambda: deque(maxlen=KEPT_PER_USER))
+
+    def observe(self, spec: JobSpec, duration_s: float) -> None:
+        run = Run(duration_s)
+        self.by_fp[fingerprint(spec)].appendleft(run)  # newest first, as LPUSH keeps them
+        self.by_user[spec.user].appendleft(run)
+
+    def predict(self, spec: JobSpec) -> float | None:
+        same, user = self.by_fp.get(fingerprint(spec), ()), self.by_user.get(spec.user, ())
+        return policy_estimate(None, predict(list(same)[:RECENT], list(user)[:RECENT]), None)

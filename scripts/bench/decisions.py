@@ -44,7 +44,7 @@ def plan_lines(plan) -> list[str]:
 
 def suite_cases(policies, workloads, seed):
     from dispatcher.sim.compare import simulate
-    from dispatcher.sim.engine import make_nodes
+    from dispatcher.sim.nodes import make_nodes
     from dispatcher.sim.workload import EstimateModel
 
     for w in load_workloads(None, seed, workloads):

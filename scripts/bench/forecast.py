@@ -29,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from dispatcher.sim.engine import Engine, make_nodes  # noqa: E402
+from dispatcher.sim.engine import Engine
+from dispatcher.sim.nodes import make_nodes  # noqa: E402
 from dispatcher.sim.forecast import PAST_ESTIMATE, PAST_ESTIMATES, forecast  # noqa: E402
 from dispatcher.sim.policies import estimates_for, resolve  # noqa: E402
 from dispatcher.sim.workload import EstimateModel, parse_trace  # noqa: E402

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from dispatcher.sim.compare import simulate  # noqa: E402
-from dispatcher.sim.engine import make_nodes  # noqa: E402
+from dispatcher.sim.nodes import make_nodes  # noqa: E402
 from dispatcher.sim.policies import BASELINES  # noqa: E402
 from dispatcher.sim.workload import EstimateModel, parse_trace  # noqa: E402
 from dispatcher.lab.suite_run import policy_named  # noqa: E402

@@ -13,7 +13,8 @@ import pytest
 
 from dispatcher.api import Client
 from dispatcher.policy import PolicyConfig
-from dispatcher.sim.engine import Engine, make_nodes
+from dispatcher.sim.engine import Engine
+from dispatcher.sim.nodes import make_nodes
 from dispatcher.sim.workload import EstimateModel, TraceJob
 from dispatcher.store.jobs import read_job
 from dispatcher.store.nodes import read_nodes

@@ -6,7 +6,8 @@ import time
 import pytest
 
 from dispatcher.policy import PolicyConfig
-from dispatcher.sim.engine import Engine, make_nodes
+from dispatcher.sim.engine import Engine
+from dispatcher.sim.nodes import make_nodes
 from dispatcher.sim.forecast import HORIZON_S, forecast
 from dispatcher.sim.policies import dispatch_policy
 from dispatcher.sim.workload import EstimateModel, synthetic

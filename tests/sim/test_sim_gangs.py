@@ -4,7 +4,7 @@ did on one GPU family, and keeps each on one family on a mixed cluster."""
 import random
 
 from dispatcher.sim.compare import simulate
-from dispatcher.sim.engine import make_nodes
+from dispatcher.sim.nodes import make_nodes
 from dispatcher.sim.policies import dispatch_policy
 from dispatcher.sim.workload import EstimateModel, TraceJob
 

@@ -13,7 +13,7 @@ import pytest
 
 from dispatcher.cli import main
 from dispatcher.core.errors import InvalidRequestError
-from dispatcher.sim.engine import make_nodes
+from dispatcher.sim.nodes import make_nodes
 from dispatcher.sim.workload import MAX_CLUSTER_GPUS, EstimateModel, parse_trace
 
 H = "job_id,submit_time_s,user,num_gpus,duration_s,gpu_type,priority"

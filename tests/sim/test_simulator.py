@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from dispatcher.sim.compare import simulate, table
-from dispatcher.sim.engine import make_nodes
+from dispatcher.sim.nodes import make_nodes
 from dispatcher.sim.policies import BASELINES, SimPolicy, dispatch_policy
 from dispatcher.sim.workload import EstimateModel, TraceJob, format_trace, parse_trace, synthetic
 

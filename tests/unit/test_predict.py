@@ -107,7 +107,8 @@ def test_the_simulators_history_estimates_are_the_live_predictors():
     import random
 
     from dispatcher.policy.config import PolicyConfig
-    from dispatcher.sim.engine import Engine, make_nodes
+    from dispatcher.sim.engine import Engine
+    from dispatcher.sim.nodes import make_nodes
     from dispatcher.sim.workload import EstimateModel, TraceJob
 
     # alice's 1-GPU job three times, each after the last ended, then a 2-GPU job of hers (a new fingerprint:

@@ -1,0 +1,49 @@
+"""The simulated cluster's nodes: `--nodes 2x8xA100-80GB,...` or `--gpus N --gpus-per-node 8`."""
+
+from __future__ import annotations
+
+from ..core.model import GpuInfo
+from .workload import MAX_CLUSTER_GPUS
+
+
+def make_nodes(spec: str | None, gpus: int | None, gpus_per_node: int = 8) -> list[tuple[str, tuple[GpuInfo, ...]]]:
+    """`--nodes 2x8xA100-80GB,2x8xV100-32GB` or `--gpus 256 --gpus-per-node 8` -> [(name, gpus)].
+    A node of mixed GPUs joins its parts with '+': `1x2xA100-40GB+2xV100-16GB`. At most
+    MAX_CLUSTER_GPUS GPUs in all, checked before any node is made."""
+    from ..core.errors import InvalidRequestError
+    from ..core.gpuspec import parse_fake_gpus
+
+    if spec and gpus:
+        raise InvalidRequestError("give the cluster as --gpus N or as --nodes SPEC, not both", field="--nodes")
+    nodes: list[tuple[str, tuple[GpuInfo, ...]]] = []
+    if spec:
+        parts: list[tuple[int, tuple[GpuInfo, ...]]] = []
+        total = 0
+        for part in (p.strip() for p in spec.split(",")):
+            count, sep, rest = part.partition("x")
+            if not sep or not count.isdigit() or int(count) < 1:
+                raise InvalidRequestError(f"--nodes: {part!r} is not NODESxGPUSxTYPE, e.g. 2x8xA100-80GB",
+                                          field="--nodes")
+            node_gpus = tuple(parse_fake_gpus(rest.replace("+", ","), flag="--nodes"))
+            total += int(count) * len(node_gpus)
+            if total > MAX_CLUSTER_GPUS:
+                raise InvalidRequestError(f"--nodes: {spec} is more than {MAX_CLUSTER_GPUS:,} GPUs, the most the "
+                                          f"simulator takes", field="--nodes")
+            parts.append((int(count), node_gpus))
+        for times, node_gpus in parts:
+            kind = node_gpus[0].name.replace("NVIDIA ", "").lower().replace(" ", "-")
+            for _ in range(times):
+                nodes.append((f"{kind}-{len(nodes):03d}", node_gpus))
+    elif gpus:
+        if gpus < 1 or gpus_per_node < 1:
+            raise InvalidRequestError("--gpus and --gpus-per-node must be at least 1", field="--gpus")
+        if gpus > MAX_CLUSTER_GPUS:
+            raise InvalidRequestError(f"--gpus: {gpus} is more than {MAX_CLUSTER_GPUS:,}, the most the simulator "
+                                      f"takes", field="--gpus")
+        full, left = divmod(gpus, gpus_per_node)
+        for size in [gpus_per_node] * full + ([left] if left else []):
+            nodes.append((f"n{len(nodes):03d}",
+                          tuple(GpuInfo(i, "NVIDIA GPU-80GB", 80.0) for i in range(size))))
+    else:
+        raise InvalidRequestError("give the cluster: --gpus N [--gpus-per-node 8] or --nodes SPEC", field="--gpus")
+    return nodes
