@@ -10,7 +10,8 @@ Baseline: plain RQ workers on the same server draining as many trivial jobs
 (enqueue_many of a function that returns at once): forking Workers, one per CPU up
 to 8 (a fork per job, as dispatch starts a process per job); outside --quick, also
 as many SimpleWorkers and as many forking Workers as dispatch has slots on the node (8),
-each its own figure with a target of at least 1x.
+each its own figure with a target of at least 1x; and as many SimpleWorkers whose jobs run the same
+`true` as a process (the job dispatch runs: a command, not a function).
 """
 
 from __future__ import annotations
@@ -61,11 +62,13 @@ def dispatch_rates(bench: bl.Bench, n: int, repeats: int) -> list[float]:
     return rates
 
 
-def rq_rates(bench: bl.Bench, kind: str, workers: int, n: int, repeats: int) -> list[float]:
+def rq_rates(bench: bl.Bench, kind: str, workers: int, n: int, repeats: int, command: bool = False) -> list[float]:
+    """Jobs/s of `workers` RQ workers of `kind` draining `n` jobs: a function that returns at once, or
+    with `command` one that runs `true` as a process (the job dispatch runs)."""
     from rq import Queue
     from rq.serializers import JSONSerializer
 
-    ns = bench.namespace(f"drain-rq-{kind}")
+    ns = bench.namespace(f"drain-rq-{kind}{'-cmd' if command else ''}")
     queue_name = f"{ns}.q"
     procs = rqtasks.start(bench, ns, kind, queue_name, workers)
     rates = []
@@ -73,7 +76,8 @@ def rq_rates(bench: bl.Bench, kind: str, workers: int, n: int, repeats: int) -> 
         q = Queue(queue_name, connection=bench.client, serializer=JSONSerializer)
         for r in range(repeats):
             t0 = time.time()
-            q.enqueue_many([Queue.prepare_data("rqtasks.noop") for _ in range(n)])
+            q.enqueue_many([Queue.prepare_data("rqtasks.command", (["true"],)) if command
+                            else Queue.prepare_data("rqtasks.noop") for _ in range(n)])
             bl.wait_until(lambda: q.finished_job_registry.count + q.failed_job_registry.count >= n * (r + 1),
                           max(60.0, n / 10), 0.01, f"RQ {kind} workers to drain {n} jobs")
             rates.append(n / (time.time() - t0))
@@ -100,4 +104,9 @@ def run(bench: bl.Bench) -> list[bl.Figure]:
             figures.append(bl.Figure(f"drain.jobs_per_s_vs_{SLOTS}_rq_{kind}", bl.median(ours), "jobs/s",
                                      bl.median(rq), f"plain RQ, {SLOTS} {label} (dispatch's slots) draining {n} "
                                      "trivial jobs", bl.ratio_at_least(1.0), repeats, note=note))
+        rq = rq_rates(bench, "simple", SLOTS, n, repeats, command=True)  # the same job: `true`, a process
+        figures.append(bl.Figure(f"drain.jobs_per_s_vs_{SLOTS}_rq_simple_same_job", bl.median(ours), "jobs/s",
+                                 bl.median(rq), f"plain RQ, {SLOTS} SimpleWorkers draining {n} jobs that each run "
+                                 "`true` as a process (as an RQ user runs a command)", bl.ratio_at_least(1.0),
+                                 repeats, note=note))
     return figures

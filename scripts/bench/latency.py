@@ -12,7 +12,8 @@ job, as dispatch starts a process per job) and with a SimpleWorker.
 
 Also: submit -> the first line of a Python job (`python -c` printing time.time()), read from the
 job's output: the latency a user's program sees, its interpreter's start included, against the
-SimpleWorker's function call.
+SimpleWorker's function call, and against a SimpleWorker whose function runs the same Python job as a
+process (what an RQ user running a command gets).
 """
 
 from __future__ import annotations
@@ -69,11 +70,13 @@ def dispatch_samples(bench: bl.Bench, n: int, first_line: bool = False) -> list[
     return samples
 
 
-def rq_samples(bench: bl.Bench, kind: str, n: int) -> list[float]:
+def rq_samples(bench: bl.Bench, kind: str, n: int, first_line: bool = False) -> list[float]:
+    """Enqueue -> the job function's start, or with `first_line` -> the first line of the same Python
+    job dispatch runs (FIRST_LINE), run by the function as a process."""
     from rq import Queue
     from rq.serializers import JSONSerializer
 
-    ns = bench.namespace(f"latency-rq-{kind}")
+    ns = bench.namespace(f"latency-rq-{kind}{'-first' if first_line else ''}")
     queue_name, key = f"{ns}.q", f"{ns}:started"
     procs = rqtasks.start(bench, ns, kind, queue_name)
     samples = []
@@ -81,7 +84,7 @@ def rq_samples(bench: bl.Bench, kind: str, n: int) -> list[float]:
         q = Queue(queue_name, connection=bench.client, serializer=JSONSerializer)
         for i in range(n + WARMUP):
             t0 = time.time()
-            job = q.enqueue("rqtasks.stamp", key)
+            job = q.enqueue("rqtasks.first_line", key, FIRST_LINE) if first_line else q.enqueue("rqtasks.stamp", key)
             started = bl.wait_until(lambda: bench.client.hget(key, job.id), 30, 0.002, f"RQ job {job.id} to start")
             bl.wait_until(lambda: bench.client.hget(f"rq:job:{job.id}", "status") in (b"finished", b"failed"),
                           30, 0.002, f"RQ job {job.id} to end")
@@ -100,6 +103,7 @@ def run(bench: bl.Bench) -> list[bl.Figure]:
     fork = rq_samples(bench, "fork", n)
     simple = rq_samples(bench, "simple", n)
     first = dispatch_samples(bench, n, first_line=True)
+    simple_first = rq_samples(bench, "simple", n, first_line=True)
     spread = {"p90_ms": bl.pct(ours, 90), "max_ms": max(ours)}
     note = f"{n} jobs, one at a time; submit -> started_ms written by the agent (ms resolution)"
     return [
@@ -113,6 +117,11 @@ def run(bench: bl.Bench) -> list[bl.Figure]:
                   bl.ratio_at_most(2), n, note=f"{n} jobs, one at a time; submit -> the first line of a Python job "
                   "(python -c, its interpreter's start included), as the job's own clock read it",
                   extra={"p99_ms": bl.pct(first, 99), "max_ms": max(first)}),
+        bl.Figure("latency.first_line_p50_ms_same_job", bl.pct(first, 50), "ms", bl.pct(simple_first, 50),
+                  "plain RQ enqueue -> the same Python job's first line, a SimpleWorker's function running it "
+                  "as a process (as an RQ user runs a command), p50", bl.ratio_at_most(2), n,
+                  note=f"{n} jobs, one at a time; both sides the same `python -c` job, its first line read "
+                  "by its own clock", extra={"p99_ms": bl.pct(first, 99), "rq_p99_ms": bl.pct(simple_first, 99)}),
         bl.Figure("latency.p99_ms", bl.pct(ours, 99), "ms", bl.pct(fork, 99),
                   "plain RQ enqueue -> job started, forking Worker, p99", bl.below(P99_TARGET_MS, "ms"), n,
                   note=note, extra={"rq_simpleworker_p99_ms": bl.pct(simple, 99)}),

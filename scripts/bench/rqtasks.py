@@ -29,6 +29,27 @@ def noop() -> None:
     return None
 
 
+def command(argv: list[str]) -> None:
+    """Run a command, as an RQ user runs one: a process, waited for; an error if it fails."""
+    import subprocess
+
+    subprocess.run(argv, check=True)
+
+
+def first_line(key: str, argv: list[str]) -> None:
+    """Run a command whose first line is a time.time(), and HSET key <job id> <that line>: when the
+    job's own first instruction ran, its interpreter's start included."""
+    import subprocess
+
+    from rq import get_current_job
+
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
+    line = proc.stdout.readline().strip()
+    proc.wait()
+    job = get_current_job()
+    job.connection.hset(key, job.id, line)
+
+
 def worker(kind: str, url: str, queue_name: str) -> None:
     import redis
     from rq import Queue, SimpleWorker, Worker
