@@ -159,12 +159,13 @@ def _classes(out: list, v: dict) -> None:
 def _nodes(out: list, v: dict) -> None:
     """A line per node and state, and five per GPU: one pass over the nodes, each family's lines kept
     apart and written in turn."""
-    gpus, util, alloc, info, used, total, age, up = [], [], [], [], [], [], [], []
+    gpus, util, alloc, info, used, total, age, up, drained = [], [], [], [], [], [], [], [], []
     pct, gb, models = {}, {}, {}  # each value's text, written once: GPUs share their models, sizes, readings
     for n in v["nodes"]:
         node = escape(n["name"])
         age.append(f'dispatch_node_heartbeat_age_seconds{{node="{node}"}} {number(n["seen_s_ago"])}\n')
         up.append(f'dispatch_node_up{{node="{node}"}} {"1.0" if n["alive"] else "0.0"}\n')
+        drained.append(f'dispatch_node_drained{{node="{node}"}} {"0.0" if n.get("drain") is None else "1.0"}\n')
         states = [g["state"] for g in n["gpus"]]
         gpus.extend(f'dispatch_node_gpus{{node="{node}",state="{s}"}} {number(states.count(s))}\n'
                     for s in NODE_STATES)
@@ -194,7 +195,9 @@ def _nodes(out: list, v: dict) -> None:
             ("dispatch_gpu_memory_used_bytes", "GPU memory in use", used),
             ("dispatch_gpu_memory_total_bytes", "GPU memory", total),
             ("dispatch_node_heartbeat_age_seconds", "Time since the node's last heartbeat", age),
-            ("dispatch_node_up", "1 while the node heartbeats within the node timeout", up)):
+            ("dispatch_node_up", "1 while the node heartbeats within the node timeout", up),
+            ("dispatch_node_drained", "1 while the node is drained (dispatch drain): no new job starts there",
+             drained)):
         family(out, name, "gauge", doc)
         out.extend(lines)
 

@@ -27,7 +27,7 @@ def overview(age_s=2.5):
     return {
         "classes": [{"class": "high", "pending": 3, "running": 1, "oldest_wait_s": 12.0, "gpus": 2},
                     {"class": "low", "pending": 0, "running": 0, "oldest_wait_s": 0.0, "gpus": 0}],
-        "nodes": [{"name": "n1", "alive": True, "seen_s_ago": 0.4,
+        "nodes": [{"name": "n1", "alive": True, "seen_s_ago": 0.4, "drain": {"reason": "bad fan", "by": "root"},
                    "gpus": [gpu(0, "held", job="7"), gpu(1, "free", util=0.0)]},
                   {"name": ODD, "alive": False, "seen_s_ago": 90.0, "gpus": [gpu(0, "dead", name=ODD)]}],
         "totals": {"gpus": 2, "held": 1, "util_pct": 25.0, "frag": 0.5},
@@ -94,6 +94,8 @@ def test_the_families_their_types_and_their_samples(monkeypatch):
     assert 'dispatch_gpu_memory_total_bytes{gpu="1",node="n1"} 8e+10\n' in text
     assert values(fams["dispatch_gpu_allocated"])[("dispatch_gpu_allocated", (("gpu", "1"), ("node", "n1")))] == 0
     assert values(fams["dispatch_node_up"])[("dispatch_node_up", (("node", ODD),))] == 0.0
+    assert values(fams["dispatch_node_drained"]) == {("dispatch_node_drained", (("node", "n1"),)): 1.0,
+                                                     ("dispatch_node_drained", (("node", ODD),)): 0.0}
     assert values(fams["dispatch_cluster_gpu_allocation_ratio"]) == {
         ("dispatch_cluster_gpu_allocation_ratio", ()): 0.5}
     assert values(fams["dispatch_alerts_active"])[("dispatch_alerts_active", (("kind", "dead_node"),))] == 1.0
