@@ -148,10 +148,12 @@ def history(ctx, as_csv, as_json, since, users, states, names, teams):
 
 def history_rows(client, ns: str, since: str | None, sel=None) -> tuple[list, list[dict]]:
     """Jobs that ran to an end (those `sel`, a core.selection.Selection, picks) as TraceJobs (submit times
-    from the first one) and as plain rows (those fields and state, exit_code, team, name)."""
+    from the first one; the run time over every attempt, accounting.work_s) and as plain rows (those
+    fields and state, exit_code, team, name)."""
     from dataclasses import asdict
 
     from ..sim.workload import TraceJob
+    from ..core.accounting import work_s
     from ..core.units import parse_duration
     from ..store.ended import read_history
 
@@ -161,7 +163,7 @@ def history_rows(client, ns: str, since: str | None, sel=None) -> tuple[list, li
     found = [r for r in read_history(client, ns, since_ms) if sel is None or sel.matches(r)]
     first = min((r["submitted_at"] for r in found), default=0.0)
     jobs = [TraceJob(r["id"], round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
-                     round(max(0.001, r["finished_at"] - r["started_at"]), 3), tuple(r["gpu_types"]), r["priority"])
+                     round(max(0.001, work_s(r)), 3), tuple(r["gpu_types"]), r["priority"])
             for r in found]
     names = {"job_id": "job_id", "submit_s": "submit_time_s", "gpus": "num_gpus", "gpu_types": "gpu_type"}
     rows = [{names.get(k, k): v for k, v in asdict(j).items()} | {"state": r["state"], "exit_code": r["exit_code"],

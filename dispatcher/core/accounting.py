@@ -98,6 +98,18 @@ def attempt_spans(job: dict) -> list[tuple[float, float, tuple[tuple[str, int], 
     return spans
 
 
+def work_s(job: dict) -> float:
+    """How long the job ran to do its work: its attempts' runs added up for a checkpointable job (each
+    went on from its checkpoint), the last attempt's for another (each started over); 0 if none ran."""
+    spans = attempt_spans(job)
+    if not spans:
+        return 0.0
+    if job.get("checkpointable"):
+        return sum(end - start for start, end, _ in spans)
+    start, end, _ = max(spans)
+    return end - start
+
+
 def queue_wait(job: dict) -> float | None:
     """Submit to the first attempt's start; None for a job that never started."""
     starts = [a["started_at"] for a in job.get("attempts") or () if a.get("started_at") is not None]

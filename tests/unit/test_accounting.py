@@ -3,7 +3,7 @@ idle GPU-hours, groups and the total."""
 
 import pytest
 
-from dispatcher.core.accounting import p95, report
+from dispatcher.core.accounting import p95, report, work_s
 from dispatcher.core.errors import InvalidRequestError
 
 H = 3600.0
@@ -98,3 +98,12 @@ def test_a_gang_counts_every_ranks_gpus():
 def test_an_unknown_grouping_is_refused():
     with pytest.raises(InvalidRequestError, match="colour"):
         report([], "colour", 0, DAY)
+
+
+def test_a_jobs_work_is_every_attempt_when_it_resumes_from_checkpoints_else_its_last_attempt():
+    # preempted after 1 h, resumed for 2 h more (what `dispatch history --csv` writes as its run time)
+    resumed = job("1", attempts=[(0, H, (0,)), (2 * H, 4 * H, (1,))]) | {"checkpointable": True}
+    assert work_s(resumed) == 3 * H
+    started_over = job("2", attempts=[(0, H, (0,)), (2 * H, 4 * H, (1,))])
+    assert work_s(started_over) == 2 * H
+    assert work_s(job("3")) == 0.0
