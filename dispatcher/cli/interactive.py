@@ -24,7 +24,7 @@ import click
 from . import common
 from .flags import resources, session_request
 from ..clock import now_ms
-from ..core.errors import InvalidRequestError, InvalidStateError, JobNotFound
+from ..core.errors import InvalidRequestError, InvalidStateError, JobNotFound, exit_status
 from ..auth.identity import caller_dir, current_user
 
 #: The job's grace between SIGHUP (--time, --idle-timeout) or SIGTERM (cancel) and SIGKILL: a shell
@@ -129,11 +129,6 @@ def hangups_interrupt():
             signal.signal(s, h)
 
 
-def _exit_status(code: int) -> int:
-    """A process's exit as a shell reports it: its code, or 128 + the signal that killed it."""
-    return code if code >= 0 else 128 - code
-
-
 class Session:
     """One client of an interactive job: the output read on a thread, the keyboard on the main one."""
 
@@ -218,7 +213,7 @@ class Session:
             self.started.set()
         elif kind == "end":
             code, reason = int(e.get("code") or 0), e.get("reason", "")
-            self._end(_exit_status(code), "" if reason in ("", f"exit code {code}") else
+            self._end(exit_status(code), "" if reason in ("", f"exit code {code}") else
                       f"job {self.job_id} {e.get('state', 'ended')}: {reason}")
 
     def _check_job(self, after: str) -> None:
@@ -230,7 +225,7 @@ class Session:
             for _, e in streams.read_output(self.ctx.client, self.ctx.ns, self.job_id, after, None):
                 self._entry(e)
             code = rec["exit_code"] if isinstance(rec["exit_code"], int) else 1
-            self._end(_exit_status(code), f"job {self.job_id} {rec['state']}: {rec['reason'] or 'ended'}")
+            self._end(exit_status(code), f"job {self.job_id} {rec['state']}: {rec['reason'] or 'ended'}")
 
     def _end(self, status: int, note: str) -> None:
         if self.result is None:

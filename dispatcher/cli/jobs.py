@@ -262,7 +262,8 @@ def progress(step):
 def wait(ctx, job_ids, timeout, users, states, names, teams):
     """Wait for jobs to end (by id or range, or the pending and running jobs the filters pick). Prints
     nothing if all succeeded, else one line per job that did not. Exits 0 if all succeeded; for one
-    job, with its own exit code (as `tsp -w`: 1 if it was cancelled or lost)."""
+    job, with its own exit code (as `tsp -w`; 128 + N if signal N killed it, as a shell says; 1 if it
+    was cancelled or lost)."""
     from ..api import Client
     from ..core.units import parse_duration
 
@@ -278,11 +279,11 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
         click.echo(f"dispatch: {e}", err=True)
         sys.exit(errors.EXIT_TIMEOUT)
     failed = [client.show(i) for i in ids if ended[i] != "succeeded"]  # (their codes and reasons)
-    for j in failed:
-        code = f" (exit {j['exit_code']})" if j["exit_code"] not in (None, 0) else ""
+    for j in failed:  # (a signal's -N: the reason names the signal)
+        code = f" (exit {j['exit_code']})" if (j["exit_code"] or 0) > 0 else ""
         click.echo(f"{label(j)}: {j['state']}{code}" + (f": {j['reason']}" if j["reason"] else ""), err=True)
-    if failed and len(ids) == 1 and failed[0]["state"] == "failed" and (failed[0]["exit_code"] or 0) > 0:
-        sys.exit(min(int(failed[0]["exit_code"]), 255))
+    if failed and len(ids) == 1 and failed[0]["state"] == "failed" and failed[0]["exit_code"]:
+        sys.exit(min(errors.exit_status(int(failed[0]["exit_code"])), 255))  # killed by a signal N: 128 + N
     sys.exit(errors.EXIT_FAILED if failed else errors.EXIT_OK)
 
 

@@ -20,6 +20,11 @@ EXIT_TIMEOUT = 5
 EXIT_NO_GPU = 6
 
 
+def exit_status(code: int) -> int:
+    """A process's exit as a shell reports it: its code, or 128 + the signal that killed it (-N)."""
+    return code if code >= 0 else 128 - code
+
+
 class DispatcherError(Exception):
     """Root of every error dispatch raises on purpose."""
 

@@ -286,7 +286,7 @@ class Engine:
         self._guard(job, now + cfg.min_run_s, now)
         if job.preemptions:
             self._guard(job, job.last_preempted_s + cfg.preempt_cooldown_s, now)
-        for piece in {len(gpus) for _, gpus in job.node_gpus}:
+        for piece in {len(gpus) for _, gpus in job.node_gpus} - {0}:  # (a job of no GPU gains no service)
             for t in cfg.las_thresholds_gpu_s:
                 if t > job.attained_gpu_s:
                     self._guard(job, now + (t - job.attained_gpu_s) / piece, now)

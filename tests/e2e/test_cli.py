@@ -135,6 +135,18 @@ def test_wait_takes_a_duration_and_names_what_is_not_done(cli):
     assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "--timeout" in p.stderr, p.stderr
 
 
+def test_wait_exits_with_the_jobs_own_code_and_128_plus_the_signal_that_killed_it(cli):
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    three = cli.submit("--", "sh", "-c", "exit 3")
+    p = cli.run("wait", three, "--timeout", "30", check=False)
+    assert p.returncode == 3 and p.stderr.strip() == f"{three}: failed (exit 3): exit code 3", p.stderr
+    killed = cli.submit("--", "sh", "-c", "kill -ABRT $$")  # (a SIGKILL from outside is retried: the OOM killer)
+    p = cli.run("wait", killed, "--timeout", "30", check=False)
+    assert p.returncode == 128 + 6, (p.returncode, p.stderr)  # as a shell reports it
+    assert p.stderr.strip() == f"{killed}: failed: killed by signal SIGABRT", p.stderr
+
+
 def test_up_needs_no_redis_and_other_commands_find_it(tmp_path):
     """The README's first command: `dispatch up` with the embedded server, then submit from another shell."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}

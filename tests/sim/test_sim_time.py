@@ -50,3 +50,9 @@ def test_a_quiet_day_is_replayed_with_a_cycle_at_least_every_tick_while_jobs_wai
     assert started == 86400.0 and quiet.cycles <= 3
     assert 86400 / 300 - 2 <= ticking.cycles <= 86400 / 300 + 3, "one cycle every 300 s, no more"
 
+
+
+def test_a_job_of_no_gpu_runs_beside_the_others_with_ticks():
+    trace = [TraceJob("x", 0, "u", 8, 100), TraceJob("cpu", 1, "v", 0, 50), TraceJob("y", 2, "v", 8, 10)]
+    started, result = first_start(trace, job="cpu")
+    assert started == 1.0 and result.unfinished == 0
