@@ -15,8 +15,9 @@ from .reservations import reserve
 def elastic_count(c, spec: JobSpec) -> tuple[JobSpec, str]:
     """The count (elastic.counts) whose expected completion is soonest in Cycle `c`: now on the best
     node with room, or when a reservation for that many could start (reservations.reserve's
-    estimate), plus the run time on that many (elastic.run_time). Ties go to more GPUs. Returns the
-    job as it will be placed or held (that count, its run time as the estimate) and why."""
+    estimate), plus the run time on that many (elastic.run_time). Ties go to more GPUs; with none, the
+    most one node holds. Returns the job as it will be placed or held (that count, its run time as the
+    estimate) and why."""
     best, notes = None, []
     for g in counts(spec):
         trial = replace(spec, gpus=g, min_gpus=None, est_s=run_time(spec, g))
@@ -33,7 +34,10 @@ def elastic_count(c, spec: JobSpec) -> tuple[JobSpec, str]:
         notes.append(f"{g} starts {wait}, runs ~{short_span(run_s)}")
         if best is None or (done, -g) < best[0]:  # a tie (no estimates): the most GPUs
             best = ((done, -g), trial)
-    if best is None:
-        return replace(spec, min_gpus=None), "elastic: no count could start before others end"
+    if best is None:  # waits with the most GPUs one node holds (not as a gang of its most: --nodes asks for that)
+        one_node = [g for g in counts(spec) if g <= c.index.largest_node]
+        g = max(one_node) if one_node else min(counts(spec))
+        return replace(spec, gpus=g, min_gpus=None, est_s=run_time(spec, g)), \
+            "elastic: no count could start before others end"
     chosen = best[1]
     return chosen, f"elastic: {chosen.gpus} GPUs finish soonest ({'; '.join(notes)})"

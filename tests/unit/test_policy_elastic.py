@@ -5,7 +5,7 @@ import pytest
 
 from dispatcher.core.plan import Code
 from dispatcher.core.elastic import ScalingError, counts, parse_scaling, run_time
-from tests.builders import make_job, make_node, plan_of
+from tests.builders import make_job, make_node, plan_of, verdict_of
 
 HOUR = 3600.0
 
@@ -67,3 +67,16 @@ def test_a_table_offers_only_its_own_counts():
 def test_a_scaling_that_does_not_parse_says_what_is_expected(text):
     with pytest.raises(ScalingError):
         parse_scaling(text)
+
+
+def test_with_no_count_reservable_it_waits_with_what_one_node_holds_not_as_a_gang_of_its_most():
+    from dispatcher.policy.config import PolicyConfig
+
+    nodes = [make_node(n).gpus(8).held(*range(8)) for n in ("n1", "n2")]
+    running = [make_job(f"r{n}").gpus(8).est(10 * HOUR).user("bob").running_on(n, *range(8)) for n in ("n1", "n2")]
+    ahead = [make_job(j).gpus(8).est(HOUR).priority("high").user(j) for j in ("a", "b")]  # they reserve both nodes
+    plan = plan_of(ahead + [make_job("e").elastic(4, 16).est(HOUR).user("z")], nodes, running,
+                   PolicyConfig(reservations=3))
+    v = verdict_of(plan, "e")
+    assert "no count could start" in v.reason and "needs 8xGPU" in v.reason, v.reason
+    assert "whole nodes" not in v.reason  # 16 GPUs would be a gang across nodes: it never asked for --nodes
