@@ -41,6 +41,7 @@ from .embedded import EmbeddedServer, die_with_parent, free_port, port_free
 from ..core.errors import EXIT_NO_GPU, EXIT_USAGE, ConfigError, DispatcherError, UpStopped, masked_url
 from .lock import UpLock, clear_leftovers
 from .secure import Secure
+from .watchdog import SchedulerWatch
 
 log = logging.getLogger("dispatch.up")
 
@@ -195,6 +196,8 @@ class Up:
             self.children = self._children(embedded)
             for child in self.children:
                 child.start()
+            scheduler = self.children[0]
+            watch = SchedulerWatch(scheduler.env["DISPATCH_REDIS_URL"], self.ns, config.Timing.from_env().lease_s)
             self.record("running")
             if self.start_dashboard is not None:
                 dashboard = self.start_dashboard(self.url)
@@ -209,6 +212,8 @@ class Up:
                 if self.server is not None:
                     self._watch_server()
                 self._watch_children()
+                if self.server_due is None and scheduler.due is None:
+                    watch.check(scheduler)
         finally:
             self._shutdown(dashboard)
 

@@ -27,9 +27,9 @@ DISPATCH = [sys.executable, "-m", "dispatcher"]
 UP = ["up", "--fake-gpus", "2xA100-40GB", "--node", "box", "--no-dashboard"]
 
 
-def _env(home: Path) -> dict:
+def _env(home: Path, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
-    env.update(DISPATCH_HOME=str(home), PYTHONUNBUFFERED="1")
+    env.update(DISPATCH_HOME=str(home), PYTHONUNBUFFERED="1", **extra)
     return env
 
 
@@ -40,9 +40,9 @@ class UpHarness:
         self.home, self.runs_file = home, home / "runs.txt"
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, name: str) -> subprocess.Popen:
+    def start(self, name: str, **env) -> subprocess.Popen:
         log = open(self.home / f"{name}.log", "wb")
-        p = subprocess.Popen(DISPATCH + UP, env=_env(self.home), stdout=log, stderr=subprocess.STDOUT,
+        p = subprocess.Popen(DISPATCH + UP, env=_env(self.home, **env), stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
         self.procs.append(p)
         return p
@@ -263,6 +263,20 @@ def test_the_scheduler_and_agent_of_up_killed_are_restarted(ups):
     ups.wait_jobs(job)
     ups.assert_ran_once(job)
     assert up.poll() is None
+
+
+@pytest.mark.slow
+def test_a_stopped_scheduler_under_up_is_killed_and_restarted_once_its_lease_lapses(ups):
+    up = ups.start("up", DISPATCH_LEASE_S="1")  # restarted after 12 leases without a leader: 12 s
+    rec = ups.wait_running(up)
+    os.kill(rec["scheduler_pid"], signal.SIGSTOP)  # alive, but doing nothing: as a hung one
+    job = ups.submit_counted(0.1)
+    ups.wait_for(lambda: ups.record().get("scheduler_pid") not in (None, rec["scheduler_pid"]), timeout=60,
+                 what="up to restart its stopped scheduler")
+    assert not pid_alive(rec["scheduler_pid"])
+    ups.wait_jobs(job)
+    ups.assert_ran_once(job)
+    assert "has not led for" in (ups.home / "up.log").read_text() and up.poll() is None
 
 
 @pytest.mark.slow
