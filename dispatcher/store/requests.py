@@ -33,6 +33,14 @@ KINDS = ("submit", "cancel", "preempt", "job-submit", "hold", "release", "update
 SEEN_TTL_S = int(2 * MAX_SKEW_S + 60)
 REQUESTS_MAXLEN = 100_000
 REPLY_TTL_S = 60
+#: A request's seen-mark once its sender took it back (_withdraw): no scheduler carries it out.
+WITHDRAWN = "withdrawn"
+#: A scheduler's seen-mark while it carries a request out, until the answer's transaction marks it
+#: handled (its entry id): a sender can no longer take it back, and a scheduler that took over from
+#: one that died meanwhile carries it out.
+CLAIM = "claim:"
+#: How long a sender waits on for the answer of a request a scheduler claimed just as it gave up.
+CLAIMED_WAIT_S = 5.0
 #: The longest one wait for an answer blocks: within redis-py's socket timeout (5 s by default), which
 #: a longer BLPOP ran into, told as a server restarting while the request stayed to be carried out.
 REPLY_SLICE_S = 1.0
@@ -81,17 +89,28 @@ def _withdraw(client, ns: str, entry, rid: str) -> tuple[tuple | None, bool]:
     """Take back a request no scheduler answered, so that one that comes back later does not carry out
     what its sender was told did not happen (a resubmit then ran the job twice); an answer written
     meanwhile still counts. Returns (the answer as BLPOP gives it, or None; whether it was taken back).
-    A login that may not delete requests (the user and agent roles: store/roles.py) cannot take it back."""
+    The request's seen-mark decides between the two sides: it is taken back only if no scheduler has
+    claimed it (RequestServer._claim), and a scheduler that read it before finds it WITHDRAWN. A claimed
+    one is being carried out: its answer is waited for a little longer. A login that may not delete
+    requests (the user and agent roles: store/roles.py) cannot take it back."""
     import redis
 
-    pipe = client.pipeline(transaction=True)
-    pipe.xdel(keys.requests(ns), entry)
-    pipe.lpop(keys.reply(ns, rid))
+    seen = keys.request_seen(ns, rid)
     try:
-        answer = pipe.execute()[1]
+        with client.pipeline(transaction=True) as pipe:
+            pipe.watch(seen)
+            if pipe.get(seen) is None:
+                pipe.multi()
+                pipe.set(seen, WITHDRAWN, ex=SEEN_TTL_S)
+                pipe.xdel(keys.requests(ns), entry)
+                pipe.lpop(keys.reply(ns, rid))
+                answer = pipe.execute()[2]
+                return (None if answer is None else (keys.reply(ns, rid), answer)), True
+    except redis.exceptions.WatchError:
+        pass  # claimed meanwhile
     except redis.exceptions.NoPermissionError:
         return ride_out(lambda: client.blpop([keys.reply(ns, rid)], timeout=0.01)), False
-    return (None if answer is None else (keys.reply(ns, rid), answer)), True
+    return ride_out(lambda: client.blpop([keys.reply(ns, rid)], timeout=CLAIMED_WAIT_S)), False
 
 
 class Replayed(NotAllowed):
@@ -135,7 +154,7 @@ class RequestServer:
             pipe.set(keys.requests_done(self.ns), entry_id)
 
         try:
-            answer = self._carry_out(f, record)
+            answer = self._carry_out(entry_id, f, record)
         except Replayed as e:
             answer = {"ok": False, "denied": True, "replay": True, "error": str(e)}
             log.warning("request %s (%s by %s) refused: %s", entry_id, text(f.get("kind")), text(f.get("user")), e)
@@ -156,7 +175,7 @@ class RequestServer:
             log.info("request %s (%s by %s) refused: %s", entry_id, text(f.get("kind")), text(f.get("user")),
                      answer["error"])
 
-    def _carry_out(self, f: dict, record) -> dict | None:
+    def _carry_out(self, entry_id: str, f: dict, record) -> dict | None:
         kind, rid, user, ts, raw, sig = (f.get(k) for k in ("kind", "id", "user", "ts", "body", "sig"))
         kind, rid, user, ts, sig = text(kind), text(rid), text(user), text(ts), text(sig)
         if kind not in KINDS or not rid or not user or not isinstance(raw, bytes) or len(raw) > MAX_BODY_BYTES:
@@ -172,14 +191,25 @@ class RequestServer:
             raise NotAllowed(f"signature does not match user {user!r}; check your token (DISPATCH_TOKEN)")
         if abs(self.clock() - float(ts)) > MAX_SKEW_S:
             raise NotAllowed(f"request signed at {ts}, over {MAX_SKEW_S:.0f}s from the scheduler's clock")
-        seen = text(self.client.get(keys.request_seen(self.ns, rid)))
-        if seen:
-            raise Replayed(f"request {rid} by {user!r} was already handled (entry {seen}); a replay is refused")
+        self._claim(entry_id, rid, user)
         if kind in ("submit", "job-submit"):
             return self._submit(user, body, record)
         if kind in ("drain", "resume"):
             return self._node(kind, user, body)
         return self._act(kind, user, body)
+
+    def _claim(self, entry_id: str, rid: str, user: str) -> None:
+        """Mark the request as being carried out (CLAIM), unless it was handled (a replay) or its sender
+        took it back (_withdraw); a claim left by a scheduler that died before it answered is taken over."""
+        seen_key = keys.request_seen(self.ns, rid)
+        if self.client.set(seen_key, CLAIM + entry_id, nx=True, ex=SEEN_TTL_S):
+            return
+        seen = text(self.client.get(seen_key))
+        if seen == WITHDRAWN:
+            raise DispatcherError(f"request {rid} by {user!r} was taken back by its sender (no answer in time); "
+                                  "not carried out")
+        if not seen.startswith(CLAIM):
+            raise Replayed(f"request {rid} by {user!r} was already handled (entry {seen}); a replay is refused")
 
     def _capability(self, job_id: str, epoch: str, user: str) -> str:
         """The capability of job_id's attempt `epoch`, if that attempt runs now as `user`; raises otherwise."""

@@ -71,3 +71,43 @@ def test_a_login_that_may_not_take_a_request_back_is_told_to_look_before_it_send
     finally:
         user.close()
         client.execute_command("ACL", "DELUSER", *[roles.username(ns, r) for r in roles.ROLES])
+
+
+def test_a_request_read_before_its_sender_took_it_back_is_not_carried_out_after(client, ns, leader):
+    from dispatcher.store.connect import text
+
+    read = threading.Event()
+
+    def slow_scheduler():  # reads the request, then stalls past the sender's wait before it acts
+        while not (entries := client.xrange(keys.requests(ns))):
+            threading.Event().wait(0.01)
+        read.set()
+        threading.Event().wait(1.5)
+        for entry_id, fields in entries:
+            leader._handle(text(entry_id), {text(k): v for k, v in fields.items()})
+
+    t = threading.Thread(target=slow_scheduler)
+    t.start()
+    try:
+        with pytest.raises(DispatcherError, match="withdrawn: nothing was done"):
+            _submit(client, ns, timeout_s=1)
+    finally:
+        t.join()
+    assert read.is_set() and not client.exists(keys.job(ns, "1")), "told nothing was done, and nothing was"
+
+
+def test_a_request_claimed_just_as_its_sender_gives_up_is_answered_not_taken_back(client, ns, leader):
+    from dispatcher.store.connect import text
+    from dispatcher.store.requests import _withdraw
+
+    rid = "r" * 32
+    entry = client.xadd(keys.requests(ns), {"id": rid, "kind": "submit", "user": "alice", "ts": "0", "body": b"",
+                                            "sig": ""})
+    client.set(keys.request_seen(ns, rid), "claim:" + text(entry))  # a scheduler carries it out now
+    late = threading.Timer(0.5, lambda: client.rpush(keys.reply(ns, rid), b"answer"))
+    late.start()
+    try:
+        got, withdrawn = _withdraw(client, ns, entry, rid)
+    finally:
+        late.join()
+    assert not withdrawn and got[1] == b"answer" and client.xlen(keys.requests(ns)) == 1
