@@ -39,6 +39,9 @@ from .keeper import Keeper
 from .gpu import FakeProbe
 
 log = logging.getLogger("dispatch.agent")
+#: A heartbeat that keeps failing (Redis away, or refusing writes on a full disk) is logged at its first
+#: failure, then at most this often, with how many failed in a row; and once when one goes through again.
+FAILURE_LOG_EVERY_S = 30.0
 
 
 def default_mem_gb() -> float:
@@ -113,7 +116,7 @@ class NodeAgent:
         return gpus
 
     def _heartbeat_loop(self) -> None:
-        beats = 0
+        beats, failed, said_at = 0, 0, 0.0  # failures in a row; when the last was logged
         while not self._stop.wait(self.timing.heartbeat_s):
             try:
                 gpus = self.heartbeat()
@@ -122,11 +125,18 @@ class NodeAgent:
                 self.peak_memory.sample()  # each job's peak GPU memory, into its record (workers/usage.py)
                 self.idle.sample(gpus)  # idle GPUs: warn, and requeue if the policy says so (workers/idle.py)
                 beats += 1
+                if failed:
+                    log.warning("heartbeat back after %d failed in a row", failed)
+                    failed = 0
                 if beats % 10 == 0:  # e.g. an outcome Redis lost in a restart: requeue, never leave it
                     recovery.reconcile(self.supervisor, f"node {self.name} runs no such attempt; attempt lost")
             except Exception as e:  # keep beating through Redis hiccups
                 silent = time.monotonic() - self._last_beat
-                log.warning("heartbeat failed (%.0fs without one): %s", silent, e)
+                failed += 1
+                if failed == 1 or time.monotonic() - said_at >= FAILURE_LOG_EVERY_S:  # not a line a second
+                    log.warning("heartbeat failed (%.0fs without one%s): %s", silent,
+                                f", {failed} failures in a row" if failed > 1 else "", e)
+                    said_at = time.monotonic()
                 if silent > self.timing.fence_s:
                     self.supervisor.fence_all(f"node {self.name} could not reach Redis for {silent:.0f}s")
 
