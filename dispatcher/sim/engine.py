@@ -32,7 +32,7 @@ ARRIVE, FINISH, SAVED, TICK = 0, 1, 2, 3  # TICK: a cycle with nothing new (time
 #: passes its starvation bound. A replay cycles at those moments (Engine._guard), and, while jobs wait,
 #: at least this often for what changes gradually: aging, shares of class targets, time-of-day
 #: profiles, runs past their estimates.
-TICK_S = 300.0
+REPLAY_TICK_S = 300.0
 _PERIODIC = "\0tick"  # the job id of the engine's periodic tick (a job's own guards carry its id)
 #: A run stops, stalled, once a simulated day passes in which no job finished and no preempted job kept
 #: any progress, while the jobs in the cluster were preempted at least once each on average: a policy
@@ -82,7 +82,7 @@ class Engine:
     def __init__(self, trace: list[TraceJob], nodes, config, *, name: str = "policy",
                  estimates: EstimateModel = EstimateModel(), rng=None, ckpt_save_s: float = 30.0,
                  ckpt_restore_s: float = 30.0, cpus_per_node: int = 1_000_000, mem_per_node_gb: float = 1e9,
-                 tick_s: float | None = TICK_S):
+                 tick_s: float | None = REPLAY_TICK_S):
         self.config_at = config if callable(config) else (lambda _t: config)
         self.name, self.config, self.estimates = name, self.config_at(0.0), estimates
         self.ckpt_save_s, self.ckpt_restore_s = ckpt_save_s, ckpt_restore_s
@@ -119,7 +119,7 @@ class Engine:
         #: None, or t -> a later time: the events from t up to it happen together, at the last one's
         #: time (fewer cycles, each event at most that much late; forecasts use it)
         self.coalesce = None
-        #: at most this long without a cycle while jobs wait (TICK_S); None: cycles only on events
+        #: at most this long without a cycle while jobs wait (REPLAY_TICK_S); None: cycles only on events
         self.tick_s = tick_s
         self._last_cycle_s = -math.inf
         self._ticks: set[float] = set()  # when the ticks this engine pushed and has not yet popped fall
