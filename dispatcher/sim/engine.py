@@ -33,6 +33,9 @@ ARRIVE, FINISH, SAVED, TICK = 0, 1, 2, 3  # TICK: a cycle with nothing new (time
 #: at least this often for what changes gradually: aging, shares of class targets, time-of-day
 #: profiles, runs past their estimates.
 REPLAY_TICK_S = 300.0
+#: Periodic ticks that change nothing double their gap up to this (a backlog of months would otherwise
+#: cost a cycle every REPLAY_TICK_S of it); anything else happening sets it back.
+MAX_TICK_GAP_S = 3600.0
 _PERIODIC = "\0tick"  # the job id of the engine's periodic tick (a job's own guards carry its id)
 #: A run stops, stalled, once a simulated day passes in which no job finished and no preempted job kept
 #: any progress, while the jobs in the cluster were preempted at least once each on average: a policy
@@ -120,8 +123,9 @@ class Engine:
         #: time (fewer cycles, each event at most that much late; forecasts use it)
         self.coalesce = None
         #: at most this long without a cycle while jobs wait (REPLAY_TICK_S); None: cycles only on events
-        self.tick_s = tick_s
+        self.tick_s = self._gap = tick_s
         self._last_cycle_s = -math.inf
+        self._acted = False  # the last cycle started or stopped a job
         self._ticks: set[float] = set()  # when the ticks this engine pushed and has not yet popped fall
 
     @classmethod
@@ -213,6 +217,7 @@ class Engine:
                 batch.append(heapq.heappop(self.events))
             # a batch's events happen at the time of its last one (ticks delay none)
             now, changed = max((e[0] for e in batch if e[1] != TICK), default=batch[-1][0]), False
+            quiet = all(e[1] == TICK and e[3] == _PERIODIC for e in batch)
             for _, kind, _, job_id, token in batch:
                 self._to_happen -= kind != TICK
                 if kind == TICK:
@@ -234,6 +239,8 @@ class Engine:
                     changed = True
             if changed and self.pending:
                 self.cycle(now)
+                if self.tick_s is not None:
+                    self._gap = min(2 * self._gap, MAX_TICK_GAP_S) if quiet and not self._acted else self.tick_s
             elif changed:  # nothing waits: a cycle could place nothing and preempt no one
                 busy = self.total_gpus - sum(len(f) for f in self.free.values())
                 self.timeline.append((now, 0, busy, 0))
@@ -245,13 +252,13 @@ class Engine:
 
     def _tick_due(self, now: float, job_id: str, token: int) -> bool:
         """Whether a TICK popped at `now` cycles: a caller's (job id "") always does; the periodic one
-        if no cycle ran for tick_s; a job's (_guard) while that job is as it was then, and, for a
+        if no cycle ran for its gap; a job's (_guard) while that job is as it was then, and, for a
         running one, some job waiting could outrank it now."""
         if job_id == "":
             return True
         if job_id == _PERIODIC:
             self._ticks.discard(now)
-            return now >= self._last_cycle_s + self.tick_s
+            return now >= self._last_cycle_s + self._gap
         job = self.jobs[job_id]
         if job.token != token or not self.pending:
             return False
@@ -264,10 +271,11 @@ class Engine:
 
     def _schedule_tick(self) -> None:
         """While jobs wait and something is still to happen (with nothing running and nothing to
-        arrive, a job that cannot start never will): a tick tick_s after the last cycle."""
+        arrive, a job that cannot start never will): a tick after the last cycle, tick_s (or the gap
+        quiet ticks have grown to: MAX_TICK_GAP_S)."""
         if self.tick_s is None or not self.pending or not self._to_happen:
             return
-        at = self._last_cycle_s + self.tick_s
+        at = self._last_cycle_s + self._gap
         if not any(t <= at for t in self._ticks):
             self._ticks.add(at)
             self.push(at, TICK, _PERIODIC, 0)
@@ -343,7 +351,7 @@ class Engine:
         self.config = self.config_at(now)
         plan = schedule(self.snapshot(now_ms), now_ms=now_ms, config=self.config)
         self.cycles += 1
-        self._last_cycle_s = now
+        self._last_cycle_s, self._acted = now, bool(plan.placements or plan.preemptions)
         freed = False
         for pr in plan.preemptions:
             victim = self.jobs[pr.job_id]
