@@ -36,12 +36,10 @@ from dispatcher.store.scripts import Scripts
 
 from . import commands, idle, jobs, recovery, usage, zombies
 from .keeper import Keeper
+from .repeating import Repeating
 from .gpu import FakeProbe
 
 log = logging.getLogger("dispatch.agent")
-#: A heartbeat that keeps failing (Redis away, or refusing writes on a full disk) is logged at its first
-#: failure, then at most this often, with how many failed in a row; and once when one goes through again.
-FAILURE_LOG_EVERY_S = 30.0
 
 
 def default_mem_gb() -> float:
@@ -116,7 +114,7 @@ class NodeAgent:
         return gpus
 
     def _heartbeat_loop(self) -> None:
-        beats, failed, said_at = 0, 0, 0.0  # failures in a row; when the last was logged
+        beats, failing = 0, Repeating(log, "heartbeat")  # (not a line a beat while Redis is away)
         while not self._stop.wait(self.timing.heartbeat_s):
             try:
                 gpus = self.heartbeat()
@@ -125,18 +123,12 @@ class NodeAgent:
                 self.peak_memory.sample()  # each job's peak GPU memory, into its record (workers/usage.py)
                 self.idle.sample(gpus)  # idle GPUs: warn, and requeue if the policy says so (workers/idle.py)
                 beats += 1
-                if failed:
-                    log.warning("heartbeat back after %d failed in a row", failed)
-                    failed = 0
+                failing.success()
                 if beats % 10 == 0:  # e.g. an outcome Redis lost in a restart: requeue, never leave it
                     recovery.reconcile(self.supervisor, f"node {self.name} runs no such attempt; attempt lost")
             except Exception as e:  # keep beating through Redis hiccups
                 silent = time.monotonic() - self._last_beat
-                failed += 1
-                if failed == 1 or time.monotonic() - said_at >= FAILURE_LOG_EVERY_S:  # not a line a second
-                    log.warning("heartbeat failed (%.0fs without one%s): %s", silent,
-                                f", {failed} failures in a row" if failed > 1 else "", e)
-                    said_at = time.monotonic()
+                failing.failure(e, f"{silent:.0f}s without one")
                 if silent > self.timing.fence_s:
                     self.supervisor.fence_all(f"node {self.name} could not reach Redis for {silent:.0f}s")
 
@@ -163,7 +155,7 @@ class NodeAgent:
 
     def _control_loop(self) -> None:
         """Commands left unfinished by an earlier agent of this node first, then new ones as they come."""
-        pending = True
+        pending, failing = True, Repeating(log, "control channel read")
         # its read blocks for up to a second on top of the usual reply time
         client = clone(self.client, socket_timeout=self.timing.socket_s + 1.0)
         while not self._stop.is_set():
@@ -172,8 +164,9 @@ class NodeAgent:
                 for entry_id, cmd in control.read(client, self.ns, self.name, pending=pending, block_ms=1000):
                     commands.handle(self.supervisor, entry_id, cmd)
                 pending = False
+                failing.success()
             except Exception as e:  # Redis away: keep trying; unfinished commands wait in the stream
-                log.warning("control channel: %s", e)
+                failing.failure(e)
                 pending = True
                 self._stop.wait(1.0)
 

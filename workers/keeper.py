@@ -39,6 +39,7 @@ from pathlib import Path
 from dispatcher.store.exits import exit_text, parse_exit
 
 from . import outbox, proctrack
+from .repeating import Repeating
 
 log = logging.getLogger("dispatch.keeper")
 
@@ -183,6 +184,7 @@ class ExitReports:
 
     def __init__(self, url: str, ns: str):
         self.url, self.ns, self.client, self.sent = url, ns, None, set()
+        self.failing: dict[str, Repeating] = {}  # job id -> its report's failures (a line a report otherwise)
 
     def report(self, work_dir: Path) -> None:
         if not self.url:
@@ -201,10 +203,12 @@ class ExitReports:
 
                 write_exit(self.client, self.ns, job_id, epoch, code, at_ms)
                 self.sent.add((job_id, epoch))
+                self.failing.pop(job_id, None)
                 log.warning("keeper: job %s (epoch %d) ended with %d while its agent could not report it; recorded",
                             job_id, epoch, code)
             except Exception as e:  # cut off too: the scheduler will rerun it, as it would have
-                log.warning("keeper: cannot record the end of job %s: %s", job_id, str(e).split(" : <")[0])
+                self.failing.setdefault(job_id, Repeating(log, f"keeper: recording the end of job {job_id}")) \
+                    .failure(e)
                 self.client = None
                 return
 

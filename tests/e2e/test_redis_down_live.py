@@ -104,7 +104,7 @@ def test_agents_outlive_redis_killed_three_times_during_submits(cli, tmp_path, o
     for n in ("a", "b", "c"):  # three outages of ~4 s each: a line when heartbeats fail, one when they are back
         (path,) = cli.home.glob(f"worker-{n}-*.log")
         log = path.read_text()
-        assert 1 <= log.count("heartbeat failed") <= 3 and log.count("heartbeat back after") >= 1, log[-3000:]
+        assert 1 <= log.count("heartbeat failed") <= 3 and log.count("heartbeat works again after") >= 1, log[-3000:]
     for j in jobs:
         ended = [r for r in attempts(out, j) if r["ended"]]
         assert len(ended) == 1, (j, attempts(out, j))
