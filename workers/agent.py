@@ -36,7 +36,7 @@ from dispatcher.store.scripts import Scripts
 
 from . import commands, idle, jobs, recovery, usage, zombies
 from .keeper import Keeper
-from .repeating import Repeating
+from dispatcher.store.repeating import Repeating
 from .gpu import FakeProbe
 
 log = logging.getLogger("dispatch.agent")

@@ -39,7 +39,7 @@ from pathlib import Path
 from dispatcher.store.exits import exit_text, parse_exit
 
 from . import outbox, proctrack
-from .repeating import Repeating
+from dispatcher.store.repeating import Repeating
 
 log = logging.getLogger("dispatch.keeper")
 

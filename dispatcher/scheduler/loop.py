@@ -38,6 +38,7 @@ from ..store.exits import read_exits
 from ..store.policies import digest, record_policy
 from ..store.leader import Lease
 from ..store.scripts import Scripts
+from ..store.repeating import Repeating
 from .counting import count_seen
 from .mirror import Mirror
 from ..store.quarantine import any_wrong, check_types, quarantine
@@ -331,7 +332,7 @@ class Scheduler:
         stop = stop or threading.Event()
         pubsub = None
         quick = False
-        backoff = 0.5
+        backoff, failing = 0.5, Repeating(log, "the scheduler loop")  # (not a line a retry while Redis is away)
         self.lease.keep()  # renewed from a side thread while leading: a long read cannot starve it
         full_at = time.monotonic()
         while not stop.is_set():
@@ -342,6 +343,7 @@ class Scheduler:
                     pubsub.subscribe(keys.events(self.ns))
                 self.cycle(quick)
                 backoff = 0.5
+                failing.success()
                 if not self.quick_ran:
                     full_at = time.monotonic()
                 # the next full cycle is due a tick after the last one ended, however many quick ones ran
@@ -360,7 +362,7 @@ class Scheduler:
                 # a tick with no event, or any other event, makes a full cycle
                 quick = bool(kinds) and kinds <= {b"submit", b"placed"}
             except redis.exceptions.RedisError as e:
-                log.warning("Redis error in the scheduler loop (%s); retrying in %.1fs", e, backoff)
+                failing.failure(e, "a Redis error; retrying, with back-off up to 5 s")
                 self.mirror.invalidate()  # a restarted server may have lost the changed set
                 if self.watch is not None:
                     self.watch.restart()  # nodes could not heartbeat either: none is judged on this gap

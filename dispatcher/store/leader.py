@@ -60,6 +60,9 @@ class Lease:
     def _keep(self) -> None:
         import redis
 
+        from .repeating import Repeating
+
+        failing = Repeating(log, "renewing the scheduler lease")  # (every third of a lease while Redis is away)
         while not self._stop.wait(self.ttl_ms / 3000.0):
             with self._lock:
                 if not self.token or time.monotonic() - self._progress > self.stall_s:
@@ -67,8 +70,9 @@ class Lease:
                 try:
                     got = self._renew()
                 except redis.exceptions.RedisError as e:  # the main loop meets it too, and backs off
-                    log.warning("cannot renew the scheduler lease (%s)", e)
+                    failing.failure(e)
                     continue
+                failing.success()
                 if got != self.token:  # lapsed and taken (0), or lapsed and taken again by us (a new token:
                     self.token, self._renewed = 0, 0.0  # the loop's next hold() takes it, and reads all again)
 

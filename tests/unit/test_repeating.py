@@ -3,7 +3,7 @@ more when it works again: ten minutes of outage are a few lines, not thousands."
 
 import logging
 
-from workers.repeating import Repeating, reason
+from dispatcher.store.repeating import Repeating, reason
 
 
 def test_a_failure_every_second_for_a_minute_is_three_lines_and_one_when_it_works_again(caplog):
