@@ -7,7 +7,24 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dispatcher.core.plan import Plan, RunningJob
+from dispatcher.policy import PolicyConfig
+from tests import builders
 from tests.builders import NOW_MS, make_job, make_node
+
+#: The preemption tests' minimum run: their running jobs started 100 s ago unless they say otherwise,
+#: past it (the default is 5 minutes since 2026-12-06; it was 30 s).
+MIN_RUN_S = 30.0
+
+
+def scenario_config(config: PolicyConfig | None = None) -> PolicyConfig:
+    """`config` (the default one if None) with the tests' minimum run, unless it sets its own."""
+    config = config or PolicyConfig()
+    return replace(config, min_run_s=MIN_RUN_S) if config.min_run_s == PolicyConfig().min_run_s else config
+
+
+def plan_of(pending=(), nodes=(), running=(), config: PolicyConfig | None = None) -> Plan:
+    """builders.plan_of under scenario_config(config)."""
+    return builders.plan_of(pending, nodes, running, scenario_config(config))
 
 
 def full_node(name: str = "n1", count: int = 2, kind: str = "A100", mem_gb: float = 40.0, free=()):

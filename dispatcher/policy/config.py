@@ -87,8 +87,9 @@ class PolicyConfig:
     forced_min_gap: int = 2
     #: A job preempted once is not preempted again for this long.
     preempt_cooldown_s: float = 600.0
-    #: No job is preempted before it has run this long (Slurm's PreemptExemptTime).
-    min_run_s: float = 30.0
+    #: No job is preempted before it has run this long (Slurm's PreemptExemptTime). 5 minutes: chosen
+    #: over 30 s on the workload suite, leave-one-out over three seeds (docs/simulator.md, 2026-12-06).
+    min_run_s: float = 300.0
     #: At most this many blocked jobs start preemptions in one cycle.
     preemptors_per_cycle: int = 4
     #: A preempted job keeps its original submit time for aging (False: its wait restarts).

@@ -105,7 +105,7 @@ def test_a_control_stream_of_the_wrong_type_still_gets_the_preemption(client, ns
     (low,) = write_jobs(client, ns, [build_spec(command=["true"], user="bob", submit_ms=now_ms(), gpus=1,
                                                 priority="low", checkpointable=True)])
     sched.cycle()
-    Scripts(client, ns).mark_running(low, 1, now_ms() - 120_000, 123)  # past min_run_s
+    Scripts(client, ns).mark_running(low, 1, now_ms() - 1_200_000, 123)  # past min_run_s (5 min)
     client.set(keys.node_control(ns, "n1"), "junk")
     (urgent,) = write_jobs(client, ns, [build_spec(command=["true"], user="alice", submit_ms=now_ms(), gpus=1,
                                                    priority="critical")])

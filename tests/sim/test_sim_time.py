@@ -13,10 +13,13 @@ def first_start(trace, nodes="1x8xA100-80GB", job="y", config=PolicyConfig(), **
 
 
 def test_a_critical_job_behind_a_minimum_run_starts_when_the_minimum_run_ends():
-    # x started at 0 and is protected for 30 s; y needs its GPUs. Live: preempted at 30, saved by 60.
+    # x started at 0 and is protected for its minimum run (5 min); y needs its GPUs. Live: preempted at
+    # 300 s, saved by 330 s.
     trace = [TraceJob("x", 0, "u", 8, 36000), TraceJob("y", 1, "v", 8, 600, (), "critical")]
     started, _ = first_start(trace)
-    assert started == 60.0, "the minimum run ends at 30 s and the checkpoint save takes 30 s"
+    assert PolicyConfig().min_run_s == 300.0 and started == 330.0, "the minimum run, then a 30 s checkpoint save"
+    started, _ = first_start(trace, config=PolicyConfig(min_run_s=30.0))
+    assert started == 60.0
 
 
 def test_without_ticks_the_same_job_waits_for_the_next_event():

@@ -1,7 +1,8 @@
 """Preemption in schedule(): a blocked job stops (or shrinks) cheaper running jobs and holds their GPUs.
 
 Snapshot in, Plan out. Unless a test says otherwise the config is the default one:
-forced_min_gap 2, preempt_cooldown_s 600, min_run_s 30, preemptors_per_cycle 4, no teams.
+forced_min_gap 2, preempt_cooldown_s 600, min_run_s 30 (preemption_builders.MIN_RUN_S; the default is 300),
+preemptors_per_cycle 4, no teams.
 Victim cost, compared in order (preemption.py): the victim's class, killed without a checkpoint
 (forced), GPU-seconds lost (since the last checkpoint, else the start, times the GPUs held),
 GPUs freed beyond the need, then the job id. Nodes are A100 40 GB unless a test says otherwise.
@@ -16,8 +17,8 @@ from dispatcher.core.plan import Code, Reservation
 from dispatcher.core.model import PRIORITIES
 from dispatcher.policy import PolicyConfig
 from dispatcher.policy.config import TeamQuota
-from tests.builders import NOW_MS, make_job, placed, plan_of, verdict_of
-from tests.preemption_builders import critical, full_node, preempted, running_job
+from tests.builders import NOW_MS, make_job, placed, verdict_of
+from tests.preemption_builders import critical, full_node, plan_of, preempted, running_job
 
 
 # --- 1. the basic case -----------------------------------------------------------------

@@ -11,8 +11,8 @@ import pytest
 from dispatcher.core.plan import Reservation, RunningJob
 from dispatcher.policy import PolicyConfig, schedule
 from dispatcher.policy.config import TeamQuota
-from tests.builders import NOW_MS, make_job, make_node, placed, plan_of, snapshot, verdict_of
-from tests.preemption_builders import critical, full_node, preempted, running_job
+from tests.builders import NOW_MS, make_job, make_node, placed, snapshot, verdict_of
+from tests.preemption_builders import critical, full_node, plan_of, preempted, running_job, scenario_config
 
 
 # --- 9. shrinking elastic jobs ---------------------------------------------------------------
@@ -202,10 +202,10 @@ def test_the_same_snapshot_always_gives_the_same_plan_preemptions_included():
     pending = [critical("p1"), critical("p2", 2), make_job("p3").gpus(1).priority("high"),
                critical("p4", 1, "V100"), make_job("p5").gpus(1).priority("low")]
     snap = snapshot(pending=pending, running=running, nodes=nodes)
-    first = schedule(snap, now_ms=NOW_MS, config=PolicyConfig())
+    first = schedule(snap, now_ms=NOW_MS, config=scenario_config())
     assert first.preemptions, "the scenario should preempt something"
     for _ in range(3):
-        again = schedule(snap, now_ms=NOW_MS, config=PolicyConfig())
+        again = schedule(snap, now_ms=NOW_MS, config=scenario_config())
         assert again == first, f"plan changed: {again} != {first}"
         assert [p.reason for p in again.preemptions] == [p.reason for p in first.preemptions], \
             "preemption reasons changed"
