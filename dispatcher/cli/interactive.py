@@ -118,8 +118,9 @@ def _interrupt(signum, frame):
 def hangups_interrupt():
     """While a client waits for its session (shell, notebook) to start, its terminal closing (SIGHUP) or
     a kill (SIGTERM) is a Ctrl-C: the caller cancels the job, as srun does, so that nothing starts
-    later holding GPUs for nobody."""
-    kept = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM)}
+    later holding GPUs for nobody. Ctrl-C (SIGINT) too, even where the client was started with SIGINT
+    ignored (from a non-interactive shell's background job, which Python then leaves ignored)."""
+    kept = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)}
     for s in kept:
         signal.signal(s, _interrupt)
     try:

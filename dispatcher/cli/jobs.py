@@ -203,8 +203,9 @@ def logs(ctx, job_id, follow, rank, tail):
     from ..store.connect import ride_out
     from ..store.jobs import is_final, log_trimmed, read_job, read_log, read_log_tail
 
-    job_id = one_job(ctx.client, ctx.ns, job_id)  # (12_5: element 5 of array 12)
-    job = read_job(ctx.client, ctx.ns, job_id)  # JobNotFound for a bad id
+    first = (lambda call: ride_out(call, on_wait=server_away)) if follow else (lambda call: call())
+    job_id = first(lambda: one_job(ctx.client, ctx.ns, job_id))  # (12_5: element 5 of array 12)
+    job = first(lambda: read_job(ctx.client, ctx.ns, job_id))  # JobNotFound for a bad id
     if rank >= max(1, len(job["ranks"]), job["nodes"]) and not ctx.client.exists(keys.job_log(ctx.ns, job_id, rank)):
         # (a gang larger than any node, between attempts, has no ranks listed: the output they left counts)
         raise InvalidRequestError(f"--rank {rank}: job {job_id} has no rank {rank}", field="--rank")
@@ -268,8 +269,11 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
     from ..core.units import parse_duration
 
     timeout_s = None if timeout is None else parse_duration(timeout, flag="--timeout")
+    from ..store.connect import ride_out
+
     sel = needs_some(selection(job_ids, users, states, names, teams), "wait for")
-    ids = [j["id"] for j in resolve(ctx.client, ctx.ns, sel, include_final=False)]  # (filters alone: the queue's)
+    ids = ride_out(lambda: [j["id"] for j in resolve(ctx.client, ctx.ns, sel, include_final=False)],  # (filters
+                   on_wait=server_away)  # alone: the queue's; a server restarting as it starts is waited for too)
     if not ids:
         click.echo("dispatch: no job matches", err=True)
     client = Client(ctx.url, ctx.ns)

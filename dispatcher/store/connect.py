@@ -94,6 +94,10 @@ def transient(e: Exception) -> bool:
     cannot write its append-only file (a full disk); not a wrong password, URL or command."""
     import redis
 
+    from ..core.errors import ConnectionError as NoServer, ServerRestarting
+
+    if isinstance(e, ServerRestarting) or isinstance(e, NoServer) and e.transient:  # (ours, at connect)
+        return True
     if isinstance(e, redis.exceptions.AuthenticationError):
         return False
     if isinstance(e, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,

@@ -60,6 +60,24 @@ def test_wait_and_logs_follow_ride_out_a_server_restart(cli, tmp_path, own_serve
     assert "line6" in out and "does not answer" in out
 
 
+def test_wait_and_logs_follow_started_while_the_server_is_away_wait_for_it(cli, tmp_path, own_server):
+    # started during the restart itself, before their first read (in CI, a loaded machine started them
+    # just as the server died): they exited 3 ("cannot connect") instead of waiting
+    env = {"DISPATCH_REDIS_URL": own_server.url}
+    cli.start("scheduler", **env)
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--work-dir", str(tmp_path / "n1"), **env)
+    job = cli.run("submit", "--gpus", "1", "--", "sh", "-c", "echo hello; sleep 3", **env).stdout.strip()
+    own_server.proc.send_signal(signal.SIGKILL)
+    own_server.proc.wait()
+    wait = cli.start("wait", job, log_name="wait", **env)
+    follow = cli.start("logs", "-f", job, log_name="follow", **env)
+    time.sleep(3)  # they start, and find no server
+    own_server.start()
+    assert wait.wait(timeout=60) == 0
+    assert follow.wait(timeout=60) == 0
+    assert "hello" in next(cli.home.glob("follow-*.log")).read_text()
+
+
 def test_a_worker_stops_on_sigterm_while_its_server_is_down(cli, tmp_path, own_server):
     # Ctrl-C of `dispatch up` while its server restarts (or an `up` stopping because its server cannot
     # come back) sends the agent one SIGTERM: RQ took it while it retried the lost server, its teardown
