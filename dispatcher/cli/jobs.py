@@ -267,10 +267,9 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
     was cancelled or lost)."""
     from ..api import Client
     from ..core.units import parse_duration
-
-    timeout_s = None if timeout is None else parse_duration(timeout, flag="--timeout")
     from ..store.connect import ride_out
 
+    timeout_s = None if timeout is None else parse_duration(timeout, flag="--timeout")
     sel = needs_some(selection(job_ids, users, states, names, teams), "wait for")
     ids = ride_out(lambda: [j["id"] for j in resolve(ctx.client, ctx.ns, sel, include_final=False)],  # (filters
                    on_wait=server_away)  # alone: the queue's; a server restarting as it starts is waited for too)

@@ -65,7 +65,7 @@ def _when_server_answers(ctx, stop, start):
     import redis
 
     from ..core.errors import ConnectionError as DispatchConnectionError
-    from ..store.connect import transient
+    from ..store.connect import redis_reason, transient
 
     wait = 0.5
     while True:
@@ -77,7 +77,7 @@ def _when_server_answers(ctx, stop, start):
                 raise
             ctx._client = None
             logging.getLogger("dispatch").warning("waiting for the server at %s (%s); retrying in %.1fs",
-                                                  masked_url(ctx.url), str(e).split(" : <")[0], wait)
+                                                  masked_url(ctx.url), redis_reason(e), wait)
             if stop.wait(wait):
                 raise SystemExit(0)
             wait = min(wait * 2, 10.0)

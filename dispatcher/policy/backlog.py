@@ -47,15 +47,19 @@ def shape_of(spec: JobSpec) -> tuple:
 def strength(spec: JobSpec, attained_gpu_s: float, config: PolicyConfig) -> float:
     """How strongly a blocked job may preempt under preempt_by; higher preempts more
     (preemption.preemptible_below gives what a running job needs against it)."""
-    mode = config.preempt_by
-    if mode == "remaining":
+    if config.preempt_by == "remaining":
         return -(spec.est_s if spec.est_s is not None else float("inf"))
-    tier = las_tier(attained_gpu_s, config.las_thresholds_gpu_s)
+    return class_strength(spec.rank, las_tier(attained_gpu_s, config.las_thresholds_gpu_s), config)
+
+
+def class_strength(rank: int, tier: int, config: PolicyConfig) -> float:
+    """strength() of a job of class `rank` at LAS tier `tier`, under any preempt_by but remaining."""
+    mode = config.preempt_by
     if mode == "attained":
         return -tier
     if mode == "class+attained":
-        return spec.rank * config.class_step - tier
-    return spec.rank
+        return rank * config.class_step - tier
+    return rank
 
 
 def bucket_key(p: PendingJob, config: PolicyConfig) -> tuple:
@@ -232,13 +236,9 @@ class Backlog:
         """An upper bound on the strength (strength()) of every job waiting: its class's, at LAS tier 0
         (inf under preempt_by remaining; -inf with nothing waiting)."""
         classes = [c for c, n in self.by_class.items() if n]
-        mode = self.config.preempt_by
-        if not classes or mode == "remaining":
+        if not classes or self.config.preempt_by == "remaining":
             return float("inf") if classes else float("-inf")
-        if mode == "attained":
-            return 0.0
-        top = max(PRIORITIES.index(c) for c in classes)
-        return top * self.config.class_step if mode == "class+attained" else float(top)
+        return max(class_strength(PRIORITIES.index(c), 0, self.config) for c in classes)
 
     def oldest(self, prio: str, n: int) -> list[PendingJob]:
         """Up to `n` of the class's jobs, oldest submit first."""

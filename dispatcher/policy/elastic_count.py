@@ -18,8 +18,8 @@ def elastic_count(c, spec: JobSpec) -> tuple[JobSpec, str]:
     estimate), plus the run time on that many (elastic.run_time). Ties go to more GPUs; with none, the
     most one node holds. Returns the job as it will be placed or held (that count, its run time as the
     estimate) and why."""
-    best, notes = None, []
-    for g in counts(spec):
+    best, notes, options = None, [], counts(spec)
+    for g in options:
         trial = replace(spec, gpus=g, min_gpus=None, est_s=run_time(spec, g))
         run_s = trial.est_s if trial.est_s is not None else c.config.unknown_remaining_s
         if c.teams.check(trial, c.index.free_total) is None and c.best_node(trial) is not None:
@@ -35,8 +35,8 @@ def elastic_count(c, spec: JobSpec) -> tuple[JobSpec, str]:
         if best is None or (done, -g) < best[0]:  # a tie (no estimates): the most GPUs
             best = ((done, -g), trial)
     if best is None:  # waits with the most GPUs one node holds (not as a gang of its most: --nodes asks for that)
-        one_node = [g for g in counts(spec) if g <= c.index.largest_node]
-        g = max(one_node) if one_node else min(counts(spec))
+        one_node = [g for g in options if g <= c.index.largest_node]
+        g = max(one_node) if one_node else options[0]
         return replace(spec, gpus=g, min_gpus=None, est_s=run_time(spec, g)), \
             "elastic: no count could start before others end"
     chosen = best[1]

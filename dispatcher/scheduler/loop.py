@@ -42,7 +42,7 @@ from ..store.repeating import Repeating
 from .counting import count_seen
 from .mirror import Mirror
 from ..store.quarantine import any_wrong, check_types, quarantine
-from ..store.connect import wrong_type
+from ..store.connect import redis_reason, wrong_type
 from ..store.repair import free_stale_gpus, repair_types, set_aside_all
 from ..store.samples import record_sample, sample_due
 from .planner import RedisPlanner
@@ -185,7 +185,7 @@ class Scheduler:
     def _repair(self, error) -> None:
         """Set aside the keys of the wrong type and read everything again next.
         (A changed set of the wrong type is gone already: the read that met it also deleted it.)"""
-        log.error("%s; setting keys of the wrong type aside", str(error).split(" : <")[0])
+        log.error("%s; setting keys of the wrong type aside", redis_reason(error))
         repair_types(self.client, self.ns, now_ms())
         self.mirror.invalidate()
         self.lease.recheck()

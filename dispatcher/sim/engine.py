@@ -28,7 +28,7 @@ from .workload import EstimateModel, HistoryPredictor, TraceJob
 
 ARRIVE, FINISH, SAVED, TICK = 0, 1, 2, 3  # TICK: a cycle with nothing new (time alone changes the plan)
 #: The live scheduler cycles every second, so time alone changes its plan: a minimum run or a cooldown
-#: ends (a critical job waits behind a 30 s minimum run), a running job's LAS tier rises, a waiting job
+#: ends (a critical job waits behind a minimum run), a running job's LAS tier rises, a waiting job
 #: passes its starvation bound. A replay cycles at those moments (Engine._guard), and, while jobs wait,
 #: at least this often for what changes gradually: aging, shares of class targets, time-of-day
 #: profiles, runs past their estimates.

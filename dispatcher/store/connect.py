@@ -62,8 +62,8 @@ def connect(url: str, *, check: bool = True, **overrides):
             raise DispatchConnectionError(url, f"authentication failed ({e})", hint=(
                 "give the URL with its user and password; a `dispatch up` is its owner's alone unless "
                 "started with --shared, and then `dispatch login` gives you a login")) from None
-        except redis.exceptions.RedisError as e:  # redis-py appends a dump of the pool after " : <"
-            raise DispatchConnectionError(url, str(e).split(" : <")[0] or type(e).__name__,
+        except redis.exceptions.RedisError as e:
+            raise DispatchConnectionError(url, redis_reason(e) or type(e).__name__,
                                           transient=transient(e)) from None
     return client
 
@@ -87,6 +87,13 @@ def cannot_write(e: Exception):
     if "MISCONF" not in msg:
         return None
     return ServerCannotWrite(msg[msg.index("MISCONF") + 8:].split(" script:")[0].split(" : <")[0])
+
+
+def redis_reason(e: Exception) -> str:
+    """The server's words of a Redis error: without the command that met it (a pipeline's error repeats
+    its command, which may be kilobytes of msgpack) or the dump of the pool redis-py appends after " : <"."""
+    text = str(e)
+    return text.partition(" caused error: ")[2] or text.split(" : <")[0]
 
 
 def transient(e: Exception) -> bool:

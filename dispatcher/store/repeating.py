@@ -6,15 +6,10 @@ from __future__ import annotations
 
 import time
 
+from .connect import redis_reason
+
 #: How often a failure that goes on is said again.
 EVERY_S = 30.0
-
-
-def reason(e: Exception) -> str:
-    """The server's words of a Redis error, without the command that met it (a pipeline's error
-    repeats its command, which may be kilobytes of msgpack)."""
-    text = str(e)
-    return text.partition(" caused error: ")[2] or text.split(" : <")[0]
 
 
 class Repeating:
@@ -27,7 +22,7 @@ class Repeating:
         self.failed += 1
         if self.failed == 1 or self.clock() - self.said_at >= self.every_s:
             detail = ", ".join(x for x in (note, f"{self.failed} failures in a row" if self.failed > 1 else "") if x)
-            self.log.warning("%s failed%s: %s", self.what, f" ({detail})" if detail else "", reason(e))
+            self.log.warning("%s failed%s: %s", self.what, f" ({detail})" if detail else "", redis_reason(e))
             self.said_at = self.clock()
 
     def success(self) -> None:

@@ -38,10 +38,9 @@ class SchedulerWatch:
         self.checked = now
         import redis
 
+        from ..core.errors import DispatcherError
         from ..store.connect import connect
         from ..store.leader import current_leader
-
-        from ..core.errors import DispatcherError
 
         try:
             if self.client is None:

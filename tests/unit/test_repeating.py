@@ -3,7 +3,8 @@ more when it works again: ten minutes of outage are a few lines, not thousands."
 
 import logging
 
-from dispatcher.store.repeating import Repeating, reason
+from dispatcher.store.connect import redis_reason as reason
+from dispatcher.store.repeating import Repeating
 
 
 def test_a_failure_every_second_for_a_minute_is_three_lines_and_one_when_it_works_again(caplog):
