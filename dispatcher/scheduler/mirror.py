@@ -296,12 +296,12 @@ class Mirror:
         if full or not self.nodes_fresh:
             self.client.delete(keys.nodes_changed(self.ns))  # first: a change made during the read is kept
             infos, bad = read_infos(self.client, self.ns)
+            drains = read_drains(self.client, self.ns)
             self.nodes_fresh = True
         else:
-            beats, raws, bad = read_changed_infos(self.client, self.ns, self._nodes)
+            beats, raws, bad, drains = read_changed_infos(self.client, self.ns, self._nodes)
             infos = [(name, at, raws[name] if name in raws else self._nodes[name][0]) for name, at in beats]
         self.stray += bad
-        drains = read_drains(self.client, self.ns)
         out, seen = [], {}
         for name, at, raw in infos:
             if raw is None:  # a heartbeat with no node record behind it

@@ -202,18 +202,20 @@ def read_infos(client, ns: str) -> tuple[list[tuple[str, float, bytes | Exceptio
 
 def read_changed_infos(client, ns: str, known):
     """Every node with a heartbeat as (name, score), the raw info of those that changed since the last
-    call (keys.nodes_changed, taken) or are not in `known`, and the heartbeat index's bad entries: two
-    round trips, the second only for what changed."""
+    call (keys.nodes_changed, taken) or are not in `known`, the heartbeat index's bad entries, and the
+    drain marks (as read_drains, in the same round trip): two round trips, the second only for what
+    changed."""
     pipe = client.pipeline(transaction=True)
     pipe.zrange(keys.nodes_heartbeat(ns), 0, -1, withscores=True)
     pipe.smembers(keys.nodes_changed(ns))
     pipe.delete(keys.nodes_changed(ns))
-    beats, changed, _ = pipe.execute()
+    pipe.hgetall(keys.nodes_drain(ns))
+    beats, changed, _, drains = pipe.execute()
     beats, bad = _beats(ns, beats)
     changed = {text(n) for n in changed}
     todo = [name for name, _ in beats if name in changed or name not in known]
     raws = dict(zip(todo, scripts.hget_each(client, [keys.node(ns, n) for n in todo], "info") if todo else ()))
-    return beats, raws, bad
+    return beats, raws, bad, _drains(drains)
 
 
 def node_state(alive: bool, drain, held: bool) -> str:

@@ -14,6 +14,8 @@ import functools
 from dataclasses import dataclass, fields
 from importlib import resources
 
+from redis.client import Pipeline
+
 from ..core.model import FINAL_STATES
 from . import keys
 from .counters import script_histogram
@@ -168,13 +170,29 @@ def lost_attempt(spec) -> dict:
     return {"checkpointable": spec.checkpointable, "lost_retries": spec.retries}
 
 
+def _queue(pipe, script, keys_: list, args: list):
+    """Queue `script` on `pipe`: as EVAL with its source the first time in what the pipeline will send,
+    as EVALSHA after (the server runs a pipeline's commands in order, so the EVAL has cached it by
+    then). redis-py's own way sends SCRIPT EXISTS first, a round trip of its own every execute()."""
+    sent = getattr(pipe, "_dispatch_sent", None)
+    if sent is None or sent[0] is not pipe.command_stack:  # execute() and reset() start a new stack
+        sent = pipe._dispatch_sent = (pipe.command_stack, set())
+    if script.sha in sent[1]:
+        return pipe.evalsha(script.sha, len(keys_), *keys_, *args)
+    sent[1].add(script.sha)
+    return pipe.eval(script.script, len(keys_), *keys_, *args)
+
+
 class Scripts:
     def __init__(self, client, ns: str):
         self.ns = ns
         self._s = {n: client.register_script(source(n)) for n in _NAMES}
 
     def _call(self, name: str, keys_: list, args: list, client, *, counts: bool = False):
-        return _typed(self._s[name](keys=keys_, args=args, client=client), counts=counts)
+        script = self._s[name]
+        if isinstance(client, Pipeline):
+            return _queue(client, script, keys_, args)
+        return _typed(script(keys=keys_, args=args, client=client), counts=counts)
 
     def commit_placement(self, job_id, node, gpus, epoch, now_ms, *, share=False, fence="", client=None):
         """The new epoch (> 0), or NOT_PENDING, EPOCH_MOVED, GPU_HELD, NOT_LEADER."""

@@ -187,3 +187,25 @@ def test_a_cycles_reason_does_not_write_over_a_hold_or_a_job_that_moved_on(clien
     pipe = client.pipeline(transaction=True)
     job_record.set_reason(s, pipe, ns, job_id, "needs 1xGPU", {"code": "blocked", "at_ms": now_ms()})
     assert pipe.execute() == [Outcome.DONE] and read_job(client, ns, job_id)["reason"] == "needs 1xGPU"
+
+
+def test_scripts_on_a_pipeline_run_without_a_script_exists_round_trip_even_after_a_script_flush(client, ns):
+    """A pipeline sends each script's source once (EVAL), then its sha: no SCRIPT EXISTS first, and a
+    server that lost its scripts (a restart, SCRIPT FLUSH) runs them all the same."""
+    s = Scripts(client, ns)
+    ids = write_jobs(client, ns, [build_spec(command=["true"], user="u", submit_ms=now_ms(), gpus=1)
+                                  for _ in range(3)])
+    client.script_flush()
+    pipe = client.pipeline(transaction=True)
+    asked = []  # what the pipeline sends on its own before its commands (redis-py's SCRIPT EXISTS)
+    send_now = pipe.immediate_execute_command
+    pipe.immediate_execute_command = lambda *args, **kw: asked.append(args[0]) or send_now(*args, **kw)
+    for i, job_id in enumerate(ids):
+        s.commit_placement(job_id, "n1", (i,), 0, now_ms(), client=pipe)
+    assert pipe.execute() == [1, 1, 1]
+    client.script_flush()
+    for job_id in ids:  # the same pipeline object again, after the server forgot the scripts
+        s.mark_running(job_id, 1, now_ms(), 4242, client=pipe)
+    assert pipe.execute() == [Outcome.DONE] * 3
+    assert asked == []
+    assert [read_job(client, ns, i)["state"] for i in ids] == ["running"] * 3
