@@ -129,10 +129,11 @@ def cancel(ctx, job_ids, users, states, names, teams):
     from ..store.jobs import cancel_job, is_final
 
     sel = needs_some(selection(job_ids, users, states, names, teams), "cancel")
-    jobs = [j for j in resolve(ctx.client, ctx.ns, sel, include_final=False)
+    missing: list[str] = []  # ids that name no job: one error line each, the others cancelled (as scancel)
+    jobs = [j for j in resolve(ctx.client, ctx.ns, sel, include_final=False, missing=missing)
             if not (sel.filtered and is_final(j["state"]))]
     act_each(ctx, "cancel", jobs, lambda job_id: cancel_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms()),
-             said_of_cancel)
+             said_of_cancel, missing=missing)
 
 
 def said_of_cancel(outcome: str, job: dict) -> str:

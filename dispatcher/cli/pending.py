@@ -13,20 +13,22 @@ from ..core.model import JobSpec
 from .select import act_each, filter_options, needs_some, resolve, selection
 
 
-def _pending(ctx, verb: str, job_ids, users, states, names, teams) -> list[dict]:
-    """The jobs a command on pending jobs means: those named (each checked by the store), or the
-    pending ones the filters pick."""
+def _pending(ctx, verb: str, job_ids, users, states, names, teams, missing: list) -> list[dict]:
+    """The jobs a command on pending jobs means: those named, or the pending and running ones the
+    filters pick (a filter is the list of the jobs it matches: the store refuses each that is not
+    pending, one line each). Ids that name no job are appended to `missing`."""
     sel = needs_some(selection(job_ids, users, states, names, teams), verb)
-    jobs = resolve(ctx.client, ctx.ns, sel, include_final=False)
-    return jobs if sel.ids else [j for j in jobs if j["state"] == "pending"]
+    return resolve(ctx.client, ctx.ns, sel, include_final=False, missing=missing)
 
 
 def _act(ctx, action: str, job_ids, users, states, names, teams) -> None:
     from ..store.pending import hold_job
 
-    jobs = _pending(ctx, action, job_ids, users, states, names, teams)
+    missing: list[str] = []
+    jobs = _pending(ctx, action, job_ids, users, states, names, teams, missing)
     act_each(ctx, action, jobs,
-             lambda job_id: hold_job(ctx.scripts, ctx.client, ctx.ns, job_id, action, current_user(), now_ms()))
+             lambda job_id: hold_job(ctx.scripts, ctx.client, ctx.ns, job_id, action, current_user(), now_ms()),
+             missing=missing)
 
 
 @click.command()
@@ -65,5 +67,7 @@ def update(ctx, job_ids, priority, est, time, users, states, names, teams):
     changes = {k: v for k, v in (("priority", priority), ("est", est), ("time", time)) if v is not None}
     # a bad value is refused before anything is read; against each job's own --grace as the store updates it
     amended(JobSpec(id="", command=("true",), grace_s=0.0), changes)
-    jobs = _pending(ctx, "update", job_ids, users, states, names, teams)
-    act_each(ctx, "update", jobs, lambda job_id: update_job(ctx.client, ctx.ns, job_id, changes), changes=changes)
+    missing: list[str] = []
+    jobs = _pending(ctx, "update", job_ids, users, states, names, teams, missing)
+    act_each(ctx, "update", jobs, lambda job_id: update_job(ctx.client, ctx.ns, job_id, changes), missing=missing,
+             changes=changes)

@@ -29,18 +29,35 @@ SHOWN = 1000
 EVERY = 10**9
 
 
-def resolve(client, ns: str, sel: Selection, *, include_final: bool, limit: int = SHOWN) -> list[dict]:
+def resolve(client, ns: str, sel: Selection, *, include_final: bool, limit: int = SHOWN,
+            missing: list | None = None) -> list[dict]:
     """The jobs a command acts on. Ids given: those jobs (every one must exist, checked before
-    anything is done), kept if they pass the filters. Otherwise the matching jobs of the queue: pending
+    anything is done; with `missing`, a list, the ids that name no job are appended to it instead, for
+    act_each to report), kept if they pass the filters. Otherwise the matching jobs of the queue: pending
     and running (with include_final, the latest finished ones too), the oldest `limit` pending ones
     without a filter, all of them with one."""
     from ..store.jobs import read_named, read_queue
 
     if sel.ids:
-        jobs = read_named(client, ns, sel.ids)
+        jobs = read_named(client, ns, sel.ids, missing=missing)
     else:
         jobs = read_queue(client, ns, include_final=include_final, limit=EVERY if sel.filtered else limit)
     return [j for j in jobs if sel.matches(j)]
+
+
+def not_found(ids: list[str]) -> list[str]:
+    """The error lines for ids that name no job: one an id, one a run of consecutive ids (a range that
+    reaches past the newest job: `no jobs with ids 38 to 500`)."""
+    from ..core.errors import JobNotFound
+
+    runs: list[list[str]] = []
+    for i in ids:
+        if runs and i.isdigit() and runs[-1][1].isdigit() and int(runs[-1][1]) + 1 == int(i):
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return [str(JobNotFound(lo)) if lo == hi else f"no jobs with ids {lo} to {hi} ({JobNotFound(lo).hint})"
+            for lo, hi in runs]
 
 
 def needs_some(sel: Selection, verb: str) -> Selection:
@@ -63,32 +80,43 @@ def cut_last(rows: list[list], header: list[str]) -> list[list]:
     return [r[:-1] + [r[-1] if len(r[-1]) <= room else r[-1][:room - 1] + "…"] for r in rows]
 
 
-def act_each(ctx, kind: str, jobs: list[dict], local, say=lambda outcome, job: str(outcome), **extra) -> None:
+def act_each(ctx, kind: str, jobs: list[dict], local, say=lambda outcome, job: str(outcome), missing=(),
+             **extra) -> None:
     """Carry out `kind` (cancel, hold, release, update) on each job, in order: as a signed request the
     leader carries out under identity (with `extra` in its body), else `local(job_id)`; prints
     "<id>: <say(outcome, job)>" for each (`job` as read before). A job that refuses (not pending, not yours, gone) is one error
-    line and the others go on, as scancel and scontrol do for a list or an array; the command then
-    exits with the first refusal's code."""
+    line and the others go on, as scancel and scontrol do for a list or an array; so is each id of
+    `missing` (resolve's: ids that name no job), said first. The command then exits with the first
+    refusal's code. Jobs are named as people name them: an array's element as 12_5 (label)."""
     from ..auth.identity import NotAllowed, current_user
-    from ..core.errors import InvalidStateError, NotFoundError
+    from ..core.errors import EXIT_NOT_FOUND, InvalidStateError, NotFoundError
     from ..store.requests import act_signed, identity_on
 
-    if not jobs:
+    for line in not_found(list(missing)):
+        click.echo(f"dispatch: error: {line}", err=True)
+    refused = click.exceptions.Exit(EXIT_NOT_FOUND) if missing else None
+    if not jobs and not missing:
         click.echo("dispatch: no job matches", err=True)
-        return
-    signed = identity_on(ctx.client, ctx.ns)
-    refused = None
+    signed = jobs and identity_on(ctx.client, ctx.ns)
     for job in jobs:
         job_id = job["id"]
         try:
             outcome = act_signed(ctx.client, ctx.ns, kind, current_user(), job_id, **extra) if signed else local(job_id)
         except (InvalidStateError, NotFoundError, NotAllowed, InvalidRequestError) as e:
-            click.echo(f"dispatch: error: {e}", err=True)
-            refused = refused or e
+            click.echo(f"dispatch: error: {named(str(e), job)}", err=True)
+            refused = refused or click.exceptions.Exit(e.exit_code)
             continue
         click.echo(f"{label(job)}: {say(outcome, job)}")  # (an array's element as 12_5)
     if refused is not None:
-        raise click.exceptions.Exit(refused.exit_code)
+        raise refused
+
+
+def named(message: str, job: dict) -> str:
+    """A message about `job` written with its id (the store's, the leader's) naming it as people do:
+    "job 128 is cancelled" -> "job 127_1 is cancelled" for an array's element."""
+    import re
+
+    return re.sub(rf"\bjob {re.escape(job['id'])}\b", lambda _: f"job {label(job)}", message)
 
 
 def one_job(client, ns: str, text: str) -> str:

@@ -260,17 +260,26 @@ def read_jobs(client, ns: str, job_ids: list[str]) -> list[dict]:
             if raw and isinstance(raw, dict)]
 
 
-def read_named(client, ns: str, ids) -> list[dict]:
+def read_named(client, ns: str, ids, *, missing: list | None = None) -> list[dict]:
     """The jobs these ids name, in order: a job; an array's id (its first element's) is every element
     of the array; ID_INDEX one element (store/naming.py). Every id must name something (JobNotFound,
-    one line)."""
+    one line), unless `missing` is given: then the ids that name nothing are appended to it and the
+    others are read (as scancel does with a list); an id that cannot name a job (`abc`) is still
+    JobNotFound, before anything is read."""
+    if missing is not None:
+        bad = next((i for i in ids if not (i.isdigit() or element_name(i))), None)
+        if bad is not None:
+            raise JobNotFound(bad)
     names = named_jobs(client, ns, ids)
     for i in ids:
         if names[i] is None:
+            if missing is not None:
+                missing.append(i)
+                continue
             if not element_name(i):
                 read_job(client, ns, i)  # its own error: a bad id, or no such job
             raise JobNotFound(i)
-    return read_jobs(client, ns, list(dict.fromkeys(j for i in ids for j in names[i])))
+    return read_jobs(client, ns, list(dict.fromkeys(j for i in ids if names[i] for j in names[i])))
 
 
 def read_queue(client, ns: str, *, include_final: bool = False, limit: int = 1000) -> list[dict]:

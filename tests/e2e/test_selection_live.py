@@ -59,7 +59,7 @@ def test_selection_mistakes_are_one_line_and_touch_nothing(cli):
     for args, says in ((["cancel"], "which jobs?"), (["wait"], "which jobs?"),
                        (["queue", "--state", "sleeping"], "--state sleeping: not a state"),
                        (["cancel", "9-3"], "9-3: a range is LOW-HIGH"),
-                       (["cancel", job, "424242"], "424242")):
+                       (["cancel", job, "abc"], "'abc'")):
         p = cli.run(*args, check=False)
         assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
         assert says in p.stderr, (args, p.stderr)

@@ -1,0 +1,78 @@
+"""cancel, hold, release and update on several jobs, as scancel and scontrol users expect: each job that
+exists is acted on, each id that names none is one error line, a filter is the list of the jobs it
+matches, and an array's elements are named 12_5 in every line, hint and message."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def queued(cli, job: str) -> dict[int, dict]:
+    """An array's elements by index, as `queue --json` shows them."""
+    return {j["array_index"]: j for j in json.loads(cli.run("queue", job, "--json", "--all").stdout)}
+
+
+def test_unknown_ids_in_a_list_or_range_are_one_line_each_and_the_jobs_that_exist_are_acted_on(cli):
+    a = int(cli.submit("--array", "0-3", "--gpus", "1", "--", "sleep", "60"))  # no node: all pending
+
+    p = cli.run("cancel", f"{a}_1", f"{a}_99", check=False)
+    assert (p.returncode, p.stdout) == (4, f"{a}_1: cancelled\n"), p
+    assert p.stderr == f"dispatch: error: no job with id '{a}_99' (see `dispatch queue` for the jobs that exist)\n"
+
+    p = cli.run("hold", f"{a + 2}-{a + 50}", check=False)  # a range past the newest job
+    assert (p.returncode, p.stdout.splitlines()) == (4, [f"{a}_2: held", f"{a}_3: held"]), p
+    assert p.stderr.splitlines() == [f"dispatch: error: no jobs with ids {a + 4} to {a + 50} "
+                                     "(see `dispatch queue` for the jobs that exist)"]
+
+    p = cli.run("release", str(a + 2), "999", "997", check=False)
+    assert (p.returncode, p.stdout) == (4, f"{a}_2: released\n"), p
+    assert ["999" in line or "997" in line for line in p.stderr.splitlines()] == [True, True], p.stderr
+
+    p = cli.run("cancel", "900-950", check=False)  # none exists: nothing to act on
+    assert (p.returncode, p.stdout, len(p.stderr.splitlines())) == (4, "", 1), p
+
+    p = cli.run("cancel", str(a), "abc", check=False)  # not an id at all: refused before anything is done
+    assert (p.returncode, p.stdout) == (4, ""), p
+    assert "'abc'" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+    now = queued(cli, str(a))
+    assert {i: j["state"] for i, j in now.items()} == {0: "pending", 1: "cancelled", 2: "pending", 3: "pending"}
+    assert now[3]["hold"] and not now[2]["hold"], "element 3 stayed held, 2 was released"
+
+
+@pytest.mark.slow
+def test_an_arrays_elements_are_named_by_index_in_refusals_hints_wait_and_history(cli):
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    a = cli.submit("--array", "0-2%1", "--gpus", "1", "--name", "arr", "--", "sleep", "60")
+    cli.wait_for(lambda: queued(cli, a)[0]["state"] == "running", what="element 0 to run")
+    cli.run("cancel", f"{a}_1")
+
+    p = cli.run("hold", a, check=False)
+    assert (p.returncode, p.stdout) == (1, f"{a}_2: held\n"), p
+    assert [line.split(";")[0] for line in p.stderr.splitlines()] == [
+        f"dispatch: error: job {a}_0 is running", f"dispatch: error: job {a}_1 is cancelled"], p.stderr
+    assert queued(cli, a)[2]["reason"].endswith(f"(dispatch release {a}_2)")
+
+    p = cli.run("wait", a, "--timeout", "1", check=False)
+    assert p.returncode == 5 and f"jobs {a}_0 (running), {a}_2 (pending)" in p.stderr, p.stderr
+
+    cli.run("cancel", a)
+    cli.wait_for(lambda: queued(cli, a)[0]["state"] == "cancelled", what="element 0 cancelled")
+    rows = [line.split()[0] for line in cli.run("history").stdout.splitlines()[1:]]
+    assert rows == [f"{a}_0"], rows
+
+
+@pytest.mark.slow
+def test_a_filter_on_hold_and_update_refuses_each_running_job_it_matches_as_a_list_does(cli):
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    job = cli.submit("--name", "runonly", "--gpus", "0", "--", "sleep", "60")
+    cli.wait_for(lambda: cli.show(job)["state"] == "running", what="the job to run")
+    for args, verb in ((["hold", "--name", "runonly"], "hold"), (["update", "-t", "all", "--priority", "low"], "update")):
+        p = cli.run(*args, check=False)
+        assert (p.returncode, p.stdout) == (1, ""), (args, p)
+        assert p.stderr.startswith(f"dispatch: error: job {job} is running; cannot {verb} it"), (args, p.stderr)
+    p = cli.run("hold", "--name", "nothing-by-that-name", check=False)
+    assert (p.returncode, p.stderr) == (0, "dispatch: no job matches\n"), p
