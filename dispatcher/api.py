@@ -16,7 +16,7 @@ from .clock import now_ms
 from .config import resolve_url
 from .auth.identity import caller_dir, current_user
 from .core.memo import gc_paused
-from .core.arrays import request_jobs
+from .core.arrays import label, request_jobs
 from .core.spec import spec_from_request
 from .store import jobs as store_jobs
 from .store.connect import connect, ride_out
@@ -91,14 +91,16 @@ class Client:
         away for a moment (restarting) is waited for (store/connect.ride_out; `on_wait(error)` once)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         states: dict[str, str] = {}
+        names: dict[str, str] = {}  # as people name them: an array's element as 12_5
         while True:
             for j in job_ids:
                 if not store_jobs.is_final(states.get(j, "")):
-                    states[j] = ride_out(lambda: self.show(j)["state"], on_wait=on_wait)
+                    view = ride_out(lambda: self.show(j), on_wait=on_wait)
+                    states[j], names[j] = view["state"], label(view)
             if all(store_jobs.is_final(s) for s in states.values()):
                 return states
             if deadline is not None and time.monotonic() > deadline:
-                left = [f"{j} ({s})" for j, s in states.items() if not store_jobs.is_final(s)]
+                left = [f"{names[j]} ({s})" for j, s in states.items() if not store_jobs.is_final(s)]
                 raise TimeoutError(f"not done after {timeout_s:g}s: job{'s' if len(left) > 1 else ''} "
                                    f"{', '.join(left)}")
             time.sleep(poll_s)

@@ -127,6 +127,7 @@ def history(ctx, as_csv, as_json, since, users, states, names, teams):
     """Jobs that ran to an end: who, what, how they ended (-u, --state, --name, --team to filter, as
     sacct's); --csv replays a lab's own week in `dispatch simulate`."""
     from . import _table
+    from ..core.arrays import label
     from ..core.units import rough
 
     if as_csv and as_json:
@@ -140,7 +141,7 @@ def history(ctx, as_csv, as_json, since, users, states, names, teams):
     elif as_json:
         click.echo(json.dumps(rows, indent=1))
     else:
-        click.echo(_table([[r["job_id"], r["name"] or "-", r["user"], r["team"] or "-", r["priority"], r["num_gpus"],
+        click.echo(_table([[label({**r, "id": r["job_id"]}), r["name"] or "-", r["user"], r["team"] or "-", r["priority"], r["num_gpus"],
                             "|".join(r["gpu_type"]) or "any", rough(r["duration_s"]), r["state"],
                             "-" if r["exit_code"] is None else r["exit_code"]] for r in rows],
                           ["ID", "NAME", "USER", "TEAM", "CLASS", "GPUS", "GPU TYPE", "RAN", "STATE", "EXIT"]))
@@ -167,7 +168,9 @@ def history_rows(client, ns: str, since: str | None, sel=None) -> tuple[list, li
             for r in found]
     names = {"job_id": "job_id", "submit_s": "submit_time_s", "gpus": "num_gpus", "gpu_types": "gpu_type"}
     rows = [{names.get(k, k): v for k, v in asdict(j).items()} | {"state": r["state"], "exit_code": r["exit_code"],
-                                                                   "team": r["team"], "name": r["name"]}
+                                                                   "team": r["team"], "name": r["name"],
+                                                                   "array_of": r["array_of"],
+                                                                   "array_index": r["array_index"]}
             for j, r in zip(jobs, found)]
     return jobs, rows
 

@@ -20,7 +20,7 @@ def hold_job(scripts, client, ns: str, job_id: str, action: str, who: str, now_m
     not pending."""
     if ":" in job_id or not job_id:
         raise JobNotFound(job_id)
-    reason = f"held by {who} (dispatch release {job_id})"
+    reason = f"held by {who} (dispatch release {_named(client, ns, job_id)})" if action == "hold" else ""
     code = scripts.hold(job_id, action, f"{who} {now_ms}", reason)
     if code == Outcome.NO_JOB:
         raise JobNotFound(job_id)
@@ -30,6 +30,18 @@ def hold_job(scripts, client, ns: str, job_id: str, action: str, who: str, now_m
         client.publish(keys.events(ns), action.encode())
         return "held" if action == "hold" else "released"
     return "already held" if action == "hold" else "not held"
+
+
+def _named(client, ns: str, job_id: str) -> str:
+    """How people name the job (core.arrays.label): an array's element as 12_5; its id if unreadable."""
+    from ..core.arrays import label
+    from ..core.errors import MalformedRecord
+
+    try:
+        spec = decode_spec(client.hget(keys.job(ns, job_id), "spec") or b"")
+    except MalformedRecord:
+        return job_id
+    return label({"id": job_id, "array_of": spec.array_of, "array_index": spec.array_index})
 
 
 def update_job(client, ns: str, job_id: str, changes: dict, *, sealed=None) -> str:

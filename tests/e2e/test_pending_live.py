@@ -87,7 +87,7 @@ def test_holding_an_array_whose_first_element_runs_holds_the_rest_and_says_which
     cli.wait_for(lambda: cli.show(f"{array}_0")["state"] == "running", what="element 0 to run")
     held = cli.run("hold", array, check=False)
     assert held.returncode != 0, "one element refused: the command says so in its exit status"
-    assert held.stderr.strip() == f"dispatch: error: job {array} is running; cannot hold it " \
+    assert held.stderr.strip() == f"dispatch: error: job {array}_0 is running; cannot hold it " \
                                   "(only a pending job can be held; `dispatch preempt` sends it back to the queue)"
     rest = [str(int(array) + k) for k in (1, 2, 3)]
     assert held.stdout.split("\n")[:3] == [f"{array}_{k}: held" for k in (1, 2, 3)], held.stdout  # (as queue names them)
