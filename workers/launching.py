@@ -231,7 +231,7 @@ def _spawn(sup, job_id: str, epoch: int, spec: JobSpec, cwd, env: dict, identity
         proctrack.remove_cgroup(cgroup)
         msg = f"cannot start {spec.command[0]!r}: {e.strerror or e}"
         append_log(sup.client, sup.ns, job_id, (msg + "\n").encode())
-        raise NotStarted("failed", FAILED, msg, 127) from e
+        raise NotStarted("failed", FAILED, msg, proctrack.exit_code_of(e)) from e
     return proc, cgroup, term
 
 

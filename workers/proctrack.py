@@ -15,6 +15,7 @@ The node agent (workers/jobs.py) and its keeper (workers/keeper.py) both stop jo
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import logging
 import os
@@ -49,18 +50,40 @@ _SETPRIV = shutil.which("setpriv")
 
 def spawn_args(command: list[str], cwd: str | None, env: dict) -> tuple[list[str], dict]:
     """argv and extra Popen arguments that start `command` so that it dies with the agent. Raises
-    FileNotFoundError (as Popen would) for a program that is not there, so that the job fails with
-    "cannot start" and not with setpriv's exit code."""
+    the OSError a shell would report (cannot_exec) for a program that cannot be run, so that the job
+    fails with "cannot start" and not with setpriv's or a cgroup wrapper's exit code."""
+    error = cannot_exec(command[0], cwd, env.get("PATH", os.defpath))
+    if error is not None:
+        raise error
     if _SETPRIV is None:
         return command, {"preexec_fn": _die_with_agent}
-    program = command[0]
-    if "/" in program:
-        found = os.access(os.path.join(cwd or ".", program), os.X_OK)
-    else:
-        found = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
-    if not found:
-        raise FileNotFoundError(2, "No such file or directory", program)
     return [_SETPRIV, "--pdeathsig", "KILL", "--", *command], {}
+
+
+def cannot_exec(program: str, cwd: str | None, path: str) -> OSError | None:
+    """Why `program` (a path, or a name looked up in `path`) cannot be run, as a shell says it:
+    FileNotFoundError where there is nothing by that name (exit 127), PermissionError or
+    IsADirectoryError where there is, but not a program (exit 126); None where it can be run."""
+    if "/" in program:
+        candidates = [os.path.join(cwd or ".", program)]
+    else:
+        candidates = [os.path.join(d or ".", program) for d in path.split(os.pathsep)]
+    found = None
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return None
+        if found is None and os.path.exists(c) and ("/" in program or not os.path.isdir(c)):
+            found = c  # (a shell's PATH search passes over directories, and over files it may not run)
+    if found is None:
+        return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if os.path.isdir(found):
+        return IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), program)
+    return PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+
+
+def exit_code_of(error: OSError) -> int:
+    """The exit code a shell gives a command it could not start: 127 not found, 126 found but not run."""
+    return 127 if isinstance(error, FileNotFoundError) else 126
 
 
 def enter_cwd(argv: list[str], cwd: str) -> list[str]:
