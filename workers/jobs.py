@@ -68,6 +68,7 @@ class Supervisor:
         # every job process is forked by this one long-lived thread: PDEATHSIG fires when the
         # forking *thread* ends, so it must not be a job's watcher thread
         self.spawner = ThreadPoolExecutor(1, thread_name_prefix="spawn")
+        proctrack.default_signals_for_jobs()  # no job starts with a signal ignored: the agent's nohup is not theirs
         self.pid_dir = work_dir / PID_DIR
         self.agent = proctrack.agent_tag(work_dir)  # every job's DISPATCH_AGENT
 

@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,27 @@ def _die_with_agent() -> None:
 #: preexec_fn, so Popen can use vfork instead of copying the agent's address space for every job
 #: (a few ms each on a busy node); without setpriv the agent falls back to _die_with_agent.
 _SETPRIV = shutil.which("setpriv")
+
+
+def _dropped(signum, frame) -> None:
+    """The handler of a signal the agent came with ignored: it still does nothing here."""
+
+
+def default_signals_for_jobs() -> None:
+    """In the agent (its main thread, before its first job): each signal it came with ignored (nohup's
+    SIGHUP, SIGINT and SIGQUIT of a shell's background job) is caught and dropped instead. The agent
+    still ignores it, but its jobs start with it at its default, as slurmstepd starts them: exec keeps
+    an ignored signal ignored and resets a caught one, and a shell cannot trap a signal ignored at its
+    start (a job's checkpoint signal, a session's SIGHUP, would never reach its trap). SIGPIPE and
+    SIGXFSZ, which Python ignores itself, Popen restores in the child."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in signal.valid_signals() - {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL, signal.SIGSTOP}:
+        try:
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                signal.signal(sig, _dropped)
+        except (OSError, ValueError):  # one the C library keeps for itself
+            pass
 
 
 def spawn_args(command: list[str], cwd: str | None, env: dict) -> tuple[list[str], dict]:

@@ -5,9 +5,43 @@ job); a command that is there but cannot be run fails as a shell reports it (126
 there as 127; a SIGKILL dispatch did not send fails the job once (137), as in Slurm, and is not rerun.
 """
 
+import signal
+import time
+from contextlib import contextmanager
+
 import pytest
 
 pytestmark = pytest.mark.slow
+
+
+@contextmanager
+def ignoring(*signals):
+    """What `nohup dispatch worker &` from a script hands its agent: these signals ignored."""
+    before = {s: signal.signal(s, signal.SIG_IGN) for s in signals}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def test_an_agent_started_with_hangup_and_quit_ignored_starts_its_jobs_with_every_signal_at_its_default(cli):
+    with ignoring(signal.SIGHUP, signal.SIGQUIT):
+        cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    status = cli.submit("--", "grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status")
+    assert cli.run("wait", status, "--timeout", "30", check=False).returncode == 0
+    assert cli.run("logs", status).stdout.split() == ["SigBlk:", "0" * 16, "SigIgn:", "0" * 16]
+
+    # a job that checkpoints on SIGHUP: its shell's trap runs (a shell cannot trap a signal ignored at its start)
+    saves = "trap 'echo checkpointed; exit 0' HUP; echo running; while :; do sleep 0.1; done"
+    job = cli.submit("--gpus", "1", "--checkpointable", "--checkpoint-signal", "HUP", "--grace", "60s",
+                     "--", "sh", "-c", saves)
+    cli.wait_for(lambda: "running" in cli.run("logs", job).stdout, what="the job to run")
+    time.sleep(1.1)
+    cli.run("preempt", job)
+    cli.wait_for(lambda: "checkpointed" in cli.run("logs", job).stdout, what="the job's trap on SIGHUP")
+    cli.run("cancel", job)
 
 
 def test_a_command_that_is_there_but_cannot_be_run_fails_with_126_as_a_shell_says_it(cli, tmp_path):
