@@ -19,7 +19,7 @@ first (<work dir>/exits/<job id>): if Redis is down too, the next agent of the n
 there (workers/recovery.py). When the agent dies (its stdin closes) the keeper kills the node's jobs
 and exits.
 Each job it kills is marked in <work dir>/fenced/<job id> (its epoch), so the agent reports it as
-fenced rather than as killed from outside.
+fenced rather than as killed by a signal dispatch did not send (a failure).
 
     python -m workers.keeper <work dir> <fence seconds> <monotonic time of the last heartbeat> <namespace>
 """

@@ -98,20 +98,24 @@ def _idle_session(sup, run: Running, code: int) -> None:
     _end(sup, run, FAILED, code, f"interactive session idle for {span(run.spec.idle_timeout_s or 0)}")
 
 
+#: Why a job may get a SIGKILL that dispatch did not send: it fails once, as in Slurm, and is not
+#: rerun (the same command would run out of memory again).
+UNSENT_KILL = " (not sent by dispatch: out of memory, or someone's kill -9)"
+
+
 def _exited(sup, run: Running, code: int) -> None:
-    """Nobody stopped it: its exit code says (a gang's rank that failed loses the gang's attempt: the
-    gang starts again from its checkpoint, within its retries)."""
+    """Nobody stopped it: its exit code says, and a signal that killed it fails the job, SIGKILL
+    included (a gang's rank that failed loses the gang's attempt: the gang starts again from its
+    checkpoint, within its retries)."""
     if code == 0:
         _end(sup, run, SUCCEEDED, 0, "", spec=run.spec)  # into its run history
     elif run.rank is not None:
         how = f"exit code {code}" if code > 0 else f"signal {signal.Signals(-code).name}"
         _end(sup, run, PENDING, code, f"rank {run.rank} on {sup.node} ended ({how}); attempt lost",
                    **lost_attempt(run.spec))
-    elif code == -signal.SIGKILL:  # the OOM killer, an operator's kill -9: not the job's own failure
-        _end(sup, run, PENDING, code, "killed by SIGKILL from outside dispatch; attempt lost",
-                   **lost_attempt(run.spec))
-    elif code < 0:
-        _end(sup, run, FAILED, code, f"killed by signal {signal.Signals(-code).name}")
+    elif code < 0:  # a SIGKILL too: every one dispatch sends is for a reason (ENDINGS), so this one was not
+        _end(sup, run, FAILED, code, f"killed by signal {signal.Signals(-code).name}"
+                                     + (UNSENT_KILL if code == -signal.SIGKILL else ""))
     else:
         _end(sup, run, FAILED, code, f"exit code {code}")
 

@@ -19,7 +19,7 @@ def requeue_kind(outcome: str, reason: str) -> str:
     """The kind of a requeue from its attempt's outcome and reason (lua/finish.lua): `preempted` (for
     another job, or by an operator), `idle` (the node agent's idle requeue, policy/idle.py), `node_lost`
     (the node stopped heartbeating: the leader requeued it, or its keeper cut the copy off), `lost`
-    (another attempt lost: hung, killed from outside, a gang's rank failed, an agent restarted),
+    (another attempt lost: hung, a gang's rank failed, an agent restarted),
     `other` (an agent that stopped, a gang stopped with its rank)."""
     if outcome == "preempted":
         return "idle" if ": idle: " in reason or reason.startswith("idle: ") else "preempted"

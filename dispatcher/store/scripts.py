@@ -162,7 +162,7 @@ class FinishArgs:
 
 
 def lost_attempt(spec) -> dict:
-    """finish() arguments for an attempt of `spec` lost with its node (or killed from outside): it
+    """finish() arguments for an attempt of `spec` lost with its node (or hung, or a gang's failed rank): it
     resumes from its checkpoint if it has one, and counts against its retry budget. For a record whose
     spec cannot be read, `spec` is None: no checkpoint, no retries left."""
     if spec is None:

@@ -12,7 +12,9 @@ so every rerun, even of a job that had already ended, leaves a file. Every proce
 on this one machine, so every time stamp comes from one clock.
 
 The verdict (judge) reads only these files, never dispatch's state:
-- lost: an acknowledged job with no attempt that wrote `end`;
+- lost: an acknowledged job with no attempt that wrote `end`, but one the suite itself killed -9 (`killed`)
+  and that dispatch then calls failed: a SIGKILL dispatch did not send fails the job once, as the OOM
+  killer's does (docs/guarantees.md), counted as `killed_failed`;
 - doubled: a job with two attempts that both wrote `end` (ran to completion twice; also counted apart:
   those whose later ends did no work, resumed from a checkpoint that held it all);
 - overlap: two attempts of one job whose spans [start, end or last tick] intersect; a killed attempt's
@@ -158,22 +160,23 @@ def _name(a: Attempt) -> str:
 
 
 def judge(files: Path, acknowledged: list[str], states: dict[str, str] | None = None,
-          cut_off: list | None = None, strict: bool = False) -> dict:
+          cut_off: list | None = None, strict: bool = False, killed: set[str] = frozenset()) -> dict:
     """The verdict from the attempt files alone; `states` (job id -> dispatch's state, None where it could
-    not be read) only feeds the cross-check. `cut_off`: (node, from, to) wall-clock windows in which a
-    node was partitioned off."""
+    not be read) feeds the cross-check, and tells a job the suite killed (`killed`) that failed for it
+    from a lost one. `cut_off`: (node, from, to) wall-clock windows in which a node was partitioned off."""
     def in_cut(a: Attempt) -> bool:
         return any(node == a.node and t0 <= a.end <= t1 for node, t0, t1 in cut_off or ())
 
     by_job = read_all(files)
     acked = set(acknowledged)
     lost, doubled, doubled_cut, overlaps, pairs, shared_max = [], [], [], [], 0, 0.0
+    killed_failed = [j for j in acknowledged if j in killed and (states or {}).get(j) == "failed"]
     reruns, redone_none = 0, 0
     for j in acknowledged:
         attempts = by_job.get(j, [])
         reruns += max(0, len(attempts) - 1)
         ended = [a for a in attempts if a.end is not None]
-        if not ended:
+        if not ended and j not in killed_failed:
             said = f"; dispatch says {states.get(j) or 'nothing'}" if states is not None else ""
             lost.append(f"{j}: {len(attempts)} attempts, none ended{said}")
         if len(ended) > 1:
@@ -193,6 +196,7 @@ def judge(files: Path, acknowledged: list[str], states: dict[str, str] | None = 
                             + (f" (+{len(over) - 1} more pairs)" if len(over) > 1 else ""))
     succeeded = sum(1 for j in acknowledged if any(a.end is not None for a in by_job.get(j, [])))
     result = {"jobs": len(acknowledged), "succeeded": succeeded, "lost": len(lost), "doubled": len(doubled),
+              "killed_failed": len(killed_failed),
               "doubled_from_full_checkpoint": redone_none, "doubled_in_a_cut": len(doubled_cut),
               "overlaps": len(overlaps), "overlap_pairs": pairs, "overlap_max_s": round(shared_max, 2),
               "reruns": reruns, "attempts": sum(len(by_job.get(j, [])) for j in acknowledged),

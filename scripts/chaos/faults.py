@@ -65,6 +65,7 @@ class Injector:
         self.findings: Counter = Counter()  # problems seen on the way, beside the verdict
         self.stalled: str | None = None  # set when the run cannot go on
         self.held: set[str] = set()
+        self.killed: set[str] = set()  # jobs whose process it killed -9: each fails (docs/guarantees.md)
         self.own: set[int] = set()  # processes of the injector itself (a second up), waited for by it
         self._timeline: list = []
         self._seq = itertools.count()
@@ -214,6 +215,7 @@ class Injector:
         except ProcessLookupError:
             return False
         self.counts["job"] += 1
+        self.killed.add(victim.job)
         self.event(f"job: kill -9 job {victim.job} attempt {victim.attempt} on {victim.node} (pid {victim.pid})")
         return True
 

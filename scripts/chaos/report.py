@@ -23,7 +23,8 @@ def print_report(r: dict, out=sys.stdout) -> None:
         print(f"faults given up: {_counts(r['skipped'])}", file=out)
     if r.get("not_run"):
         print(f"fault kinds not run: {_counts(r['not_run'])}", file=out)
-    print(f"verdict, from the attempt files: jobs {r['jobs']}, succeeded {r['succeeded']}, lost {r['lost']}, "
+    print(f"verdict, from the attempt files: jobs {r['jobs']}, succeeded {r['succeeded']}, failed as the suite "
+          f"killed them {r['killed_failed']}, lost {r['lost']}, "
           f"doubled {r['doubled']} ({r['doubled_from_full_checkpoint']} of them rerun from a full checkpoint; "
           f"apart: {r['doubled_in_a_cut']} that ended while cut off and ran again), "
           f"overlaps {r['overlaps']} ({r['overlap_pairs']} pairs, longest "

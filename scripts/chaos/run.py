@@ -13,7 +13,8 @@ scheduler and agent) beside agents on the other nodes and a standby scheduler; w
 every process itself and restarts the server it kills on the same port and files, as `up` would.
 
 Each attempt writes start, a tick every 0.2 s and end to its own file (attempts.py). From those files:
-lost (an acknowledged job whose no attempt ended), doubled (two attempts that both ended), overlaps
+lost (an acknowledged job whose no attempt ended, but one the suite killed -9 itself, which fails as the OOM
+killer's would: killed_failed), doubled (two attempts that both ended), overlaps
 (two attempts of one job whose [start, last tick or end] intersect), reruns; dispatch's own states
 are a cross-check only. A job that ended while its node was cut off and so ran again (the
 at-least-once window docs/guarantees.md names) is counted apart, not as doubled, unless --strict.
@@ -189,7 +190,8 @@ def main(argv=None) -> int:
         cluster.stop()
         leftovers = sweep_leftovers(cluster)
         cuts = [(node, t0, t1 or time.time()) for node, t0, t1 in inj.cut_off]
-        result = attempts.judge(cluster.files, list(sub.acked), states, cuts, strict=args.strict)
+        result = attempts.judge(cluster.files, list(sub.acked), states, cuts, strict=args.strict,
+                                killed=inj.killed)
         result.update(outcome)
         result.update({
             "mode": cluster.mode, "jobs_requested": args.jobs, "submit_refused": sub.refused,

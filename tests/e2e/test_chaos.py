@@ -72,6 +72,9 @@ def test_the_judge_counts_a_double_end_an_overlap_with_a_killed_copy_and_a_lost_
     cross = r["dispatch_agrees"]
     assert not cross["agrees"] and cross["succeeded_but_never_ended"] == 1 and cross["unknown_to_dispatch"] == 1
     assert attempts.judge(tmp_path, ["1", "2"], None)["dispatch_agrees"]["checked"] is False
+    # 5, killed -9 by the suite and failed for it (not sent by dispatch: the job's failure), is not lost
+    r = attempts.judge(tmp_path, ["1", "5", "6"], {**states, "5": "failed"}, killed={"5", "6"})
+    assert (r["lost"], r["killed_failed"], r["lost_jobs"][0].split(":")[0]) == (1, 1, "6"), r
 
 
 def test_the_judge_counts_two_copies_that_both_ended_while_overlapping_as_doubled_and_overlapping(tmp_path):
@@ -141,7 +144,7 @@ HOLDING = "server,agent,agent-redis-down,job,scheduler,agent-stop,leader-stop"
 
 def test_jobs_survive_every_fault_mixed_in_while_submits_still_arrive(tmp_path):
     r = chaos(tmp_path, "--jobs", "80", "--fault-every", "1.5", "--seed", "7", "--timeout", "240", "--faults", HOLDING)
-    assert r["succeeded"] == 80
+    assert r["succeeded"] + r["killed_failed"] == 80 and r["killed_failed"] <= r["faults"].get("job", 0)
     assert r["faults_total"] >= 10 and r["faults_during_submits"] >= 5, r["faults"]  # it did break things
     assert {"server", "agent", "agent-redis-down", "job", "scheduler", "agent-stop", "leader-stop"} <= set(r["faults"])
 
@@ -150,7 +153,7 @@ def test_jobs_survive_a_real_dispatch_up_whose_parts_are_killed_and_stopped_and_
     # every kind `up` allows but a full disk (above): its server, agent and scheduler killed or stopped, a second up
     r = chaos(tmp_path, "--up", "--jobs", "50", "--fault-every", "1.5", "--seed", "5", "--timeout", "240",
               "--faults", HOLDING + ",second-up")
-    assert r["succeeded"] == 50
+    assert r["succeeded"] + r["killed_failed"] == 50 and r["killed_failed"] <= r["faults"].get("job", 0)
     assert r["faults"].get("server", 0) + r["faults"].get("agent-redis-down", 0) >= 2, r["faults"]
     assert r["faults"].get("second-up", 0) >= 1, r["faults"]
 

@@ -58,3 +58,17 @@ def test_a_command_that_is_there_but_cannot_be_run_fails_with_126_as_a_shell_say
         p = cli.run("wait", job, "--timeout", "30", check=False)
         assert (p.returncode, p.stderr.strip()) == (code, f"{job}: failed (exit {code}): {reason}")
         assert cli.run("logs", job).stdout == reason + "\n"  # not setpriv's words
+
+
+def test_a_job_that_sigkills_itself_fails_once_with_137_and_is_not_rerun(cli, tmp_path):
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    ran = tmp_path / "ran"
+    job = cli.submit("--retries", "3", "--", "sh", "-c", f"echo ran >> {ran}; kill -9 $$")  # as the OOM killer
+    p = cli.run("wait", job, "--timeout", "30", check=False)
+    reason = "killed by signal SIGKILL (not sent by dispatch: out of memory, or someone's kill -9)"
+    assert (p.returncode, p.stderr.strip()) == (128 + 9, f"{job}: failed: {reason}")  # as `wait --help` says
+    shown = cli.show(job)
+    assert (shown["state"], shown["exit_code"], shown["reason"], shown["attempt"]) == ("failed", -9, reason, 0)
+    time.sleep(1)
+    assert ran.read_text() == "ran\n"
