@@ -35,8 +35,10 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
     """Pending and running jobs, oldest first (-u, --state, --name, --team to filter)."""
     from ..store import keys
     from ..store import stats as published
+    from ..core.accounting import queue_wait
     from ..store.quarantine import report
     from ..store.connect import tolerant
+    from ..store.ended import read_first_attempts
 
     sel = selection(job_ids, users, states, names, teams)
     jobs = resolve(ctx.client, ctx.ns, sel, include_final=show_all or bool(sel.states - set(STATE_GROUPS["active"])),
@@ -54,9 +56,12 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
     rows = []
     rest = published.read(ctx.client, ctx.ns)["rest_reason"] or ""  # why the jobs the last cycle did not reach wait
     shown = [(label(j), j, [j]) for j in jobs] if expand else folded(jobs)
+    firsts = read_first_attempts(ctx.client, ctx.ns, [j["id"] for _, j, _ in shown if j["attempt"]])  # (requeued,
+    # preempted or lost before: WAIT counts to their first start)
     for row_id, j, group in shown:
-        waited = ((j["started_at"] or j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
-                  if j["submitted_at"] else None)
+        waited = queue_wait({**j, "attempts": firsts.get(j["id"], ())})  # submit to its first start, as report's
+        if waited is None and j["submitted_at"]:  # never started: to its placement or end, else to now
+            waited = (j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
         gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] > 1 else _held(j)) \
             + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")  # a gang: nodes x GPUs per node
         where = "+".join(n + (f":{','.join(map(str, g))}" if g else "") for n, g in j["ranks"] or
@@ -64,7 +69,8 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
         if len(group) > 1:  # an array: where its elements run
             active = (g["node"] for g in group if g["node"] and g["state"] not in STATE_GROUPS["done"])
             where = ",".join(dict.fromkeys(active)) or "-"
-        reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else ""
+        reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else \
+            f"cancelling ({cancel_sent(j)})" if j["cancel_requested"] else ""  # (Slurm's CG)
         reason = reason or (rest if j["state"] == "pending" else "")
         rows.append([row_id, j["name"] or "-", j["user"], j["priority"], counts(group) if len(group) > 1 else j["state"],
                      gpus, where,
@@ -137,13 +143,21 @@ def cancel(ctx, job_ids, users, states, names, teams):
 
 
 def said_of_cancel(outcome: str, job: dict) -> str:
-    """What cancel says of a job: "cancelled", "cancel sent to its node", or "already <its end>" (a job
-    that had ended before, cancelled ones too)."""
+    """What cancel says of a job: "cancelled", "cancel sent to its node", "already being cancelled (...)"
+    (sent before, in its grace), or "already <its end>" (a job that had ended before, cancelled ones too)."""
     from ..store.jobs import is_final
 
     if is_final(job.get("state") or "") or outcome not in ("cancelled", "requested"):
         return f"already {outcome}"
+    if outcome == "requested" and job.get("cancel_requested"):  # a second cancel within the first's grace
+        return f"already being cancelled ({cancel_sent(job)})"
     return "cancelled" if outcome == "cancelled" else "cancel sent to its node"
+
+
+def cancel_sent(job: dict) -> str:
+    """When a running job's cancel was sent, and its grace before SIGKILL: "sent at 17:40:12, grace 10s"."""
+    return (f"sent at {time.strftime('%H:%M:%S', time.localtime(job['cancel_requested_at']))}, "
+            f"grace {age(job['grace_s'] or 0)}")
 
 
 @click.command()

@@ -74,6 +74,18 @@ def _inside(finished_ms: int, since_ms: int | None, until_ms: int | None) -> boo
     return (since_ms is None or finished_ms >= since_ms) and (until_ms is None or finished_ms <= until_ms)
 
 
+def read_first_attempts(client, ns: str, job_ids: list[str]) -> dict[str, list[dict]]:
+    """The first ended attempt (attempt_view, in a list as a view's `attempts`) of each of these jobs that
+    has one: what a requeued or preempted job's wait counts to (core.accounting.queue_wait). One round trip."""
+    if not job_ids:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.lindex(keys.job_attempts(ns, job_id), 0)
+    return {j: [attempt_view(raw)] for j, raw in zip(job_ids, pipe.execute(raise_on_error=False))
+            if isinstance(raw, bytes)}
+
+
 def read_history(client, ns: str, since_ms: int | None = None) -> list[dict]:
     """Jobs submitted from `since_ms` on that ran to an end (succeeded, failed, or cancelled while they
     ran: with start and finish times), oldest first."""

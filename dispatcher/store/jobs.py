@@ -135,6 +135,8 @@ def record_view(rec) -> dict:
         "reason": rec.reason or rec.spec_error,
         "verdict": verdict_of(rec),  # the scheduler's numbers behind its reason, while they still hold
         "cancel_requested": bool(rec.cancel_ms),
+        "cancel_requested_at": secs(rec.cancel_ms),  # the first cancel sent to its node; SIGKILL after grace_s
+        "grace_s": spec.grace_s if spec else None,
         "min_gpus": spec.min_gpus if spec else None,
         "preemptions": rec.preemptions,
         "gpu_s_lost": round(rec.gpu_s_lost, 1),
@@ -217,11 +219,11 @@ def read_job(client, ns: str, job_id: str) -> dict:
 
 def request_view(spec: JobSpec | None) -> dict:
     """The rest of what a job asked for, which one job shown in full (`dispatch show`) adds to its
-    record_view: its working directory, environment, grace, and how it may be preempted or share."""
+    record_view: its working directory, environment, and how it may be preempted or share."""
     if spec is None:
-        return {"cwd": None, "env": {}, "grace_s": None, "preemptible": False, "share": False,
+        return {"cwd": None, "env": {}, "preemptible": False, "share": False,
                 "checkpoint_signal": None, "scaling": None, "same_type": None}
-    return {"cwd": spec.cwd or None, "env": dict(spec.env), "grace_s": spec.grace_s, "preemptible": spec.preemptible,
+    return {"cwd": spec.cwd or None, "env": dict(spec.env), "preemptible": spec.preemptible,
             "share": spec.share, "checkpoint_signal": spec.checkpoint_signal, "scaling": spec.scaling or None,
             "same_type": spec.same_type}
 

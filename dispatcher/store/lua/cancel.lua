@@ -1,4 +1,4 @@
--- Cancel a job. A pending one ends here; an active one gets cancel_ms, and its node
+-- Cancel a job. A pending one ends here; an active one gets cancel_ms (the first cancel's time), and its node
 -- agent kills the process and finishes it as cancelled.
 -- KEYS[1] job hash   KEYS[2] pending zset   KEYS[3] changed-jobs set   KEYS[4] the notify queue (a pending
 --   job that ends here with a --notify is queued for the leading scheduler: no agent runs it)
@@ -19,7 +19,9 @@ if state == 'pending' then
   return 1
 end
 if state == 'assigned' or state == 'running' or state == 'preempting' then
-  redis.call('HSET', KEYS[1], 'cancel_ms', ARGV[2])
+  if redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 0 then  -- a second cancel keeps when the first was sent
+    redis.call('HSET', KEYS[1], 'cancel_ms', ARGV[2])
+  end
   redis.call('SADD', KEYS[3], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
   return 2
 end

@@ -1,0 +1,36 @@
+"""What `queue` says of a job beyond its state, as squeue users read it: WAIT is submit to the first
+start (report's wait) for a job run again, and a running job in its cancel's grace says so (Slurm's CG)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+
+def row(cli, job: str) -> list[str]:
+    """The job's queue line, split on runs of two spaces or more (its columns)."""
+    import re
+
+    line = cli.run("queue", "-t", "all", job).stdout.splitlines()[1]
+    return re.split(r"\s{2,}", line.strip())
+
+
+@pytest.mark.slow
+def test_a_requeued_job_waits_submit_to_first_start_and_a_cancel_in_its_grace_is_shown_and_not_sent_again(cli):
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    done = cli.submit("--gpus", "0", "--", "true")
+    assert cli.run("wait", done, "--timeout", "30").returncode == 0
+    time.sleep(3)  # was: WAIT counted from submit to the latest start, 3s and more
+    cli.run("requeue", done)
+    assert cli.run("wait", done, "--timeout", "30").returncode == 0
+    assert row(cli, done)[7] == "0s", row(cli, done)
+
+    stubborn = cli.submit("--gpus", "0", "--grace", "30s", "--", "sh", "-c", "trap '' TERM; while true; do sleep 1; done")
+    cli.wait_for(lambda: cli.show(stubborn)["state"] == "running", what="the job to run")
+    assert cli.run("cancel", stubborn).stdout == f"{stubborn}: cancel sent to its node\n"
+    reason = row(cli, stubborn)[8]
+    assert reason.startswith("cancelling (sent at ") and reason.endswith(", grace 30s)"), reason
+    again = cli.run("cancel", stubborn)
+    assert again.stdout == f"{stubborn}: already being cancelled ({reason[len('cancelling ('):]}\n", again.stdout
