@@ -234,14 +234,17 @@ def resolve_url(flag: str | None = None) -> str:
 
 
 def restarting_error():
-    """After a failed connection: ServerRestarting if the URL came from a `dispatch up` that still
-    runs (its server died and `up` is restarting it, or is about to stop), else None."""
-    from .core.errors import ServerRestarting
+    """After a failed connection, if the URL came from a `dispatch up` that still runs: ServerRestarting
+    when `up` recorded a restart (or a stop), or its server's process is gone (`up` sees that within
+    a moment); ServerNotAnswering when that process runs (hung, stopped: nothing restarts it). Else None."""
+    from .core.errors import ServerNotAnswering, ServerRestarting
 
     info = recorded_server() if _source == "record" else None
     if info is None:
         return None
-    status = str(info.get("status", "running"))
+    status, server_pid = str(info.get("status", "running")), info.get("server_pid")
+    if status == "running" and isinstance(server_pid, int) and pid_alive(server_pid):
+        return ServerNotAnswering(int(info["pid"]), server_pid)
     return ServerRestarting(int(info["pid"]), "restarting" if status == "running" else status)
 
 

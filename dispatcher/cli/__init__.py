@@ -14,8 +14,9 @@ small; its request flags in cli/flags.py, shared with shell and notebook), cli/j
 commands that look at or act on jobs; which jobs a command means, ids, ranges, arrays and
 filters, in cli/select.py), cli/pending.py (hold, release, update), cli/requeue.py, cli/interactive.py (shell,
 attach), cli/notebook.py, cli/nodectl.py (nodes, drain, resume), cli/policy.py (the policy
-group), cli/ops.py (top, the long-running parts, auth) and cli/lab.py (simulate, history,
-report, tune); the group imports only the module of the command it runs (COMMANDS).
+group), cli/ops.py (top, the long-running parts), cli/login.py (login, the auth group) and
+cli/lab.py (simulate, history, report, tune); the group imports only the module of the command
+it runs (COMMANDS).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class Ctx:
                         raise
                 except errors.ConnectionError as e:  # server.json says running, the server not yet
                     pending = restarting_error() if e.transient else None
-                    if pending is None or pending.status != "starting" or time.monotonic() > deadline:
+                    if getattr(pending, "status", None) != "starting" or time.monotonic() > deadline:
                         raise
                 time.sleep(0.25)
         return self._client
@@ -146,7 +147,7 @@ COMMANDS = {
     "why": "dispatcher.cli.jobs:why", "eta": "dispatcher.cli.jobs:eta", "decisions": "dispatcher.cli.jobs:decisions",
     "policy": "dispatcher.cli.policy:policy", "top": "dispatcher.cli.ops:top", "scheduler": "dispatcher.cli.ops:scheduler",
     "worker": "dispatcher.cli.ops:worker", "dashboard": "dispatcher.cli.ops:dashboard", "up": "dispatcher.cli.ops:up",
-    "auth": "dispatcher.cli.ops:auth", "login": "dispatcher.cli.login:login",
+    "auth": "dispatcher.cli.login:auth", "login": "dispatcher.cli.login:login",
     "simulate": "dispatcher.cli.lab:simulate", "history": "dispatcher.cli.lab:history",
     "report": "dispatcher.cli.lab:report", "tune": "dispatcher.cli.lab:tune",
 }
@@ -186,8 +187,9 @@ def cli():
 
 
 def _restarting():
-    """A lost connection to the server of a `dispatch up` that still runs: it is restarting it. To the
-    server of a login: its owner's `dispatch up --shared` is not running (or moved)."""
+    """A lost connection to the server of a `dispatch up` that still runs: it is restarting it, or the
+    server hangs (config.restarting_error). To the server of a login: its owner's `dispatch up --shared`
+    is not running (or moved)."""
     from ..config import restarting_error, url_source
 
     if url_source() == "login":

@@ -1,5 +1,5 @@
-"""The auth group, `dispatch top` and the long-running parts: scheduler, worker, dashboard, up
-(registered lazily in cli.py; the policy group is in cli/policy.py)."""
+"""`dispatch top` and the long-running parts: scheduler, worker, dashboard, up (registered lazily in
+cli.py; the policy group is in cli/policy.py, the auth group in cli/login.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from ..core import errors
 from .flags import alerts_option, no_alerts_flag
 from . import _setup_logging, common
 from ..core.errors import InvalidRequestError, masked_url
-from ..core.spec import _label
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 #: The dashboard's default port (`dispatch dashboard`, `dispatch up`).
@@ -281,6 +280,7 @@ def dashboard(ctx, host, port, access_key_file, allow_cancel, alerts):
         key = load_secret(access_key_file, flag="--access-key-file").decode()
     server = _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=key)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even where it came ignored (`dashboard &`)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -315,12 +315,14 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
     import socket
 
     from . import DEFAULT_NAMESPACE
-    from ..config import Timing
+    from ..config import Timing, state_dir
     from ..scheduler.policy_source import PolicySource
+    from ..up.lock import UpLock
     from ..up.supervisor import Up
     from ..up.secure import agent_options, login_socket
 
     _setup_logging(ctx.debug)
+    UpLock(state_dir()).refuse_if_held()  # whatever this one's flags, and before NVML: the running one is named
     ctx._ns_flag = ns = ctx._ns_flag or DEFAULT_NAMESPACE  # never a login's: this is a server of its own
     sock = login_socket(shared, socket_path, ctx._url_flag)
     PolicySource(policy_path)  # a bad policy file stops `up` before anything starts
@@ -370,31 +372,3 @@ def _node_flags(opts: dict) -> list[str]:
     return out + [flag for flag, key in (("--kill-zombies", "kill_zombies"), ("--run-as-user", "run_as_user"),
                                          ("--allow-root-jobs", "allow_root_jobs")) if opts.get(key)]
 
-
-@click.group()
-def auth():
-    """Identity (docs/security.md): per-user tokens for signed requests."""
-
-
-@auth.command("token")
-@click.argument("user")
-@click.option("--secret-file", default=None, type=click.Path(dir_okay=False),
-              help="The lab secret (chmod 600; default: the one your `dispatch up` made in its state directory).")
-def auth_token(user, secret_file):
-    """Print USER's token (give it to them for $DISPATCH_TOKEN or ~/.config/dispatch/token)."""
-    from ..auth.identity import load_secret, token_for
-    from ..up.secure import lab_secret_file
-    if not user:  # a token for '' is no one's
-        raise InvalidRequestError("USER: empty; give a user name", field="USER")
-    click.echo(token_for(load_secret(secret_file or lab_secret_file()), _label(user, "USER")))
-
-
-@auth.command("roles")
-@click.option("--namespace", "ns", default="dispatch", envvar="DISPATCH_NAMESPACE", show_default=True,
-              help="The namespace whose roles to print.")
-def auth_roles(ns):
-    """Print the ACL SETUSER lines of the leader, agent and user roles (docs/security.md, Roles), for an
-    external server: put each role's password in place of PASSWORD and pipe them to redis-cli."""
-    from ..store.roles import print_roles
-
-    print_roles(_label(ns, "--namespace"))

@@ -129,6 +129,20 @@ class ServerRestarting(DispatcherError):
         self.up_pid, self.status = up_pid, status
 
 
+class ServerNotAnswering(DispatcherError):
+    """The embedded server of a running `dispatch up` runs but does not answer (hung, stopped, overloaded);
+    `up` records no restart, and none is coming while its process lives."""
+
+    exit_code = EXIT_CONNECT
+
+    def __init__(self, up_pid: int, server_pid: int):
+        super().__init__(f"the embedded server of `dispatch up` (pid {up_pid}) does not answer (timeout), though "
+                         f"its process (pid {server_pid}) runs: it is hung, stopped or overloaded; see the log of "
+                         f"`dispatch up` and that process (a stopped one: kill -CONT {server_pid}), or stop `up` "
+                         "and start it again")
+        self.up_pid, self.server_pid = up_pid, server_pid
+
+
 class ServerCannotWrite(DispatcherError):
     """The server answers but refuses to write (MISCONF): it cannot write its append-only file, as on a
     full disk. No restart is coming: the disk needs room."""

@@ -74,6 +74,12 @@ class UpLock:
             raise UpAlreadyRunning(str(self.directory), other.get("pid"), other.get("url"))
         return self
 
+    def refuse_if_held(self) -> None:
+        """UpAlreadyRunning if a live `up` holds this lock (taken and let go at once; nothing made where
+        there is no lock file): a second `up` names the first before it checks its own flags or GPUs."""
+        if self.path.exists():
+            self.acquire().release()
+
     def write(self, info: dict) -> None:
         """Replace the record (in place: a new file would be a new inode, not the one locked)."""
         assert self.fd is not None, "write() before acquire()"

@@ -168,8 +168,10 @@ class Up:
         self.lock.acquire()  # UpAlreadyRunning: nothing started, nothing touched
         try:
             self.record("starting")  # a second `up` names this one, not the dead one it replaces
+            # SIGINT even where it came ignored (a non-interactive shell's `up &`): kill -INT stops `up`
+            # wherever it was started; but under nohup a hangup stops nothing
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                if signal.getsignal(sig) is not signal.SIG_IGN:  # under nohup a hangup stops nothing
+                if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN:
                     signal.signal(sig, self._on_signal)
             self._run()
         finally:

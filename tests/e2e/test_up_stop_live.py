@@ -1,0 +1,79 @@
+"""Stopping `dispatch up` and talking to it as an operator does when it runs in the background of a
+script: Ctrl-C (kill -INT) stops it even where it started with SIGINT ignored, a hangup under nohup
+stops nothing, an impatient second Ctrl-C costs no job an attempt, a second `up` names the first
+whatever its flags, and a hung server is said to hang, not to restart."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from dispatcher.core import errors
+
+from .test_up_live import DISPATCH, UP, UpHarness, _env, _one_line, ups  # noqa: F401 (ups: the fixture)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def _as_a_script_background_job():
+    """What `dispatch up ... &` in a non-interactive shell under nohup gets: SIGINT and SIGQUIT ignored
+    (the shell's background job), SIGHUP ignored (nohup)."""
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _start_in_background(ups: UpHarness) -> subprocess.Popen:
+    log = open(ups.home / "up.log", "wb")
+    up = subprocess.Popen(DISPATCH + UP, env=_env(ups.home), stdout=log, stderr=subprocess.STDOUT,
+                          start_new_session=True, preexec_fn=_as_a_script_background_job)
+    ups.procs.append(up)
+    return up
+
+
+def _lock_free(ups: UpHarness) -> bool:
+    with open(ups.home / "up.lock") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+
+def test_an_up_started_in_the_background_of_a_script_is_named_said_to_hang_and_stopped_by_ctrl_c(ups):
+    up = _start_in_background(ups)
+    rec = ups.wait_running(up)
+
+    # a second `up` without the first one's flags (this host has no NVML) names the running one
+    second = subprocess.run(DISPATCH + ["up"], env=_env(ups.home), capture_output=True, text=True, timeout=60)
+    line = _one_line(second.stderr)
+    assert second.returncode != 0 and "already runs" in line and f"pid {up.pid}" in line, line
+    assert "NVML" not in line, line
+
+    # its server hung (stopped, not dead): nothing restarts it, and commands say what it is
+    os.kill(rec["server_pid"], signal.SIGSTOP)
+    try:
+        p = ups.run("queue")
+    finally:
+        os.kill(rec["server_pid"], signal.SIGCONT)
+    assert p.returncode == errors.EXIT_CONNECT, p.stderr
+    line = _one_line(p.stderr)
+    assert "does not answer" in line and "restarting" not in line, line
+    assert f"pid {up.pid}" in line and f"kill -CONT {rec['server_pid']}" in line, line
+    assert ups.run("queue").returncode == 0, ups.logs()
+
+    os.kill(up.pid, signal.SIGHUP)  # under nohup a hangup stops nothing
+    up.send_signal(signal.SIGINT)  # Ctrl-C, though it came ignored
+    try:
+        code = up.wait(60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"kill -INT did not stop an `up` started with SIGINT ignored\n{ups.logs()}") from None
+    text = (ups.home / "up.log").read_text()
+    assert code == 0 and text.strip().endswith("dispatch: stopped") and "Traceback" not in text, text
+    assert _lock_free(ups) and not (ups.home / "server.json").exists()
+
