@@ -4,7 +4,8 @@ The main thread runs an RQ SimpleWorker on the node's queue (JSON serializer, no
 pickle); a heartbeat thread writes GPU state every Timing.heartbeat_s and checks
 the running jobs for fencing, reported checkpoints and idle GPUs; a control thread reads the
 node's command stream (preempt, cancel, shrink; dispatcher/store/control.py). SIGINT/SIGTERM stop the worker; the
-agent then puts its running jobs back in the queue and deregisters the node.
+agent then puts its running jobs back in the queue and deregisters the node (a second signal kills
+the jobs at once; they are still recorded as requeued, not as lost attempts).
 
 Failures (docs/guarantees.md): on start the agent kills what an earlier agent of
 this node left running, replays what that agent kept in its outbox (workers/outbox.py)
@@ -92,6 +93,7 @@ class NodeAgent:
         self.idle = idle.IdleWatch(client, ns, name, self.supervisor, self.scripts,
                                    heartbeat_s=self.timing.heartbeat_s)
         self._stop = threading.Event()
+        self.hurry = threading.Event()  # a second stop signal: kill the jobs now (still requeued)
         self._last_facts = None  # schedule_facts of the last heartbeat Redis took
         self._last_beat = time.monotonic()  # when the last heartbeat Redis took was sent
         self.keeper = Keeper(Path(work_dir), self.timing.fence_s, url or getattr(client, "dispatch_url", ""), ns)
@@ -193,7 +195,7 @@ class NodeAgent:
                               f"(or wait {self.timing.node_timeout_s:g}s after it died)", key="--node")
         self.supervisor.channel.start()  # the jobs' way to ask for things (workers/jobchannel.py)
         jobs._supervisor = self.supervisor
-        stop = _StopOnSignal(self._stop)
+        stop = _StopOnSignal(self._stop, self.hurry)
         if not (self._until_redis_answers("recovering the node's jobs", self.recover)
                 and self._until_redis_answers("first heartbeat", self.heartbeat)):
             self.shutdown()
@@ -214,6 +216,7 @@ class NodeAgent:
                 try:  # SimpleWorker itself talks to Redis: a server that is down fails its constructor
                     worker = AgentWorker([queue], connection=rq_client, serializer=JSONSerializer,
                                           name=f"{self.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
+                    worker.hurry = self.hurry
                     started = time.monotonic()
                     worker.work(logging_level="WARNING", with_scheduler=False)
                     break  # a warm shutdown (SIGINT/SIGTERM)
@@ -234,13 +237,15 @@ class NodeAgent:
             self.shutdown()
 
     def shutdown(self) -> None:
-        """Deregister first (no new work comes here), then stop and requeue the running jobs."""
+        """Deregister first (no new work comes here), then stop and requeue the running jobs; a further
+        SIGINT/SIGTERM kills them at once (still requeued: the operator stopped them)."""
         self._stop.set()
+        _StopOnSignal(self._stop, self.hurry)  # (RQ's handlers would exit at once: jobs left unrecorded)
         try:
             remove_node(self.client, self.ns, self.name)
         except Exception as e:
             log.warning("could not deregister node %s: %s", self.name, e)
-        self.supervisor.stop_all()
+        self.supervisor.stop_all(hurry=self.hurry)
         self.supervisor.channel.close()
         self.keeper.close()
         self.probe.close()
@@ -251,16 +256,17 @@ class NodeAgent:
 
 
 class _StopOnSignal:
-    """SIGINT/SIGTERM while no RQ worker runs (Redis away): stop the agent cleanly."""
+    """SIGINT/SIGTERM while no RQ worker runs (Redis away, or stopping): the first stops the agent
+    cleanly, the next ones hurry it."""
 
-    def __init__(self, stop: threading.Event):
-        self.stop = stop
+    def __init__(self, stop: threading.Event, hurry: threading.Event):
+        self.stop, self.hurry = stop, hurry
         self.install()
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, lambda *_: self.stop.set())
+                signal.signal(sig, lambda *_: (self.hurry if self.stop.is_set() else self.stop).set())
 
 
 def _lock_work_dir(work_dir: Path, node: str):

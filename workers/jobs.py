@@ -319,16 +319,25 @@ class Supervisor:
                         now - run.progress_at, hang)
             self.stop_run(run, run.spec.grace_s)
 
-    def stop_all(self, timeout_s: float = 10.0) -> None:
-        """Agent shutdown: stop every job and put it back in the queue."""
+    def stop_all(self, timeout_s: float = 10.0, hurry: threading.Event | None = None) -> None:
+        """Agent shutdown: stop every job and put it back in the queue. Once `hurry` is set (a second
+        stop signal) what is still running gets SIGKILL at once, and is still recorded requeued: the
+        operator stopped it, it did not fail (recorded after its end, so no copy outlives its record)."""
         with self.lock:
             runs = list(self.running.values())
         for r in runs:
             r.stop_as(Stopping.REQUEUE)  # unless it is already stopping for another reason
             self.stop_run(r, min(r.spec.grace_s, timeout_s))
+        deadline, hurried = time.monotonic() + timeout_s + 1, False
         for r in runs:
-            if r.thread is not None:
-                r.thread.join(timeout_s + 1)
+            while r.thread is not None and r.thread.is_alive() and time.monotonic() < deadline:
+                if hurry is not None and hurry.is_set() and not hurried:
+                    hurried = True
+                    log.warning("stopping now: killing the jobs still running (they go back to the queue)")
+                    for x in runs:
+                        if x.proc.poll() is None:
+                            self.stop_run(x, 0.0, signal.SIGKILL)
+                r.thread.join(0.05)
         try:
             self.flush_outbox()
         except Exception as e:

@@ -22,9 +22,21 @@ class AgentWorker(SimpleWorker):
     #: the error for a lost server and starting a new worker (a stop `dispatch up` then waited 60 s for).
     stop_asked = False
 
+    #: Set by a second SIGINT/SIGTERM (the node agent's: NodeAgent.hurry).
+    hurry = None
+
     def request_stop(self, signum, frame) -> None:
         self.stop_asked = True
         super().request_stop(signum, frame)
+
+    def request_force_stop(self, signum, frame) -> None:
+        """A second SIGINT/SIGTERM: the agent's hurry (its jobs killed at once, still recorded requeued),
+        not RQ's cold shutdown, whose SystemExit wherever the main thread was left them unrecorded
+        (counted as lost attempts by the next agent)."""
+        if self.hurry is None:
+            super().request_force_stop(signum, frame)
+        else:
+            self.hurry.set()
 
     def subscribe(self) -> None:
         """As RQ's (2.x, 3.x), with LISTEN_S for the listener's wait."""

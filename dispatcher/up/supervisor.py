@@ -53,6 +53,9 @@ SERVER_BACKOFF_MAX_S = 2.0
 MAX_START_FAILURES = 5
 #: How often the main loop looks at its children.
 POLL_S = 0.2
+#: How long a child stopping may take once a second Ctrl-C hurries it (the agent kills its jobs and
+#: records them requeued) before it is killed.
+HURRY_S = 10.0
 #: Exit codes of a child that refuses its configuration: restarting it cannot help.
 FATAL_CODES = (EXIT_USAGE, EXIT_NO_GPU)
 
@@ -88,13 +91,21 @@ class Child:
                                      preexec_fn=die_with_parent())
         self.started, self.due = time.monotonic(), None
 
-    def stop(self, timeout_s: float, force) -> None:
-        """SIGTERM, then SIGKILL after `timeout_s` or as soon as force() says so."""
+    def stop(self, timeout_s: float, more) -> None:
+        """SIGTERM, then SIGKILL after `timeout_s`. more() counts the signals `up` got since its stop
+        began: after one, SIGTERM again (each second, in case two merge) and SIGKILL after HURRY_S at
+        most (the agent kills its jobs at once and records them requeued); after two, SIGKILL now."""
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.terminate()
-        deadline = time.monotonic() + timeout_s
-        while self.proc.poll() is None and time.monotonic() < deadline and not force():
+        deadline, nudged = time.monotonic() + timeout_s, None
+        while self.proc.poll() is None and time.monotonic() < deadline and more() < 2:
+            now = time.monotonic()
+            if more() and (nudged is None or now - nudged >= 1.0):
+                if nudged is None:
+                    deadline = min(deadline, now + HURRY_S)
+                nudged = now
+                self.proc.terminate()
             time.sleep(0.05)
         if self.proc.poll() is None:
             log.warning("the %s (pid %d) did not stop; killing it", self.name, self.proc.pid)
@@ -318,11 +329,12 @@ class Up:
 
     def _shutdown(self, dashboard) -> None:
         """Scheduler first (nothing is placed while the agent requeues), then the agent, then the server.
-        A second Ctrl-C or SIGTERM kills what is still stopping."""
+        A second Ctrl-C or SIGTERM hurries what is still stopping (the agent's jobs are killed, and
+        still requeued, not lost); a third kills it."""
         signals = self.signals
 
-        def force() -> bool:
-            return self.signals > signals
+        def more() -> int:
+            return self.signals - signals
 
         started = self.logins is not None or self.server is not None or bool(self.children)
         if self.logins is not None:
@@ -330,7 +342,7 @@ class Up:
         if self.server is not None or self.children:
             self.record("stopping")
         for child, timeout_s in zip(self.children, (15.0, 60.0)):
-            child.stop(timeout_s, force)
+            child.stop(timeout_s, more)
         if dashboard is not None:
             dashboard.shutdown()
         if self.server is not None:

@@ -77,3 +77,28 @@ def test_an_up_started_in_the_background_of_a_script_is_named_said_to_hang_and_s
     assert code == 0 and text.strip().endswith("dispatch: stopped") and "Traceback" not in text, text
     assert _lock_free(ups) and not (ups.home / "server.json").exists()
 
+
+def test_a_double_ctrl_c_requeues_a_job_slow_to_stop_without_counting_it_lost(ups):
+    up = ups.start("up1")
+    ups.wait_running(up)
+    # a job that ignores SIGTERM (a slow handler): only SIGKILL ends it; --retries 0: one lost attempt fails it
+    script = f'trap "" TERM; echo "start $DISPATCH_JOB_ID $DISPATCH_ATTEMPT" >> {ups.runs_file}; sleep 300'
+    p = ups.run("submit", "--retries", "0", "--", "sh", "-c", script)
+    assert p.returncode == 0, p.stderr
+    job = p.stdout.strip()
+    ups.wait_for(lambda: ups.counts()[("start", job)], what=f"job {job} to start")
+
+    up.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    up.send_signal(signal.SIGINT)  # impatient
+    assert up.wait(30) == 0, ups.logs()
+    text = (ups.home / "up1.log").read_text()
+    assert "did not stop; killing it" not in text, text
+
+    again = ups.start("up2")
+    ups.wait_running(again)
+    ups.wait_for(lambda: ups.counts()[("start", job)] >= 2, timeout=60, what=f"job {job} to run again")
+    shown = json.loads(ups.run("show", job, "--json").stdout)
+    assert shown["lost"] == 0 and shown["state"] == "running", shown
+    assert [a["outcome"] for a in shown["attempts"]] == ["requeued"], shown["attempts"]
+    assert "agent stopped; requeued" in shown["attempts"][0]["reason"], shown["attempts"]
