@@ -306,8 +306,8 @@ class Scheduler:
         self._count_commit(pipe, started, preempted, now, full)
         self.stats.publish(pipe, self.ns, now, self.lease.holder, len(self.mirror.backlog), len(self.mirror.running),
                            profile=profile, live_nodes=self._live_nodes, plan=plan if full else None,
-                           queue=queue_summary(self.mirror.backlog, self.mirror.held, self.planner.reasons,
-                                               plan.rest_reason) if full else None)
+                           queue=queue_summary(self.mirror.backlog, self.mirror.held, self.mirror.on_hold,
+                                               self.planner.reasons, plan.rest_reason) if full else None)
         if full and self._seen is not None and now - self._cluster_at >= cluster.PUBLISH_EVERY_MS:
             cluster.publish(pipe, self.ns, now, *self._seen)
             self._cluster_at = now

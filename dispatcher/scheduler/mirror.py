@@ -31,7 +31,7 @@ from ..store.codec import decode_node_info
 from ..store.nodes import NodeRecord, read_changed_infos, read_drains, read_infos
 from ..store.dependencies import HELD, READY, judge_all
 from ..store.quarantine import ACTIVE, NAME, Entry, job_entry
-from ..store.snapshot import BATCH, ReadResult, SpecCache, Strays, node_views, pending_only, read_jobs
+from ..store.snapshot import BATCH, OnHold, ReadResult, SpecCache, Strays, node_views, pending_only, read_jobs
 
 log = logging.getLogger("dispatch.store")
 
@@ -60,6 +60,7 @@ class Mirror:
         self.expected: dict[str, tuple] = {}  # job id -> how our own commit left it (see expect)
         self.held: dict[str, PendingJob] = {}  # pending jobs whose dependencies are not met yet
         self.held_why: dict[str, str] = {}  # held job id -> what it waits for
+        self.on_hold: dict[str, PendingJob] = {}  # pending jobs held by `dispatch hold` (counted, not scheduled)
         self.doomed: dict[str, str] = {}  # held job id -> the dependency that failed (the scheduler fails it)
         self.ended: list[tuple[str, str]] = []  # (job id, class) of jobs seen to end since the leader took them
         # for the leader's counters (scheduler/counting.py), taken at each full cycle:
@@ -164,7 +165,7 @@ class Mirror:
         active = self._ids(active, keys.jobs_active(self.ns))
         self.backlog = Backlog(self.backlog.config)
         self.running, self.epochs, self.cache, self.expected = {}, {}, SpecCache(), {}
-        self.held, self.held_why, self.doomed, self._waiting_on = {}, {}, {}, {}
+        self.held, self.held_why, self.doomed, self._waiting_on, self.on_hold = {}, {}, {}, {}, {}
         self.fresh = True
         return self._ids(pending, keys.jobs_pending(self.ns)) + active, set(active)
 
@@ -172,7 +173,7 @@ class Mirror:
         """Take one job as read_jobs gave it; returns `arrivals`, or None once the change is more than
         arrivals."""
         known, was = job_id in self.epochs, self._running_as(job_id)
-        prior = None if not known else \
+        prior = self.on_hold.get(job_id) if not known else \
             self.running.get(job_id) or self.backlog.jobs.get(job_id) or self.held.get(job_id)
         self._forget(job_id)
         if isinstance(got, Strays):
@@ -183,6 +184,9 @@ class Mirror:
             return None
         if isinstance(got, Exception):
             self.bad[job_id] = str(got)
+            return None
+        if isinstance(got, OnHold):  # out of the backlog, so a change (a release reads as an arrival)
+            self.on_hold[job_id] = got.job
             return None
         if got is None:
             if prior is not None and not in_active:  # it ended: for the leader's counters (store/counters.py)
@@ -285,6 +289,7 @@ class Mirror:
 
     def _forget(self, job_id: str) -> None:
         self._unhold(job_id)
+        self.on_hold.pop(job_id, None)
         self.backlog.discard(job_id)
         self.running.pop(job_id, None)
         self.epochs.pop(job_id, None)

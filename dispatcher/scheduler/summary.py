@@ -4,13 +4,14 @@ The board, /metrics and `dispatch top` used to read the whole queue to count it.
 already holds it (the Mirror's Backlog, which keeps these counts as jobs come and go), so it
 publishes the counts instead (store/stats.py), and a view costs O(nodes + page), not O(queue):
 
-- per class: jobs pending, jobs held by their dependencies, GPUs asked for, the oldest
-  OLDEST_KEPT jobs (submit time and id: the longest waits, the wait alerts, the first pages of the
-  queue), and the commonest reasons;
-- per user and team: jobs pending and GPUs asked for;
+- per class: jobs pending (the held ones apart), jobs held (by their dependencies or by `dispatch
+  hold`), GPUs asked for (held jobs' too), the oldest OLDEST_KEPT jobs not held (submit time and id:
+  the longest waits, the wait alerts, the first pages of the queue), and the commonest reasons;
+- per user and team: jobs pending and GPUs asked for, held ones included;
 - the smallest GPU request (what fragmentation is measured against).
 
-Costs O(classes x OLDEST_KEPT + users + the jobs the cycle judged).
+Every pending job is in one class and one user row, so each breakdown sums to the queue.
+Costs O(classes x OLDEST_KEPT + users + held jobs + the jobs the cycle judged).
 """
 
 from __future__ import annotations
@@ -25,12 +26,25 @@ OLDEST_KEPT = 200
 REASONS_KEPT = 3
 
 
-def queue_summary(backlog, held: dict, reasons: dict[str, tuple], rest_reason: str | None) -> dict:
-    """`backlog`: the policy's Backlog; `held`: job id -> PendingJob held by its dependencies;
-    `reasons`: job id -> (reason, ...) as the planner last wrote it; `rest_reason`: why the jobs the
-    cycle did not reach wait."""
-    held_by_class = Counter(p.spec.priority for p in held.values())
+#: The reason a class's summary gives the jobs held by `dispatch hold` (each job's own names who held it).
+ON_HOLD = "held (dispatch hold)"
+
+
+def queue_summary(backlog, held: dict, on_hold: dict, reasons: dict[str, tuple], rest_reason: str | None) -> dict:
+    """`backlog`: the policy's Backlog; `held`: job id -> PendingJob held by its dependencies; `on_hold`:
+    job id -> PendingJob held by `dispatch hold`; `reasons`: job id -> (reason, ...) as the planner last
+    wrote it; `rest_reason`: why the jobs the cycle did not reach wait."""
+    held_by_class, held_gpus = Counter(), Counter()
+    by_user, gpus_by_user = Counter(backlog.by_user), Counter(backlog.gpus_by_user)
     said: dict[str, Counter] = {c: Counter() for c in PRIORITIES}
+    for p in (*held.values(), *on_hold.values()):
+        spec = p.spec
+        held_by_class[spec.priority] += 1
+        held_gpus[spec.priority] += spec.gpus
+        by_user[(spec.user, spec.team)] += 1
+        gpus_by_user[(spec.user, spec.team)] += spec.gpus
+    for p in on_hold.values():
+        said[p.spec.priority][ON_HOLD] += 1
     for job_id, written in reasons.items():
         p = backlog.jobs.get(job_id) or held.get(job_id)
         if p is not None:
@@ -44,9 +58,10 @@ def queue_summary(backlog, held: dict, reasons: dict[str, tuple], rest_reason: s
         rest = pending + n_held - sum(counted.values())
         if rest > 0:
             counted[rest_reason or "not judged yet"] += rest
-        classes[c] = {"pending": pending, "held": n_held, "gpus_pending": backlog.gpus_by_class.get(c, 0),
+        classes[c] = {"pending": pending, "held": n_held,
+                      "gpus_pending": backlog.gpus_by_class.get(c, 0) + held_gpus[c],
                       "oldest": [[p.wait_from_ms, p.spec.id] for p in backlog.oldest(c, OLDEST_KEPT)],
                       "reasons": [[r, n] for r, n in counted.most_common(REASONS_KEPT)]}
     return {"classes": classes,
-            "users": [[u, t, n, backlog.gpus_by_user[(u, t)]] for (u, t), n in backlog.by_user.items()],
+            "users": [[u, t, n, gpus_by_user[(u, t)]] for (u, t), n in by_user.items()],
             "smallest_gpus": min((shape[0] for shape in backlog.shapes if shape[0] > 0), default=0)}

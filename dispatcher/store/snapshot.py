@@ -75,6 +75,13 @@ class Strays(tuple):
     """Index entries to quarantine (quarantine.Entry), which read_jobs yields in place of a job."""
 
 
+@dataclass(frozen=True)
+class OnHold:
+    """A pending job its owner or an operator held out of scheduling (`dispatch hold`, store/pending.py),
+    which read_jobs yields in place of a job: never scheduled, but counted with the queue."""
+    job: PendingJob
+
+
 #: Past this many jobs, read_jobs reads them in batches of this size, the next batch read from Redis
 #: (by a helper thread, waiting on the socket) while this one is decoded: a new leader's read of
 #: 100,000 jobs overlaps the server's work with ours instead of waiting for all of it first.
@@ -83,11 +90,12 @@ BATCH = 10_000
 
 def read_jobs(client, ns: str, ids, cache: SpecCache, scores: str | None = None, batch: int = BATCH):
     """Queue-side view of the given jobs, in one round trip (one a BATCH past it): yields (job id,
-    what) where what is a PendingJob, a RunningJob (with its epoch: (job, epoch)), None (neither:
-    ended, or moved between two reads), an Exception (an unusable record), or Strays: entries of the
-    pending index (a score that is not a time, no record, a job not pending) or of either index (a
-    record of the wrong type) to quarantine. `scores`: another zset to take pending jobs' wait scores
-    from (and then the pending index is not judged), for a view that cannot read the pending index.
+    what) where what is a PendingJob, a RunningJob (with its epoch: (job, epoch)), OnHold (a pending
+    job held by `dispatch hold`), None (neither: ended, or moved between two reads), an Exception (an
+    unusable record), or Strays: entries of the pending index (a score that is not a time, no record, a
+    job not pending) or of either index (a record of the wrong type) to quarantine. `scores`: another
+    zset to take pending jobs' wait scores from (and then the pending index is not judged), for a view
+    that cannot read the pending index.
     `batch`: the most jobs one round trip reads (smaller: the server answers other clients sooner)."""
     ids = list(ids)
     index = None if scores else keys.jobs_pending(ns)
@@ -143,9 +151,11 @@ def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str |
         raw = reply
     state = text(state)
     if state == "pending":
-        if since is None or hold:
-            return None  # moved on between the two reads (it is in the changed set again), or held
+        if since is None:
+            return None  # moved on between the two reads (it is in the changed set again)
         at = float(since)  # (a score comes as text from read_jobs.lua)
+        if hold:
+            return _on_hold(job_id, raw, plan_est, int(at) if -MAX_MS <= at <= MAX_MS else None, cache)
         if not -MAX_MS <= at <= MAX_MS:  # not a time (is_time, inline: this runs for every job read)
             if index is None:
                 return None
@@ -170,6 +180,16 @@ def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str |
     if since is not None and index is not None:  # no record, or one that is not pending, in the pending index
         return Strays((job_entry(ns, index, job_id, "not a pending job", expect="pending"),))
     return None
+
+
+def _on_hold(job_id: str, raw, plan_est, since_ms: int | None, cache: SpecCache) -> OnHold | None:
+    """A held job, counted but never scheduled; None if its spec does not read (as before it was held, a
+    held record is no one's to quarantine: its release reads it again)."""
+    try:
+        spec = cache.get(job_id, raw, plan_est)
+    except (MalformedRecord, ValueError):
+        return None
+    return None if spec is None else OnHold(PendingJob(spec, 0, since_ms))
 
 
 def node_views(live: list[NodeRecord], running) -> tuple[NodeView, ...]:
@@ -240,7 +260,7 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
             stray += got
         elif isinstance(got, Exception):
             bad[job_id] = str(got)
-        elif got is not None:
+        elif got is not None and not isinstance(got, OnHold):
             job, epochs[job_id] = got
             (pending_jobs if isinstance(job, PendingJob) else running).append(job)
     cache.keep_only(ids)

@@ -153,13 +153,13 @@ class Board:
                 "outcomes": self._read_outcomes()}
         f = figures(c["nodes"], c["running"], now, self.timing.node_timeout_s, q["smallest_gpus"],
                     c["config"].idle_util_pct, taken=c["taken"], use=c["use"])
-        counted = sum(k["pending"] + k["held"] for k in q["classes"].values())
+        # the queue as the leader last counted it, so the total is the sum of the class and user rows (held
+        # jobs, by dependencies or `dispatch hold`, in both); the pending index's size when none has
+        pending = sum(k["pending"] + k["held"] for k in q["classes"].values()) if c["stats"]["at_ms"] else c["indexed"]
         view["totals"] = {"nodes": len(c["nodes"]), "nodes_dead": sum(1 for n in view["nodes"] if not n["alive"]),
                           "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
                           "frag": f["frag"], "idle_held": len(f["idle"]), "free": f["free"], "stranded": f["stranded"],
-                          # every job of the pending index: held ones (dependencies, dispatch hold) too
-                          "pending": max(c["indexed"], counted), "jobs_held": max(0, c["indexed"] - sum(
-                              k["pending"] for k in q["classes"].values())),
+                          "pending": pending, "jobs_held": sum(k["held"] for k in q["classes"].values()),
                           "running": len(c["running"])}
         view["capacity"] = capacity(c["nodes"], c["running"], now, self.timing.node_timeout_s, taken=c["taken"],
                                     use=c["use"])

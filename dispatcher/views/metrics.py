@@ -147,7 +147,10 @@ def _teams(out: list, v: dict) -> None:
 
 def _classes(out: list, v: dict) -> None:
     cs = v["classes"]
-    _gauge(out, "dispatch_jobs_pending", "Pending jobs, by class", "class", ((c["class"], c["pending"]) for c in cs))
+    _gauge(out, "dispatch_jobs_pending", "Pending jobs, by class (held ones included)", "class",
+           ((c["class"], c["pending"]) for c in cs))
+    _gauge(out, "dispatch_jobs_held", "Pending jobs held by their dependencies or by dispatch hold, by class",
+           "class", ((c["class"], c["held"]) for c in cs))
     _gauge(out, "dispatch_jobs_running", "Jobs holding resources (assigned, running, preempting), by class",
            "class", ((c["class"], c["running"]) for c in cs))
     _gauge(out, "dispatch_oldest_pending_wait_seconds", "Longest wait among pending jobs, by class", "class",

@@ -46,11 +46,12 @@ def report(overview: dict, queue: dict, width: int, rows: int = 12) -> str:
              f"scheduler {s['holder']}: cycle {s['cycle_ms']:.1f} ms, {age(s['age_s'])} ago", ""]
     if b["alerts"]:
         lines += ["Alerts", *(f"  {a['kind']}: {a['message']}" for a in b["alerts"][:rows]), ""]
-    lines += table("Queue by class", ("class", "pending", "running", "GPUs asked", "oldest wait", "why"),
-                   [(c["class"], f"{c['pending']:,}", c["running"], f"{c['gpus_pending']:,}",
-                     f"{age(c['oldest_wait_s'])} (job {c['oldest_job']})" if c["pending"] else "-",
+    lines += table("Queue by class (pending: held ones too)",
+                   ("class", "pending", "held", "running", "GPUs asked", "oldest wait", "why"),
+                   [(c["class"], f"{c['pending']:,}", f"{c['held']:,}", c["running"], f"{c['gpus_pending']:,}",
+                     f"{age(c['oldest_wait_s'])} (job {c['oldest_job']})" if c["oldest_job"] else "-",
                      "; ".join(f"{r['count']:,} x {r['reason']}" for r in c["reasons"][:2]))
-                    for c in b["classes"]], right=frozenset({1, 2, 3}))
+                    for c in b["classes"]], right=frozenset({1, 2, 3, 4}))
     lines += table(f"Pending, oldest first, as dispatch queue ({queue['total']:,}; by class: the table above)",
                    ("id", "name", "user", "class", "GPUs", "wait", "why"),
                    [(j["id"], j["name"] or "-", j["user"], j["priority"], j["gpus_requested"], age(j["wait_s"]),

@@ -343,3 +343,43 @@ def test_every_api_endpoint_answers_bad_input_and_unknown_paths_with_a_json_erro
     assert app.post(f"/api/job/{job}/cancel", headers=token, json={}).json == {"outcome": "cancelled"}
     again = app.post(f"/api/job/{job}/cancel", headers=token, json={})
     assert again.status_code == 200 and again.json == {"outcome": "already cancelled"}
+
+
+def test_every_pending_job_is_in_one_class_row_and_one_user_row_held_ones_too(client, ns):
+    """A job held by `dispatch hold` and one waiting on its dependency are pending: the total, the class
+    rows, the user rows, the GPUs asked and dispatch_jobs_pending all count them, as `dispatch queue`
+    does, with the held ones broken out (their column, dispatch_jobs_held). (They were in the total
+    only, or the class rows only: 12, 11 and 10 for one queue.)"""
+    from dispatcher.scheduler.loop import Scheduler
+    from dispatcher.store.pending import hold_job
+    from dispatcher.store.scripts import Scripts
+
+    t = now_ms()
+    first, = write_jobs(client, ns, [build_spec(command=["true"], user="carol", gpus=4, submit_ms=t)])
+    after_first, on_hold, low = write_jobs(client, ns, [
+        build_spec(command=["true"], user="carol", gpus=2, after=(first,), submit_ms=t),
+        build_spec(command=["true"], user="carol", gpus=4, submit_ms=t),
+        build_spec(command=["true"], user="bob", gpus=2, priority="low", submit_ms=t)])
+    scripts = Scripts(client, ns)
+    hold_job(scripts, client, ns, on_hold, "hold", "carol", t)  # before the leader's first (whole) read
+    sched = Scheduler(client, ns)
+
+    def counts():
+        sched.cycle()  # no node: nothing starts, and the leader publishes its queue
+        view = Board(client, ns, ttl_s=0).overview()
+        classes = {c["class"]: (c["pending"], c["held"], c["gpus_pending"]) for c in view["classes"] if c["pending"]}
+        users = {u["user"]: (u["pending"], u["gpus_pending"]) for u in view["usage"]["users"]}
+        text = exposition(ClusterCollector(Board(client, ns, ttl_s=0))).decode()
+        assert view["totals"]["pending"] == client.zcard(keys.jobs_pending(ns)) == 4
+        assert sum(n for n, _, _ in classes.values()) == sum(n for n, _ in users.values()) == 4, (classes, users)
+        assert sum(float(line.split()[-1]) for line in text.splitlines()
+                   if line.startswith("dispatch_jobs_pending{")) == 4.0
+        assert view["totals"]["jobs_held"] == sum(h for _, h, _ in classes.values())
+        return classes, users
+
+    assert counts() == ({"normal": (3, 2, 10), "low": (1, 0, 2)}, {"carol": (3, 10), "bob": (1, 2)})
+    hold_job(scripts, client, ns, low, "hold", "bob", now_ms())  # seen through the change feed
+    assert counts()[0] == {"normal": (3, 2, 10), "low": (1, 1, 2)}
+    hold_job(scripts, client, ns, on_hold, "release", "carol", now_ms())
+    assert counts()[0] == {"normal": (3, 1, 10), "low": (1, 1, 2)}
+    sched.lease.release()

@@ -25,8 +25,8 @@ def gpu(index, state, job="", util=50.0, name="A100-SXM-80GB"):
 
 def overview(age_s=2.5):
     return {
-        "classes": [{"class": "high", "pending": 3, "running": 1, "oldest_wait_s": 12.0, "gpus": 2},
-                    {"class": "low", "pending": 0, "running": 0, "oldest_wait_s": 0.0, "gpus": 0}],
+        "classes": [{"class": "high", "pending": 3, "held": 1, "running": 1, "oldest_wait_s": 12.0, "gpus": 2},
+                    {"class": "low", "pending": 0, "held": 0, "running": 0, "oldest_wait_s": 0.0, "gpus": 0}],
         "nodes": [{"name": "n1", "alive": True, "seen_s_ago": 0.4, "drain": {"reason": "bad fan", "by": "root"},
                    "gpus": [gpu(0, "held", job="7"), gpu(1, "free", util=0.0)]},
                   {"name": ODD, "alive": False, "seen_s_ago": 90.0, "gpus": [gpu(0, "dead", name=ODD)]}],

@@ -30,10 +30,11 @@ function alerts(b) {
 }
 
 function classes(b) {
-  table($("classes"), ["class", "#pending", "#running", "#GPUs asked", "#oldest wait", "why they wait"],
+  table($("classes"), ["class", "#pending", "#held", "#running", "#GPUs asked", "#oldest wait", "why they wait"],
     b.classes.map(c => `<tr><td>${cls(c.class)}</td><td class="num">${c.pending.toLocaleString()}</td>` +
+      `<td class="num">${c.held.toLocaleString()}</td>` +
       `<td class="num">${c.running}</td><td class="num">${c.gpus_pending.toLocaleString()}</td>` +
-      `<td class="num">${c.pending ? age(c.oldest_wait_s) + " (" + jobLink(c.oldest_job) + ")" : "-"}</td>` +
+      `<td class="num">${c.oldest_job ? age(c.oldest_wait_s) + " (" + jobLink(c.oldest_job) + ")" : "-"}</td>` +
       `<td class="reason">${c.reasons.map(r => `<div>${r.count.toLocaleString()} × ${esc(r.reason)}</div>`).join("")}</td></tr>`));
   $("queue-total").textContent = `${b.totals.pending.toLocaleString()} pending, ${b.totals.running} running`;
 }
