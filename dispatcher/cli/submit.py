@@ -12,6 +12,7 @@ import click
 from . import common
 from .flags import resources
 from ..clock import now_ms
+from ..core.arrays import label
 from ..core.errors import InvalidRequestError
 from ..auth.identity import caller_dir, current_user
 
@@ -68,13 +69,14 @@ def submit(ctx, from_file, command, **flags):
     from ..core.memo import gc_paused
     from ..core.spec import spec_from_request
     from ..core.arrays import request_jobs
+    from ..core.selection import pieces
     from ..store.requests import submit_specs
 
     given = click.get_current_context().get_parameter_source  # (flags left at their defaults are the spec's)
     defaults = {k: v for k, v in flags.items() if given(k) is not click.core.ParameterSource.DEFAULT}
     for flag in ("after", "after_any"):  # repeated or comma-separated, every id counts ('' is refused)
         if flag in defaults:
-            defaults[flag] = [i for value in defaults[flag] for i in value.split(",")]
+            defaults[flag] = [i for value in defaults[flag] for i in pieces(value)]  # (12_[0,1] is one)
     now, here, me = now_ms(), caller_dir(), current_user()
     if from_file is not None and command:
         raise InvalidRequestError("give either a command or --from FILE, not both", field="--from")
@@ -96,6 +98,7 @@ def submit(ctx, from_file, command, **flags):
     if not inside:
         sys.stdout.flush()
         warn_if_no_node_could_hold(ctx, specs, ids)
+        warn_if_a_dependency_failed(ctx, specs, ids)
 
 
 def _from_lines(from_file, defaults: dict, build) -> list:
@@ -152,6 +155,27 @@ def warn_if_no_node_could_hold(ctx, specs, ids) -> None:
                    "it stays queued until a node that can joins", err=True)
     if len(bad) > 3:
         click.echo(f"dispatch: warning: and {len(bad) - 3} more jobs that no registered node could hold", err=True)
+
+
+def warn_if_a_dependency_failed(ctx, specs, ids) -> None:
+    """A warning on stderr for a job whose --after names a job that already failed or was cancelled: it
+    was submitted, and fails at the scheduler's next cycle with that reason (as documented)."""
+    from ..store.jobs import read_jobs
+    from ..store.naming import named_jobs
+
+    after = list(dict.fromkeys(d for s in specs for d in s.after))
+    if not after:
+        return
+    names = named_jobs(ctx.client, ctx.ns, after)
+    ended = {j["id"]: j for j in read_jobs(ctx.client, ctx.ns, [i for d in after for i in names[d] or ()])
+             if j["state"] in ("failed", "cancelled")}
+    for k, spec in enumerate(specs):
+        gone = next((ended[i] for d in spec.after for i in names[d] or () if i in ended), None)
+        if gone is not None:
+            how = "failed" if gone["state"] == "failed" else "was cancelled"
+            click.echo(f"dispatch: warning: job {ids[k]} waits for job {label(gone)}, which {how}: it will fail too "
+                       "(--after-any waits for any end)", err=True)
+            return  # (one line: an array's elements, a batch, depend alike)
 
 
 def _plainly_fits(spec, nodes) -> bool:

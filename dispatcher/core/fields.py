@@ -58,19 +58,23 @@ def env_pairs(env) -> tuple[tuple[str, str], ...]:
 
 
 def parse_job_ids(value, flag: str) -> tuple[str, ...]:
-    """'12,13' or ['12', 13] -> ('12', '13'): the jobs a job waits for (--after, --after-any)."""
+    """'12,13' or ['12', 13] -> ('12', '13'): the jobs a job waits for (--after, --after-any). An array's
+    elements as queue shows them and cancel takes them, 12_[0-1], are spelled out (12_0, 12_1)."""
+    from .selection import expand_ids, pieces
+
     if value in (None, "", ()):
         return ()
-    items = value.split(",") if isinstance(value, str) else value
+    items = pieces(value) if isinstance(value, str) else value
     if isinstance(items, (bytes, dict)) or not isinstance(items, (list, tuple)):
         raise InvalidRequestError(f"{flag}: expected job ids, e.g. 12,13", field=flag)
     ids = []
     for item in items:
         job_id = str(item).strip() if isinstance(item, (str, int)) and not isinstance(item, bool) else ""
-        if not job_id or not _JOB_ID.fullmatch(job_id):
-            raise InvalidRequestError(f"{flag}: {item!r} is not a job id", field=flag)
-        if job_id not in ids:
-            ids.append(job_id)
+        for one in expand_ids([job_id]) if "[" in job_id else [job_id]:
+            if not one or not _JOB_ID.fullmatch(one):
+                raise InvalidRequestError(f"{flag}: {item!r} is not a job id", field=flag)
+            if one not in ids:
+                ids.append(one)
     if len(ids) > MAX_DEPENDENCIES:
         raise InvalidRequestError(f"{flag}: at most {MAX_DEPENDENCIES} jobs", field=flag)
     return tuple(ids)

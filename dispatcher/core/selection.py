@@ -23,10 +23,15 @@ _ELEMENTS = re.compile(r"(\d+)_\[([^\]]*)\]")
 _OUTSIDE_BRACKETS = re.compile(r",(?![^\[]*\])")
 
 
+def pieces(text: str) -> list[str]:
+    """Comma-separated values, each stripped, empty ones kept (a comma inside brackets, as in an array's
+    elements 12_[1,3], is the value's own)."""
+    return [v.strip() for v in _OUTSIDE_BRACKETS.split(str(text))]
+
+
 def split(values) -> tuple[str, ...]:
-    """Repeated or comma-separated values, each stripped, empty ones left out (a comma inside brackets, as in
-    an array's elements 12_[1,3], is the value's own)."""
-    return tuple(v.strip() for item in values for v in _OUTSIDE_BRACKETS.split(str(item)) if v.strip())
+    """Repeated or comma-separated values (pieces), empty ones left out."""
+    return tuple(v for item in values for v in pieces(item) if v)
 
 
 @dataclass(frozen=True)

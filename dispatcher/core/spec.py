@@ -46,7 +46,11 @@ def parse_gpu_types(text: str | None) -> tuple[str, ...]:
     names no type ('', '|') is refused: `--gpu-type "$T"` with T unset would otherwise take any GPU."""
     if text is None or text.strip().lower() in ("any", "*"):
         return ()
-    types = tuple(t.strip() for t in re.split(r"[|,]", text) if t.strip())
+    parts = [t.strip() for t in re.split(r"[|,]", text)]
+    types = tuple(t for t in parts if t)
+    if types and "" in parts:  # 'A100||': an alternative left empty is a mistake, as '' alone
+        raise InvalidRequestError(f"--gpu-type: {text!r} has an empty alternative; give e.g. A100 or A100|H100",
+                                  field="--gpu-type")
     if not types:
         raise InvalidRequestError(f"--gpu-type: {text!r} names no GPU type; give e.g. A100 or A100|H100, or leave "
                                   "--gpu-type out (any type)", field="--gpu-type")
@@ -353,6 +357,6 @@ def _options(shared: list, user: str, cwd: str) -> dict:
         options = {REQUEST_FIELDS[k]: v for k, v in shared}
     except (KeyError, TypeError):
         unknown = sorted(str(k) for k, _ in shared if not isinstance(k, str) or k not in REQUEST_FIELDS)
-        raise InvalidRequestError(f"unknown field {unknown[0]!r}; known: {', '.join(REQUEST_FIELDS)}",
+        raise InvalidRequestError(f"unknown field {unknown[0]!r}; known: {', '.join((*REQUEST_FIELDS, 'array'))}",
                                   field=unknown[0]) from None
     return with_caller(options, user, cwd)

@@ -76,3 +76,13 @@ def test_a_filter_on_hold_and_update_refuses_each_running_job_it_matches_as_a_li
         assert p.stderr.startswith(f"dispatch: error: job {job} is running; cannot {verb} it"), (args, p.stderr)
     p = cli.run("hold", "--name", "nothing-by-that-name", check=False)
     assert (p.returncode, p.stderr) == (0, "dispatch: no job matches\n"), p
+
+
+def test_after_a_job_that_was_cancelled_is_submitted_with_a_warning(cli):
+    gone = cli.submit("--gpus", "1", "--", "true")  # no node: pending, then cancelled
+    cli.run("cancel", gone)
+    p = cli.run("submit", "--after", gone, "--", "true")
+    assert p.stdout.strip().isdigit(), "submitted all the same"
+    assert p.stderr == (f"dispatch: warning: job {p.stdout.strip()} waits for job {gone}, which was cancelled: it "
+                        "will fail too (--after-any waits for any end)\n"), p.stderr
+    assert cli.run("submit", "--after-any", gone, "--", "true").stderr == "", "--after-any waits for any end"
