@@ -236,14 +236,15 @@ def _dashboard_options(fn):
     return alerts_option(fn)
 
 
-def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None, record_url=False):
+def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None, record_url=False, allowed_hosts=()):
     """The dashboard's server, listening (not yet serving). `record_url`: its URL (with the key) is
     also kept in the state dir's dashboard.url (0600), for `up`'s owner."""
     from urllib.parse import quote
 
     from ..views.dashboard import make_server
 
-    server = make_server(_board(ctx, alerts), host, port, allow_cancel=allow_cancel, access_key=access_key)
+    server = make_server(_board(ctx, alerts), host, port, allow_cancel=allow_cancel, access_key=access_key,
+                         allowed_hosts=allowed_hosts)
     url = f"http://{host}:{server.port}/" + (f"?key={quote(access_key, safe='')}" if access_key else "")
     if record_url:
         from ..config import state_dir, write_private
@@ -269,16 +270,19 @@ def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None, rec
 @click.option("--access-key-file", default=None, envvar="DISPATCH_DASHBOARD_KEY_FILE", type=click.Path(dir_okay=False),
               help="Show the page only to who gives the key in this file (chmod 600), as `dispatch up` does: "
                    "?key=KEY once, or Authorization: Bearer KEY.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests whose Host header is NAME (a reverse proxy's name; repeatable). Others "
+                   "than localhost, --host, IP addresses and, on 0.0.0.0, this machine's names are refused.")
 @_dashboard_options
 @common
-def dashboard(ctx, host, port, access_key_file, allow_cancel, alerts):
+def dashboard(ctx, host, port, access_key_file, allowed_hosts, allow_cancel, alerts):
     """The web dashboard and Prometheus /metrics: queue, GPUs, decisions, usage, alerts; live."""
     key = None
     if access_key_file:
         from ..auth.identity import load_secret
 
         key = load_secret(access_key_file, flag="--access-key-file").decode()
-    server = _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=key)
+    server = _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=key, allowed_hosts=allowed_hosts)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even where it came ignored (`dashboard &`)
     try:

@@ -65,3 +65,38 @@ def test_a_page_of_another_site_cannot_cancel_a_job_through_the_dashboard(cli):
     finally:
         driver.quit()
         site.shutdown()
+
+
+def test_a_request_naming_another_host_is_refused_as_a_dns_rebinding_page_would_send_it(cli):
+    """A page on attacker.example whose name the attacker made resolve to 127.0.0.1 sends Host and Origin
+    `attacker.example:PORT`: same origin as far as the Origin check can tell. A standalone dashboard has
+    no access key, so it would hand that page the board and the CSRF token. Every request whose Host
+    does not name this server is refused, reads too; the names it was told of (--allowed-host) pass."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    job = cli.submit("--", "sleep", "60")  # no node: it waits
+    base = start_dashboard(cli, "--allow-cancel", "--allowed-host", "proxy.example")
+    port = base.rsplit(":", 1)[1]
+
+    def ask(path, host, method="GET", **headers):
+        req = urllib.request.Request(base + path, method=method, data=b"{}" if method == "POST" else None,
+                                     headers={"Host": host, **headers})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    for path in ("/api/config", "/api/board", "/metrics"):
+        status, said = ask(path, f"attacker.example:{port}")
+        assert status == 403 and "unknown Host header" in said["error"] and "--allowed-host" in said["error"], said
+    status, said = ask(f"/api/job/{job}/cancel", f"attacker.example:{port}", "POST",
+                       Origin=f"http://attacker.example:{port}", **{"Content-Type": "application/json"})
+    assert status == 403 and "unknown Host header" in said["error"], said
+
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"proxy.example:{port}", f"LOCALHOST.:{port}"):
+        status, said = ask("/api/config", host)
+        assert status == 200 and said["csrf"], (host, said)
+    assert cli.show(job)["state"] == "pending"

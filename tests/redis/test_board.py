@@ -333,6 +333,9 @@ def test_every_api_endpoint_answers_bad_input_and_unknown_paths_with_a_json_erro
     for path in ("/api/nothing", "/api/job/", "/api/node/"):
         r = app.get(path)
         assert r.status_code == 404 and r.is_json and "no such endpoint" in r.json["error"], path
+    for path in ("/api/job/12/cancel", "/api/job/12/requeue"):
+        r = app.get(path)  # a wrong method: was Flask's HTML 405 page
+        assert r.status_code == 405 and r.is_json and "use POST" in r.json["error"], path
 
     token = {"X-Dispatch-CSRF": app.get("/api/config").json["csrf"]}
     assert app.post("/api/job/999999/cancel", headers=token, json={}).status_code == 404

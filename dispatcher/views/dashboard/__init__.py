@@ -9,7 +9,8 @@ written to Redis except a cancel or a requeue, and that only when the dashboard 
 user typed, and the scheduler lets only the job's owner or an admin cancel or requeue it
 (docs/security.md); the dashboard never holds the lab secret.
 
-A state-changing request must come from the page itself: it carries the process's CSRF token
+Every request must name this server in its Host header (guard.py: a DNS-rebinding page names its
+own site). A state-changing request must come from the page itself: it carries the process's CSRF token
 (handed out by /api/config, which another site's script cannot read: no CORS headers are ever
 sent) in the X-Dispatch-CSRF header, and its Origin (or Referer), when the browser sends one, must
 be this server's own. A form or fetch from another site's page is refused with 403.
@@ -22,82 +23,34 @@ Without it a request gets 401 and reads nothing.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import math
 import secrets
 import threading
-from urllib.parse import urlsplit
 
-import redis
-from flask import Flask, Response, jsonify, redirect, request, send_from_directory
+from flask import Flask, Response, jsonify, request, send_from_directory
 
+from . import guard
+from .guard import served_names
 from ...clock import now_ms
-from ...core.errors import DispatcherError, InvalidRequestError, NotFoundError
+from ...core.errors import InvalidRequestError, NotFoundError
 from ...auth.identity import NotAllowed
 from ..gzipped import gzip_join
 from ..metrics import Scrape
 from ...core.model import PRIORITIES
 
 log = logging.getLogger("dispatch.dashboard")
-KEY_COOKIE = "dispatch_key"
 
 
-def create_app(board, *, allow_cancel: bool = False, access_key: str | None = None) -> Flask:
+def create_app(board, *, allow_cancel: bool = False, access_key: str | None = None,
+               hosts: frozenset[str] | None = None) -> Flask:
+    """The app; `hosts`: the Host names it answers to (guard.served_names; default: a server on
+    127.0.0.1's)."""
     app = Flask(__name__, static_folder="static", static_url_path="/static")
     csrf = secrets.token_urlsafe(32)  # one per dashboard process: a restart asks open pages to reload
-    _guard(app, access_key, csrf)
+    guard.install(app, access_key, csrf, served_names("127.0.0.1") if hosts is None else hosts)
     _routes(app, board, allow_cancel, csrf)
     return app
-
-
-def _guard(app, access_key: str | None, csrf: str) -> None:
-    """The access key and the same-origin/CSRF checks before every request, and how errors answer."""
-
-    @app.before_request
-    def key_holders_only():
-        if access_key is None:
-            return None
-        given = request.args.get("key")
-        if given is not None and hmac.compare_digest(given, access_key):  # the URL `up` printed: keep it
-            back = redirect(request.path)  # (and take the key out of the address bar)
-            back.set_cookie(KEY_COOKIE, access_key, httponly=True, samesite="Strict")
-            return back
-        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
-        for shown in (request.cookies.get(KEY_COOKIE, ""), bearer):
-            if shown and hmac.compare_digest(shown, access_key):
-                return None
-        return jsonify(error="this dashboard needs its access key: open the URL `dispatch up` printed "
-                             "(also in dashboard.url in its state directory)"), 401
-
-    @app.before_request
-    def same_origin_only():
-        if request.method in ("GET", "HEAD", "OPTIONS"):
-            return None
-        came_from = request.headers.get("Origin") or request.headers.get("Referer")
-        if came_from:
-            origin = urlsplit(came_from)
-            if f"{origin.scheme}://{origin.netloc}" != request.host_url.rstrip("/"):
-                log.warning("refused a %s %s from origin %s", request.method, request.path, came_from)
-                return jsonify(error=f"refused: this request came from another site ({came_from})"), 403
-        if not hmac.compare_digest(request.headers.get("X-Dispatch-CSRF", ""), csrf):
-            return jsonify(error="refused: no valid CSRF token (reload the page)"), 403
-        return None
-
-    @app.errorhandler(DispatcherError)
-    def dispatch_error(e):
-        status = 404 if isinstance(e, NotFoundError) else 403 if isinstance(e, NotAllowed) else 400
-        return jsonify(error=str(e)), status
-
-    @app.errorhandler(404)
-    def not_found(e):  # under /api/ a client reads JSON, even for a path that is not there
-        if request.path.startswith("/api/"):
-            return jsonify(error=f"no such endpoint: {request.path}"), 404
-        return e
-
-    @app.errorhandler(redis.exceptions.RedisError)
-    def redis_error(e):  # the page keeps polling and says why it is not updating
-        return jsonify(error=f"Redis failed: {e}"), 503
 
 
 def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
@@ -280,9 +233,11 @@ def _act_as(board, kind: str, job_id: str, who: dict, addr: str | None, local) -
     return local(by)
 
 
-def make_server(board, host: str, port: int, *, allow_cancel: bool = False, access_key: str | None = None):
+def make_server(board, host: str, port: int, *, allow_cancel: bool = False, access_key: str | None = None,
+                allowed_hosts=()):
     """A threaded werkzeug server (serve_forever / shutdown; port 0 picks a free one, see
-    server.port); ConfigError in one line if it cannot listen."""
+    server.port); ConfigError in one line if it cannot listen. It answers requests whose Host names
+    it (guard.served_names: `host`, localhost, IP addresses) or one of `allowed_hosts`."""
     import socket
 
     from werkzeug.serving import make_server as werkzeug_server
@@ -302,7 +257,8 @@ def make_server(board, host: str, port: int, *, allow_cancel: bool = False, acce
             sock.close()
         raise ConfigError(f"--port: cannot listen on {host}:{port}: {e.strerror or e}", key="--port") from None
     try:
-        return werkzeug_server(host, sock.getsockname()[1], create_app(board, allow_cancel=allow_cancel, access_key=access_key),
-                               threaded=True, fd=sock.fileno())
+        app = create_app(board, allow_cancel=allow_cancel, access_key=access_key,
+                         hosts=served_names(host, allowed_hosts))
+        return werkzeug_server(host, sock.getsockname()[1], app, threaded=True, fd=sock.fileno())
     finally:
         sock.close()  # the server holds its own duplicate
