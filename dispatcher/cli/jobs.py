@@ -115,6 +115,8 @@ def show(ctx, job_id, as_json):
     for k, v in job.items():
         if k.endswith("_at") and v:
             v = at(v)
+        elif k == "id" and job["array_of"]:  # an array's element: as queue names it too
+            v = f"{v} (element {label(job)})"
         elif k == "env" and v:
             v = " ".join(shlex.quote(f"{name}={value}") for name, value in v.items())
         elif k == "ranks" and v:  # a gang: every rank's node and GPUs
@@ -315,16 +317,15 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
 @common
 def why(ctx, job_id, fresh, timeout_s, as_json):
     """Why a job waits: its score terms, its rank, what blocks it, and the decisions about it."""
-    from ..views.explain import decision_words, recorded, what_if
+    from ..views.explain import decision_words, heading, recorded, what_if
 
-    job_id = one_job(ctx.client, ctx.ns, job_id)
+    given, job_id = job_id, one_job(ctx.client, ctx.ns, job_id)
     out = what_if(ctx.client, ctx.ns, job_id, timeout_s) if fresh else recorded(ctx.client, ctx.ns, job_id)
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
     job = out["job"]
-    click.echo(f"job {job['id']} ({job['name'] or 'no name'}, {job['user']}, {job['priority']}): {job['state']}"
-               + (f" on {job['node']} GPUs {job['gpus']}" if job["node"] else ""))
+    click.echo(heading(job, given))  # (an array's element as 12_5; an array's id says which element answers)
     o = out.get("outcome")
     if o:
         total = sum(out["weights"].values()) or 1.0
@@ -359,7 +360,7 @@ def why(ctx, job_id, fresh, timeout_s, as_json):
         click.echo("  as of the scheduler's last cycle, " + (
             f"{time.strftime('%H:%M:%S', time.localtime(a['at']))} ({age(a['age_s'])} ago)" if a["at"] else "none yet")
             + ("; STALE: is the scheduler running? (dispatch top)" if a["stale"] else "")
-            + f"; --fresh runs the policy now, dispatch eta {job['id']} forecasts its start")
+            + f"; --fresh runs the policy now, dispatch eta {label(job)} forecasts its start")
 
 
 @click.command()

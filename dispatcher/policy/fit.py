@@ -104,7 +104,7 @@ class GpuMemo:
         key = (self.facts(node).kind, job.gpu_types, job.gpu_mem_gb)
         got = self._usable.get(key)
         if got is None:
-            got = self._usable[key] = frozenset(g.index for g in node.gpus if _gpu_ok(job, g))
+            got = self._usable[key] = frozenset(g.index for g in node.gpus if gpu_ok(job, g))
         return got
 
     def gpu_usable(self, job: JobSpec, node: NodeView, index: int) -> bool:
@@ -152,7 +152,8 @@ def fits_ever(job: JobSpec, node: NodeView) -> bool:
     return GpuMemo().fits_ever(job, node)
 
 
-def _gpu_ok(job: JobSpec, gpu) -> bool:
+def gpu_ok(job: JobSpec, gpu) -> bool:
+    """Whether `job` (its gpu_types and gpu_mem_gb) could run on `gpu` (a GpuInfo) at all."""
     if job.gpu_mem_gb and gpu.mem_total_gb + 1e-9 < job.gpu_mem_gb:
         return False
     return not job.gpu_types or any(gpu_family_matches(t, gpu.name) for t in job.gpu_types)

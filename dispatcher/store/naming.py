@@ -1,12 +1,13 @@
 """What the ids a user gives name: a job's id that job; an array's id (its first element's, as
 `cancel 12` and `wait 12` take it) every element of the array; `12_5` element 5 of array 12. One
-resolver for the commands that take ids (store/jobs.read_named) and for --after at submit
-(store/dependencies.expand_dependencies)."""
+resolver for the commands that take ids (store/jobs.read_named), for --after at submit
+(store/dependencies.expand_dependencies), and for the views of one job (record_id: `why`, `eta`, the
+dashboard's job page and its cancel)."""
 
 from __future__ import annotations
 
 from ..core.arrays import element_name
-from ..core.errors import MalformedRecord
+from ..core.errors import JobNotFound, MalformedRecord
 from ..core.model import JobSpec
 from . import job_record
 from .codec import decode_spec
@@ -62,3 +63,15 @@ def named_jobs(client, ns: str, given) -> dict[str, tuple[str, ...] | None]:
             one = spec is not None and spec.array_of == head and spec.array_count == 1 and spec.array_index == index
             out[dep] = (head,) if one else next(((i,) for i, n in members.get(head, ()) if n == index), None)
     return out
+
+
+def record_id(client, ns: str, given: str) -> str:
+    """The id of the job record `given` names when it names one job: `12_5` element 5 of array 12's
+    record (JobNotFound if the array has no such element); any other text as it is, for its reader to
+    find or not (an array's id is its first element's record)."""
+    if element_name(given) is None:
+        return given
+    ids = named_jobs(client, ns, [given])[given]
+    if not ids:
+        raise JobNotFound(given)
+    return ids[0]

@@ -23,12 +23,14 @@ from .gzipped import Tail, gzip_join
 from ..clock import now_ms
 from ..config import Timing
 from ..scheduler.policy_source import local_weekday_minute, published_policy
+from ..core.arrays import label
 from ..core.model import FINAL_STATES, PRIORITIES
 from ..policy.score import dominant_share
 from ..store import cluster, keys
 from ..store import stats as published
 from ..store.connect import text, tolerant
 from ..store.decisions import read_decisions
+from ..store.naming import record_id
 from ..store.jobs import index_window, read_jobs, read_log_tail
 from ..store.quarantine import valid_name
 from ..store.samples import figures, holders, node_use, read_samples
@@ -313,12 +315,15 @@ class Board:
     def job(self, job_id: str, fresh: bool = False) -> dict:
         """A job's page: `dispatch why` (its record, attempts, score and blocking reason, the
         decisions about it: as the scheduler recorded them, or with `fresh` a what-if run, kept until
-        the scheduler's next cycle), a timeline, and the tail of its output. JobNotFound for a bad id."""
+        the scheduler's next cycle), a timeline, and the tail of its output; `label`, the job as people
+        name it. `job_id` as the CLI takes it (an array's element as 12_5 too). JobNotFound for a bad id."""
         from .explain import decision_words, recorded, what_if
 
+        job_id = record_id(self.client, self.ns, job_id)
         out = what_if(self.client, self.ns, job_id, WHAT_IF_S, self.timing) if fresh else \
             recorded(self.client, self.ns, job_id, self.timing)
         job = out["job"]
+        out["label"] = label(job)
         events = [(job[k], what) for k, what in (("submitted_at", "submitted"), ("assigned_at", "assigned"),
                                                   ("started_at", "started"), ("checkpoint_at", "checkpoint"),
                                                   ("last_preempted_at", "preempted"), ("finished_at", job["state"]),

@@ -14,10 +14,13 @@ It reads the whole queue. Nothing is written.
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 from ..clock import now_ms
 from ..config import Timing
-from ..core.errors import DispatcherError
+from ..core.arrays import label
+from ..core.errors import DispatcherError, MalformedRecord
+from ..policy.fit import gpu_ok
 from ..policy.promises import promise
 from ..scheduler.policy_source import policy_in_force
 from ..store.decisions import read_decisions
@@ -58,8 +61,9 @@ def recorded(client, ns: str, job_id: str, timing: Timing | None = None) -> dict
     else:
         out["outcome"] = {"code": "not_judged", "rank": None, "reason": "no scheduler has run yet: dispatch up "
                           "starts one (or dispatch scheduler)"}
-    out["reservations"] = [{"job": r["job"], "node": r["node"], "gpus": r["gpus"],
-                            "starts_in_s": round(max(0, r["start_ms"] - now) / 1000, 1)} for r in stats["reservations"]]
+    out["reservations"] = concerning(job, [{"job": r["job"], "node": r["node"], "gpus": r["gpus"],
+                                            "starts_in_s": round(max(0, r["start_ms"] - now) / 1000, 1)}
+                                           for r in stats["reservations"]], lambda nodes: _node_gpus(client, ns, nodes))
     since = job["submitted_at"]
     if not config.keep_wait_on_requeue and job["last_preempted_at"]:  # its wait restarted when requeued
         since = job["last_preempted_at"]
@@ -92,8 +96,10 @@ def explain(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
         if v.job_id == job_id:
             out["outcome"] = {"code": v.code.value, "score": v.score, "terms": v.terms, "rank": v.rank,
                               "reason": v.reason}
-    out["reservations"] = [{"job": r.job_id, "node": r.node, "gpus": list(r.gpus),
-                            "starts_in_s": round(max(0, r.start_ms - now) / 1000, 1)} for r in plan.reservations]
+    gpus = {n.name: {g.index: g for g in n.gpus} for n in read.nodes}
+    out["reservations"] = concerning(job, [{"job": r.job_id, "node": r.node, "gpus": list(r.gpus),
+                                            "starts_in_s": round(max(0, r.start_ms - now) / 1000, 1)}
+                                           for r in plan.reservations], lambda _: gpus)
     waiting = next((p for p in read.snapshot.pending if p.spec.id == job_id), None)
     if "outcome" not in out and waiting is not None:  # the cycle did not reach it (plan.rest)
         code, reason = rest_verdict(plan, waiting, config)
@@ -108,6 +114,47 @@ def explain(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
         out["promise"] = promise(waiting.spec.priority, (now - waiting.wait_from_ms) / 1000.0, config)
     out["forecast"] = forecast_read(read, job_id, now, config)  # `dispatch eta`'s line
     return out
+
+
+def concerning(job: dict, reservations: list[dict], node_gpus) -> list[dict]:
+    """Of the cycle's reservations, those that concern `job`: its own, and those holding GPUs it could
+    use (its GPU types and memory), which stand in its way; not the other jobs' on GPUs it cannot use.
+    `node_gpus(names)` -> {node: {GPU index: GpuInfo}} of those nodes (read only when needed)."""
+    own = [r for r in reservations if r["job"] == job["id"]]
+    others = [r for r in reservations if r["job"] != job["id"]]
+    if not others or not job["gpus_requested"]:
+        return own
+    gpus = node_gpus(sorted({r["node"] for r in others}))
+    wants = SimpleNamespace(gpu_types=job["gpu_types"], gpu_mem_gb=job["gpu_mem_gb"])
+    return own + [r for r in others if any(g is not None and gpu_ok(wants, g)
+                                           for g in map(gpus.get(r["node"], {}).get, r["gpus"]))]
+
+
+def _node_gpus(client, ns: str, nodes: list[str]) -> dict[str, dict]:
+    """{node: {GPU index: GpuInfo}} from these nodes' records (one round trip; an unreadable one left out)."""
+    from ..store import keys, scripts
+    from ..store.codec import decode_node_info
+
+    out = {}
+    for name, raw in zip(nodes, scripts.hget_each(client, [keys.node(ns, n) for n in nodes], "info")):
+        try:
+            out[name] = {g.index: g for g in decode_node_info(raw)[0]} if isinstance(raw, bytes) else {}
+        except MalformedRecord:  # a record that does not read: its reservations are not shown
+            out[name] = {}
+    return out
+
+
+def heading(job: dict, given: str) -> str:
+    """`dispatch why`'s first line: the job as people name it (an array's element as 12_5), its owner,
+    class, state and where it runs; for an array's id (`why 12`: its first element), which element
+    answers and how many others the array has."""
+    line = (f"job {label(job)} ({job['name'] or 'no name'}, {job['user']}, {job['priority']}): {job['state']}"
+            + (f" on {job['node']} GPUs {job['gpus']}" if job["node"] else ""))
+    if job["array_of"] and given == job["array_of"] and job["array_count"] > 1:
+        line += (f"\n  job {given} is an array of {job['array_count']} jobs: this is its element {label(job)}; "
+                 f"`dispatch why {given}_N` answers for element N, `dispatch queue --expand {given}` lists the "
+                 f"{job['array_count'] - 1} others")
+    return line
 
 
 def decision_words(d: dict, job_id: str) -> str:

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from ..clock import now_ms
 from ..config import Timing
+from ..core.arrays import label
 from ..core.plan import taking_jobs
 from ..core.units import within
 from ..sim.forecast import HORIZON_S, Forecast, forecast, work_left
@@ -55,8 +56,13 @@ def forecast_read(read, job_id: str, now_ms: int, config, *, ahead: list[str] | 
 def read_eta(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
     """The forecast for one job; JobNotFound for an unknown id. A job that is not pending gets its
     state (and when it started). `timing` decides which nodes are live (default: Timing.from_env(),
-    as the scheduler's)."""
+    as the scheduler's). Its `label` names the job as people do (an array's element as 12_5)."""
     job = read_job(client, ns, job_id)
+    return {**_eta(client, ns, job, timing), "label": label(job)}
+
+
+def _eta(client, ns: str, job: dict, timing: Timing | None) -> dict:
+    job_id = job["id"]
     if job["state"] != "pending":
         return {"job": job_id, "state": job["state"], "started_at": job["started_at"], "node": job["node"]}
     if job["hold"]:  # dispatch hold: out of the scheduler's view until released
@@ -112,7 +118,7 @@ def _at(t: float, now: float) -> str:
 def describe(d: dict, *, with_job: bool = True) -> str:
     """One line: 'job 12: expected to start in ~35 min (at 14:05), on n3, when job 7 ends; with
     --gpus 1 it would start now on n2' (without 'job 12: ' unless `with_job`)."""
-    head = f"job {d['job']}: " if with_job else ""
+    head = f"job {d.get('label') or d['job']}: " if with_job else ""
     if d["state"] != "pending":
         if d.get("started_at"):
             return f"{head}{d['state']}; started at {_at(d['started_at'], time.time())} on {d['node'] or '-'}"
@@ -147,6 +153,6 @@ def describe(d: dict, *, with_job: bool = True) -> str:
                  "it at its last cycle go first, each as its estimate allows; not counted: jobs behind it that may "
                  "start first, CPUs and memory, preemption"
                  + ("" if a["ranked"] else "; it was not among those ranked, so this is the earliest")
-                 + f"; dispatch why --fresh {d['job']} runs the whole forecast)")
+                 + f"; dispatch why --fresh {d.get('label') or d['job']} runs the whole forecast)")
     return line
 

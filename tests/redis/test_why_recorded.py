@@ -85,3 +85,31 @@ def test_a_what_if_that_takes_too_long_gives_up_with_one_line(client, ns, monkey
     with pytest.raises(WhatIfTimeout, match="did not finish in 0.2s"):
         what_if(client, ns, waiting, 0.2)
     release.set()
+
+
+def test_why_shows_the_reservations_that_concern_the_job_not_every_one_in_the_cluster(client, ns):
+    """A job waiting for an A100 is shown its own reservation, not a V100's held for another job (it
+    read as if the job waited on that GPU); a job that takes any GPU is shown both: either may stand in
+    its way."""
+    from dispatcher.core.model import GpuInfo
+    from dispatcher.store.nodes import write_heartbeat
+    from dispatcher.store.policies import write_applied
+
+    write_applied(client, ns, "[defaults]\nreservations = 2\n", "test", now_ms())  # EASY's first two blocked jobs
+    write_heartbeat(client, ns, "a", [GpuInfo(i, "NVIDIA A100-40GB", 40.0) for i in range(2)], 8, 64.0, now_ms())
+    write_heartbeat(client, ns, "v", [GpuInfo(0, "Tesla V100-16GB", 16.0)], 8, 64.0, now_ms())
+    submit(client, ns, gpus=2, gpu_type="A100", est="1h")
+    submit(client, ns, gpus=1, gpu_type="V100", est="1h")
+    sched = Scheduler(client, ns)
+    sched.cycle()  # both nodes full
+    on_a100 = submit(client, ns, gpus=2, gpu_type="A100", est="10m")
+    on_v100 = submit(client, ns, gpus=1, gpu_type="V100", est="10m")
+    sched.cycle()
+    sched.lease.release()
+    held = {r["job"]: r["node"] for r in published.read(client, ns)["reservations"]}
+    assert held == {on_a100: "a", on_v100: "v"}, held  # the cycle reserved for both
+    for job, own in ((on_a100, "a"), (on_v100, "v")):
+        for out in (recorded(client, ns, job), explain(client, ns, job)):
+            assert [(r["job"], r["node"]) for r in out["reservations"]] == [(job, own)], out["reservations"]
+    anyone = submit(client, ns, gpus=1, est="10m")
+    assert {r["job"] for r in recorded(client, ns, anyone)["reservations"]} == {on_a100, on_v100}

@@ -38,6 +38,7 @@ from ...auth.identity import NotAllowed
 from ..gzipped import gzip_join
 from ..metrics import Scrape
 from ...core.model import PRIORITIES
+from ...store.naming import record_id
 
 log = logging.getLogger("dispatch.dashboard")
 
@@ -103,6 +104,7 @@ def _routes(app, board, allow_cancel: bool, csrf: str) -> None:
             raise NotFoundError(f"no action {action!r}: a job is cancelled or requeued")
         if not allow_cancel:
             raise NotAllowed(f"this dashboard is read-only; start it with --allow-cancel to {action} from the page")
+        job_id = record_id(board.client, board.ns, job_id)  # an array's element as 12_5 too, as the CLI takes it
         return jsonify(outcome=acts[action](board, job_id, request.get_json(silent=True) or {}, request.remote_addr))
 
     @app.get("/finished")

@@ -90,8 +90,8 @@ function cancelBox(j) {
 async function refresh() {
   const out = await getJSON(`/api/job/${encodeURIComponent(jobId)}`);
   const j = out.job;
-  document.title = `dispatch · job ${j.id}`;
-  $("title").textContent = `job ${j.id}${j.name ? " · " + j.name : ""} · ${j.user}`;
+  document.title = `dispatch · job ${out.label}`;
+  $("title").textContent = `job ${out.label}${j.name ? " · " + j.name : ""} · ${j.user}`;
   why(out); spec(j); cancelBox(j);
   table($("timeline"), ["time", "what"], out.timeline.map(e => `<tr><td>${clock(e.t)}</td><td>${esc(e.what)}</td></tr>`));
   table($("attempts"), ["#", "outcome", "node", "GPUs", "started", "ended", "reason"], j.attempts.map(a =>

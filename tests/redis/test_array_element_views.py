@@ -1,0 +1,46 @@
+"""An array's element is named `12_5` by `queue`, search and every command; the views of one job name
+it so too, and take that name: `why`, `eta`, the dashboard's job page and its cancel. (They answered
+"job 14", the element's record id that appears nowhere in `queue`, and the dashboard said 404.)"""
+
+from dispatcher.clock import now_ms
+from dispatcher.core.arrays import NEW
+from dispatcher.core.spec import build_spec
+from dispatcher.store.jobs import read_job, write_jobs
+from dispatcher.views.board import Board
+from dispatcher.views.dashboard import create_app
+from dispatcher.views.explain import heading, recorded
+from dispatcher.views.forecast import describe, read_eta
+
+
+def array(client, ns, n=3):
+    t = now_ms()
+    return write_jobs(client, ns, [build_spec(command=["true"], user="ann", submit_ms=t, name="arr", gpus=1).filled(
+        array_of=f"{NEW}0", array_index=i, array_count=n) for i in range(n)])
+
+
+def test_the_views_of_one_job_name_an_element_as_queue_does_and_take_that_name(client, ns):
+    head, second, third = array(client, ns)
+    assert int(second) == int(head) + 1  # the record id of element 1, which no list shows
+
+    assert describe(read_eta(client, ns, second)).startswith(f"job {head}_1: ")
+    assert heading(recorded(client, ns, second)["job"], f"{head}_1").startswith(f"job {head}_1 (arr, ann, normal)")
+    page = Board(client, ns).job(f"{head}_2")
+    assert (page["job"]["id"], page["label"]) == (third, f"{head}_2")
+
+    app = create_app(Board(client, ns), allow_cancel=True).test_client()
+    got = app.get(f"/api/job/{head}_1")
+    assert got.status_code == 200 and got.json["job"]["id"] == second and got.json["label"] == f"{head}_1"
+    missing = app.get(f"/api/job/{head}_7")
+    assert missing.status_code == 404 and f"{head}_7" in missing.json["error"]
+    token = {"X-Dispatch-CSRF": app.get("/api/config").json["csrf"]}
+    done = app.post(f"/api/job/{head}_1/cancel", headers=token, json={})
+    assert done.status_code == 200 and done.json == {"outcome": "cancelled"}, done.json
+    assert [read_job(client, ns, j)["state"] for j in (head, second, third)] == ["pending", "cancelled", "pending"]
+
+
+def test_why_an_arrays_id_says_which_element_answers_and_how_many_others_there_are(client, ns):
+    head, *_ = array(client, ns, 6)
+    said = heading(recorded(client, ns, head)["job"], head)
+    assert said.startswith(f"job {head}_0 (arr, ann, normal): pending\n"), said
+    assert f"job {head} is an array of 6 jobs: this is its element {head}_0" in said and "the 5 others" in said
+    assert "\n" not in heading(recorded(client, ns, head)["job"], f"{head}_0")  # named as the element: no note
