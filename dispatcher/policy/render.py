@@ -20,6 +20,7 @@ import math
 import re
 from dataclasses import fields
 
+from ..core.alerts import AlertConfig
 from ..core.errors import ConfigError
 from ..core.units import exact, hhmm
 from . import profiles as _profiles
@@ -177,7 +178,18 @@ def _render(pset: PolicySet, force: dict[str | None, set]) -> str:
         out += ["", f"[teams.{_toml_key(name)}]", f"guarantee_gpus = {q.guarantee_gpus}"]
         if q.limit_gpus is not None:
             out.append(f"limit_gpus = {q.limit_gpus}")
+    thresholds = alert_settings(pset.alerts)
+    built_in = alert_settings(AlertConfig())
+    changed = [f"{k} = {_toml_string(v) if _is_duration_text(k) else v}" for k, v in thresholds.items()
+               if v != built_in[k]]
+    if changed:
+        out += ["", "[alerts]", *changed]
     return "\n".join(out) + "\n"
+
+
+def _is_duration_text(alert_key: str) -> bool:
+    """Whether an [alerts] key (alert_settings') is a duration, written as a string."""
+    return any(f.name == alert_key + "_s" for f in fields(AlertConfig))
 
 
 # -- differences --------------------------------------------------------------------------------
@@ -229,7 +241,15 @@ def settings(pset: PolicySet, *, names: list[str] | None = None) -> dict[str, st
     for team, q in sorted(pset.profiles[pset.default_profile].teams.items()):
         out[f"teams.{team}.guarantee_gpus"] = str(q.guarantee_gpus)
         out[f"teams.{team}.limit_gpus"] = "none" if q.limit_gpus is None else str(q.limit_gpus)
+    out.update((f"alerts.{k}", v) for k, v in alert_settings(pset.alerts).items())
     return out
+
+
+def alert_settings(alerts) -> dict[str, str]:
+    """The [alerts] table's thresholds as `key -> text`, under their file keys (core/alerts.py)."""
+    return {f.name.removesuffix("_s").removesuffix("_pct"):
+            exact(getattr(alerts, f.name)) if f.name.endswith("_s") else _toml_number(getattr(alerts, f.name))
+            for f in fields(alerts)}
 
 
 def diff_policies(a: PolicySet, b: PolicySet) -> list[tuple[str, str, str]]:

@@ -112,6 +112,17 @@ def test_diff_lists_one_row_per_differing_setting_and_nothing_for_equal_policies
     ]
 
 
+def test_diff_lists_the_alert_thresholds_that_differ():
+    """[alerts] is part of the policy (every view's alerts fire by it): a file that changes only its
+    thresholds was "no differences"."""
+    changed = parse_policy('[alerts]\ncritical_wait = "30s"\nhigh_wait = "1m"\nlow_util = 10\n')
+    assert diff_policies(PolicySet(), changed) == [("alerts.critical_wait", "10m", "30s"),
+                                                   ("alerts.high_wait", "30m", "1m"),
+                                                   ("alerts.low_util", "50.0", "10.0")]
+    assert diff_policies(changed, changed) == []
+    assert roundtrip(changed) == changed  # (render_policy wrote no [alerts]: it could not write this one)
+
+
 def test_diff_reads_a_profile_one_side_lacks_as_that_sides_default_profile():
     example = parse_policy(EXAMPLE.read_text())
     rows = {r[0]: r[1:] for r in diff_policies(PolicySet(), example)}
