@@ -18,7 +18,7 @@ from collections import Counter
 
 from .alerts import evaluate
 from .capacity import capacity
-from .fresh import Fresh, PerRead
+from .fresh import Fresh, PerRead, is_stale
 from .gzipped import Tail, gzip_join
 from ..clock import now_ms
 from ..config import Timing
@@ -118,7 +118,7 @@ class Board:
         From a read at most ttl_s old (else read now); its `now` and the scheduler's `age_s` are those of
         this call, so the scheduler's figures show their age."""
         view = self.view()
-        return {**view, **self.as_of_now(view)}
+        return {**view, **self.as_of_now(view, self.timing.tick_s)}
 
     def view(self) -> dict:
         """The overview as read: the same dict for every caller until the next read (its `now` and
@@ -131,7 +131,7 @@ class Board:
         its `now` and the scheduler's age."""
         view = self.view()
         tail = self._json.get(view)
-        head = json.dumps(self.as_of_now(view), separators=(",", ":")).encode()[:-1] + b","
+        head = json.dumps(self.as_of_now(view, self.timing.tick_s), separators=(",", ":")).encode()[:-1] + b","
         return gzip_join(head, tail) if gzip else head + tail.data
 
     @staticmethod
@@ -141,10 +141,12 @@ class Board:
         return Tail(json.dumps(rest, separators=(",", ":")).encode()[1:])
 
     @staticmethod
-    def as_of_now(view: dict) -> dict:
-        """`now` and the scheduler's figures with their age, as of this call."""
+    def as_of_now(view: dict, tick_s: float) -> dict:
+        """`now` and the scheduler's figures with their age, and whether that is stale (fresh.is_stale:
+        the page greys out, top says so), as of this call."""
         s, now = view["scheduler"], time.time()
-        return {"now": now, "scheduler": {**s, "age_s": round(now - s["at"], 1) if s["at"] else None}}
+        age_s = round(now - s["at"], 1) if s["at"] else None
+        return {"now": now, "scheduler": {**s, "age_s": age_s, "stale": is_stale(age_s, tick_s)}}
 
     def _overview(self, c: dict) -> tuple[dict, dict]:
         """(the read, the overview built from it and the few values read beside it)."""

@@ -26,9 +26,7 @@ from ..scheduler.policy_source import policy_in_force
 from ..store.decisions import read_decisions
 from ..store import stats as published
 from ..store.jobs import read_job
-
-#: A recorded answer older than this many of the scheduler's ticks is called stale.
-STALE_TICKS = 3
+from .fresh import is_stale
 
 
 def recorded(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
@@ -42,9 +40,9 @@ def recorded(client, ns: str, job_id: str, timing: Timing | None = None) -> dict
     stats = published.read(client, ns)
     profile, config, source = policy_in_force(client, ns, now / 1000.0)
     at = stats["at_ms"]
-    tick_s = (timing or Timing.from_env()).tick_s
-    out["as_of"] = {"at": at / 1000.0 if at else None, "age_s": round((now - at) / 1000.0, 1) if at else None,
-                    "stale": not at or now - at > STALE_TICKS * tick_s * 1000 + 5000}
+    age_s = round((now - at) / 1000.0, 1) if at else None
+    out["as_of"] = {"at": at / 1000.0 if at else None, "age_s": age_s,
+                    "stale": is_stale(age_s, (timing or Timing.from_env()).tick_s)}
     out.update(profile=stats["profile"] or profile, policy_source=source, weights=config.weights,
                pending=stats["pending"] or 0, live_nodes=stats["live_nodes"] or 0)
     v = job["verdict"]

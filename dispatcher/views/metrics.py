@@ -272,4 +272,4 @@ class Scrape:
     def answer(self) -> tuple[bytes, Tail]:
         """(the age's lines, the read's text): one answer is the first then the second."""
         view = self.board.view()  # a read at most a second old (else read now)
-        return stats_age({**view, **self.board.as_of_now(view)}), self._text.get(view)
+        return stats_age({**view, **self.board.as_of_now(view, self.board.timing.tick_s)}), self._text.get(view)

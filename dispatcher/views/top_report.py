@@ -42,7 +42,7 @@ def report(overview: dict, queue: dict, width: int, rows: int = 12) -> str:
     lines = [f"dispatch top  namespace {b['namespace']}  nodes {t['nodes'] - t['nodes_dead']}/{t['nodes']} up  "
              f"GPUs {t['held']}/{t['gpus']} held ({pct}%)  util {t['util_pct']:.0f}%  frag {100 * t['frag']:.0f}%  "
              f"pending {t['pending']:,}  running {t['running']:,}",
-             "scheduler: none has run" if s["age_s"] is None else
+             "scheduler: none has run" if s["age_s"] is None else stale_words(s) if s.get("stale") else
              f"scheduler {s['holder']}: cycle {s['cycle_ms']:.1f} ms, {age(s['age_s'])} ago", ""]
     if b["alerts"]:
         lines += ["Alerts", *(f"  {a['kind']}: {a['message']}" for a in b["alerts"][:rows]), ""]
@@ -73,6 +73,12 @@ def report(overview: dict, queue: dict, width: int, rows: int = 12) -> str:
     lines.append(f"newest {o['window']} finished: " + ", ".join(f"{n} {s}" for s, n in o["counts"].items()))
     lines += [f"  {r['count']} {r['state']}: {r['reason']}" for r in o["reasons"][:3]]
     return "".join(_cut(line, width) + "\n" for line in lines)
+
+
+def stale_words(s: dict) -> str:
+    """The header's word on a scheduler whose figures are stale (board: fresh.is_stale): what follows is
+    as of then."""
+    return f"STALE (scheduler's last cycle {age(s['age_s'])} ago: is it running?)"
 
 
 def node_word(n: dict) -> str:

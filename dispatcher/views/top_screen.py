@@ -8,7 +8,7 @@ from rich.text import Text
 from ..core.units import age
 from .top_keys import HELP, PANES, fit
 from .top_panes import CLASS_STYLE, GPU_STYLE, meter, pane_rows, table
-from .top_report import node_word
+from .top_report import node_word, stale_words
 
 #: Pending and running jobs `top` reads for its jobs list (each, the oldest; Board.queue_page's most).
 LOADED = 200
@@ -27,7 +27,8 @@ def _header(b: dict) -> list[Text]:
         (f"{b['namespace']}  ", "bold"),
         f"nodes {t['nodes'] - t['nodes_dead']}/{t['nodes']} up  GPUs {t['held']}/{t['gpus']} held ({pct}%)  "
         f"util {t['util_pct']:.0f}%  frag {100 * t['frag']:.0f}%  ",
-        ("no scheduler has run" if s["age_s"] is None else f"scheduler {age(s['age_s'])} ago", "grey50"))
+        ("no scheduler has run", "grey50") if s["age_s"] is None else (stale_words(s), "bold red") if s.get("stale")
+        else (f"scheduler {age(s['age_s'])} ago", "grey50"))
     second = Text(f"pending {t['pending']:,}  running {t['running']:,}  by class:")
     for c in b["classes"]:
         second.append(f" {c['class']} ", CLASS_STYLE[c["class"]])

@@ -3,6 +3,7 @@ plain text (no escape codes, no alternate screen), exit 0; with a row per GPU.""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -62,3 +63,27 @@ def test_top_says_a_drained_node_is_drained_as_dispatch_nodes_does(cli, client):
     assert lines[0].split()[:2] == ["gpu-07", "drained"] and lines[1].split()[:2] == ["gpu-08", "up"], lines
     frame = [ln.plain for ln in screen(gather(Board(client, cli.ns)), ViewState(), 100, 30)[0]]
     assert any(ln.startswith("gpu-07") and " drained " in ln for ln in frame), frame
+
+
+def test_top_once_marks_a_stale_scheduler_as_the_page_and_why_do(cli, client):
+    """QA: with the scheduler stopped 52 s, `why` said STALE and the page greyed out, but top printed the
+    old summary like a live one ("52s ago", as "0s ago" reads). Past the page's threshold
+    (views/fresh.py) its header says STALE."""
+    from dispatcher.scheduler.loop import Scheduler
+    from dispatcher.store import keys
+
+    a_node_and_a_job(cli, client)
+    sched = Scheduler(client, cli.ns)
+    sched.cycle()
+    sched.lease.release()
+
+    def header() -> str:
+        p = subprocess.run([sys.executable, "-m", "dispatcher", "top", "--once"], env=cli.env(COLUMNS="200"),
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and not p.stderr, p.stderr
+        return p.stdout.splitlines()[1]
+
+    assert header().startswith(f"scheduler {sched.lease.holder}: cycle ") and "STALE" not in header()
+    client.hset(keys.scheduler_stats(cli.ns), "at_ms", now_ms() - 52_000)  # its last cycle, had it stopped then
+    said = header()
+    assert re.fullmatch(r"STALE \(scheduler's last cycle 5\ds ago: is it running\?\)", said), said

@@ -35,7 +35,8 @@ function table(el, header, rows) {
     : `<th>${esc(h)}</th>`).join("")}</tr></thead><tbody>${rows.join("")}</tbody>`;
 }
 
-// Data older than this (the scheduler's last cycle, s) greys the page out.
+// Data older than this (the scheduler's last cycle, s) greys the page out, where the server does not say
+// (its `stale`: views/fresh.py, the threshold `top` and `why` use).
 const STALE_S = 10;
 
 // Call `step` now and every `ms`; the header's dot turns red while the server does not answer. `step`
@@ -47,7 +48,7 @@ function poll(step, ms, header = true) {
     try {
       const asOf = await step();
       if (!header) { setTimeout(tick, ms); return; }
-      const stale = !!asOf && (asOf.age_s === null || asOf.age_s > STALE_S);
+      const stale = !!asOf && (asOf.stale ?? (asOf.age_s === null || asOf.age_s > STALE_S));
       document.body.classList.toggle("stale", stale);
       if (live) live.className = stale ? "live stale" : "live";
       if (updated) updated.textContent = !asOf ? "updated " + new Date().toLocaleTimeString([], {hour12: false})
