@@ -16,7 +16,7 @@ from ..core.arrays import label
 from . import _table, common, json_flag
 from ..clock import now_ms
 from ..core.errors import InvalidRequestError
-from ..core.units import age
+from ..core.units import age, within
 from ..auth.identity import current_user
 from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_options, folded, needs_some, one_job, resolve,
                      selection)
@@ -348,7 +348,7 @@ def why(ctx, job_id, fresh, timeout_s, as_json):
         click.echo(f"  promise: {promised(out['promise'])}")
     for r in out.get("reservations", []):
         if r["job"] != job["id"]:
-            click.echo(f"  reservation: job {r['job']} holds {r['node']} GPUs {r['gpus']} in ~{age(r['starts_in_s'])}")
+            click.echo(f"  reservation: job {r['job']} holds {r['node']} GPUs {r['gpus']} {within(r['starts_in_s'])}")
     if out.get("forecast"):
         from ..views.forecast import describe
 
@@ -383,7 +383,7 @@ def eta(ctx, job_id, as_json):
 def decisions(ctx, job_id, limit, as_json):
     """The scheduler's latest decisions: each start (its score breakdown and why it won) and each
     preemption (its victim, the job it made room for, how, and why)."""
-    from ..store.decisions import read_decisions
+    from ..store.decisions import placed_on, read_decisions
     from ..store.jobs import read_named
 
     if job_id is not None:  # 12_5 is element 5 of array 12; no such job is one line, not an empty table
@@ -393,8 +393,7 @@ def decisions(ctx, job_id, limit, as_json):
         click.echo(json.dumps(got, indent=1))
         return
     rows = [[time.strftime("%H:%M:%S", time.localtime(d["time"])), d["kind"], d["job"],
-             f"{d['node']}:{','.join(map(str, d['gpus']))}",
-             f"{d['score']:.1f}" if d["kind"] == "start" else f"for {d.get('for_job') or '-'}",
+             placed_on(d), f"{d['score']:.1f}" if d["kind"] == "start" else f"for {d.get('for_job') or '-'}",
              " ".join(f"{k[:4]}={v:.0f}" for k, v in d["terms"].items()) if d["kind"] == "start"
              else d.get("mode") or "graceful", d["profile"], d["why"][:80]] for d in got]
     click.echo(_table(rows, ["TIME", "KIND", "JOB", "ON", "SCORE/BY", "TERMS/MODE", "PROFILE", "WHY"]))

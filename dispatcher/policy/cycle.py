@@ -22,6 +22,7 @@ from dataclasses import replace
 from ..core.elastic import is_elastic
 from ..core.model import JobSpec
 from ..core.plan import Code, Placement, Plan, Preemption, Reservation, RunningJob, Snapshot, Verdict, taking_jobs
+from ..core.units import within
 from .backlog import Backlog, strength
 from .config import PolicyConfig
 from .elastic_count import elastic_count
@@ -303,8 +304,8 @@ class Cycle:
             resv = reserve(spec, self.index.fitting(spec), self.now)
             if resv is not None:
                 self.hold_reservation(self.index.by_name[resv.node], resv, spec.rank, spec.cpus, spec.mem_gb)
-                reason += (f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} from "
-                           f"~{max(0, resv.start_ms - self.now) / 1000:.0f}s from now")
+                reason += (f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} starting "
+                           f"{within(max(0, resv.start_ms - self.now) / 1000)}")
         if self.starving(spec):
             reason = f"starving ({self.starving(spec)}); " + reason
         self.judge(spec, code, reason, terms)

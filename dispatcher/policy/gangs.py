@@ -135,7 +135,7 @@ def _place_whole(c, spec: JobSpec, terms: dict[str, float], why: str) -> bool:
             c.resv_tries += 1
             start = _reserve_whole(c, spec)
             if start is not None:
-                reason += f"; holds whole nodes from ~{max(0, start - c.now) / 1000:.0f}s from now"
+                reason += f"; holds whole nodes starting {within(max(0, start - c.now) / 1000)}"
         _judge(c, spec, reason, terms)
         return False
     terms["fit"] = 100.0

@@ -12,6 +12,7 @@ from collections import defaultdict
 
 from ..core.model import JobSpec
 from ..core.plan import Code, NodeView, Reservation
+from ..core.units import within
 from .config import PolicyConfig
 from .fit import GpuMemo, by_family, describe_gang, describe_need
 from .node_index import NodeIndex
@@ -137,9 +138,9 @@ def blocked_reason(index: NodeIndex, spec: JobSpec, now_ms: int) -> tuple[Code, 
 
 
 def reserved_for(r: Reservation, spec: JobSpec, now_ms: int) -> str:
-    """'is reserved for job 7 from ~840s from now, and its estimate 900s does not end before then'."""
+    """'is reserved for job 7 starting in ~14 min, and its estimate 900s does not end before then'."""
     est = "it has no estimate" if spec.est_s is None else f"its estimate {spec.est_s:g}s"
-    return (f"is reserved for job {r.job_id} from ~{max(0, r.start_ms - now_ms) / 1000:.0f}s from now, and {est} "
+    return (f"is reserved for job {r.job_id} starting {within(max(0, r.start_ms - now_ms) / 1000)}, and {est} "
             f"does not end before then")
 
 

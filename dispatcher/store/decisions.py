@@ -62,3 +62,8 @@ def _decision(d) -> bool:
             and isinstance(d.get("terms", {}), dict) and all(isinstance(k, str) and num(v) for k, v in d.get(
                 "terms", {}).items())
             and all(isinstance(d.get(k, ""), str) for k in ("why", "profile", "mode", "for_job")))
+
+
+def placed_on(d: dict) -> str:
+    """Where a decision put its job, in a cell: "n1:0,1", or "n1 (no GPUs)" for a job of none."""
+    return f"{d['node']}:{','.join(map(str, d['gpus']))}" if d["gpus"] else f"{d['node']} (no GPUs)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from ..core.units import age
+from ..store.decisions import placed_on
 from ..store.nodes import node_state
 
 #: GPU rows in the report, before an "N more" line.
@@ -60,7 +61,7 @@ def report(overview: dict, queue: dict, width: int, rows: int = 12) -> str:
     lines += _gpu_rows(b["nodes"])
     lines += table("Latest decisions", ("time", "job", "where", "score", "why"),
                    [(time.strftime("%H:%M:%S", time.localtime(d["time"])), d["job"],
-                     f"{d['node']}:{','.join(map(str, d['gpus']))}",
+                     placed_on(d),
                      f"{d['score']:.1f}" if d["kind"] == "start" else "-",
                      d["why"] if d["kind"] == "start" else f"preempted ({d.get('mode')}) for job {d.get('for_job')}")
                     for d in b["decisions"][:rows // 2]], right=frozenset({1, 3}))

@@ -331,4 +331,4 @@ def test_a_job_blocked_by_cpus_reserves_from_when_the_cpus_free_up():
     assert starts == [100_000], f"reservation starts {starts} ms from now, want [100000]"
     assert "SHORT" in placed(plan), f"SHORT was not placed: {plan.verdicts}"
     v = verdict_of(plan, "BIG")
-    assert v.code is Code.NO_FIT_NOW and "~100s from now" in v.reason, f"BIG: {v.code} ({v.reason})"
+    assert v.code is Code.NO_FIT_NOW and "starting in ~100 s" in v.reason, f"BIG: {v.code} ({v.reason})"

@@ -1,0 +1,14 @@
+"""The words the views share for one thing: where a decision put a job, and when a reservation starts."""
+
+from dispatcher.core.units import within
+from dispatcher.store.decisions import placed_on
+
+
+def test_a_job_of_no_gpus_is_placed_on_its_node_not_on_an_empty_gpu_list():
+    assert placed_on({"node": "zeta", "gpus": [0, 3]}) == "zeta:0,3"
+    assert placed_on({"node": "alpha", "gpus": []}) == "alpha (no GPUs)"  # was "alpha:"
+
+
+def test_a_reservation_start_reads_as_eta_says_it_in_why_and_the_reasons():
+    # why's reservation line and the policy's reasons said "~23h59m" and "~86400s from now", eta "in ~24 h 0 min"
+    assert within(86_340) == "in ~23 h 59 min" and within(100) == "in ~100 s"
