@@ -74,9 +74,9 @@ def attach(ctx, job_id):
     from ..store import job_record, tty as streams
     from ..store.codec import decode_spec
     from ..store.requests import identity_on
-    from .select import one_job
+    from ..store.naming import record_id
 
-    job_id = one_job(ctx.client, ctx.ns, job_id)  # 12_5: element 5 of array 12, as show and logs take it
+    job_id = record_id(ctx.client, ctx.ns, job_id)  # 12_5: element 5 of array 12, as show and logs take it
     rec = job_record.read_fields(ctx.client, ctx.ns, job_id, ("spec", *job_record.OUTCOME))
     if not rec["state"]:
         raise JobNotFound(job_id)

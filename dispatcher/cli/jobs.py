@@ -16,9 +16,10 @@ from ..core.arrays import label
 from . import _table, common, json_flag
 from ..clock import now_ms
 from ..core.errors import InvalidRequestError
+from ..store.naming import record_id
 from ..core.units import age, within
 from ..auth.identity import current_user
-from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_options, folded, needs_some, one_job, resolve,
+from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_options, folded, needs_some, resolve,
                      selection)
 
 
@@ -100,7 +101,7 @@ def show(ctx, job_id, as_json):
     """One job in full."""
     from ..store.jobs import read_job
 
-    job = read_job(ctx.client, ctx.ns, one_job(ctx.client, ctx.ns, job_id))
+    job = read_job(ctx.client, ctx.ns, record_id(ctx.client, ctx.ns, job_id))
     if as_json:
         click.echo(json.dumps(job, indent=1))
         return
@@ -171,7 +172,7 @@ def preempt(ctx, job_id, force):
     from ..store.jobs import preempt_job, read_job
     from ..store.requests import act_signed, identity_on
 
-    named, job_id = job_id, one_job(ctx.client, ctx.ns, job_id)  # (12_5: element 5 of array 12)
+    named, job_id = job_id, record_id(ctx.client, ctx.ns, job_id)  # (12_5: element 5 of array 12)
     read_job(ctx.client, ctx.ns, job_id)  # JobNotFound (exit 4) here, as every command, not from the leader
     if identity_on(ctx.client, ctx.ns):
         mode = act_signed(ctx.client, ctx.ns, "preempt", current_user(), job_id, force=force)
@@ -221,7 +222,7 @@ def logs(ctx, job_id, follow, rank, tail):
     from ..store.jobs import is_final, log_trimmed, read_job, read_log, read_log_tail
 
     first = (lambda call: ride_out(call, on_wait=server_away)) if follow else (lambda call: call())
-    job_id = first(lambda: one_job(ctx.client, ctx.ns, job_id))  # (12_5: element 5 of array 12)
+    job_id = first(lambda: record_id(ctx.client, ctx.ns, job_id))  # (12_5: element 5 of array 12)
     job = first(lambda: read_job(ctx.client, ctx.ns, job_id))  # JobNotFound for a bad id
     if rank >= max(1, len(job["ranks"]), job["nodes"]) and not ctx.client.exists(keys.job_log(ctx.ns, job_id, rank)):
         # (a gang larger than any node, between attempts, has no ranks listed: the output they left counts)
@@ -319,7 +320,7 @@ def why(ctx, job_id, fresh, timeout_s, as_json):
     """Why a job waits: its score terms, its rank, what blocks it, and the decisions about it."""
     from ..views.explain import decision_words, heading, recorded, what_if
 
-    given, job_id = job_id, one_job(ctx.client, ctx.ns, job_id)
+    given, job_id = job_id, record_id(ctx.client, ctx.ns, job_id)
     out = what_if(ctx.client, ctx.ns, job_id, timeout_s) if fresh else recorded(ctx.client, ctx.ns, job_id)
     if as_json:
         click.echo(json.dumps(out, indent=1))
@@ -371,7 +372,7 @@ def eta(ctx, job_id, as_json):
     """When a pending job is expected to start, and the quickest change that would start it sooner."""
     from ..views.forecast import describe, read_eta
 
-    out = read_eta(ctx.client, ctx.ns, one_job(ctx.client, ctx.ns, job_id))  # (12_5: element 5 of array 12)
+    out = read_eta(ctx.client, ctx.ns, record_id(ctx.client, ctx.ns, job_id))  # (12_5: element 5 of array 12)
     click.echo(json.dumps(out, indent=1) if as_json else describe(out))
 
 

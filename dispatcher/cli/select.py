@@ -119,14 +119,6 @@ def named(message: str, job: dict) -> str:
     return re.sub(rf"\bjob {re.escape(job['id'])}\b", lambda _: f"job {label(job)}", message)
 
 
-def one_job(client, ns: str, text: str) -> str:
-    """The job id a single-job command (show, logs, why) means: `12_5` is element 5 of array 12."""
-    from ..core.arrays import element_name
-    from ..store.jobs import read_named
-
-    return read_named(client, ns, [text])[0]["id"] if element_name(text) else text
-
-
 def folded(jobs: list[dict]) -> list[tuple[str, dict, list[dict]]]:
     """Queue rows: (the ID shown, the job a row is about, the jobs it stands for). An array is one row,
     12_[0-99%8], where its first element listed was, about its oldest pending element (else its
