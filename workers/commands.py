@@ -30,6 +30,10 @@ def handle(sup, entry_id, cmd: dict) -> None:
         run.acks.append(entry_id)
         if kind == "cancel":  # a cancel wins over any other reason (but stale)
             run.stop_as(Stopping.CANCEL, cmd)
+        elif cmd.get("mode") == "forced":  # `preempt --force` in a grace: kill it now, for the reason it stops
+            sup.stop_run(run, 0, signal.SIGKILL)
+            log.info("job %s: stopping (%s); killed now by a forced %s from %s", job_id, run.stopping.value, kind,
+                     cmd.get("by", "a user"))
         return
     elif kind in ("preempt", "shrink") and not _marked_preempting(sup, run):
         log.warning("control %s for job %s: its record is not marked preempting at epoch %d; ignored",

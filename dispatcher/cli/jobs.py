@@ -17,10 +17,10 @@ from . import _table, common, json_flag
 from ..clock import now_ms
 from ..core.errors import InvalidRequestError
 from ..store.naming import record_id
-from ..core.units import age, within
+from ..core.units import age
 from ..auth.identity import current_user
-from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_options, folded, needs_some, resolve,
-                     selection)
+from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_options, folded, needs_some, not_found,
+                     resolve, selection)
 
 
 @click.command()
@@ -42,8 +42,9 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
     from ..store.ended import read_first_attempts
 
     sel = selection(job_ids, users, states, names, teams)
+    missing: list[str] = []  # (ids that name no job: one line each after the table, exit 4, as squeue -j)
     jobs = resolve(ctx.client, ctx.ns, sel, include_final=show_all or bool(sel.states - set(STATE_GROUPS["active"])),
-                   limit=limit)
+                   limit=limit, missing=missing)
     pending = [j for j in jobs if j["state"] == "pending"]
     more = len(pending) - limit if sel.ids or sel.filtered else \
         (tolerant(lambda: ctx.client.zcard(keys.jobs_pending(ctx.ns)), 0) or 0) - len(pending)
@@ -52,7 +53,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
         jobs = [j for j in jobs if j["id"] not in cut]
     if as_json:
         click.echo(json.dumps(jobs, indent=1))
-        return
+        return say_missing(missing)
     now = time.time()
     rows = []
     rest = published.read(ctx.client, ctx.ns)["rest_reason"] or ""  # why the jobs the last cycle did not reach wait
@@ -83,6 +84,15 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
                    f"such as -u USER, --name GLOB)")
     for line in report(ctx.client, ctx.ns):
         click.echo(line)
+    say_missing(missing)
+
+
+def say_missing(missing: list[str]) -> None:
+    """After what was found: one error line per id (or run of ids) that names no job, and exit 4."""
+    for line in not_found(missing):
+        click.echo(f"dispatch: error: {line}", err=True)
+    if missing:
+        sys.exit(errors.EXIT_NOT_FOUND)
 
 
 def _held(j: dict) -> str:
@@ -173,12 +183,14 @@ def preempt(ctx, job_id, force):
     from ..store.requests import act_signed, identity_on
 
     named, job_id = job_id, record_id(ctx.client, ctx.ns, job_id)  # (12_5: element 5 of array 12)
-    read_job(ctx.client, ctx.ns, job_id)  # JobNotFound (exit 4) here, as every command, not from the leader
+    job = read_job(ctx.client, ctx.ns, job_id)  # JobNotFound (exit 4) here, as every command, not from the leader
     if identity_on(ctx.client, ctx.ns):
         mode = act_signed(ctx.client, ctx.ns, "preempt", current_user(), job_id, force=force)
     else:
         mode = preempt_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms(), force=force, by=f"operator {current_user()}")
-    click.echo(f"{named}: {mode} preemption sent to its node")
+    being = f"; it is being cancelled ({cancel_sent(job)}): it ends cancelled, not requeued" \
+        if job["cancel_requested"] else ""  # (finish.lua keeps a cancel asked while it ran)
+    click.echo(f"{named}: {mode} preemption sent to its node{being}")
 
 
 @click.command()
@@ -282,16 +294,24 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
     """Wait for jobs to end (by id or range, or the pending and running jobs the filters pick). Prints
     nothing if all succeeded, else one line per job that did not. Exits 0 if all succeeded; for one
     job, with its own exit code (as `tsp -w`; 128 + N if signal N killed it, as a shell says; 1 if it
-    was cancelled or lost)."""
+    was cancelled or lost). An id that names no job is one error line, and the others are waited for
+    (exit 4 if they all succeeded)."""
     from ..api import Client
     from ..core.units import parse_duration
     from ..store.connect import ride_out
 
     timeout_s = None if timeout is None else parse_duration(timeout, flag="--timeout")
     sel = needs_some(selection(job_ids, users, states, names, teams), "wait for")
-    ids = ride_out(lambda: [j["id"] for j in resolve(ctx.client, ctx.ns, sel, include_final=False)],  # (filters
-                   on_wait=server_away)  # alone: the queue's; a server restarting as it starts is waited for too)
-    if not ids:
+    missing: list[str] = []  # (ids that name no job: said first, the rest waited for, exit 4 unless one failed)
+
+    def found() -> list[str]:  # (filters alone: the queue's)
+        missing.clear()
+        return [j["id"] for j in resolve(ctx.client, ctx.ns, sel, include_final=False, missing=missing)]
+
+    ids = ride_out(found, on_wait=server_away)  # (a server restarting as it starts is waited for too)
+    for line in not_found(missing):
+        click.echo(f"dispatch: error: {line}", err=True)
+    if not ids and not missing:
         click.echo("dispatch: no job matches", err=True)
     client = Client(ctx.url, ctx.ns)
     try:
@@ -305,96 +325,4 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
         click.echo(f"{label(j)}: {j['state']}{code}" + (f": {j['reason']}" if j["reason"] else ""), err=True)
     if failed and len(ids) == 1 and failed[0]["state"] == "failed" and failed[0]["exit_code"]:
         sys.exit(min(errors.exit_status(int(failed[0]["exit_code"])), 255))  # killed by a signal N: 128 + N
-    sys.exit(errors.EXIT_FAILED if failed else errors.EXIT_OK)
-
-
-@click.command()
-@click.argument("job_id")
-@click.option("--fresh", is_flag=True, help="Run the policy now on the whole queue (a what-if; slow on a long "
-              "queue) instead of showing what the scheduler decided at its last cycle.")
-@click.option("--timeout", "timeout_s", default=60.0, show_default=True, type=click.FloatRange(0.1, 3600),
-              help="With --fresh: give up after this many seconds.")
-@json_flag
-@common
-def why(ctx, job_id, fresh, timeout_s, as_json):
-    """Why a job waits: its score terms, its rank, what blocks it, and the decisions about it."""
-    from ..views.explain import decision_words, heading, recorded, what_if
-
-    given, job_id = job_id, record_id(ctx.client, ctx.ns, job_id)
-    out = what_if(ctx.client, ctx.ns, job_id, timeout_s) if fresh else recorded(ctx.client, ctx.ns, job_id)
-    if as_json:
-        click.echo(json.dumps(out, indent=1))
-        return
-    job = out["job"]
-    click.echo(heading(job, given))  # (an array's element as 12_5; an array's id says which element answers)
-    o = out.get("outcome")
-    if o:
-        total = sum(out["weights"].values()) or 1.0
-        if o.get("terms"):
-            parts = " + ".join(f"{k} {v:.1f}x{out['weights'].get(k, 0):g}" for k, v in o["terms"].items())
-            click.echo(f"  score {o['score']:.1f} = ({parts}) / {total:g}")
-        if o.get("rank"):
-            when = f" (its verdict since {time.strftime('%H:%M:%S', time.localtime(o['since']))})" \
-                if o.get("since") else ""
-            click.echo(f"  rank {o['rank']}{when} of {out['pending']} pending, profile {out['profile']!r} "
-                       f"({out['policy_source']}), {out['live_nodes']} live nodes")
-        if o["code"] == "would_start":
-            click.echo(f"  would start now on {o['node']} GPUs {o['gpus']} ({o['reason']}); "
-                       "the scheduler places it at its next cycle")
-        else:
-            click.echo(f"  blocked ({o['code']}): {o['reason']}")
-    if out.get("promise"):
-        from ..policy.promises import describe as promised
-
-        click.echo(f"  promise: {promised(out['promise'])}")
-    for r in out.get("reservations", []):
-        if r["job"] != job["id"]:
-            click.echo(f"  reservation: job {r['job']} holds {r['node']} GPUs {r['gpus']} {within(r['starts_in_s'])}")
-    if out.get("forecast"):
-        from ..views.forecast import describe
-
-        click.echo(f"  forecast: {describe(out['forecast'], with_job=False)}")
-    for d in out["decisions"]:
-        click.echo(f"  decision {time.strftime('%H:%M:%S', time.localtime(d['time']))}: {decision_words(d, job['id'])}")
-    if out.get("as_of"):
-        a = out["as_of"]
-        click.echo("  as of the scheduler's last cycle, " + (
-            f"{time.strftime('%H:%M:%S', time.localtime(a['at']))} ({age(a['age_s'])} ago)" if a["at"] else "none yet")
-            + ("; STALE: is the scheduler running? (dispatch top)" if a["stale"] else "")
-            + f"; --fresh runs the policy now, dispatch eta {label(job)} forecasts its start")
-
-
-@click.command()
-@click.argument("job_id")
-@json_flag
-@common
-def eta(ctx, job_id, as_json):
-    """When a pending job is expected to start, and the quickest change that would start it sooner."""
-    from ..views.forecast import describe, read_eta
-
-    out = read_eta(ctx.client, ctx.ns, record_id(ctx.client, ctx.ns, job_id))  # (12_5: element 5 of array 12)
-    click.echo(json.dumps(out, indent=1) if as_json else describe(out))
-
-
-@click.command()
-@click.option("--job", "job_id", default=None, help="Only decisions about this job.")
-@click.option("--limit", default=20, type=click.IntRange(1, 2000), show_default=True)
-@json_flag
-@common
-def decisions(ctx, job_id, limit, as_json):
-    """The scheduler's latest decisions: each start (its score breakdown and why it won) and each
-    preemption (its victim, the job it made room for, how, and why)."""
-    from ..store.decisions import placed_on, read_decisions
-    from ..store.jobs import read_named
-
-    if job_id is not None:  # 12_5 is element 5 of array 12; no such job is one line, not an empty table
-        job_id = read_named(ctx.client, ctx.ns, [job_id])[0]["id"]
-    got = read_decisions(ctx.client, ctx.ns, job_id=job_id, limit=limit)
-    if as_json:
-        click.echo(json.dumps(got, indent=1))
-        return
-    rows = [[time.strftime("%H:%M:%S", time.localtime(d["time"])), d["kind"], d["job"],
-             placed_on(d), f"{d['score']:.1f}" if d["kind"] == "start" else f"for {d.get('for_job') or '-'}",
-             " ".join(f"{k[:4]}={v:.0f}" for k, v in d["terms"].items()) if d["kind"] == "start"
-             else d.get("mode") or "graceful", d["profile"], d["why"][:80]] for d in got]
-    click.echo(_table(rows, ["TIME", "KIND", "JOB", "ON", "SCORE/BY", "TERMS/MODE", "PROFILE", "WHY"]))
+    sys.exit(errors.EXIT_FAILED if failed else errors.EXIT_NOT_FOUND if missing else errors.EXIT_OK)

@@ -41,6 +41,24 @@ def test_unknown_ids_in_a_list_or_range_are_one_line_each_and_the_jobs_that_exis
     assert now[3]["hold"] and not now[2]["hold"], "element 3 stayed held, 2 was released"
 
 
+def test_queue_and_wait_show_and_wait_for_the_jobs_that_exist_and_name_each_missing_id(cli):
+    a = cli.submit("--gpus", "0", "--name", "there", "--", "true")  # no node: it stays pending
+
+    p = cli.run("queue", a, "999", check=False)  # as squeue -j: the jobs found, then one line per id not found
+    assert p.returncode == 4 and [line.split()[0] for line in p.stdout.splitlines()] == ["ID", a], p
+    assert p.stderr == "dispatch: error: no job with id '999' (see `dispatch queue` for the jobs that exist)\n"
+    p = cli.run("queue", a, "998", "--json", check=False)
+    assert p.returncode == 4 and [j["id"] for j in json.loads(p.stdout)] == [a] and "998" in p.stderr, p
+
+    p = cli.run("wait", a, "999", "--timeout", "1", check=False)  # the missing id said first; the rest waited for
+    assert p.returncode == 5 and p.stderr.splitlines()[0].endswith("no job with id '999' (see `dispatch queue` for "
+                                                                   "the jobs that exist)"), p
+    assert f"job {a} (pending)" in p.stderr, p.stderr
+    cli.run("cancel", a)
+    p = cli.run("wait", "999", check=False)  # nothing to wait for: not found, not "no job matches" and exit 0
+    assert (p.returncode, len(p.stderr.splitlines())) == (4, 1) and "'999'" in p.stderr, p
+
+
 @pytest.mark.slow
 def test_an_arrays_elements_are_named_by_index_in_refusals_hints_wait_and_history(cli):
     cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")

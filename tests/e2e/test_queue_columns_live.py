@@ -34,3 +34,7 @@ def test_a_requeued_job_waits_submit_to_first_start_and_a_cancel_in_its_grace_is
     assert reason.startswith("cancelling (sent at ") and reason.endswith(", grace 30s)"), reason
     again = cli.run("cancel", stubborn)
     assert again.stdout == f"{stubborn}: already being cancelled ({reason[len('cancelling ('):]}\n", again.stdout
+    forced = cli.run("preempt", "--force", stubborn)  # kill it now rather than at the end of its grace
+    assert forced.stdout == (f"{stubborn}: forced preemption sent to its node; it is being cancelled "
+                             f"({reason[len('cancelling ('):-1]}): it ends cancelled, not requeued\n"), forced.stdout
+    cli.wait_for(lambda: cli.show(stubborn)["state"] == "cancelled", timeout=15, what="the job to end cancelled")
