@@ -72,3 +72,14 @@ def test_a_job_that_sigkills_itself_fails_once_with_137_and_is_not_rerun(cli, tm
     assert (shown["state"], shown["exit_code"], shown["reason"], shown["attempt"]) == ("failed", -9, reason, 0)
     time.sleep(1)
     assert ran.read_text() == "ran\n"
+
+
+def test_a_job_that_fails_for_its_lost_attempts_has_no_exit_code_of_its_own_and_wait_says_1(cli):
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    job = cli.submit("--retries", "0", "--hang-timeout", "2s", "--grace", "1", "--", "sleep", "60")  # it hangs
+    p = cli.run("wait", job, "--timeout", "40", check=False)
+    assert p.returncode == 1 and "gave up after 1 lost attempts" in p.stderr, p  # (was 137: dispatch's own kill)
+    shown = cli.show(job)
+    assert (shown["state"], shown["exit_code"]) == ("failed", None), shown
+    assert [a["outcome"] for a in shown["attempts"]] == ["lost"], shown["attempts"]  # the attempt keeps its signal

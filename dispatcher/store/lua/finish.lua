@@ -107,10 +107,11 @@ if A[7] == '1' or lost then
   end
   redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s_lost', math.max(0, now - since) * ngpus / 1000)
 end
+local code = A[4]  -- the job's exit code; none of its own when it fails for its lost attempts
 if lost then
   local n = redis.call('HINCRBY', KEYS[1], 'lost', 1)
   if n > tonumber(A[10]) then
-    new_state = 'failed'
+    new_state, code = 'failed', ''  -- (the attempt keeps the signal dispatch or the node's loss gave it)
     reason = reason .. '; gave up after ' .. n .. ' lost attempts (retries ' .. A[10] .. ')'
   end
 end
@@ -137,7 +138,7 @@ if new_state == 'pending' then
   redis.call('ZADD', KEYS[4], score, ARGV[1])
 else
   if A[10] ~= '' then redis.call('HINCRBY', KEYS[1], 'epoch', 1) end  -- fence a copy cut off with its node
-  redis.call('HSET', KEYS[1], 'state', new_state, 'exit_code', A[4], 'finished_ms', ARGV[5],
+  redis.call('HSET', KEYS[1], 'state', new_state, 'exit_code', code, 'finished_ms', ARGV[5],
              'reason', reason)
   local ended = ({succeeded = KEYS[10], failed = KEYS[11], cancelled = KEYS[12]})[new_state]
   if ended then redis.call('ZADD', ended, ARGV[5], ARGV[1]) end
