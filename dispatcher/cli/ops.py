@@ -230,6 +230,10 @@ def worker(ctx, node, secret_file, admins, **node_opts):
 
 
 def _dashboard_options(fn):
+    fn = click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+                      help="Also answer dashboard requests whose Host header is NAME (a reverse proxy's name; "
+                           "repeatable). Others than localhost, the address it listens on, IP addresses and, on "
+                           "0.0.0.0, this machine's names are refused.")(fn)
     fn = click.option("--allow-cancel", is_flag=True,
                       help="Let the page cancel jobs and requeue ended ones (with identity on: the owner's or an "
                            "admin's token).")(fn)
@@ -270,9 +274,6 @@ def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None, rec
 @click.option("--access-key-file", default=None, envvar="DISPATCH_DASHBOARD_KEY_FILE", type=click.Path(dir_okay=False),
               help="Show the page only to who gives the key in this file (chmod 600), as `dispatch up` does: "
                    "?key=KEY once, or Authorization: Bearer KEY.")
-@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
-              help="Also answer requests whose Host header is NAME (a reverse proxy's name; repeatable). Others "
-                   "than localhost, --host, IP addresses and, on 0.0.0.0, this machine's names are refused.")
 @_dashboard_options
 @common
 def dashboard(ctx, host, port, access_key_file, allowed_hosts, allow_cancel, alerts):
@@ -311,8 +312,8 @@ def dashboard(ctx, host, port, access_key_file, allowed_hosts, allow_cancel, ale
 @_policy_option
 @_secret_option
 @common
-def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path, allow_cancel, alerts, policy_path,
-       secret_file, admins, **node_opts):
+def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path, allowed_hosts, allow_cancel, alerts,
+       policy_path, secret_file, admins, **node_opts):
     """All in one: embedded Redis (unless --redis is given), the scheduler and a local node agent, restarted
     if they die. One per state directory ($DISPATCH_HOME): a second one refuses. Locked: only you can reach
     it, unless --shared (docs/security.md)."""
@@ -351,7 +352,7 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
         try:
             # the host's other users reach 127.0.0.1 too: the page shows itself to the key's holders only
             web = _serve_dashboard(ctx, "127.0.0.1", dashboard_port, allow_cancel, alerts,
-                                   access_key=secrets.token_urlsafe(24), record_url=True)
+                                   access_key=secrets.token_urlsafe(24), record_url=True, allowed_hosts=allowed_hosts)
         except errors.ConfigError as e:  # a taken port costs the page, not the cluster
             click.echo(f"dispatch: warning: no dashboard: {e} (--dashboard-port 0 takes any free one)", err=True)
             return None

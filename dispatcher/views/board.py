@@ -329,7 +329,9 @@ class Board:
         events = [(job[k], what) for k, what in (("submitted_at", "submitted"), ("assigned_at", "assigned"),
                                                   ("started_at", "started"), ("checkpoint_at", "checkpoint"),
                                                   ("last_preempted_at", "preempted"), ("finished_at", job["state"]),
-                                                  ("requeued_at", f"requeued by {job.get('requeued_by')}"))
+                                                  ("requeued_at", f"requeued by {job.get('requeued_by')}"),
+                                                  ("cancel_requested_at", f"cancel sent to its node (grace "
+                                                                          f"{job.get('grace_s') or 0:g}s)"))
                   if job.get(k)]
         for a in job["attempts"]:
             if a.get("ended_at"):

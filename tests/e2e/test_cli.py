@@ -147,13 +147,26 @@ def test_wait_exits_with_the_jobs_own_code_and_128_plus_the_signal_that_killed_i
     assert p.stderr.strip() == f"{killed}: failed: killed by signal SIGABRT", p.stderr
 
 
+def _status(url: str, host: str, key: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    ask = urllib.request.Request(url, headers={"Host": host, "Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(ask, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 def test_up_needs_no_redis_and_other_commands_find_it(tmp_path):
     """The README's first command: `dispatch up` with the embedded server, then submit from another shell."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")}
     env.update(DISPATCH_HOME=str(tmp_path), PYTHONUNBUFFERED="1")
     dispatch = [sys.executable, "-m", "dispatcher"]
     log = open(tmp_path / "up.log", "wb")
-    up = subprocess.Popen(dispatch + ["up", "--fake-gpus", "2xA100-40GB", "--node", "box"], env=env, stdout=log,
+    up = subprocess.Popen(dispatch + ["up", "--fake-gpus", "2xA100-40GB", "--node", "box", "--dashboard-port", "0",
+                                      "--allowed-host", "gpus.example"], env=env, stdout=log,
                           stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
@@ -170,6 +183,11 @@ def test_up_needs_no_redis_and_other_commands_find_it(tmp_path):
         assert waited.returncode == 0, waited.stdout + waited.stderr + (tmp_path / "up.log").read_text()
         assert run("logs", job).stdout.strip() in ("0", "1")
         url = json.loads((tmp_path / "server.json").read_text())["url"]
+        page = (tmp_path / "dashboard.url").read_text().strip()  # http://127.0.0.1:PORT/?key=KEY
+        base, key = page.split("?key=")
+        port = base.split(":")[2].strip("/")
+        for host, status in ((f"gpus.example:{port}", 200), (f"other.example:{port}", 403)):  # behind a proxy
+            assert _status(base + "api/config", host, key) == status, host
     finally:
         os.killpg(up.pid, signal.SIGTERM)
         try:

@@ -17,7 +17,7 @@ def row(cli, job: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_requeued_job_waits_submit_to_first_start_and_a_cancel_in_its_grace_is_shown_and_not_sent_again(cli):
+def test_a_requeued_job_waits_submit_to_first_start_and_a_cancel_in_its_grace_is_shown_and_not_sent_again(cli, client):
     cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")
     cli.start("scheduler")
     done = cli.submit("--gpus", "0", "--", "true")
@@ -34,6 +34,10 @@ def test_a_requeued_job_waits_submit_to_first_start_and_a_cancel_in_its_grace_is
     assert reason.startswith("cancelling (sent at ") and reason.endswith(", grace 30s)"), reason
     again = cli.run("cancel", stubborn)
     assert again.stdout == f"{stubborn}: already being cancelled ({reason[len('cancelling ('):]}\n", again.stdout
+    from dispatcher.views.board import Board
+
+    page = Board(client, cli.ns).job(stubborn)  # the dashboard's job page: its timeline says so too
+    assert [e["what"] for e in page["timeline"]][-1] == "cancel sent to its node (grace 30s)", page["timeline"]
     forced = cli.run("preempt", "--force", stubborn)  # kill it now rather than at the end of its grace
     assert forced.stdout == (f"{stubborn}: forced preemption sent to its node; it is being cancelled "
                              f"({reason[len('cancelling ('):-1]}): it ends cancelled, not requeued\n"), forced.stdout
