@@ -61,9 +61,9 @@ class Cli:
         env.update(extra)
         return env
 
-    def run(self, *args, check: bool = True, timeout: float = 60, **env) -> subprocess.CompletedProcess:
+    def run(self, *args, check: bool = True, timeout: float = 60, cwd=None, **env) -> subprocess.CompletedProcess:
         p = subprocess.run([sys.executable, "-m", "dispatcher", *args], env=self.env(**env), capture_output=True,
-                           text=True, timeout=timeout)
+                           text=True, timeout=timeout, cwd=cwd)
         if check and p.returncode != 0:
             raise AssertionError(f"dispatch {' '.join(args)} exited {p.returncode}: {p.stderr.strip()}")
         return p

@@ -7,19 +7,21 @@ import click
 
 
 def resources(priority: str = "normal"):
-    """--name, --team, --gpus, --gpu-type, --gpu-mem, --cpus, --mem, --priority (default `priority`), --time."""
+    """--name, --team, --gpus, --gpu-type, --gpu-mem, --cpus, --mem, --priority (default `priority`), --time;
+    -J, -c and -t as Slurm's (--job-name, --cpus-per-task, --time)."""
     options = [
-        click.option("--name", default=None, help="A name for the job."),
+        click.option("--name", "-J", "name", default=None, help="A name for the job."),
         click.option("--team", default=None, help="Team, for quotas."),
-        click.option("--gpus", default="0", metavar="N|MIN-MAX",
+        click.option("--gpus", default="0", metavar="N|MIN-MAX", show_default=True,
                      help="Number of GPUs, all on one node (0: CPU only); a range (1-8) lets the scheduler choose. "
                           "With --nodes: the total. More than any node has: as many whole nodes as they fill."),
         click.option("--gpu-type", default=None, metavar="T", help="Acceptable GPU families, e.g. A100 or 'A100|H100'."),
-        click.option("--gpu-mem", default="0", metavar="GB", help="Minimum memory of each GPU, in GB."),
-        click.option("--cpus", default="1", metavar="N", help="CPU cores (a gang: on each node)."),
-        click.option("--mem", default="0", metavar="GB", help="Host memory, in GB (a gang: on each node)."),
+        click.option("--gpu-mem", default="0", metavar="GB", help="Minimum memory of each GPU, in GB (or 40G, 512M)."),
+        click.option("--cpus", "-c", "cpus", default="1", metavar="N", show_default=True,
+                     help="CPU cores (a gang: on each node)."),
+        click.option("--mem", default="0", metavar="GB", help="Host memory, in GB (or 64G, 512M; a gang: on each node)."),
         click.option("--priority", default=priority, metavar="P", help="critical, high, normal or low."),
-        click.option("--time", default=None, metavar="DURATION",
+        click.option("--time", "-t", "time", default=None, metavar="DURATION",
                      help="Run-time limit of each attempt (Slurm's --time): the checkpoint signal at the limit less "
                           "the job's grace (submit's --grace), SIGKILL at the limit, and the job fails: 90s, 15m, 3h, 1d, or Slurm's forms: "
                           "30 (a bare number is minutes), 30:00, 1:00:00, 2-12, 2-12:00:00."),

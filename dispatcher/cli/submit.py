@@ -5,6 +5,7 @@ checked there: a gang's --nodes, --gpus-per-node and --gpus against each other t
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 import click
@@ -48,7 +49,7 @@ from ..auth.identity import caller_dir, current_user
 @click.option("--array", default=None, metavar="SPEC",
               help="A job array: one job per index, e.g. 0-99%8 (at most 8 at once) or 1,3,5-9; each gets "
                    "DISPATCH_ARRAY_INDEX. Prints the array's id.")
-@click.option("--output", default=None, metavar="PATTERN",
+@click.option("--output", "-o", "output", default=None, metavar="PATTERN",
               help="Also append the output to this file on the node as it runs (Slurm's): %j job id, %A array "
                    "id, %a index, %u user, %x name, %n node, %r rank, %% a %; relative to --cwd. E.g. logs/%x-%j.out.")
 @click.option("--notify", default=None, metavar="CMD|URL",
@@ -97,6 +98,7 @@ def submit(ctx, from_file, command, **flags):
                           or s.array_of != specs[i - 1].array_of))  # an array: its id (its first element's)
     if not inside:
         sys.stdout.flush()
+        warn_about_the_command(list(command), here)
         warn_if_no_node_could_hold(ctx, specs, ids)
         warn_if_a_dependency_failed(ctx, specs, ids)
 
@@ -126,6 +128,34 @@ def _from_lines(from_file, defaults: dict, build) -> list:
         raise InvalidRequestError(f"--from {from_file.name}: no jobs in it; give one JSON object a line, e.g. "
                                   '{"command": ["python", "train.py"], "gpus": 1}', field="--from")
     return specs
+
+
+def warn_about_the_command(command: list[str], here: str) -> None:
+    """A warning on stderr for a command as a Slurm or task-spooler user may write it, which the node
+    would not run as they mean: a script in this folder named without ./ (the node looks it up on its
+    PATH), a shell line given as one word (no shell reads it), a script whose #SBATCH lines would be
+    taken as flags (dispatch reads none)."""
+    import os
+    import shutil
+
+    if not command:
+        return
+    first = command[0]
+    path = os.path.join(here, first)
+    if "/" not in first and not shutil.which(first) and os.path.isfile(path):
+        click.echo(f"dispatch: warning: {first!r} is not on PATH: the node runs it only if its PATH has it; "
+                   f"for the file in this folder: dispatch submit ... -- ./{first}", err=True)
+    elif len(command) == 1 and any(c in first for c in " ;|&<>$") and not os.path.exists(path):
+        click.echo(f"dispatch: warning: {first!r} is run as one program's name, not by a shell; for a shell "
+                   f"line: dispatch submit ... -- sh -c {shlex.quote(first)}", err=True)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except OSError:
+        return
+    if head.startswith(b"#!") and b"\n#SBATCH" in head:
+        click.echo(f"dispatch: warning: {first} has #SBATCH lines, which dispatch does not read: give them as "
+                   "submit's flags (--gpus, --time, --name, --output, --array)", err=True)
 
 
 def warn_if_no_node_could_hold(ctx, specs, ids) -> None:

@@ -8,6 +8,7 @@ the submit time.
 from __future__ import annotations
 
 import functools
+import math
 import re
 
 from .errors import InvalidRequestError
@@ -89,6 +90,28 @@ def _number(value, flag: str, *, lo: float, hi: float, integer: bool):
     if not lo <= n <= hi:
         raise InvalidRequestError(f"{flag}: {n} is out of range; allowed {lo:g} to {hi:g}", field=flag)
     return n
+
+
+_UNITS = {"": 1.0, "g": 1.0, "gb": 1.0, "gib": 1.0, "m": 1 / 1024, "mb": 1 / 1024, "mib": 1 / 1024,
+          "t": 1024.0, "tb": 1024.0, "tib": 1024.0}
+
+
+def _gigabytes(value, flag: str, *, hi: float) -> float:
+    """A size in GB: a number (GB), or with a unit as Slurm's users write it: 40G, 40GB, 512M, 1T
+    (binary multiples, as Slurm's)."""
+    if isinstance(value, str):
+        text = value.strip()
+        number = text.rstrip("GgMmTtBbIi")
+        unit = text[len(number):].lower()
+        if unit:
+            if unit not in _UNITS or not number.strip():
+                raise InvalidRequestError(f"{flag}: {value!r} is not a size; give GB (40), or 40G, 512M, 1T",
+                                          field=flag)
+            gb = round(_number(number.strip(), flag, lo=-math.inf, hi=math.inf, integer=False) * _UNITS[unit], 6)
+            if not 0 <= gb <= hi:
+                raise InvalidRequestError(f"{flag}: {value.strip()} is out of range; allowed 0 to {hi:g} GB", field=flag)
+            return gb
+    return _number(value, flag, lo=0, hi=hi, integer=False)
 
 
 def _label(value: str, flag: str) -> str:
@@ -184,9 +207,9 @@ def check_options(
         env=env_pairs(env),
         gpus=_number(gpus, "--gpus", lo=0, hi=MAX_GPUS, integer=True),
         gpu_types=parse_gpu_types(_gpu_type_text(gpu_type)),
-        gpu_mem_gb=_number(gpu_mem_gb, "--gpu-mem", lo=0, hi=MAX_GPU_MEM_GB, integer=False),
+        gpu_mem_gb=_gigabytes(gpu_mem_gb, "--gpu-mem", hi=MAX_GPU_MEM_GB),
         cpus=_number(cpus, "--cpus", lo=0, hi=MAX_CPUS, integer=True),
-        mem_gb=_number(mem_gb, "--mem", lo=0, hi=1e7, integer=False),
+        mem_gb=_gigabytes(mem_gb, "--mem", hi=1e7),
         priority=parse_priority(priority),
         est_s=est_s,
         checkpointable=bool(checkpointable),

@@ -1,0 +1,45 @@
+"""What a Slurm or task-spooler user types at `dispatch submit`: Slurm's short flags and sizes with units
+work; a command the node would not run as they mean (a script without ./, a shell line as one word, a
+script's #SBATCH lines) is submitted with a one-line warning saying what to write instead."""
+
+from __future__ import annotations
+
+import os
+
+
+def test_slurms_short_flags_and_sizes_with_units_are_taken(cli):
+    job = cli.submit("-J", "train", "-c", "2", "-t", "30:00", "--mem", "4G", "--gpu-mem", "512M", "--gpus", "1",
+                     "-o", "out-%j.txt", "--", "true")
+    shown = cli.show(job)
+    assert (shown["name"], shown["cpus"], shown["time_limit_s"], shown["mem_gb"], shown["gpu_mem_gb"]) == \
+        ("train", 2, 1800, 4.0, 0.5), shown
+    for bad in ("4X", "G", "-1G"):
+        p = cli.run("submit", "--mem", bad, "--", "true", check=False)
+        assert p.returncode == 2 and p.stderr.startswith("dispatch: error: --mem: ") and \
+            len(p.stderr.splitlines()) == 1, (bad, p.stderr)
+
+
+def test_a_command_the_node_would_not_run_as_meant_is_submitted_with_a_warning(cli, tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --gpus=2\n#SBATCH --job-name=x\necho hi\n")
+    os.chmod(script, 0o755)
+
+    p = cli.run("submit", "job.sh", cwd=tmp_path)  # not on PATH: the node looks it up there
+    assert p.stdout.strip().isdigit(), p
+    assert p.stderr.splitlines() == [
+        "dispatch: warning: 'job.sh' is not on PATH: the node runs it only if its PATH has it; for the file in "
+        "this folder: dispatch submit ... -- ./job.sh",
+        "dispatch: warning: job.sh has #SBATCH lines, which dispatch does not read: give them as submit's flags "
+        "(--gpus, --time, --name, --output, --array)"], p.stderr
+
+    p = cli.run("submit", "--", "./job.sh", cwd=tmp_path)
+    assert p.stderr.splitlines() == [
+        "dispatch: warning: ./job.sh has #SBATCH lines, which dispatch does not read: give them as submit's flags "
+        "(--gpus, --time, --name, --output, --array)"], p.stderr
+
+    p = cli.run("submit", "sleep 1; echo hi", cwd=tmp_path)  # task-spooler's way: ts runs it through a shell
+    assert p.stderr == ("dispatch: warning: 'sleep 1; echo hi' is run as one program's name, not by a shell; for a "
+                        "shell line: dispatch submit ... -- sh -c 'sleep 1; echo hi'\n"), p.stderr
+
+    p = cli.run("submit", "--", "sh", "-c", "echo hi", cwd=tmp_path)  # as meant: nothing to say
+    assert (p.returncode, p.stderr) == (0, ""), p
