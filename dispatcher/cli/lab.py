@@ -124,15 +124,17 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
 @filter_options
 @common
 def history(ctx, as_csv, as_json, since, users, states, names, teams):
-    """Jobs that ran to an end: who, what, how they ended (-u, --state, --name, --team to filter, as
-    sacct's); --csv replays a lab's own week in `dispatch simulate`."""
+    """Jobs that ended: who, what, how they ended (-u, --state, --name, --team to filter, as sacct's);
+    one that never started (a command that could not start, a failed dependency, cancelled while
+    pending) ran '-'. --csv, the jobs that ran, replays a lab's own week in `dispatch simulate`."""
     from . import _table
     from ..core.arrays import label
     from ..core.units import rough
 
     if as_csv and as_json:
         raise InvalidRequestError("give --csv or --json, not both", field="--csv")
-    jobs, rows = history_rows(ctx.client, ctx.ns, since, selection((), users, states, names, teams))
+    jobs, rows = history_rows(ctx.client, ctx.ns, since, selection((), users, states, names, teams),
+                              ran_only=as_csv)  # (a trace holds work: a job that never ran has none)
     if as_csv:
         from ..sim.workload import format_trace
 
@@ -142,15 +144,16 @@ def history(ctx, as_csv, as_json, since, users, states, names, teams):
         click.echo(json.dumps(rows, indent=1))
     else:
         click.echo(_table([[label({**r, "id": r["job_id"]}), r["name"] or "-", r["user"], r["team"] or "-", r["priority"], r["num_gpus"],
-                            "|".join(r["gpu_type"]) or "any", rough(r["duration_s"]), r["state"],
+                            "|".join(r["gpu_type"]) or "any", rough(r["duration_s"]) if r["ran"] else "-", r["state"],
                             "-" if r["exit_code"] is None else r["exit_code"]] for r in rows],
                           ["ID", "NAME", "USER", "TEAM", "CLASS", "GPUS", "GPU TYPE", "RAN", "STATE", "EXIT"]))
 
 
-def history_rows(client, ns: str, since: str | None, sel=None) -> tuple[list, list[dict]]:
-    """Jobs that ran to an end (those `sel`, a core.selection.Selection, picks) as TraceJobs (submit times
-    from the first one; the run time over every attempt, accounting.work_s) and as plain rows (those
-    fields and state, exit_code, team, name)."""
+def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool = True) -> tuple[list, list[dict]]:
+    """Jobs that ran to an end (those `sel`, a core.selection.Selection, picks; without `ran_only`, those
+    that ended without starting too) as TraceJobs (submit times from the first one; the run time over
+    every attempt, accounting.work_s) and as plain rows (those fields and state, exit_code, team, name,
+    ran: whether it started)."""
     from dataclasses import asdict
 
     from ..sim.workload import TraceJob
@@ -161,7 +164,7 @@ def history_rows(client, ns: str, since: str | None, sel=None) -> tuple[list, li
     since_ms = None
     if since:
         since_ms = int(max(0.0, time.time() - parse_duration(since, flag="--since")) * 1000)  # (before 1970: all)
-    found = [r for r in read_history(client, ns, since_ms) if sel is None or sel.matches(r)]
+    found = [r for r in read_history(client, ns, since_ms, ran_only=ran_only) if sel is None or sel.matches(r)]
     first = min((r["submitted_at"] for r in found), default=0.0)
     jobs = [TraceJob(r["id"], round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
                      round(max(0.001, work_s(r)), 3), tuple(r["gpu_types"]), r["priority"])
@@ -170,7 +173,8 @@ def history_rows(client, ns: str, since: str | None, sel=None) -> tuple[list, li
     rows = [{names.get(k, k): v for k, v in asdict(j).items()} | {"state": r["state"], "exit_code": r["exit_code"],
                                                                    "team": r["team"], "name": r["name"],
                                                                    "array_of": r["array_of"],
-                                                                   "array_index": r["array_index"]}
+                                                                   "array_index": r["array_index"],
+                                                                   "ran": bool(r["started_at"])}
             for j, r in zip(jobs, found)]
     return jobs, rows
 

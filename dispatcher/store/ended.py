@@ -86,11 +86,12 @@ def read_first_attempts(client, ns: str, job_ids: list[str]) -> dict[str, list[d
             if isinstance(raw, bytes)}
 
 
-def read_history(client, ns: str, since_ms: int | None = None) -> list[dict]:
+def read_history(client, ns: str, since_ms: int | None = None, *, ran_only: bool = True) -> list[dict]:
     """Jobs submitted from `since_ms` on that ran to an end (succeeded, failed, or cancelled while they
-    ran: with start and finish times), oldest first."""
+    ran: with start and finish times), oldest first; without `ran_only`, those that ended without
+    starting too (a command that could not start, a failed dependency, cancelled while pending)."""
     views, _ = read_ended(client, ns, submitted_since_ms=since_ms)
-    return [j for j in views if j["started_at"] and j["finished_at"]]
+    return [j for j in views if j["finished_at"] and (j["started_at"] or not ran_only)]
 
 
 def read_accounting(client, ns: str, since_ms: int, until_ms: int) -> dict:

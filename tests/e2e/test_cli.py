@@ -223,6 +223,21 @@ def test_history_exports_finished_jobs_that_the_simulator_replays(cli, tmp_path)
     assert json.loads(out.stdout)["policies"]["dispatch"]["finished"] == 2
 
 
+def test_history_lists_jobs_that_ended_without_starting_and_its_trace_leaves_them_out(cli):
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    ran = cli.submit("--name", "ran", "--", "true")
+    typo = cli.submit("--name", "typo", "--", "/no/such/binary")  # fails as it starts: sacct -s FAILED lists it
+    assert cli.run("wait", ran, typo, "--timeout", "30", check=False).returncode == 1
+    never = cli.submit("--name", "never", "--gpus", "4", "--", "true")  # no node holds it: cancelled pending
+    cli.run("cancel", never)
+    rows = {line.split()[1]: line.split() for line in cli.run("history").stdout.splitlines()[1:]}
+    assert sorted(rows) == ["never", "ran", "typo"], rows
+    assert [rows[n][7:9] for n in ("typo", "never")] == [["-", "failed"], ["-", "cancelled"]], rows
+    assert [r["name"] for r in json.loads(cli.run("history", "-t", "failed", "--json").stdout)] == ["typo"]
+    assert [line.split(",")[0] for line in cli.run("history", "--csv").stdout.splitlines()[1:]] == [ran]
+
+
 def test_submit_from_a_jsonl_file_is_all_or_nothing(cli, tmp_path):
     good = tmp_path / "jobs.jsonl"
     good.write_text('{"command": ["true"], "gpus": 1}\n\n{"command": ["echo", "hi"], "name": "two"}\n')
