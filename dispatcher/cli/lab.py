@@ -120,7 +120,8 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
 @click.option("--csv", "as_csv", is_flag=True, help="Print them in the trace format (which `dispatch simulate` "
               "replays), with the columns state, exit_code and team after it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of the table.")
-@click.option("--since", default=None, metavar="DURATION", help="Only jobs submitted this long ago or later (e.g. 7d).")
+@click.option("--since", default=None, metavar="DURATION|DATE",
+              help="Only jobs submitted this long ago or later (7d), or from this date (2026-12-01, 2026-12-01T09:30).")
 @filter_options
 @common
 def history(ctx, as_csv, as_json, since, users, states, names, teams):
@@ -158,12 +159,13 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
 
     from ..sim.workload import TraceJob
     from ..core.accounting import work_s
-    from ..core.units import parse_duration
+    from ..core.units import seconds_ago
     from ..store.ended import read_history
 
     since_ms = None
     if since:
-        since_ms = int(max(0.0, time.time() - parse_duration(since, flag="--since")) * 1000)  # (before 1970: all)
+        now = time.time()
+        since_ms = int(max(0.0, now - seconds_ago(since, now, flag="--since")) * 1000)  # (before 1970: all)
     found = [r for r in read_history(client, ns, since_ms, ran_only=ran_only) if sel is None or sel.matches(r)]
     first = min((r["submitted_at"] for r in found), default=0.0)
     jobs = [TraceJob(r["id"], round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
@@ -180,9 +182,10 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
 
 
 @click.command()
-@click.option("--since", default="7d", show_default=True, metavar="DURATION",
-              help="The window: jobs that ended this long ago or later (30d, 12h).")
-@click.option("--until", default=None, metavar="DURATION", help="...and this long ago or earlier (default: now).")
+@click.option("--since", default="7d", show_default=True, metavar="DURATION|DATE",
+              help="The window: jobs that ended this long ago or later (30d, 12h), or from this date (2026-12-01).")
+@click.option("--until", default=None, metavar="DURATION|DATE",
+              help="...and this long ago or earlier, or up to this date (default: now).")
 @click.option("--by", default="user", show_default=True, metavar="user|team|class|gpu-type",
               help="Group by user, team, priority class, or the GPU type the job ran on.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV (hours and seconds as numbers, the total last).")
@@ -196,7 +199,7 @@ def report(ctx, since, until, by, as_csv, as_json):
     """
     from . import _table
     from ..core import accounting
-    from ..core.units import age, parse_duration
+    from ..core.units import age, seconds_ago
     from ..store.ended import read_accounting
 
     accounting.check_by(by)
@@ -204,8 +207,8 @@ def report(ctx, since, until, by, as_csv, as_json):
         raise InvalidRequestError("give --csv or --json, not both", field="--csv")
     now = time.time()
     # A window that opens before 1970 is everything, as for history and tune (nothing is older).
-    lo = max(0.0, now - parse_duration(since, flag="--since"))
-    hi = now - parse_duration(until, flag="--until") if until else now
+    lo = max(0.0, now - seconds_ago(since, now, flag="--since"))
+    hi = now - seconds_ago(until, now, flag="--until") if until else now
     if hi <= lo:
         raise InvalidRequestError(f"--until {until} is not after --since {since}", field="--until")
     got = read_accounting(ctx.client, ctx.ns, int(lo * 1000), int(hi * 1000))

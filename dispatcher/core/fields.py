@@ -72,7 +72,9 @@ def parse_job_ids(value, flag: str) -> tuple[str, ...]:
         job_id = str(item).strip() if isinstance(item, (str, int)) and not isinstance(item, bool) else ""
         for one in expand_ids([job_id]) if "[" in job_id else [job_id]:
             if not one or not _JOB_ID.fullmatch(one):
-                raise InvalidRequestError(f"{flag}: {item!r} is not a job id", field=flag)
+                slurm = " (Slurm's afterok:ID is --after ID, afterany:ID --after-any ID)" \
+                    if one.lower().startswith("after") else ""
+                raise InvalidRequestError(f"{flag}: {item!r} is not a job id{slurm}", field=flag)
             if one not in ids:
                 ids.append(one)
     if len(ids) > MAX_DEPENDENCIES:

@@ -43,3 +43,12 @@ def test_a_command_the_node_would_not_run_as_meant_is_submitted_with_a_warning(c
 
     p = cli.run("submit", "--", "sh", "-c", "echo hi", cwd=tmp_path)  # as meant: nothing to say
     assert (p.returncode, p.stderr) == (0, ""), p
+
+
+def test_slurms_dependency_form_and_dates_get_a_line_that_says_what_to_write(cli):
+    p = cli.run("submit", "--after", "afterok:1", "--", "true", check=False)
+    assert (p.returncode, p.stderr) == (2, "dispatch: error: --after: 'afterok:1' is not a job id (Slurm's "
+                                           "afterok:ID is --after ID, afterany:ID --after-any ID)\n"), p
+    assert cli.run("report", "--since", "2026-01-01", "--csv").stdout.startswith("user,gpu_hours,")  # sreport's dates
+    p = cli.run("history", "--since", "2026-13-01", check=False)
+    assert p.returncode == 2 and p.stderr.startswith("dispatch: error: --since: '2026-13-01' is not a date"), p

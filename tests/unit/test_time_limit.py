@@ -113,3 +113,19 @@ def test_dispatch_submit_says_what_is_wrong_with_time_in_one_line(argv, words):
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"dispatch: error: {words}")
     assert len(done.stderr.strip().splitlines()) == 1 and "Usage" not in done.stderr and not done.stdout
+
+
+def test_a_windows_edge_is_a_duration_or_a_date_as_sacct_takes_it():
+    import datetime
+
+    from dispatcher.core.units import seconds_ago
+
+    now = datetime.datetime(2026, 12, 6, 12, 0).timestamp()
+    assert seconds_ago("7d", now, flag="--since") == 7 * 86400
+    assert seconds_ago("2026-12-01", now, flag="--since") == 5 * 86400 + 12 * 3600
+    assert seconds_ago("2026-12-06T09:30", now, flag="--since") == 2.5 * 3600
+    assert seconds_ago("2026-12-06 11:59:30", now, flag="--until") == 30
+    assert seconds_ago("2027-01-01", now, flag="--until") == 0  # to come: now
+    for bad in ("2026-13-01", "2026-02-30", "yesterday"):
+        with pytest.raises(InvalidRequestError, match="^--since: "):
+            seconds_ago(bad, now, flag="--since")
