@@ -11,7 +11,7 @@ from . import common
 from .select import filter_options, selection
 from ..core.errors import InvalidRequestError
 from ..sim.workload import MAX_CLUSTER_GPUS
-from .sim_options import check_options, parse_ckpt_cost, write_json
+from .sim_options import check_options, parse_ckpt_cost, policy_names, write_json
 
 
 @click.command()
@@ -63,11 +63,7 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
     check_options(click.get_current_context(), suite, export_dir)
     if time_scale != time_scale:  # nan passes FloatRange
         raise InvalidRequestError("--time-scale: give a number from 0.001 to 1000", field="--time-scale")
-    names = [n.strip() for n in (policy if compare is None else compare).split(",") if n.strip()]
-    if not names:  # --compare '' or ',', --policy '': no policy to run
-        flag = "--policy" if compare is None else "--compare"
-        raise InvalidRequestError(f"{flag}: no policy named; give e.g. {flag} "
-                                  f"{'dispatch' if compare is None else 'fifo,dispatch'} (or leave it out)", field=flag)
+    names = policy_names(policy, compare)
     if suite and export_dir:
         from ..lab.suite_run import export
 
@@ -158,6 +154,7 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
     from dataclasses import asdict
 
     from ..sim.workload import TraceJob
+    from ..core.arrays import label
     from ..core.accounting import work_s
     from ..core.units import seconds_ago
     from ..store.ended import read_history
@@ -168,7 +165,7 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
         since_ms = int(max(0.0, now - seconds_ago(since, now, flag="--since")) * 1000)  # (before 1970: all)
     found = [r for r in read_history(client, ns, since_ms, ran_only=ran_only) if sel is None or sel.matches(r)]
     first = min((r["submitted_at"] for r in found), default=0.0)
-    jobs = [TraceJob(r["id"], round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
+    jobs = [TraceJob(label(r), round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
                      round(max(0.001, work_s(r)), 3), tuple(r["gpu_types"]), r["priority"])
             for r in found]
     names = {"job_id": "job_id", "submit_s": "submit_time_s", "gpus": "num_gpus", "gpu_types": "gpu_type"}

@@ -79,7 +79,8 @@ def test_an_arrays_elements_are_named_by_index_in_refusals_hints_wait_and_histor
     cli.run("cancel", a)
     cli.wait_for(lambda: queued(cli, a)[0]["state"] == "cancelled", what="element 0 cancelled")
     rows = [line.split()[0] for line in cli.run("history").stdout.splitlines()[1:]]
-    assert rows == [f"{a}_0"], rows
+    assert rows == [f"{a}_0", f"{a}_1", f"{a}_2"], rows  # (1 and 2 ended without starting: RAN -)
+    assert [line.split(",")[0] for line in cli.run("history", "--csv").stdout.splitlines()[1:]] == [f"{a}_0"]
 
 
 @pytest.mark.slow
