@@ -5,7 +5,9 @@ Definitions (seconds unless named otherwise):
   it was not making progress (waiting, and checkpoint save/restore after preemptions).
 - makespan = last end - first submit.  utilization = busy GPU-time / (GPUs x makespan).
 - fragmentation = GPU-time that was free while the best-ranked waiting job could not
-  start, / (GPUs x makespan): GPUs free but unusable by the head job.
+  start, / (GPUs x makespan): GPUs free but unusable by the head job. Both it and
+  utilization count the timeline up to the makespan's end only (a job that never starts
+  keeps ticks going after the last end), so each is a share from 0 to 1.
 - jain_fairness = Jain's index over users' mean slowdowns (JCT / duration): 1 is equal.
 - gpu_hours_lost = work killed by forced preemptions + checkpoint save and restore time.
 """
@@ -71,8 +73,9 @@ def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float) -> dict:
     busy = frag = 0.0
     tl = result.timeline
     for (t, _, b, f), (t2, _, _, _) in zip(tl, tl[1:] + [(end, 0, 0, 0)]):
-        busy += b * max(0.0, t2 - t)
-        frag += f * max(0.0, t2 - t)
+        span = max(0.0, min(t2, end) - t)  # nothing past the makespan's end: the denominator stops there
+        busy += b * span
+        frag += f * span
     cap = result.total_gpus * makespan
     by_user, by_class = defaultdict(list), defaultdict(list)
     for j in done:
