@@ -1,5 +1,6 @@
 """What `dispatch simulate` takes of its options: which each way of running reads (an option given that
-the way does not read is an error, not silently dropped), --out's file, --ckpt-cost's two durations."""
+the way does not read is an error, not silently dropped), --compare's names, --out's file, --ckpt-cost's two
+durations."""
 
 from __future__ import annotations
 
@@ -52,6 +53,25 @@ def check_options(ctx: click.Context, suite: bool, export_dir: str | None) -> No
         flag = "--gpus" if "gpus" in given else "--gpus-per-node"
         raise InvalidRequestError(f"give the cluster as --gpus N [--gpus-per-node G] or as --nodes SPEC, not both "
                                   f"({flag} with --nodes)", field=flag)
+
+
+def policy_names(policy: str, compare: str | None) -> list[str]:
+    """The policies to run: --policy's one, or --compare's list; an empty or repeated name in the list is
+    refused (',,' is a typo, and a name twice would silently run once)."""
+    flag, text = ("--policy", policy) if compare is None else ("--compare", compare)
+    names = [n.strip() for n in text.split(",")]
+    if not any(names):  # --compare '' or ',', --policy ''
+        raise InvalidRequestError(f"{flag}: no policy named; give e.g. {flag} "
+                                  f"{'dispatch' if compare is None else 'fifo,dispatch'} (or leave it out)", field=flag)
+    if compare is None:
+        return [n for n in names if n]
+    if "" in names:
+        raise InvalidRequestError(f"--compare: {compare!r} has an empty name; give the policies with one comma "
+                                  f"between each, e.g. fifo,dispatch", field="--compare")
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise InvalidRequestError(f"--compare: {twice!r} is named twice; name each policy once", field="--compare")
+    return names
 
 
 def write_json(path: str | None, obj: dict) -> None:

@@ -243,7 +243,11 @@ def test_a_suite_week_whose_trace_is_not_in_the_traces_folder_is_refused_not_lef
     (["--compare", ","], "--compare: no policy named"),
     (["--compare", ""], "--compare: no policy named"),  # was: the --policy default, as if --compare were not given
     (["--policy", ""], "--policy: no policy named"),
-], ids=["comma", "empty-compare", "empty-policy"])
+    (["--compare", "fifo,,dispatch"], "--compare: 'fifo,,dispatch' has an empty name; give the policies with one "
+                                      "comma between each, e.g. fifo,dispatch"),
+    (["--compare", "fifo,"], "--compare: 'fifo,' has an empty name"),
+    (["--compare", "fifo,fifo"], "--compare: 'fifo' is named twice; name each policy once"),  # was: one row
+], ids=["comma", "empty-compare", "empty-policy", "empty-name", "trailing-comma", "twice"])
 def test_an_empty_policy_list_is_refused_not_an_empty_table(t1, monkeypatch, capsys, args, words):
     assert words in refused(monkeypatch, capsys, "simulate", t1, "--gpus", 4, *args)
 
