@@ -27,7 +27,7 @@ def simulate(trace: list[TraceJob], nodes, policies: list[SimPolicy], *, estimat
     base = out["policies"].get("fifo")
     if base and base["avg_jct_s"]:
         for m in out["policies"].values():
-            m["jct_vs_fifo"] = round(m["avg_jct_s"] / base["avg_jct_s"], 3)
+            m["jct_vs_fifo"] = None if m["avg_jct_s"] is None else round(m["avg_jct_s"] / base["avg_jct_s"], 3)
     return out
 
 

@@ -9,6 +9,9 @@ Definitions (seconds unless named otherwise):
   utilization count the timeline up to the makespan's end only (a job that never starts
   keeps ticks going after the last end), so each is a share from 0 to 1.
 - jain_fairness = Jain's index over users' mean slowdowns (JCT / duration): 1 is equal.
+
+A figure with no sample (no job finished: no JCT, wait, makespan or Jain; no job of 8+ GPUs
+finished: no p99 wait of them) is None, not 0: a policy that finished nothing must not look best.
 - gpu_hours_lost = work killed by forced preemptions + checkpoint save and restore time.
 """
 
@@ -28,15 +31,28 @@ def pct(values, q: float) -> float:
     return v[min(len(v) - 1, max(0, int(round(q / 100.0 * (len(v) - 1)))))]
 
 
-def jain(values) -> float:
+def jain(values) -> float | None:
     values = [x for x in values if x > 0]
     if not values:
-        return 1.0
+        return None
     return sum(values) ** 2 / (len(values) * sum(x * x for x in values))
 
 
 def _waits(jobs):
     return [j.end_s - j.trace.submit_s - j.trace.duration_s for j in jobs]
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _mean(values) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _p(values, q: float) -> float | None:
+    """pct, or None for no values."""
+    return pct(values, q) if values else None
 
 
 def _summary(jobs) -> dict:
@@ -70,6 +86,7 @@ def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float) -> dict:
     start = min((j.trace.submit_s for j in result.jobs), default=0.0)
     end = max([j.end_s for j in done] + [result.stalled_at_s or start], default=start)  # a stalled run: its stop
     makespan = max(1e-9, end - start)
+    spanned = end > start  # else no job finished: no makespan, so no share of it busy or fragmented
     busy = frag = 0.0
     tl = result.timeline
     for (t, _, b, f), (t2, _, _, _) in zip(tl, tl[1:] + [(end, 0, 0, 0)]):
@@ -93,18 +110,18 @@ def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float) -> dict:
         # a few of the jobs that never ended (too big for the cluster, a GPU type it lacks), for the table's note
         "unfinished_examples": [_what(j.trace) for j in result.jobs if j.end_s is None][:3],
         "stalled_at_s": result.stalled_at_s,  # None, or when the run stopped (sim/engine.py STALL_WINDOW_S)
-        "avg_jct_s": round(statistics.fmean(jcts), 1) if jcts else 0.0,
-        "p50_jct_s": round(pct(jcts, 50), 1),
-        "p99_jct_s": round(pct(jcts, 99), 1),
-        "avg_wait_s": round(statistics.fmean(waits), 1) if waits else 0.0,
-        "p99_wait_s": round(pct(waits, 99), 1),
-        "makespan_s": round(makespan, 1),
-        "utilization": round(busy / cap, 4) if cap else 0.0,
-        "fragmentation": round(frag / cap, 4) if cap else 0.0,
-        "jain_fairness": round(jain(slowdowns.values()), 4),
+        "avg_jct_s": _rounded(_mean(jcts), 1),
+        "p50_jct_s": _rounded(_p(jcts, 50), 1),
+        "p99_jct_s": _rounded(_p(jcts, 99), 1),
+        "avg_wait_s": _rounded(_mean(waits), 1),
+        "p99_wait_s": _rounded(_p(waits, 99), 1),
+        "makespan_s": round(makespan, 1) if spanned else None,
+        "utilization": round(busy / cap, 4) if spanned else None,
+        "fragmentation": round(frag / cap, 4) if spanned else None,
+        "jain_fairness": _rounded(jain(slowdowns.values()), 4),
         "preemptions": preemptions,
         "gpu_hours_lost": round(lost_s / 3600.0, 2),
-        "p99_wait_8plus_gpus_s": round(pct(_waits(big), 99), 1),
+        "p99_wait_8plus_gpus_s": _rounded(_p(_waits(big), 99), 1),
         "cycles": result.cycles,
         "estimate_error": estimate_error(result.estimates, len(result.jobs)),
         "per_class": {c: _summary(by_class[c]) for c in reversed(PRIORITIES) if by_class.get(c)},

@@ -62,7 +62,7 @@ def row(metrics: dict, bases: dict[str, dict]) -> dict:
            "classes": {c: {"avg_wait_s": s["avg_wait_s"], "p99_wait_s": s["p99_wait_s"], "jobs": s["jobs"]}
                        for c, s in metrics["per_class"].items()}}
     for name, b in bases.items():
-        if b["avg_jct_s"]:
+        if b["avg_jct_s"] and metrics["avg_jct_s"] is not None:
             out[f"vs_{name}"] = round(metrics["avg_jct_s"] / b["avg_jct_s"], 3)
     if metrics.get("stalled_at_s"):
         out["stalled"] = stalled_note("", metrics).lstrip()
@@ -71,7 +71,8 @@ def row(metrics: dict, bases: dict[str, dict]) -> dict:
 
 def _limits(r: dict, bases: dict[str, dict]) -> dict[str, tuple[float, float | None, bool]]:
     """Each promise as (value, limit, strict): kept when value < limit (strict) or <= limit; a limit of
-    None (a baseline that did not run) keeps it, and a class the workload lacks has value 0."""
+    None (a baseline that did not run, or finished none of those jobs) keeps it, a value of None (this
+    policy finished none of them) breaks it, and a class the workload lacks has value 0."""
     cls = r["classes"]
     fifo, easy, las = bases.get("fifo"), bases.get("fifo-easy"), bases.get("las")
     fifo_low = fifo and fifo["per_class"].get("low")
@@ -82,21 +83,28 @@ def _limits(r: dict, bases: dict[str, dict]) -> dict[str, tuple[float, float | N
         "high<=5m": (cls.get("high", {}).get("avg_wait_s", 0.0), 300.0, False),
         "low p99<=1.5x fifo": (cls.get("low", {}).get("p99_wait_s", 0.0),
                                fifo_low and 1.5 * fifo_low["p99_wait_s"] + 60, False),
-        "8+ p99<=fifo-easy": (r["p99_wait_8plus_gpus_s"], easy and easy["p99_wait_8plus_gpus_s"] + 60, False),
+        "8+ p99<=fifo-easy": (r["p99_wait_8plus_gpus_s"], _plus(easy and easy["p99_wait_8plus_gpus_s"], 60), False),
     }
+
+
+def _plus(limit: float | None, slack: float) -> float | None:
+    return None if limit is None else limit + slack
 
 
 def promises(r: dict, bases: dict[str, dict]) -> dict[str, bool]:
     """Which of the default's promises `r` (a row) keeps on its workload; a promise about a class
     the workload lacks, or a baseline that did not run, is kept. A run that stalled breaks "finishes"."""
-    kept = {k: not lim or (v < lim if strict else v <= lim) for k, (v, lim, strict) in _limits(r, bases).items()}
+    kept = {k: not lim or (v is not None and (v < lim if strict else v <= lim))
+            for k, (v, lim, strict) in _limits(r, bases).items()}
     return kept | {"finishes": not r.get("stalled")}
 
 
 def shortfall(r: dict, bases: dict[str, dict]) -> dict[str, float]:
     """How far `r` misses each promise: ln(value / limit) where it is over the limit, else 0 (a JCT
-    10% above las's is 0.095; the search adds these up, so a large miss counts more than a small one)."""
-    miss = {k: math.log(v / lim) if lim and v > lim else 0.0 for k, (v, lim, _) in _limits(r, bases).items()}
+    10% above las's is 0.095; the search adds these up, so a large miss counts more than a small one); inf
+    where it finished none of the jobs the promise is about."""
+    miss = {k: 0.0 if not lim else math.inf if v is None else math.log(v / lim) if v > lim else 0.0
+            for k, (v, lim, _) in _limits(r, bases).items()}
     return miss | {"finishes": math.inf if r.get("stalled") else 0.0}
 
 
@@ -106,6 +114,10 @@ def _fmt(v) -> str:
     if isinstance(v, float) and abs(v) < 10:
         return f"{v:.3f}".rstrip("0").rstrip(".") if v else "0"
     return f"{v:,.0f}"
+
+
+def _span(seconds: float | None) -> str:
+    return "-" if seconds is None else short_span(seconds)
 
 
 def format_card(card: dict) -> str:
@@ -120,9 +132,9 @@ def format_card(card: dict) -> str:
             def wait(c):
                 s = cls.get(c)
                 return f"{short_span(s['avg_wait_s'])}/{short_span(s['p99_wait_s'])}" if s else "-"
-            lines.append([w, p + (" *" if r.get("stalled") else ""), short_span(r["avg_jct_s"]), _fmt(r.get("vs_fifo")),
+            lines.append([w, p + (" *" if r.get("stalled") else ""), _span(r["avg_jct_s"]), _fmt(r.get("vs_fifo")),
                           _fmt(r.get("vs_fifo-easy")), _fmt(r.get("vs_las")), _fmt(r.get("vs_srtf")), wait("critical"), wait("high"),
-                          wait("normal"), wait("low"), short_span(r["p99_wait_8plus_gpus_s"]), _fmt(r["jain"]),
+                          wait("normal"), wait("low"), _span(r["p99_wait_8plus_gpus_s"]), _fmt(r["jain"]),
                           str(r["preemptions"]), _fmt(r["gpu_hours_lost"])])
     widths = [max(len(x[i]) for x in [head] + lines) for i in range(len(head))]
     out = ["  ".join(h.ljust(wd) if i < 2 else h.rjust(wd) for i, (h, wd) in enumerate(zip(x, widths)))

@@ -150,12 +150,13 @@ def _mean(pairs) -> float:
 
 def combine(runs: list[dict]) -> dict:
     """One figure per metric over several simulated runs (workloads x seeds): means weighted by each
-    run's finished jobs (per class, by the class's jobs), p99s included."""
+    run's finished jobs (per class, by the class's jobs), p99s included. A run that finished no job
+    weighs nothing; one that finished no job of 8+ GPUs counts their p99 wait as 0 (none waited)."""
     out = {"jobs": round(statistics.fmean(m["finished"] for m in runs)) if runs else 0}
     for k in ("avg_jct_s", "avg_wait_s", "p99_wait_s", "p99_wait_8plus_gpus_s"):
-        out[k] = round(_mean((m[k], m["finished"]) for m in runs), 1)
+        out[k] = round(_mean((m[k] or 0.0, m["finished"]) for m in runs), 1)
     for k in ("jain_fairness", "utilization"):
-        out[k] = round(_mean((m[k], m["finished"]) for m in runs), 4)
+        out[k] = round(_mean((m[k] or 0.0, m["finished"]) for m in runs), 4)
     out["preemptions"] = round(statistics.fmean(m["preemptions"] for m in runs), 1) if runs else 0
     out["per_class"] = {}
     for c in reversed(PRIORITIES):

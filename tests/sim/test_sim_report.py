@@ -1,13 +1,15 @@
-"""What `dispatch simulate` reports of a run in which jobs never finish: shares stay shares. Reporting
-only: the policy decides the same."""
+"""What `dispatch simulate` reports of a run in which jobs never finish: shares stay shares, and a figure
+with no sample is '-' (null in JSON), not a perfect-looking 0 or Jain 1. Reporting only: the policy
+decides the same."""
 
 import random
 from dataclasses import replace
 
 from dispatcher.policy.config import PolicyConfig
-from dispatcher.sim.compare import simulate
+from dispatcher.sim.compare import simulate, table
 from dispatcher.sim.nodes import make_nodes
-from dispatcher.sim.policies import SimPolicy
+from dispatcher.sim.policies import SimPolicy, dispatch_policy, resolve
+from dispatcher.sim.suite import format_card, promises, row, shortfall
 from dispatcher.sim.workload import EstimateModel, TraceJob
 
 #: Eight GPUs all kept for high work: a normal 4-GPU job that fits the node never starts.
@@ -27,3 +29,41 @@ def test_fragmentation_stays_a_share_when_a_job_that_fits_never_starts():
     assert m["makespan_s"] == 600.0
     assert m["fragmentation"] == round(7 * 590 / (8 * 600), 4)  # 7 GPUs free while n waited, 10 s to 600 s
     assert 0.0 <= m["utilization"] <= 1.0 and m["utilization"] == 0.125
+
+
+def test_a_policy_that_finished_nothing_shows_dashes_not_the_best_figures():
+    out = run([TraceJob("a", 0, "u", 1, 10, ("H100",), "normal")], [resolve("fifo"), dispatch_policy()],
+              nodes="1x8xA100-80GB")
+    for m in out["policies"].values():
+        assert m["finished"] == 0
+        for key in ("avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_wait_s", "p99_wait_s", "p99_wait_8plus_gpus_s",
+                    "makespan_s", "utilization", "fragmentation", "jain_fairness", "jct_vs_fifo"):
+            assert m.get(key) is None, (key, m.get(key))
+    dispatch_row = table(out).splitlines()[3]
+    assert dispatch_row.split()[:8] == ["dispatch"] + ["-"] * 7 and "1.000" not in dispatch_row, dispatch_row
+
+
+def test_no_job_of_8_gpus_gives_no_p99_wait_of_them():
+    m = run(HIGH_THEN_NORMAL, [resolve("fifo")])["policies"]["fifo"]
+    assert m["finished"] == 2 and m["p99_wait_8plus_gpus_s"] is None and m["avg_jct_s"] == 600.0
+
+
+def test_compare_does_not_rank_a_policy_that_finished_nothing_as_best():
+    trace = [TraceJob("n", 0, "v", 4, 600, (), "normal")]
+    out = run(trace, [resolve("fifo"), LANE])
+    assert out["policies"]["fifo"]["jct_vs_fifo"] == 1.0 and out["policies"]["lane"]["jct_vs_fifo"] is None
+    fifo, lane = out["policies"]["fifo"], out["policies"]["lane"]
+    bases = {"fifo": fifo, "fifo-easy": fifo, "las": fifo}
+    card_row = row(lane, bases)
+    assert "vs_fifo" not in card_row
+    broken = [k for k, ok in promises(card_row, bases).items() if not ok]
+    assert broken == ["jct<las", "jct<fifo-easy"], broken
+    assert shortfall(card_row, bases)["jct<las"] == float("inf")
+    text = format_card({"workloads": {"w": {"rows": {"lane": card_row}}}, "broken": {}})
+    assert text.splitlines()[2].split()[:4] == ["w", "lane", "-", "-"], text
+
+
+def test_a_baseline_with_no_job_of_8_gpus_keeps_that_promise():
+    fifo = run(HIGH_THEN_NORMAL, [resolve("fifo")])["policies"]["fifo"]
+    bases = {"fifo": fifo, "fifo-easy": fifo, "las": fifo}
+    assert promises(row(fifo, bases), bases)["8+ p99<=fifo-easy"]
