@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from . import metrics
 from .engine import Engine
+from .nodes import never_fits
 from .policies import SimPolicy, estimates_for
 from .workload import EstimateModel, TraceJob
 
@@ -14,12 +15,13 @@ def simulate(trace: list[TraceJob], nodes, policies: list[SimPolicy], *, estimat
     seeded random.Random; every policy gets a fresh one, so all see the same estimate errors."""
     out = {"policies": {}, "results": {}, "estimates": estimates.label(), "seed": seed,
            "gpus": sum(len(g) for _, g in nodes), "nodes": len(nodes), "jobs": len(trace)}
+    cannot = never_fits(nodes)
     for p in policies:
         est = estimates_for(p, estimates)
         engine = Engine(trace, nodes, p.config_at(), name=p.name, estimates=est, rng=make_rng(seed),
                         ckpt_save_s=ckpt_save_s, ckpt_restore_s=ckpt_restore_s)
         result = engine.run()
-        m = metrics.compute(result, ckpt_save_s=ckpt_save_s, ckpt_restore_s=ckpt_restore_s)
+        m = metrics.compute(result, ckpt_save_s=ckpt_save_s, ckpt_restore_s=ckpt_restore_s, never_fits=cannot)
         m["estimates"] = est.label()
         m["oracle"] = p.oracle
         out["policies"][p.name] = m
@@ -75,11 +77,19 @@ def _fmt(v) -> str:
 
 
 def unfinished_note(name: str, m: dict) -> str:
-    """A line on a run that ended with jobs that never finished: no node of the cluster could ever hold
-    them (more GPUs than a node or the cluster has, a GPU type it lacks), or nothing freed room."""
-    return (f"{name}: {m['jobs'] - m['finished']:,} of {m['jobs']:,} jobs never finished (left out of its JCT and "
-            f"waits), e.g. {', '.join(m.get('unfinished_examples') or [])}: likely no node of this cluster could hold "
-            "them; check --gpus/--nodes and the trace's GPU types")
+    """A line on a run that ended with jobs that never finished: those no node of the cluster could ever
+    hold (more GPUs than a node or the cluster has, a GPU type it lacks), and those that fit but the
+    policy never ran to an end (held back: a reserve, a quota; or nothing freed room)."""
+    n, never = m["jobs"] - m["finished"], m["never_fit"]
+    said = [f"{name}: {n:,} of {m['jobs']:,} jobs never finished (left out of its JCT and waits)"]
+    if never:
+        said.append(f"{'' if never == n else f'{never:,} of them, '}e.g. {', '.join(m['never_fit_examples'])}: no "
+                    f"node of this cluster could ever hold them; check --gpus/--nodes and the trace's GPU types")
+    if n - never:
+        said.append(f"{'' if never == 0 else f'{n - never:,} of them, '}e.g. {', '.join(m['held_examples'])}: they "
+                    f"fit the cluster but the policy never ran them to an end (held back, e.g. by a reserve or a "
+                    f"quota, or no room was freed)")
+    return said[0] + ", " + "; ".join(said[1:])
 
 
 def stalled_note(name: str, m: dict) -> str:

@@ -79,8 +79,14 @@ def _what(t) -> str:
                                                                        else ")")
 
 
-def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float) -> dict:
+def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float, never_fits=lambda _spec: False) -> dict:
+    """The run's figures. `never_fits(spec)`: whether no node of the cluster could ever hold a job
+    (sim/nodes.never_fits), to tell apart, among the jobs that never finished, those the policy held back."""
     done = [j for j in result.jobs if j.end_s is not None]
+    never, held = [], []
+    for j in result.jobs:
+        if j.end_s is None:
+            (never if never_fits(j.spec) else held).append(j)
     jcts = [j.end_s - j.trace.submit_s for j in done]
     waits = _waits(done)
     start = min((j.trace.submit_s for j in result.jobs), default=0.0)
@@ -107,8 +113,11 @@ def compute(result, *, ckpt_save_s: float, ckpt_restore_s: float) -> dict:
     return {
         "jobs": len(result.jobs),
         "finished": len(done),
-        # a few of the jobs that never ended (too big for the cluster, a GPU type it lacks), for the table's note
-        "unfinished_examples": [_what(j.trace) for j in result.jobs if j.end_s is None][:3],
+        # the jobs that never ended, for the table's note: those no node could ever hold (too big for the
+        # cluster, a GPU type it lacks), and those that fit but were never run to an end (held back by the policy)
+        "never_fit": len(never),
+        "never_fit_examples": [_what(j.trace) for j in never[:3]],
+        "held_examples": [_what(j.trace) for j in held[:3]],
         "stalled_at_s": result.stalled_at_s,  # None, or when the run stopped (sim/engine.py STALL_WINDOW_S)
         "avg_jct_s": _rounded(_mean(jcts), 1),
         "p50_jct_s": _rounded(_p(jcts, 50), 1),

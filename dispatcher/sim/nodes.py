@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..core.model import GpuInfo
+from typing import Callable
+
+from ..core.model import GpuInfo, JobSpec
 from .workload import MAX_CLUSTER_GPUS
 
 
@@ -47,3 +49,16 @@ def make_nodes(spec: str | None, gpus: int | None, gpus_per_node: int = 8) -> li
     else:
         raise InvalidRequestError("give the cluster: --gpus N [--gpus-per-node 8] or --nodes SPEC", field="--gpus")
     return nodes
+
+
+def never_fits(nodes) -> Callable[[JobSpec], bool]:
+    """Whether no node of the cluster (make_nodes' list), empty, could ever hold a job, as the policy
+    judges it (NO_FIT_EVER, gangs across whole nodes as the simulator runs them), whatever the policy
+    in force holds back (reserves, quotas)."""
+    from ..core.plan import NodeView
+    from ..policy.fit import GpuMemo
+    from ..policy.verdicts import NeverFit
+
+    views = [NodeView(name, gpus, 1_000_000, 1e9, tuple(g.index for g in gpus), 1_000_000, 1e9)
+             for name, gpus in nodes]
+    return NeverFit(views, True, GpuMemo()).check

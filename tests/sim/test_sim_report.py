@@ -1,6 +1,6 @@
-"""What `dispatch simulate` reports of a run in which jobs never finish: shares stay shares, and a figure
-with no sample is '-' (null in JSON), not a perfect-looking 0 or Jain 1. Reporting only: the policy
-decides the same."""
+"""What `dispatch simulate` reports of a run in which jobs never finish: shares stay shares, a figure
+with no sample is '-' (null in JSON), not a perfect-looking 0 or Jain 1, and the note under the table
+tells a job no node could hold from one the policy held back. Reporting only: the policy decides the same."""
 
 import random
 from dataclasses import replace
@@ -22,6 +22,11 @@ def run(trace, policies, nodes=None, gpus=8):
                     estimates=EstimateModel.parse("oracle"), make_rng=random.Random, seed=0)
 
 
+def note_of(policy: str, out: dict) -> str:
+    """The line under the table about `policy`'s unfinished jobs."""
+    return next(line for line in table(out).splitlines() if line.startswith(f"{policy}: "))
+
+
 def test_fragmentation_stays_a_share_when_a_job_that_fits_never_starts():
     # n waits from 10 s; the run's makespan ends with h at 600 s, but ticks went on while n waited
     # (to 324,010 s): that free GPU-time was counted against a 600 s makespan (frag 540).
@@ -29,6 +34,26 @@ def test_fragmentation_stays_a_share_when_a_job_that_fits_never_starts():
     assert m["makespan_s"] == 600.0
     assert m["fragmentation"] == round(7 * 590 / (8 * 600), 4)  # 7 GPUs free while n waited, 10 s to 600 s
     assert 0.0 <= m["utilization"] <= 1.0 and m["utilization"] == 0.125
+
+
+def test_a_job_held_back_by_the_policy_is_not_blamed_on_the_cluster():
+    out = run(HIGH_THEN_NORMAL, [LANE])
+    note = note_of("lane", out)
+    assert note == ("lane: 1 of 2 jobs never finished (left out of its JCT and waits), e.g. n (4 GPUs): they fit the "
+                    "cluster but the policy never ran them to an end (held back, e.g. by a reserve or a quota, or no "
+                    "room was freed)"), note
+    assert "--gpus/--nodes" not in note
+
+
+def test_the_note_counts_jobs_no_node_holds_apart_from_jobs_held_back():
+    trace = HIGH_THEN_NORMAL + [TraceJob("huge", 1, "u", 16, 100, (), "normal"),
+                                TraceJob("h100", 2, "u", 1, 30, ("H100",), "normal")]
+    m = run(trace, [LANE])["policies"]["lane"]
+    assert (m["never_fit"], m["never_fit_examples"], m["held_examples"]) == \
+        (2, ["huge (16 GPUs)", "h100 (1 GPU of H100)"], ["n (4 GPUs)"])
+    note = note_of("lane", run(trace, [LANE]))
+    assert "3 of 4 jobs never finished" in note and "2 of them, e.g. huge (16 GPUs), h100 (1 GPU of H100): no node" \
+        in note and "1 of them, e.g. n (4 GPUs): they fit the cluster" in note, note
 
 
 def test_a_policy_that_finished_nothing_shows_dashes_not_the_best_figures():
