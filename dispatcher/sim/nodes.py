@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 from ..core.model import GpuInfo, JobSpec
 from .workload import MAX_CLUSTER_GPUS
+
+#: One part of `--nodes`: NODESxGPUSxTYPE, a node of mixed GPUs its GPUSxTYPE parts joined with '+'.
+_GPUS_OF_A_NODE = re.compile(r"[0-9]+x[^x+]", re.IGNORECASE)
 
 
 def make_nodes(spec: str | None, gpus: int | None, gpus_per_node: int = 8) -> list[tuple[str, tuple[GpuInfo, ...]]]:
@@ -22,16 +26,13 @@ def make_nodes(spec: str | None, gpus: int | None, gpus_per_node: int = 8) -> li
         parts: list[tuple[int, tuple[GpuInfo, ...]]] = []
         total = 0
         for part in (p.strip() for p in spec.split(",")):
-            count, sep, rest = part.partition("x")
-            if not sep or not count.isdigit() or int(count) < 1:
-                raise InvalidRequestError(f"--nodes: {part!r} is not NODESxGPUSxTYPE, e.g. 2x8xA100-80GB",
-                                          field="--nodes")
+            count, rest = _nodes_part(part)
             node_gpus = tuple(parse_fake_gpus(rest.replace("+", ","), flag="--nodes"))
-            total += int(count) * len(node_gpus)
+            total += count * len(node_gpus)
             if total > MAX_CLUSTER_GPUS:
                 raise InvalidRequestError(f"--nodes: {spec} is more than {MAX_CLUSTER_GPUS:,} GPUs, the most the "
                                           f"simulator takes", field="--nodes")
-            parts.append((int(count), node_gpus))
+            parts.append((count, node_gpus))
         for times, node_gpus in parts:
             kind = node_gpus[0].name.replace("NVIDIA ", "").lower().replace(" ", "-")
             for _ in range(times):
@@ -49,6 +50,33 @@ def make_nodes(spec: str | None, gpus: int | None, gpus_per_node: int = 8) -> li
     else:
         raise InvalidRequestError("give the cluster: --gpus N [--gpus-per-node 8] or --nodes SPEC", field="--gpus")
     return nodes
+
+
+def _nodes_part(part: str) -> tuple[int, str]:
+    """'2x8xA100-80GB' -> (2, '8xA100-80GB'). Each GPU kind of a node says how many: '8xA100-80GB' alone is
+    refused (it reads as 8 nodes of 1 GPU, while --fake-gpus reads it as one node of 8)."""
+    from ..core.errors import InvalidRequestError
+
+    count, sep, rest = part.partition("x")
+    if _counted(part) and not _counted(rest):  # '8xA100-80GB': GPUSxTYPE, with no NODES
+        gpus = sum(int(piece.strip().partition("x")[0]) for piece in part.split("+"))
+        old = f", or {count}x1x{rest} for {count} nodes of one" if "+" not in part and gpus > 1 else ""
+        raise InvalidRequestError(f"--nodes: {part!r} gives no GPUS per node; the form is NODESxGPUSxTYPE: write "
+                                  f"1x{part} for one node of {gpus} GPU{'s' if gpus != 1 else ''}{old}",
+                                  field="--nodes")
+    if not sep or not count.isdigit() or not _counted(rest):
+        raise InvalidRequestError(f"--nodes: {part!r} is not NODESxGPUSxTYPE (a node of mixed GPUs: GPUSxTYPE parts "
+                                  f"joined with '+'), e.g. 2x8xA100-80GB or 1x2xA100-40GB+2xV100-16GB",
+                                  field="--nodes")
+    if int(count) < 1:
+        raise InvalidRequestError(f"--nodes: {part!r}: node count {int(count)} is out of range; give at least 1 node",
+                                  field="--nodes")
+    return int(count), rest
+
+
+def _counted(gpus: str) -> bool:
+    """Whether each '+' part of `gpus` is GPUSxTYPE (a count first)."""
+    return all(_GPUS_OF_A_NODE.match(piece.strip()) for piece in gpus.split("+"))
 
 
 def never_fits(nodes) -> Callable[[JobSpec], bool]:

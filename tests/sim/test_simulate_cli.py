@@ -215,6 +215,24 @@ def test_a_cluster_over_100000_gpus_is_refused_at_once(t1, monkeypatch, capsys, 
     assert words in refused(monkeypatch, capsys, "simulate", t1, *args)
 
 
+@pytest.mark.parametrize("spec,words", [
+    # what `up --fake-gpus` reads as one node of 8, and --nodes read as 8 nodes of one GPU, silently
+    ("8xA100-80GB", "--nodes: '8xA100-80GB' gives no GPUS per node; the form is NODESxGPUSxTYPE: write 1x8xA100-80GB "
+                    "for one node of 8 GPUs, or 8x1xA100-80GB for 8 nodes of one"),
+    ("2x8xA100-80GB,2xV100-16GB+2xT4:16", "'2xV100-16GB+2xT4:16' gives no GPUS per node; the form is NODESxGPUSxTYPE: "
+                                          "write 1x2xV100-16GB+2xT4:16 for one node of 4 GPUs"),
+    ("1x2xA100-40GB+V100-16GB", "'1x2xA100-40GB+V100-16GB' is not NODESxGPUSxTYPE (a node of mixed GPUs: GPUSxTYPE"),
+    ("0x8xA100-80GB", "--nodes: '0x8xA100-80GB': node count 0 is out of range; give at least 1 node"),
+], ids=["two-parts", "mixed-two-parts", "mixed-part-uncounted", "no-nodes"])
+def test_a_nodes_part_that_is_not_nodes_x_gpus_x_type_is_refused_with_the_form_to_write(t1, monkeypatch, capsys,
+                                                                                       spec, words):
+    assert words in refused(monkeypatch, capsys, "simulate", t1, "--nodes", spec)
+
+
+def test_the_documented_nodes_forms_build_their_nodes():
+    assert [len(g) for _, g in make_nodes("2x8xA100-80GB,1x2xA100-40GB+2xV100-16GB,1x8xG2:24", None)] == [8, 8, 4, 8]
+
+
 def test_make_nodes_bounds_the_cluster_before_it_builds_a_node():
     assert sum(len(g) for _, g in make_nodes("12500x8xA100-80GB", None)) == MAX_CLUSTER_GPUS
     for spec, gpus in (("100000000x8xA100-80GB", None), (None, MAX_CLUSTER_GPUS + 1)):
