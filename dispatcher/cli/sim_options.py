@@ -86,11 +86,17 @@ def write_json(path: str | None, obj: dict) -> None:
 
 
 def parse_ckpt_cost(text: str) -> tuple[float, float]:
+    """'30s,10s' -> (30.0, 10.0): the save and the restore, both given (one value alone is refused, not
+    read as a save with no restore)."""
     from ..core.units import parse_duration
 
-    save, _, restore = text.partition(",")
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip() for p in parts):
+        raise InvalidRequestError(f"--ckpt-cost: {text!r} is not SAVE,RESTORE; give both durations, e.g. 30s,30s "
+                                  f"(or {parts[0].strip() or '30s'},0 for no restore)", field="--ckpt-cost")
+    save, restore = parts
     save_s = 0.0 if save.strip() in ("0", "0s") else parse_duration(save, flag="--ckpt-cost")
-    restore_s = 0.0 if restore.strip() in ("", "0", "0s") else parse_duration(restore, flag="--ckpt-cost")
+    restore_s = 0.0 if restore.strip() in ("0", "0s") else parse_duration(restore, flag="--ckpt-cost")
     if max(save_s, restore_s) > MAX_CKPT_S:
         raise InvalidRequestError(f"--ckpt-cost: {text!r}: a save or restore of more than 1d (86400 s)",
                                   field="--ckpt-cost")

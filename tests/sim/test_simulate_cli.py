@@ -141,6 +141,10 @@ def test_sigma_up_to_5_is_taken():
 
 @pytest.mark.parametrize("args,words", [
     (["--ckpt-cost", "1e300,1e300"], "--ckpt-cost: '1e300,1e300': a save or restore of more than 1d"),
+    (["--ckpt-cost", "30s"], "--ckpt-cost: '30s' is not SAVE,RESTORE; give both durations, e.g. 30s,30s (or 30s,0 "
+                             "for no restore)"),  # was: a save of 30 s and no restore, silently
+    (["--ckpt-cost", "30s,"], "--ckpt-cost: '30s,' is not SAVE,RESTORE"),
+    (["--ckpt-cost", "1s,2s,3s"], "--ckpt-cost: '1s,2s,3s' is not SAVE,RESTORE"),
     (["--time-scale", "nan"], "--time-scale: give a number from 0.001 to 1000"),
 ])
 def test_checkpoint_costs_and_time_scales_out_of_range_are_refused(t1, monkeypatch, capsys, args, words):
