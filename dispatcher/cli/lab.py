@@ -156,7 +156,7 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
     from ..sim.workload import TraceJob
     from ..core.arrays import label
     from ..core.accounting import work_s
-    from ..core.units import seconds_ago
+    from ..lab.window import seconds_ago
     from ..store.ended import read_history
 
     since_ms = None
@@ -196,7 +196,8 @@ def report(ctx, since, until, by, as_csv, as_json):
     """
     from . import _table
     from ..core import accounting
-    from ..core.units import age, seconds_ago
+    from ..core.units import age
+    from ..lab.window import seconds_ago
     from ..store.ended import read_accounting
 
     accounting.check_by(by)

@@ -118,7 +118,7 @@ def test_dispatch_submit_says_what_is_wrong_with_time_in_one_line(argv, words):
 def test_a_windows_edge_is_a_duration_or_a_date_as_sacct_takes_it():
     import datetime
 
-    from dispatcher.core.units import seconds_ago
+    from dispatcher.lab.window import seconds_ago
 
     now = datetime.datetime(2026, 12, 6, 12, 0).timestamp()
     assert seconds_ago("7d", now, flag="--since") == 7 * 86400
