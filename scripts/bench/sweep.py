@@ -47,7 +47,7 @@ def main() -> None:
         m = simulate(trace, nodes, [variant], estimates=est, make_rng=random.Random,
                      seed=args.seed)["policies"][variant.name]
         print(f"{time.perf_counter() - t0:6.1f}s jct={m['avg_jct_s']:.0f} vs_fifo={m['avg_jct_s'] / fifo:.3f} "
-              f"p99_wait_8plus={m['p99_wait_8plus_gpus_s']:.0f} jain={m['jain_fairness']} "
+              f"p99_wait_8plus={m['p99_wait_8plus_gpus_s'] or 0:.0f} jain={m['jain_fairness']} "  # (None: no 8+ job)
               f"util={m['utilization']} {text}", flush=True)
 
 

@@ -100,7 +100,7 @@ def main() -> None:
             r = row(results[(w, c)], {b: results[(w, b)] for b in BASELINES})
             cls = " ".join(f"{k[0]}={v['avg_wait_s']:.0f}/{v['p99_wait_s']:.0f}" for k, v in r["classes"].items())
             print(f"    {w:9s} las={r.get('vs_las'):.3f} easy={r.get('vs_fifo-easy'):.3f} fifo={r.get('vs_fifo'):.3f} "
-                  f"8+={r['p99_wait_8plus_gpus_s']:.0f}/{results[(w, 'fifo-easy')]['p99_wait_8plus_gpus_s']:.0f} "
+                  f"8+={r['p99_wait_8plus_gpus_s'] or 0:.0f}/{results[(w, 'fifo-easy')]['p99_wait_8plus_gpus_s'] or 0:.0f} "
                   f"{cls}  {','.join(broken.get(w, []))}")
     if args.loo and len(cands) > 1:
         print("\nleave-one-out:")
