@@ -53,16 +53,26 @@ def _fenced(sup, run: Running, code: int) -> None:
                **lost_attempt(run.spec))
 
 
+#: Why an interactive session that was stopped to go back to the queue ends instead: its terminal, its
+#: shell's state and its user are gone, and a rerun would hold GPUs for a shell nobody attends.
+NOT_AGAIN = "; an interactive session is not run again (dispatch shell starts a new one)"
+
+
 def _requeued(sup, run: Running, code: int) -> None:
+    if run.spec.interactive:
+        _end(sup, run, FAILED, code, f"node {sup.node} agent stopped" + NOT_AGAIN)
+        return
     _end(sup, run, PENDING, None, f"node {sup.node} agent stopped; requeued",
                checkpointable=run.spec.checkpointable)
 
 
 def _preempted(sup, run: Running, code: int) -> None:
     cmd = run.command
-    _end(sup, run, PENDING, None,
-               f"preempted ({cmd.get('mode')}) by {cmd.get('by')}: {cmd.get('reason', '')}",
-               preempted=True, keep_wait=bool(cmd.get("keep_wait", True)),
+    why = f"preempted ({cmd.get('mode')}) by {cmd.get('by')}: {cmd.get('reason', '')}"
+    if run.spec.interactive:
+        _end(sup, run, FAILED, code, why + NOT_AGAIN)
+        return
+    _end(sup, run, PENDING, None, why, preempted=True, keep_wait=bool(cmd.get("keep_wait", True)),
                checkpointable=run.spec.checkpointable)
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 import click
 
 
-def resources(priority: str = "normal"):
+def resources(priority: str = "normal", session: bool = False):
     """--name, --team, --gpus, --gpu-type, --gpu-mem, --cpus, --mem, --priority (default `priority`), --time;
-    -J, -c and -t as Slurm's (--job-name, --cpus-per-task, --time)."""
+    -J, -c and -t as Slurm's (--job-name, --cpus-per-task, --time). `session`: an interactive job's (one node)."""
     options = [
         click.option("--name", "-J", "name", default=None, help="A name for the job."),
         click.option("--team", default=None, help="Team, for quotas."),
-        click.option("--gpus", default="0", metavar="N|MIN-MAX", show_default=True,
-                     help="Number of GPUs, all on one node (0: CPU only); a range (1-8) lets the scheduler choose. "
+        click.option("--gpus", default="0", metavar="N" if session else "N|MIN-MAX", show_default=True,
+                     help="Number of GPUs, on one node (0: CPU only)." if session else
+                          "Number of GPUs, all on one node (0: CPU only); a range (1-8) lets the scheduler choose. "
                           "With --nodes: the total. More than any node has: as many whole nodes as they fill."),
         click.option("--gpu-type", default=None, metavar="T", help="Acceptable GPU families, e.g. A100 or 'A100|H100'."),
         click.option("--gpu-mem", default="0", metavar="GB", help="Minimum memory of each GPU, in GB (or 40G, 512M)."),

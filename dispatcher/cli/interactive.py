@@ -32,14 +32,17 @@ from ..auth.identity import caller_dir, current_user
 GRACE = "2s"
 #: How long a session may wait before `shell` says it is waiting, and how often the job's state is read.
 WAIT_NOTE_S, STATE_EVERY_S = 1.0, 2.0
+#: How often a session whose standard input ended (a pipe, a file) is sent ^D until it ends.
+EOF_EVERY_S = 0.5
 #: What `attach` shows first: at least this much of the newest output.
 SCREENFUL = 4096
 
 
 @click.command(context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False})
-@resources(priority="high")
-@click.option("--idle-timeout", default="1h", metavar="DURATION",
-              help="End the session after this long with no keystroke (0: never).")
+@resources(priority="high", session=True)
+@click.option("--idle-timeout", default="1h", metavar="DURATION", show_default=True,
+              help="End the session after this long with no keystroke (0: never); as --time: 90s, 15m, 30 "
+                   "(a bare number is minutes), 1:00:00.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @common
 def shell(ctx, command, idle_timeout, **flags):
@@ -59,6 +62,7 @@ def shell(ctx, command, idle_timeout, **flags):
                               env=[f"TERM={os.environ.get('TERM') or 'xterm-256color'}"])
     spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=caller_dir())
     spec = spec.filled(interactive=mode, idle_timeout_s=idle)
+    hold_stops()
     (job_id,) = submit_specs(ctx.client, ctx.ns, [spec], me)
     warn_if_no_node_could_hold(ctx, [spec], [job_id])
     session = Session(ctx, job_id, _signer(ctx, me, job_id) if identity_on(ctx.client, ctx.ns) else None)
@@ -70,7 +74,8 @@ def shell(ctx, command, idle_timeout, **flags):
 @common
 def attach(ctx, job_id):
     """Take up an interactive session (dispatch shell) again after its client went away: its last screenful
-    of output, then the terminal as before. A second attach takes the session over."""
+    of output, then the terminal as before. Two clients may be attached at once: both see the output, and
+    both type."""
     from ..store import job_record, tty as streams
     from ..store.codec import decode_spec
     from ..store.requests import identity_on
@@ -93,14 +98,10 @@ def attach(ctx, job_id):
 
 
 def _idle_seconds(text: str) -> float | None:
-    from ..core.units import parse_duration
+    """--idle-timeout in --time's forms (a bare number is minutes, as Slurm's; 1h, 30:00), 0 for never."""
+    from ..core.spec import idle_timeout_s
 
-    try:
-        if float(text) == 0:
-            return None
-    except ValueError:
-        pass
-    return parse_duration(text, flag="--idle-timeout")
+    return idle_timeout_s(text)
 
 
 def _signer(ctx, me: str, job_id: str):
@@ -110,8 +111,19 @@ def _signer(ctx, me: str, job_id: str):
     return Signer(me, client_token() or "", job_id)
 
 
+#: What cancels a session's job while its client waits for it to start: Ctrl-C, the terminal closing, a kill.
+STOPS = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def hold_stops() -> None:
+    """Before a session's job is submitted: a Ctrl-C (a hangup, a kill) waits until the job has an id, and
+    hangups_interrupt takes it then as a cancel of that job (one as the server answered left the job
+    running, with no client and no id said)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
 
 
 @contextlib.contextmanager
@@ -119,11 +131,13 @@ def hangups_interrupt():
     """While a client waits for its session (shell, notebook) to start, its terminal closing (SIGHUP) or
     a kill (SIGTERM) is a Ctrl-C: the caller cancels the job, as srun does, so that nothing starts
     later holding GPUs for nobody. Ctrl-C (SIGINT) too, even where the client was started with SIGINT
-    ignored (from a non-interactive shell's background job, which Python then leaves ignored)."""
-    kept = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)}
+    ignored (from a non-interactive shell's background job, which Python then leaves ignored); one held
+    since before the submission (hold_stops) arrives here."""
+    kept = {s: signal.getsignal(s) for s in STOPS}
     for s in kept:
         signal.signal(s, _interrupt)
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         yield
     finally:
         for s, h in kept.items():
@@ -149,13 +163,19 @@ class Session:
             self._entry(e)
         reader = threading.Thread(target=self._read_output, args=(after,), name="tty-out", daemon=True)
         reader.start()
+        saved = None  # the terminal's settings before it went raw
         try:
-            with hangups_interrupt():
-                self._wait_for_start(say_wait)
+            with hangups_interrupt():  # until the terminal is raw, a Ctrl-C (a signal) cancels the job, even one
+                self._wait_for_start(say_wait)  # pressed as it started: nobody saw its prompt yet
+                if self.result is None:
+                    saved = self._raw()  # from here a Ctrl-C is a byte, for the program on the node
         except KeyboardInterrupt:
+            self._restore(saved)
             return self._cancel()
         if self.result is None:
-            self._interact()
+            self._interact(saved)
+        else:
+            self._restore(saved)
         reader.join(1.0)
         if self.note:
             try:
@@ -169,8 +189,14 @@ class Session:
         deadline = time.monotonic() + WAIT_NOTE_S
         while self.result is None and not self.started.wait(0.05):
             if say_wait and time.monotonic() > deadline:
-                click.echo(f"waiting for a GPU: job {self.job_id} (dispatch why {self.job_id})", err=True)
                 say_wait = False
+                if self._state() == "pending":  # (not one placed, starting or failing to)
+                    click.echo(f"waiting for a GPU: job {self.job_id} (dispatch why {self.job_id})", err=True)
+
+    def _state(self) -> str:
+        from ..store import job_record
+
+        return job_record.read_fields(self.ctx.client, self.ctx.ns, self.job_id, job_record.OUTCOME)["state"]
 
     def _cancel(self) -> int:
         from ..store.jobs import cancel_job
@@ -234,13 +260,30 @@ class Session:
             os.write(self.wake_w, b"x")
 
     # -- the keyboard ------------------------------------------------------------------------------
-    def _interact(self) -> None:
-        """Raw terminal; keystrokes and resizes to the node until the session ends. The terminal is put back
-        however this ends (the session's end, an error, SIGTERM, SIGHUP or SIGQUIT sent to the client)."""
+    def _raw(self) -> list | None:
+        """The terminal raw (its settings before, to restore); None when stdin is no terminal."""
         import termios
         import tty
 
-        saved = termios.tcgetattr(self.fd) if self.is_tty else None
+        if not self.is_tty:
+            return None
+        saved = termios.tcgetattr(self.fd)
+        tty.setraw(self.fd, termios.TCSADRAIN)  # (not TCSAFLUSH: what was typed ahead goes too)
+        return saved
+
+    def _restore(self, saved: list | None) -> None:
+        import termios
+
+        if saved is not None:
+            try:
+                termios.tcsetattr(self.fd, termios.TCSADRAIN, saved)
+            except termios.error:  # the terminal is gone
+                pass
+
+    def _interact(self, saved: list | None) -> None:
+        """Keystrokes and resizes to the node (on a raw terminal: `saved`, its settings before) until the
+        session ends. The terminal is put back however this ends (the session's end, an error, SIGTERM,
+        SIGHUP or SIGQUIT sent to the client)."""
         winch_r, winch_w = os.pipe()
         handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH)}
 
@@ -250,24 +293,24 @@ class Session:
             signal.signal(s, leave)
         signal.signal(signal.SIGWINCH, lambda *_: os.write(winch_w, b"w"))
         try:
-            if saved is not None:
-                tty.setraw(self.fd, termios.TCSADRAIN)  # (not TCSAFLUSH: what was typed ahead goes too)
             self._pump(winch_r)
         finally:
-            if saved is not None:
-                try:
-                    termios.tcsetattr(self.fd, termios.TCSADRAIN, saved)
-                except termios.error:  # the terminal is gone
-                    pass
+            self._restore(saved)
             for s, h in handlers.items():
                 signal.signal(s, h)
 
     def _pump(self, winch_r: int) -> None:
         from ..store import tty as streams
 
-        ctx, watched = self.ctx, [self.fd, winch_r, self.wake_r]
+        ctx, watched, ended_at = self.ctx, [self.fd, winch_r, self.wake_r], None
         while self.result is None:
-            ready = select.select(watched, [], [], 1.0)[0]
+            ready = select.select(watched, [], [], EOF_EVERY_S if ended_at is not None else 1.0)[0]
+            if ended_at is not None and time.monotonic() - ended_at >= EOF_EVERY_S:  # standard input ended (not
+                # a terminal: `echo ls | dispatch shell`): the terminal's EOF, ^D, until the session ends, as
+                # `ssh host < file` ends. Again and again: one that reaches the node's PTY while the shell is
+                # between reads is lost, and one after a line that did not end only ends that line.
+                ended_at = time.monotonic()
+                streams.send_input(ctx.client, ctx.ns, self.job_id, "in", b"\x04", signer=self.signer)
             if winch_r in ready:
                 os.read(winch_r, 64)
                 self._send_size()
@@ -279,8 +322,9 @@ class Session:
                 if not data and self.is_tty:  # the terminal hung up: the session runs on without us
                     self._end(129, f"the terminal went away; the session runs on: dispatch attach {self.job_id}")
                     break
-                if not data:  # standard input closed (not a terminal): keep showing the output
+                if not data:  # standard input ended (not a terminal): ^D from now on (above)
                     watched.remove(self.fd)
+                    ended_at = time.monotonic() - EOF_EVERY_S
                     continue
                 streams.send_input(ctx.client, ctx.ns, self.job_id, "in", data, signer=self.signer)
 

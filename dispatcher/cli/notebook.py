@@ -51,7 +51,7 @@ class NotebookFailed(DispatcherError):
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
-@resources(priority="high")
+@resources(priority="high", session=True)
 @click.option("--python", "python", default=None, metavar="PATH",
               help="Run `PATH -m jupyterlab` (a venv's interpreter on the node); default: `jupyter lab` from the "
                    "node's PATH.")
@@ -65,7 +65,7 @@ def notebook(ctx, python, port_range, no_wait, url_of, **flags):
     (one line on stdout); stop it with dispatch cancel JOB."""
     from ..core.spec import spec_from_request
     from ..store.requests import submit_specs
-    from .interactive import hangups_interrupt
+    from .interactive import hangups_interrupt, hold_stops
     from .submit import warn_if_no_node_could_hold
 
     if url_of is not None:
@@ -77,6 +77,8 @@ def notebook(ctx, python, port_range, no_wait, url_of, **flags):
     request = session_request(flags, name=flags["name"] or "notebook", command=command_line(python, port_range, here),
                               env=[env])
     spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=here)
+    if not no_wait:
+        hold_stops()  # a Ctrl-C from here on cancels the job, once it has an id
     (job_id,) = submit_specs(ctx.client, ctx.ns, [spec], me)
     warn_if_no_node_could_hold(ctx, [spec], [job_id])
     if no_wait:

@@ -289,6 +289,17 @@ def _duration(value, flag: str, *, lo: float, hi: float = MAX_DURATION_S, parse=
     return s
 
 
+def idle_timeout_s(value) -> float | None:
+    """An interactive session's --idle-timeout, in --time's forms and bounds (a bare number is minutes, as
+    Slurm's); None (never) for 0."""
+    try:
+        if float(value) == 0:
+            return None
+    except (TypeError, ValueError):
+        pass
+    return _duration(value, "--idle-timeout", lo=1, parse=parse_time_limit)
+
+
 def _check_together(f: dict, *, elastic: bool) -> None:
     """The checks of fields against each other (and an elastic job's estimate from its scaling table)."""
     if f["scaling"] and f["est_s"] is None:  # a table's time on the most GPUs is the estimate

@@ -253,3 +253,36 @@ def test_a_shell_asking_more_gpus_than_any_node_has_waits_and_never_runs_on_seve
     os.killpg(t.proc.pid, signal.SIGINT)  # Ctrl-C while it waits: cancelled
     assert t.exit_code(timeout=45) == 130  # the cancel waits for the scheduler's answer (up to 15 s, then withdrawn)
     assert ended(cli, client, job_id)["state"] == "cancelled"
+
+
+def test_a_shell_fed_from_a_pipe_ends_at_the_end_of_its_input_as_ssh_does(node, client):
+    p = subprocess.run([sys.executable, "-m", "dispatcher", "shell", "--gpus", "1", *BASH], input="echo piped-$((6*7))\n",
+                       capture_output=True, text=True, timeout=60, env=node.env(SHELL="/bin/bash"))
+    assert p.returncode == 0 and "piped-42" in p.stdout, p  # the input's end is the terminal's ^D: bash exits
+    (job_id,) = [j for j in [only_job(client, node.ns)]]
+    assert ended(node, client, job_id)["state"] == "succeeded"
+
+
+def test_a_ctrl_c_however_soon_after_shell_starts_leaves_no_job_behind(node, client):
+    busy = node.submit("--gpus", "2", "--", "sleep", "60")  # the sessions wait: a Ctrl-C is the terminal's SIGINT
+    node.wait_for(lambda: read_job(client, node.ns, busy)["state"] == "running", what="the blocker to run")
+    for delay in (0.2, 0.3, 0.4, 0.5, 0.6, 0.8):  # (around the submission: before it, as it answers, after)
+        t = Term(node, "shell", "--gpus", "1", *BASH)
+        time.sleep(delay)
+        os.killpg(t.proc.pid, signal.SIGINT)
+        assert t.exit_code() != 0
+    sessions = [j for j in json.loads(node.run("queue", "--all", "--json").stdout) if j["id"] != busy]
+    assert {j["state"] for j in sessions} <= {"cancelled"}, sessions  # was: one left pending, its id never said
+
+
+def test_a_session_whose_agent_stops_ends_rather_than_rerun_with_nobody_at_it(node, client):
+    t = Term(node, "shell", "--gpus", "1", *BASH)
+    t.expect(PROMPT)
+    job_id = only_job(client, node.ns)
+    agent = node.procs[0]
+    agent.send_signal(signal.SIGTERM)  # as `dispatch up` stopping does: its jobs would go back to the queue
+    agent.wait(timeout=30)
+    job = ended(node, client, job_id)
+    assert (job["state"], job["reason"]) == ("failed", "node n1 agent stopped; an interactive session is not run "
+                                                      "again (dispatch shell starts a new one)"), job
+    t.expect(rb"not run again", timeout=10)

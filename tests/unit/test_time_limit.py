@@ -129,3 +129,13 @@ def test_a_windows_edge_is_a_duration_or_a_date_as_sacct_takes_it():
     for bad in ("2026-13-01", "2026-02-30", "yesterday"):
         with pytest.raises(InvalidRequestError, match="^--since: "):
             seconds_ago(bad, now, flag="--since")
+
+
+def test_a_sessions_idle_timeout_reads_as_its_time_limit_does():
+    from dispatcher.core.spec import idle_timeout_s
+
+    assert (idle_timeout_s("30"), idle_timeout_s("1:00:00"), idle_timeout_s("90s"), idle_timeout_s("0")) == \
+        (1800, 3600, 90, None)  # a bare number is minutes, as --time's; 0 is never
+    for bad in ("0.5s", "99999999d", "-1", "", "soon"):
+        with pytest.raises(InvalidRequestError, match="^--idle-timeout: "):
+            idle_timeout_s(bad)
