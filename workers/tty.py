@@ -108,18 +108,22 @@ class Terminal:
         threading.Thread(target=self._relay_input, args=(run,), name=f"tty-in-{self.job_id}", daemon=True).start()
         with open(log_path, "ab", buffering=0) as f:
             node_log = f  # (None once the disk refuses it: the session goes on)
+            screen = bytearray()  # output the terminal stream has not taken yet (a server restarting)
             while (data := self._batch()):
                 if node_log is not None:
                     node_log = outputs.write(sup, run, node_log, data, f"its log file {log_path}")
                 run.unsent += data
                 del run.unsent[:-(1 << 20)]
+                screen += data
+                del screen[:-(1 << 20)]
                 try:
                     pipe = sup.client.pipeline(transaction=False)
                     append_log(sup.client, sup.ns, self.job_id, bytes(run.unsent), pipe=pipe)
-                    streams.add_output(pipe, sup.ns, self.job_id, data)
+                    streams.add_output(pipe, sup.ns, self.job_id, bytes(screen))
                     pipe.execute()
                     run.unsent.clear()
-                except Exception as e:  # the log keeps it for the next batch or the outbox; the screen loses it
+                    screen.clear()
+                except Exception as e:  # the log and the screen keep it for the next batch (the log: or the outbox)
                     log.warning("job %s: terminal output write failed: %s", self.job_id, e)
 
     def _batch(self) -> bytes:

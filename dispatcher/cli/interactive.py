@@ -216,18 +216,19 @@ class Session:
     # -- the output ------------------------------------------------------------------------------
     def _read_output(self, after: str) -> None:
         from ..store import tty as streams
+        from ..store.connect import ride_out
 
         checked = time.monotonic()
         try:
-            while self.result is None:
-                entries = streams.read_output(self.ctx.client, self.ctx.ns, self.job_id, after, 1000)
+            while self.result is None:  # (a server restarting, as `dispatch up` does it, is waited for: a minute)
+                entries = ride_out(lambda: streams.read_output(self.ctx.client, self.ctx.ns, self.job_id, after, 1000))
                 for entry_id, e in entries:
                     after = entry_id
                     self._entry(e)
                 if self.result is None and time.monotonic() - checked > STATE_EVERY_S:
                     checked = time.monotonic()
-                    self._check_job(after)
-        except Exception as e:  # the server went away: say so, and give the terminal back
+                    ride_out(lambda: self._check_job(after))
+        except Exception as e:  # the server went away for good: say so, and give the terminal back
             self._end(1, f"lost the session's stream ({type(e).__name__}: {e}); "
                          f"take it up again with dispatch attach {self.job_id}")
 
@@ -301,6 +302,7 @@ class Session:
 
     def _pump(self, winch_r: int) -> None:
         from ..store import tty as streams
+        from ..store.connect import ride_out
 
         ctx, watched, ended_at = self.ctx, [self.fd, winch_r, self.wake_r], None
         while self.result is None:
@@ -326,7 +328,7 @@ class Session:
                     watched.remove(self.fd)
                     ended_at = time.monotonic() - EOF_EVERY_S
                     continue
-                streams.send_input(ctx.client, ctx.ns, self.job_id, "in", data, signer=self.signer)
+                ride_out(lambda: streams.send_input(ctx.client, ctx.ns, self.job_id, "in", data, signer=self.signer))
 
     def _send_size(self) -> None:
         from ..store import tty as streams
