@@ -232,7 +232,9 @@ class RequestServer:
         specs = [decode_spec(raw, key="submitted spec") for raw in raw_specs]
         for spec in specs:
             if spec.user != user:
-                raise NotAllowed(f"user {user!r} may not submit a job as {spec.user!r}")
+                raise NotAllowed(f"user {user!r} may not submit a job as {spec.user!r}: with identity on (dispatch "
+                                 "up), each user submits as themself (dispatch login); --user names another only "
+                                 "with identity off")
         write_jobs(self.client, self.ns, specs,
                    sealed=lambda job_id, stored: seal_job(self.verifier.secret, user, job_id, stored),
                    also=lambda pipe, ids: record(pipe, {"ok": True, "ids": ids}))
