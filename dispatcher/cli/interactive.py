@@ -288,8 +288,9 @@ class Session:
         winch_r, winch_w = os.pipe()
         handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGWINCH)}
 
-        def leave(signum, frame):
-            raise SystemExit(128 + signum)
+        def leave(signum, frame):  # the client goes; the session runs on (as after a closed laptop lid)
+            self._end(128 + signum, f"{signal.Signals(signum).name}: this client stops; the session runs on: "
+                                    f"dispatch attach {self.job_id}")
         for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(s, leave)
         signal.signal(signal.SIGWINCH, lambda *_: os.write(winch_w, b"w"))

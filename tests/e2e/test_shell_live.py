@@ -286,3 +286,14 @@ def test_a_session_whose_agent_stops_ends_rather_than_rerun_with_nobody_at_it(no
     assert (job["state"], job["reason"]) == ("failed", "node n1 agent stopped; an interactive session is not run "
                                                       "again (dispatch shell starts a new one)"), job
     t.expect(rb"not run again", timeout=10)
+
+
+def test_a_client_stopped_by_a_signal_says_the_session_runs_on_and_how_to_take_it_up(node, client):
+    t = Term(node, "shell", "--gpus", "1", *BASH)
+    t.expect(PROMPT)
+    job_id = only_job(client, node.ns)
+    t.proc.send_signal(signal.SIGTERM)
+    t.expect(rb"SIGTERM: this client stops; the session runs on: dispatch attach " + job_id.encode())
+    assert t.exit_code() == 128 + signal.SIGTERM
+    assert read_job(client, node.ns, job_id)["state"] == "running"
+    node.run("cancel", job_id)
