@@ -188,7 +188,11 @@ def url_now(ctx, job_id: str) -> str:
 
 
 def _failed(job_id: str, rec: dict, text: str, *, started: bool) -> None:
-    """The job ended: its reason and its log's last lines on stderr, then the one-line error."""
+    """The job ended: its reason and its log's last lines on stderr, then the one-line error (alone, for
+    an interpreter that is not there: the log's one line says no more)."""
+    if not started and rec["state"] == "failed" and (rec["reason"] or "").startswith("cannot start '/"):
+        raise NotebookFailed(f"job {job_id} failed: {rec['reason']} on its node; give --python the path of a "
+                             "Python that has jupyterlab there")
     click.echo(f"dispatch: job {job_id} {rec['state']}: {rec['reason'] or 'ended'}", err=True)
     for line in text.splitlines()[-TAIL_LINES:]:
         click.echo(f"  | {line}", err=True)
@@ -196,9 +200,6 @@ def _failed(job_id: str, rec: dict, text: str, *, started: bool) -> None:
         raise NotebookFailed(f"job {job_id} was cancelled before JupyterLab {'was ready' if started else 'started'}")
     if started:
         raise NotebookFailed(f"JupyterLab in job {job_id} exited; see dispatch logs {job_id}")
-    if (rec["reason"] or "").startswith("cannot start '/"):  # no such interpreter on the node (--python)
-        raise NotebookFailed(f"job {job_id} {rec['reason']} on its node: give --python the path of a Python "
-                             "that has jupyterlab there")
     raise NotebookFailed(f"JupyterLab did not start in job {job_id}: install jupyterlab in the job's environment "
                          "(pip install jupyterlab on the node's PATH, or --python PATH of a venv that has it)")
 

@@ -126,9 +126,10 @@ def test_no_jupyterlab_or_no_such_python_is_one_line_saying_what_to_do(cli, clie
     got = cli.run("notebook", "--gpus", "1", *how, check=False, timeout=60)
     assert got.returncode == 1 and got.stdout == "", got
     last = got.stderr.strip().splitlines()[-1]
-    if "/nonexistent/python" in how:  # the interpreter itself is missing: that is what it says
-        assert re.fullmatch(r"dispatch: error: job \d+ cannot start '/nonexistent/python': .* on its node: give "
-                            r"--python the path of a Python that has jupyterlab there", last), got.stderr
+    if "/nonexistent/python" in how:  # the interpreter itself is missing: that is what it says, once
+        assert re.fullmatch(r"dispatch: error: job \d+ failed: cannot start '/nonexistent/python': .* on its node; "
+                            r"give --python the path of a Python that has jupyterlab there", got.stderr.strip()), \
+            got.stderr
     else:
         assert re.fullmatch(r"dispatch: error: JupyterLab did not start in job \d+: install jupyterlab in the job's "
                             r"environment \(.*\)", last), got.stderr
