@@ -104,6 +104,7 @@ class NodeAgent:
     def heartbeat(self) -> list:
         """Write the GPUs' state and tell the keeper; returns the sample written (GpuInfo list)."""
         gpus = self.zombies.mark(self.probe.gpus(), self.probe)
+        self.supervisor.gpus = {g.index: g for g in gpus}
         facts = schedule_facts(gpus, self.cpus, self.mem_gb)
         changed = facts != self._last_facts  # the scheduler rereads the node, and wakes for it
         sent = time.monotonic()  # the keeper counts from before the write, never from its reply
@@ -196,8 +197,8 @@ class NodeAgent:
         self.supervisor.channel.start()  # the jobs' way to ask for things (workers/jobchannel.py)
         jobs._supervisor = self.supervisor
         stop = _StopOnSignal(self._stop, self.hurry)
-        if not (self._until_redis_answers("recovering the node's jobs", self.recover)
-                and self._until_redis_answers("first heartbeat", self.heartbeat)):
+        if not (self._until_redis_answers("first heartbeat", self.heartbeat)  # (before what recovery requeues is
+                and self._until_redis_answers("recovering the node's jobs", self.recover)):  # placed: its GPUs now)
             self.shutdown()
             return
         self.keeper.start(self._last_beat)

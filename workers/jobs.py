@@ -62,6 +62,7 @@ class Supervisor:
         self.channel = JobChannel(self)  # what a job may ask of the agent (workers/jobchannel.py)
         self.running: dict[str, Running] = {}
         self.meeting: set[tuple[str, int]] = set()  # a gang's rank > 0 waiting for rank 0 (workers/gang.py)
+        self.gpus: dict | None = None  # index -> GpuInfo, as the last heartbeat found them (launching checks)
         self.lock = threading.Lock()
         self.outbox = Outbox(work_dir)  # what Redis did not take yet, on disk, oldest first
         self.cgroups = proctrack.node_cgroup(work_dir)  # None: jobs are tracked by session and marks

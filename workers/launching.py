@@ -56,6 +56,7 @@ def launch(sup, job_id: str, epoch: int, seal: str) -> str:
         record = _assigned_record(sup, job_id, epoch, rank)
         _not_ended_here(sup, job_id, epoch, record["submit_ms"])
         spec = _signed_spec(sup, job_id, record["spec"], record["seal"])
+        _check_gpus(sup, spec, record["gpus"])
         if rank[0]:  # it meets rank 0 there: waited for off the RQ worker's thread
             threading.Thread(target=_guarded, args=(sup, job_id, epoch, spec, record, rank[0]),
                              name=f"meet-{job_id}", daemon=True).start()
@@ -78,6 +79,22 @@ def _guarded(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: in
         log.exception("job %s: rank %s could not be started", job_id, rank)
     finally:
         sup.meeting.discard((job_id, epoch))
+
+
+def _check_gpus(sup, spec: JobSpec, gpus: list[int]) -> None:
+    """The GPUs it was placed on are this node's, of the type and memory it asks: a node whose agent came
+    back with other GPUs (one fell off the bus, a card swapped) may have been planned on from its old
+    inventory. Else it goes back to the queue (not a lost attempt), to be placed on the GPUs there are."""
+    from dispatcher.policy.fit import gpu_ok
+
+    here = sup.gpus
+    if here is None:
+        return
+    wrong = [g for g in gpus if g not in here or not gpu_ok(spec, here[g])]
+    if wrong:
+        have = ", ".join(f"{g.index}:{g.name}" for g in here.values()) or "none"
+        raise NotStarted("stale", PENDING, f"node {sup.node} has no GPU {','.join(map(str, wrong))} of the kind it "
+                         f"was placed on now (its GPUs: {have}); back to the queue")
 
 
 def _record(sup, job_id: str, epoch: int, rank, stopped: NotStarted) -> None:

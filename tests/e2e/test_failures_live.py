@@ -195,3 +195,27 @@ def test_a_restarted_agent_kills_the_children_the_dead_ones_job_left(cli, client
     finally:
         kill_group(pid)
         cli.run("cancel", job, check=False)
+
+
+def test_an_agent_restarted_with_other_gpus_never_runs_a_job_on_gpus_it_no_longer_has(cli, client):
+    env = dict(FAST, DISPATCH_NODE_TIMEOUT_S="20")  # the node stays up across the restart: its old inventory
+    work = cli.home / "node-a"
+    agent = cli.start("worker", "--node", "a", "--fake-gpus", "4xA100-40GB", "--work-dir", str(work),
+                      log_name="worker-first", **env)
+    cli.start("scheduler", **env)
+    job = cli.submit("--gpus", "4", "--gpu-type", "A100", "--", "sleep", "60")
+    cli.wait_for(lambda: running(client, cli.ns, job), what="the job to run")
+    pid = int(client.hget(keys.job(cli.ns, job), "pid"))
+    os.kill(agent.pid, signal.SIGKILL)  # and it comes back with two V100s (a card swapped, two off the bus)
+    agent.wait(10)
+    cli.start("worker", "--node", "a", "--fake-gpus", "2xV100-16GB", "--work-dir", str(work),
+              log_name="worker-second", **env)
+    try:
+        cli.wait_for(lambda: read_job(client, cli.ns, job)["attempts"], timeout=20, what="the job to be requeued")
+        time.sleep(3)  # (the cycles that follow: it was placed back on a's four A100s from their old record)
+        shown = read_job(client, cli.ns, job)
+        assert shown["state"] == "pending", shown
+        assert [a["node"] for a in shown["attempts"]] in (["a"], ["a", "a"]), shown["attempts"]
+        assert "started on GPUs [0,1,2,3]" not in (cli.home / "worker-second-2.log").read_text()
+    finally:
+        kill_group(pid)
