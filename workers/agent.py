@@ -32,7 +32,7 @@ from dispatcher.config import Timing
 from dispatcher.core.errors import ConfigError
 from dispatcher.store import keys
 from dispatcher.store.connect import clone
-from dispatcher.store.nodes import other_agent, remove_node, schedule_facts, write_heartbeat
+from dispatcher.store.nodes import node_agent, other_agent, remove_node, schedule_facts, write_heartbeat
 from dispatcher.store.scripts import Scripts
 
 from . import commands, idle, jobs, recovery, usage, zombies
@@ -96,13 +96,20 @@ class NodeAgent:
         self.hurry = threading.Event()  # a second stop signal: kill the jobs now (still requeued)
         self._last_facts = None  # schedule_facts of the last heartbeat Redis took
         self._last_beat = time.monotonic()  # when the last heartbeat Redis took was sent
+        self._beaten = False  # whether one was
+        self.superseded = False  # another agent took this node's name over: this one stops, and leaves it be
         self.keeper = Keeper(Path(work_dir), self.timing.fence_s, url or getattr(client, "dispatch_url", ""), ns)
         self.zombies = zombies.Zombies(self.supervisor, name, kill_zombies)
         # what names this agent in its node's record: its host and work dir (one agent holds a work dir)
         self.claim = f"{socket.gethostname()}:{self.supervisor.work_dir}"
 
     def heartbeat(self) -> list:
-        """Write the GPUs' state and tell the keeper; returns the sample written (GpuInfo list)."""
+        """Write the GPUs' state and tell the keeper; returns the sample written (GpuInfo list). Superseded
+        if another agent beats for this node now (this one was declared dead while it was stopped)."""
+        if self._beaten:  # (a new agent's first beat takes the node over from a dead one's name)
+            holder = node_agent(self.client, self.ns, self.name)
+            if holder and holder != self.claim:
+                raise Superseded(holder)
         gpus = self.zombies.mark(self.probe.gpus(), self.probe)
         self.supervisor.gpus = {g.index: g for g in gpus}
         facts = schedule_facts(gpus, self.cpus, self.mem_gb)
@@ -111,7 +118,8 @@ class NodeAgent:
         write_heartbeat(self.client, self.ns, self.name, gpus, self.cpus, self.mem_gb, int(time.time() * 1000),
                         announce=changed, changed=changed, address=self.address, agent=self.claim)
         self._last_facts = facts
-        self._last_beat = sent
+        self._last_beat, self._beaten = sent, True
+        self.supervisor.fresh_until = sent + self.timing.fence_s  # (launches refused past it: launching.py)
         if self.keeper.proc is not None:
             self.keeper.beat(sent)
         return gpus
@@ -129,11 +137,29 @@ class NodeAgent:
                 failing.success()
                 if beats % 10 == 0:  # e.g. an outcome Redis lost in a restart: requeue, never leave it
                     recovery.reconcile(self.supervisor, f"node {self.name} runs no such attempt; attempt lost")
+            except Superseded as e:
+                self._give_way(str(e))
+                return
             except Exception as e:  # keep beating through Redis hiccups
                 silent = time.monotonic() - self._last_beat
                 failing.failure(e, f"{silent:.0f}s without one")
                 if silent > self.timing.fence_s:
                     self.supervisor.fence_all(f"node {self.name} could not reach Redis for {silent:.0f}s")
+
+    def _give_way(self, holder: str) -> None:
+        """Another agent runs this node now (this one was stopped past the node timeout, and declared
+        dead: its jobs were requeued, and may run there again). Kill what this one still runs, without a
+        word on their records (stale copies), and stop, leaving the node's registration to that agent."""
+        log.error("node %s is run by another agent now (%s): this one was stopped past the node timeout and "
+                  "taken for dead; it kills its stale jobs and stops", self.name, holder)
+        self.superseded = True
+        self.supervisor.fresh_until = float("-inf")  # no start here from now on: each launch goes back
+        for run in self.supervisor.stale_all():
+            log.warning("job %s: its stale copy (epoch %d) killed", run.job_id, run.epoch)
+        # A launch its RQ worker's BLPOP took while it was stopped waits in its socket: a moment for the
+        # worker to take it and send its job back to the queue, which a stop now would lose (for a minute).
+        self._stop.wait(GIVE_WAY_S)
+        os.kill(os.getpid(), signal.SIGTERM)  # RQ's warm shutdown, then shutdown() (which leaves the node be)
 
     def recover(self) -> list[str]:
         """Before taking work: kill what an earlier agent of this node left running, write what it
@@ -243,7 +269,8 @@ class NodeAgent:
         self._stop.set()
         _StopOnSignal(self._stop, self.hurry)  # (RQ's handlers would exit at once: jobs left unrecorded)
         try:
-            remove_node(self.client, self.ns, self.name)
+            if not self.superseded:  # (the node's record is another agent's now)
+                remove_node(self.client, self.ns, self.name)
         except Exception as e:
             log.warning("could not deregister node %s: %s", self.name, e)
         self.supervisor.stop_all(hurry=self.hurry)
@@ -254,6 +281,14 @@ class NodeAgent:
         if getattr(self, "_lock", None) is not None:
             self._lock.close()  # the next agent of this work dir may start
             self._lock = None
+
+
+#: How long an agent that finds another running its node waits before it stops (see _give_way).
+GIVE_WAY_S = 2.0
+
+
+class Superseded(Exception):
+    """Another agent beats for this agent's node: its name (host:work dir)."""
 
 
 class _StopOnSignal:

@@ -63,6 +63,7 @@ class Supervisor:
         self.running: dict[str, Running] = {}
         self.meeting: set[tuple[str, int]] = set()  # a gang's rank > 0 waiting for rank 0 (workers/gang.py)
         self.gpus: dict | None = None  # index -> GpuInfo, as the last heartbeat found them (launching checks)
+        self.fresh_until: float | None = None  # monotonic time past which, without a heartbeat, nothing starts
         self.lock = threading.Lock()
         self.outbox = Outbox(work_dir)  # what Redis did not take yet, on disk, oldest first
         self.cgroups = proctrack.node_cgroup(work_dir)  # None: jobs are tracked by session and marks
@@ -206,6 +207,15 @@ class Supervisor:
                 path.unlink()
         except (OSError, IndexError):
             pass
+
+    def stale_all(self) -> list:
+        """Kill every job this agent runs as a stale copy (its outcome not recorded: another agent runs
+        the node now, and its epochs moved on); returns them."""
+        with self.lock:
+            runs = [r for r in self.running.values() if r.stop_as(Stopping.STALE)]
+        for r in runs:
+            self.stop_run(r, 0, signal.SIGKILL)
+        return runs
 
     def fence_all(self, why: str) -> int:
         """This node was cut off from Redis for too long: its jobs are about to be (or were) rerun

@@ -54,6 +54,7 @@ def launch(sup, job_id: str, epoch: int, seal: str) -> str:
     try:
         _check_seal(sup, job_id, epoch, seal)
         record = _assigned_record(sup, job_id, epoch, rank)
+        _check_fresh(sup)
         _not_ended_here(sup, job_id, epoch, record["submit_ms"])
         spec = _signed_spec(sup, job_id, record["spec"], record["seal"])
         _check_gpus(sup, spec, record["gpus"])
@@ -79,6 +80,14 @@ def _guarded(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: in
         log.exception("job %s: rank %s could not be started", job_id, rank)
     finally:
         sup.meeting.discard((job_id, epoch))
+
+
+def _check_fresh(sup) -> None:
+    """No start on a node whose agent has not heartbeat within the fence time (it was stopped, or cut off:
+    its node may be taken for dead, its name another agent's): back to the queue, not a lost attempt."""
+    if sup.fresh_until is not None and time.monotonic() > sup.fresh_until:
+        raise NotStarted("stale", PENDING, f"node {sup.node}'s agent had no heartbeat taken in time (stopped, or "
+                         "cut off from Redis); back to the queue")
 
 
 def _check_gpus(sup, spec: JobSpec, gpus: list[int]) -> None:

@@ -86,6 +86,12 @@ def other_agent(client, ns: str, name: str, agent: str, now_ms: int, timeout_s: 
     return other, max(0.0, (now_ms - int(seen)) / 1000)
 
 
+def node_agent(client, ns: str, name: str) -> str:
+    """Which agent beats for node `name` now ("" for none): an agent that finds another's name there was
+    replaced while it was stopped (declared dead, another started under the node's name)."""
+    return text(client.hget(keys.node(ns, name), "agent"))
+
+
 def remove_node(client, ns: str, name: str) -> None:
     """A node agent leaving cleanly: it stops being offered work at once."""
     pipe = client.pipeline(transaction=True)

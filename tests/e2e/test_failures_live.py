@@ -5,6 +5,7 @@ prints, so that a slow machine is not also busy starting a `dispatch` process te
 what a user would check is then checked with the CLI.
 """
 
+import json
 import os
 import signal
 import time
@@ -219,3 +220,26 @@ def test_an_agent_restarted_with_other_gpus_never_runs_a_job_on_gpus_it_no_longe
         assert "started on GPUs [0,1,2,3]" not in (cli.home / "worker-second-2.log").read_text()
     finally:
         kill_group(pid)
+
+
+def test_an_agent_taken_for_dead_and_replaced_stops_when_it_wakes_and_leaves_the_node_to_the_new_one(cli, client):
+    first = cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(cli.home / "w1"),
+                      log_name="worker-first", **FAST)
+    cli.start("scheduler", **FAST)
+    job = cli.submit("--gpus", "1", "--", "sleep", "60")
+    cli.wait_for(lambda: running(client, cli.ns, job), what="the job to run")
+    os.kill(first.pid, signal.SIGSTOP)  # a hung agent: node a is taken for dead, its job requeued
+    cli.wait_for(lambda: read_job(client, cli.ns, job)["state"] == "pending", timeout=20, what="the job requeued")
+    cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", "--work-dir", str(cli.home / "w2"),
+              log_name="worker-second", **FAST)  # the operator starts a new agent for the node
+    time.sleep(3)  # (a launch may wait in the stopped agent's socket: its BLPOP took it from RQ's queue)
+    os.kill(first.pid, signal.SIGCONT)  # the old one wakes: it must not take the node back, nor kill its job
+    first.wait(20)
+    again = cli.wait_for(lambda: running(client, cli.ns, job), timeout=20, what="the job to run on the new agent")
+    time.sleep(3)
+    now = read_job(client, cli.ns, job)
+    assert (now["state"], now["epoch"], now["lost"]) == ("running", again["epoch"], 1), now  # (was: each agent
+    # requeued the other's jobs, every ~10 s, until they failed)
+    assert "is run by another agent now" in (cli.home / "worker-first-0.log").read_text()
+    assert [n["name"] for n in json.loads(cli.run("nodes", "--json").stdout) if n["state"] == "up"] == ["a"]
+    cli.run("cancel", job)
