@@ -19,7 +19,7 @@ from .core.memo import gc_paused
 from .core.arrays import label, request_jobs
 from .core.spec import spec_from_request
 from .store import jobs as store_jobs
-from .store.connect import connect, ride_out
+from .store.connect import connect, ride_out, transient
 from .store.keys import DEFAULT_NS
 
 
@@ -88,14 +88,22 @@ class Client:
 
     def wait(self, job_ids, timeout_s: float | None = None, poll_s: float = 0.2, on_wait=None) -> dict[str, str]:
         """Block until every job is final; returns id -> state. Raises TimeoutError past timeout_s. A server
-        away for a moment (restarting) is waited for (store/connect.ride_out; `on_wait(error)` once)."""
+        away for a moment (restarting) is waited for (store/connect.ride_out; `on_wait(error)` once), up
+        to a minute, or to timeout_s: then it is a timeout too."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         states: dict[str, str] = {}
         names: dict[str, str] = {}  # as people name them: an array's element as 12_5
         while True:
             for j in job_ids:
                 if not store_jobs.is_final(states.get(j, "")):
-                    view = ride_out(lambda: self.show(j), on_wait=on_wait)
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    try:
+                        view = ride_out(lambda: self.show(j), on_wait=on_wait,
+                                        patience_s=60.0 if left is None else min(60.0, left))
+                    except Exception as e:
+                        if left is None or left >= 60.0 or not transient(e):
+                            raise
+                        raise TimeoutError(f"not done after {timeout_s:g}s: the server does not answer") from None
                     states[j], names[j] = view["state"], label(view)
             if all(store_jobs.is_final(s) for s in states.values()):
                 return states

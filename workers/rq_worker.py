@@ -17,6 +17,10 @@ LISTEN_S = 1.0
 
 
 class AgentWorker(SimpleWorker):
+    #: Its longest wait between tries while the server is away (RQ's is 60 s): a job placed here as the
+    #: server came back waited up to a minute, its GPUs held, for its launch to be read.
+    max_connection_wait_time = 2.0
+
     #: A warm shutdown was asked (SIGINT/SIGTERM). RQ's own flag is set only while busy, and while the
     #: server is away its teardown fails past the StopRequested: the agent reads this instead of taking
     #: the error for a lost server and starting a new worker (a stop `dispatch up` then waited 60 s for).

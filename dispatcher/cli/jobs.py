@@ -214,7 +214,7 @@ def checkpointed(ctx):
 
 def server_away(error) -> None:
     """What `wait` and `logs -f` say, once, when the server stops answering for a moment."""
-    click.echo(f"dispatch: the server does not answer ({str(error).splitlines()[0][:120]}); waiting up to a "
+    click.echo(f"dispatch: the server does not answer ({str(error).splitlines()[0]}); waiting up to a "
                "minute for it to come back", err=True)
 
 
@@ -308,7 +308,15 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
         missing.clear()
         return [j["id"] for j in resolve(ctx.client, ctx.ns, sel, include_final=False, missing=missing)]
 
-    ids = ride_out(found, on_wait=server_away)  # (a server restarting as it starts is waited for too)
+    try:  # (a server restarting as it starts is waited for too: a minute, or --timeout)
+        ids = ride_out(found, on_wait=server_away, patience_s=60.0 if timeout_s is None else min(60.0, timeout_s))
+    except Exception as e:
+        from ..store.connect import transient
+
+        if timeout_s is None or timeout_s >= 60 or not transient(e):
+            raise
+        click.echo(f"dispatch: not done after {timeout_s:g}s: the server does not answer", err=True)
+        sys.exit(errors.EXIT_TIMEOUT)
     for line in not_found(missing):
         click.echo(f"dispatch: error: {line}", err=True)
     if not ids and not missing:

@@ -152,3 +152,24 @@ def test_a_server_whose_disk_is_full_is_said_so_not_taken_for_a_restart(tmp_path
     finally:
         server.kill()
         server.wait()
+
+
+def test_wait_gives_up_at_its_timeout_while_the_server_is_away_and_launches_resume_promptly(cli, tmp_path,
+                                                                                             own_server):
+    env = {"DISPATCH_REDIS_URL": own_server.url}
+    cli.start("scheduler", **env)
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--work-dir", str(tmp_path / "n1"), **env)
+    job = cli.run("submit", "--gpus", "1", "--", "sleep", "60", **env).stdout.strip()
+    own_server.proc.send_signal(signal.SIGKILL)
+    own_server.proc.wait()
+    started = time.monotonic()
+    p = cli.run("wait", job, "--timeout", "3s", check=False, **env)  # as --help says: exit 5 past it (was 3, at 60 s)
+    assert (p.returncode, time.monotonic() - started < 20) == (5, True), p
+    assert p.stderr.splitlines()[-1] == "dispatch: not done after 3s: the server does not answer", p.stderr
+    time.sleep(5)  # (RQ's own back-off grows to 60 s between tries; the agent's worker waits 2 s at most)
+    own_server.start()
+    client = connect(own_server.url)
+    second = cli.run("submit", "--gpus", "0", "--", "true", **env).stdout.strip()
+    cli.wait_for(lambda: client.hget(keys.job(cli.ns, second), "state") == b"succeeded", timeout=10,
+                 what="a job placed once the server is back to start within seconds, not after RQ's back-off")
+    client.close()
