@@ -116,7 +116,8 @@ class NodeAgent:
         changed = facts != self._last_facts  # the scheduler rereads the node, and wakes for it
         sent = time.monotonic()  # the keeper counts from before the write, never from its reply
         write_heartbeat(self.client, self.ns, self.name, gpus, self.cpus, self.mem_gb, int(time.time() * 1000),
-                        announce=changed, changed=changed, address=self.address, agent=self.claim)
+                        announce=changed, changed=changed, address=self.address, agent=self.claim,
+                        timeout_s=self.timing.node_timeout_s)
         self._last_facts = facts
         self._last_beat, self._beaten = sent, True
         self.supervisor.fresh_until = sent + self.timing.fence_s  # (launches refused past it: launching.py)

@@ -30,9 +30,21 @@ class HeartbeatWatch:
     def __init__(self, timeout_s: float, clock=time.monotonic):
         self.timeout_s, self.clock = timeout_s, clock
         self._seen: dict[str, tuple[int | None, float]] = {}  # node -> (heartbeat value, when it last changed)
+        self._longer: dict[str, float] = {}  # node -> its agent's node timeout, where longer than this one's
 
-    def observe(self, beats: dict[str, int]) -> None:
-        """The heartbeat values read this cycle (node -> seen_ms, as the agent wrote it)."""
+    def observe(self, beats: dict[str, int], timeouts: dict[str, float] | None = None) -> None:
+        """The heartbeat values read this cycle (node -> seen_ms, as the agent wrote it), and the node
+        timeouts the agents said (their keepers fence within theirs: a node is never taken for dead
+        sooner, or its job would run twice at once)."""
+        for name, t in (timeouts or {}).items():
+            if t > self.timeout_s and self._longer.get(name) != t:
+                log.warning("node %s: its agent's node timeout is %gs, longer than this scheduler's %gs: it is "
+                            "taken for dead only after %gs (give every process the same DISPATCH_NODE_TIMEOUT_S)",
+                            name, t, self.timeout_s, t)
+            if t > self.timeout_s:
+                self._longer[name] = t
+            else:
+                self._longer.pop(name, None)
         now = self.clock()
         for name, seen in beats.items():
             last = self._seen.get(name)
@@ -52,7 +64,7 @@ class HeartbeatWatch:
         return now - self._seen[name][1]
 
     def dead(self, name: str) -> bool:
-        return self.silent_s(name) > self.timeout_s
+        return self.silent_s(name) > max(self.timeout_s, self._longer.get(name, 0.0))
 
 
 def lost_jobs(running: list[RunningJob], watch: HeartbeatWatch) -> list[tuple[RunningJob, float]]:

@@ -238,7 +238,7 @@ class Scheduler:
             set_aside_all(self.client, self.ns, read.aside, now)
         self._fail_doomed(now)
         self.notifier.drain()
-        self.watch.observe({n.name: n.seen_ms for n in read.nodes})
+        self.watch.observe({n.name: n.seen_ms for n in read.nodes}, {n.name: n.timeout_s for n in read.nodes})
         record_sample(self.client, self.ns, now, read, self.timing.node_timeout_s,  # the dashboard's history
                       idle_pct=config.idle_util_pct)
         lost = lost_jobs(read.snapshot.running, self.watch)

@@ -27,7 +27,7 @@ from ..core.errors import MalformedRecord
 from ..core.memo import gc_paused
 from ..policy.backlog import Backlog
 from ..store import feed, keys
-from ..store.codec import decode_node_info
+from ..store.codec import decode_node_info, node_timeout_s
 from ..store.nodes import NodeRecord, read_changed_infos, read_drains, read_infos
 from ..store.dependencies import HELD, READY, judge_all
 from ..store.quarantine import ACTIVE, NAME, Entry, job_entry
@@ -320,9 +320,10 @@ class Mirror:
             try:
                 if cached is None or cached[0] != raw:
                     gpus, cpus, mem_gb = decode_node_info(raw, key=keys.node(self.ns, name))
-                    cached = (raw, NodeRecord(name, gpus, cpus, mem_gb, 0, {}))
+                    cached = (raw, NodeRecord(name, gpus, cpus, mem_gb, 0, {}, None, node_timeout_s(raw)))
                 rec = cached[1]
-                out.append(NodeRecord(rec.name, rec.gpus, rec.cpus, rec.mem_gb, int(at), {}, drains.get(name)))
+                out.append(NodeRecord(rec.name, rec.gpus, rec.cpus, rec.mem_gb, int(at), {}, drains.get(name),
+                                      rec.timeout_s))
             except (MalformedRecord, ValueError, OverflowError) as e:  # it costs that node, not the cycle
                 if self._unreadable.get(name) != raw:  # logged once, not every cycle
                     self._unreadable[name] = raw

@@ -235,11 +235,23 @@ def _signal(value) -> str:
     return value
 
 
-def encode_node_info(gpus: list[GpuInfo], cpus: int, mem_gb: float) -> bytes:
-    return msgpack.packb({
-        "v": 1, "cpus": cpus, "mem_gb": mem_gb,
-        "gpus": [[g.index, g.name, g.mem_total_gb, g.uuid, g.mem_used_gb, g.util_pct, g.blocked] for g in gpus],
-    })
+def encode_node_info(gpus: list[GpuInfo], cpus: int, mem_gb: float, timeout_s: float = 0.0) -> bytes:
+    """`timeout_s`: the agent's DISPATCH_NODE_TIMEOUT_S (its keeper fences its jobs within it), which the
+    scheduler waits at least before it takes the node for dead (node_timeout_s)."""
+    info = {"v": 1, "cpus": cpus, "mem_gb": mem_gb,
+            "gpus": [[g.index, g.name, g.mem_total_gb, g.uuid, g.mem_used_gb, g.util_pct, g.blocked] for g in gpus]}
+    if timeout_s:
+        info["timeout_s"] = float(timeout_s)
+    return msgpack.packb(info)
+
+
+def node_timeout_s(raw: bytes) -> float:
+    """The node timeout its agent wrote in its info record (encode_node_info); 0.0 if none, or unreadable."""
+    try:
+        t = msgpack.unpackb(raw, raw=False).get("timeout_s", 0.0)
+        return float(t) if isinstance(t, (int, float)) and 0 < t < 1e9 else 0.0
+    except Exception:
+        return 0.0
 
 
 def decode_node_info(raw: bytes, *, key: str = "node") -> tuple[tuple[GpuInfo, ...], int, float]:

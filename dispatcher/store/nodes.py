@@ -39,6 +39,7 @@ class NodeRecord:
     seen_ms: int
     alloc: dict[int, str]  # GPU index -> job id holding it
     drain: Drain | None = None  # drained (keys.nodes_drain): no new job starts there
+    timeout_s: float = 0.0  # its agent's node timeout (codec.node_timeout_s); 0.0: not said
 
     def alive(self, now_ms: int, timeout_s: float) -> bool:
         return now_ms - self.seen_ms <= timeout_s * 1000
@@ -46,14 +47,14 @@ class NodeRecord:
 
 def write_heartbeat(client, ns: str, name: str, gpus: list[GpuInfo], cpus: int, mem_gb: float,
                     now_ms: int, *, announce: bool = False, changed: bool = True, address: str = "",
-                    agent: str = "") -> None:
+                    agent: str = "", timeout_s: float = 0.0) -> None:
     """One pipeline: the node hash and its heartbeat score. `changed`: what the scheduler reads of it
     (GPU list, CPUs, memory, blocked GPUs: schedule_facts) differs from the last heartbeat, so the
     leader reads it again (keys.nodes_changed). `announce` wakes the scheduler. `address`: where the
     node's jobs are reached (a gang's ranks meet there: workers/gang.py). `agent`: which agent beats
-    for the node (other_agent)."""
+    for the node (other_agent). `timeout_s`: the agent's node timeout (codec.encode_node_info)."""
     pipe = client.pipeline(transaction=True)
-    fields = {"info": encode_node_info(gpus, cpus, mem_gb), "seen_ms": now_ms}
+    fields = {"info": encode_node_info(gpus, cpus, mem_gb, timeout_s), "seen_ms": now_ms}
     if address:
         fields["address"] = address
     if agent:

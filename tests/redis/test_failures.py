@@ -295,6 +295,25 @@ def test_the_watch_starts_on_a_node_it_has_never_seen_when_first_asked():
     assert watch.dead("gone")
 
 
+def test_a_node_whose_agent_waits_longer_is_taken_for_dead_only_after_the_agents_timeout():
+    clock = Clock()  # the scheduler says 3 s, the agent 10 s (its keeper fences its jobs at 7.5 s): a job
+    watch = HeartbeatWatch(3.0, clock=clock)  # rerun at 3 s would run beside its first copy for seconds
+    watch.observe({"a": 1, "b": 1}, {"a": 10.0, "b": 2.0})
+    clock.t += 5
+    assert (watch.dead("a"), watch.dead("b")) == (False, True)
+    clock.t += 5.5
+    assert watch.dead("a")
+
+
+def test_a_heartbeat_carries_its_agents_node_timeout_to_the_schedulers_mirror(client, ns):
+    from dispatcher.scheduler.mirror import Mirror
+
+    write_heartbeat(client, ns, "a", [GpuInfo(0, "NVIDIA A100-40GB", 40.0)], 8, 64.0, now_ms(), timeout_s=10.0)
+    write_heartbeat(client, ns, "b", [GpuInfo(0, "NVIDIA A100-40GB", 40.0)], 8, 64.0, now_ms())  # (an old agent)
+    nodes = {n.name: n.timeout_s for n in Mirror(client, ns)._read_nodes(full=True)}
+    assert nodes == {"a": 10.0, "b": 0.0}
+
+
 @pytest.mark.slow
 def test_a_leader_whose_first_read_outlasts_its_lease_keeps_leading(client, ns):
     """The lease is renewed from a side path: a new leader reading a long queue (here 40,000 jobs,
