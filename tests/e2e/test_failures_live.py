@@ -243,3 +243,19 @@ def test_an_agent_taken_for_dead_and_replaced_stops_when_it_wakes_and_leaves_the
     assert "is run by another agent now" in (cli.home / "worker-first-0.log").read_text()
     assert [n["name"] for n in json.loads(cli.run("nodes", "--json").stdout) if n["state"] == "up"] == ["a"]
     cli.run("cancel", job)
+
+
+def test_a_scheduler_with_a_shorter_node_timeout_than_the_agent_waits_the_agents_before_a_rerun(cli, client):
+    agent = cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB", DISPATCH_HEARTBEAT_S="0.5",
+                      DISPATCH_NODE_TIMEOUT_S="8")  # its keeper fences its jobs 7.2 s after its last heartbeat
+    cli.start("scheduler", **FAST)  # 3 s: it would rerun the job while its first copy still runs
+    job = cli.submit("--gpus", "1", "--", "sleep", "60")
+    cli.wait_for(lambda: running(client, cli.ns, job), what="the job to run")
+    os.kill(agent.pid, signal.SIGSTOP)
+    try:
+        time.sleep(5)
+        assert read_job(client, cli.ns, job)["state"] == "running"  # (was requeued at 3 s)
+        cli.wait_for(lambda: read_job(client, cli.ns, job)["state"] == "pending", timeout=10, what="the job requeued")
+        assert "its agent's node timeout is 8s" in (cli.home / "scheduler-1.log").read_text()
+    finally:
+        os.kill(agent.pid, signal.SIGCONT)
