@@ -164,7 +164,12 @@ def said_of_cancel(outcome: str, job: dict) -> str:
         return f"already {outcome}"
     if outcome == "requested" and job.get("cancel_requested"):  # a second cancel within the first's grace
         return f"already being cancelled ({cancel_sent(job)})"
-    return "cancelled" if outcome == "cancelled" else "cancel sent to its node"
+    return "cancelled" if outcome == "cancelled" else f"cancel sent to its {_nodes(job)}"
+
+
+def _nodes(job: dict) -> str:
+    """A job's node, or a gang's nodes: where a cancel or a preemption is sent."""
+    return "nodes" if len(job.get("ranks") or ()) > 1 or (job.get("nodes") or 1) > 1 else "node"
 
 
 def cancel_sent(job: dict) -> str:
@@ -190,7 +195,7 @@ def preempt(ctx, job_id, force):
         mode = preempt_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms(), force=force, by=f"operator {current_user()}")
     being = f"; it is being cancelled ({cancel_sent(job)}): it ends cancelled, not requeued" \
         if job["cancel_requested"] else ""  # (finish.lua keeps a cancel asked while it ran)
-    click.echo(f"{named}: {mode} preemption sent to its node{being}")
+    click.echo(f"{named}: {mode} preemption sent to its {_nodes(job)}{being}")
 
 
 @click.command()

@@ -226,7 +226,8 @@ def worker(ctx, node, secret_file, admins, **node_opts):
     import socket
 
     _setup_logging(ctx.debug)
-    _run_agent(ctx, node or socket.gethostname().split(".")[0], node_opts, _verifier(secret_file, admins))
+    _run_agent(ctx, socket.gethostname().split(".")[0] if node is None else node, node_opts,
+               _verifier(secret_file, admins))  # (--node '' is refused, as any empty flag: not the host name)
 
 
 def _dashboard_options(fn):
@@ -333,7 +334,7 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
     PolicySource(policy_path)  # a bad policy file stops `up` before anything starts
     no_alerts_flag(alerts)  # and so does the old --alerts (the thresholds are the policy file's)
     Timing.from_env().check()  # and clocks that cannot fence in time
-    node = node or socket.gethostname().split(".")[0]
+    node = socket.gethostname().split(".")[0] if node is None else node
     agent_options(node_opts, embedded=ctx._url_flag is None, socket_path=sock, node=node)
     _check_node(node, node_opts, identity=ctx._url_flag is None or bool(secret_file))
     if not node_opts["fake_gpus"]:  # fail before starting anything if this host has no GPUs to offer

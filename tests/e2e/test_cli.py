@@ -82,6 +82,12 @@ def test_worker_without_nvml_says_so_in_one_line(cli):
     assert "Traceback" not in p.stderr
 
 
+def test_worker_with_an_empty_node_name_is_refused_not_given_the_host_name(cli):
+    p = cli.run("worker", "--node", "", "--fake-gpus", "1xA100-40GB", check=False, timeout=30)
+    assert (p.returncode, p.stderr) == (2, "dispatch: error: --node: '' may hold only letters, digits and _.- "
+                                           "(at most 64)\n"), p
+
+
 @pytest.mark.parametrize("spec,says", [
     ("2xA100", "'2xA100' gives no memory; write e.g. 2xA100-40GB"),
     ("2xA100-0GB", "'2xA100-0GB': 0 GB is out of range"),

@@ -93,7 +93,7 @@ def test_cancel_stops_every_rank(cli, client, tmp_path):
     job = cli.submit("--nodes", "2", "--gpus-per-node", "1", "--env", f"OUT={tmp_path}", "--", "sh", "-c",
                      RANK.format(body="sleep 120"))
     cli.wait_for(lambda: told(tmp_path, 0) and told(tmp_path, 1), timeout=30, what="both ranks to start")
-    cli.run("cancel", job)
+    assert cli.run("cancel", job).stdout == f"{job}: cancel sent to its nodes\n"  # (every rank's)
     cli.wait_for(lambda: state_of(client, cli.ns, job) == "cancelled", timeout=30, what="the gang to be cancelled")
     assert {n.name: n.alloc for n in read_nodes(client, cli.ns)[0]} == {"h1": {}, "h2": {}}
 
