@@ -91,8 +91,9 @@ def test_history_shows_state_exit_code_and_team_and_bad_input_is_one_line(cli, w
     fails, ok = rows[week["fails"]["id"]], rows[week["ok"]["id"]]
     assert (fails["state"], fails["exit_code"], fails["team"]) == ("failed", 3, "nlp")
     assert (ok["state"], ok["exit_code"], ok["user"]) == ("succeeded", 0, "bo")
-    assert week["waits"]["id"] not in rows  # it never ran: nothing to replay
+    assert rows[week["waits"]["id"]]["ran"] is False  # it ended without running: listed, as sacct does,
     exported = cli.run("history", "--csv").stdout
+    assert not any(line.startswith(f"{week['waits']['id']},") for line in exported.splitlines())  # not replayed
     assert exported.splitlines()[0].endswith(",priority,state,exit_code,team")
     assert f"{week['fails']['id']}," in exported and ",failed,3,nlp" in exported
     table = cli.run("history").stdout.splitlines()
