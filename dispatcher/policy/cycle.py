@@ -299,7 +299,7 @@ class Cycle:
             resv = self.reservations[-1]
             reason += f"; preempting {victims} on {resv.node}; holds GPUs {list(resv.gpus)} until they are down"
         elif team is None and code in (Code.NO_FIT_NOW, Code.LOWER_SCORE) and spec.gpus and not spec.share \
-                and self.may_reserve(spec):
+                and (spec.gpus >= self.config.reserve_min_gpus or self.starving(spec)) and self.may_reserve(spec):
             self.resv_tries += 1
             resv = reserve(spec, self.index.fitting(spec), self.now)
             if resv is not None:

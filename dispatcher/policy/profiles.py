@@ -37,8 +37,8 @@ DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _DURATION_KEYS = {"aging_horizon": "aging_horizon_s", "remaining_ref": "remaining_ref_s",
                   "unknown_remaining": "unknown_remaining_s", "preempt_cooldown": "preempt_cooldown_s",
                   "min_run": "min_run_s", "idle_warn": "idle_warn_s"}
-_INT_KEYS = {"reservations": "reservations", "forced_min_gap": "forced_min_gap",
-             "preemptors_per_cycle": "preemptors_per_cycle", "starvation_reservations": "starvation_reservations"}
+_INT_KEYS = {"reservations": "reservations", "reserve_min_gpus": "reserve_min_gpus",
+             "forced_min_gap": "forced_min_gap", "preemptors_per_cycle": "preemptors_per_cycle", "starvation_reservations": "starvation_reservations"}
 _BOOL_KEYS = {"preemption": "preemption", "keep_wait_on_requeue": "keep_wait_on_requeue"}
 _PROFILE_KEYS = set(_DURATION_KEYS) | set(_INT_KEYS) | set(_BOOL_KEYS) | {"weights", "aging_cap", "starvation",
                                                                            "preempt_by", "las_tiers",

@@ -332,3 +332,18 @@ def test_a_job_blocked_by_cpus_reserves_from_when_the_cpus_free_up():
     assert "SHORT" in placed(plan), f"SHORT was not placed: {plan.verdicts}"
     v = verdict_of(plan, "BIG")
     assert v.code is Code.NO_FIT_NOW and "starting in ~100 s" in v.reason, f"BIG: {v.code} ({v.reason})"
+
+
+@pytest.mark.parametrize("reserve_min_gpus, want", [(2, "BIG"), (1, "S1")],
+                         ids=["reserve_min_gpus_2_leaves_it_to_the_big_one", "by_default_easy_gives_it_to_the_best_score"])
+def test_a_stream_of_better_scored_one_gpu_jobs_does_not_keep_the_reservation_from_a_four_gpu_job(
+        reserve_min_gpus, want):
+    node = make_node("n1").gpus(4, "A100", 40).held(0, 1, 2, 3, cpus=1)
+    running = [make_job(f"R{i}").gpus(1).est(30 * (i + 1)).user("rita").running_on("n1", i) for i in range(4)]
+    pending = [make_job("BIG").gpus(4).est(600).user("ana").waited(300),  # waited 5 min
+               make_job("S1").gpus(1).est(30).user("bo"), make_job("S2").gpus(1).est(30).user("cy")]  # fresh, short
+    config = replace(PolicyConfig(), reserve_min_gpus=reserve_min_gpus)
+    plan = plan_of(pending, [node], running, config=config)
+    assert [r.job_id for r in plan.reservations] == [want], plan.reservations
+    if want == "BIG":  # the 1-GPU jobs start on the next GPUs that free, unless they would end after BIG's start
+        assert "reserved for job BIG" in verdict_of(plan, "S2").reason or verdict_of(plan, "S2").code is Code.NO_FIT_NOW
