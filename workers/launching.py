@@ -129,7 +129,7 @@ def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int 
     log_path, progress = _private_files(sup, job_id, ckpt, identity)
     env["DISPATCH_PROGRESS_FILE"] = str(progress)
     if record["attempt"]:  # a rerun: `dispatch logs` shows where one attempt's output ends and the next begins
-        _separate(sup, job_id, record["attempt"], rank)
+        _separate(sup, job_id, record["attempt"], rank, _no_checkpoint_here(sup, spec, record, ckpt))
     cgroup = proctrack.make_cgroup(proctrack.attempt_cgroup(sup.cgroups, job_id, epoch))
     proc, cgroup, term = _spawn(sup, job_id, epoch, spec, cwd, env, identity, cgroup)
     run = _register(sup, job_id, epoch, proc, spec, ckpt, gpu_list, cgroup)
@@ -143,9 +143,25 @@ def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int 
     return "started"
 
 
-def _separate(sup, job_id: str, attempt: int, rank) -> None:
+def _no_checkpoint_here(sup, spec: JobSpec, record: dict, ckpt: Path) -> str:
+    """What a rerun's separator adds when the job reported a checkpoint but its checkpoint directory is
+    empty on this node: it was saved under another node's own --checkpoint-root, and the job starts
+    over (with DISPATCH_RESUME=1, and nothing to resume from)."""
+    try:
+        empty = not (ckpt.is_dir() and any(ckpt.iterdir()))
+    except OSError:
+        return ""
+    if not (spec.checkpointable and record.get("checkpoint_ms") and empty):
+        return ""
+    log.warning("job %s: reran on %s with no checkpoint in %s, though it reported one: give every agent one "
+                "shared --checkpoint-root", spec.id, sup.node, ckpt)
+    return (f"; its checkpoint is not here: {ckpt} is empty on {sup.node}, though the job reported one (saved "
+            "under another node's own --checkpoint-root: give every agent one shared --checkpoint-root)")
+
+
+def _separate(sup, job_id: str, attempt: int, rank, note: str = "") -> None:
     """A line in the job's log stream before a rerun's output (best effort: a failed write starts it anyway)."""
-    line = f"[dispatch: attempt {attempt} on {sup.node} at {time.strftime('%Y-%m-%d %H:%M:%S')}]\n"
+    line = f"[dispatch: attempt {attempt} on {sup.node} at {time.strftime('%Y-%m-%d %H:%M:%S')}{note}]\n"
     try:
         append_log(sup.client, sup.ns, job_id, line.encode(), rank=rank or 0)
     except Exception as e:

@@ -259,3 +259,22 @@ def test_a_scheduler_with_a_shorter_node_timeout_than_the_agent_waits_the_agents
         assert "its agent's node timeout is 8s" in (cli.home / "scheduler-1.log").read_text()
     finally:
         os.kill(agent.pid, signal.SIGCONT)
+
+
+def test_a_rerun_on_a_node_without_its_checkpoint_says_so_in_its_log(cli, client):
+    import sys
+
+    for n in ("a", "b"):  # each with its own (default) checkpoint root: no shared storage
+        cli.start("worker", "--node", n, "--fake-gpus", "1xA100-40GB", log_name=f"worker-{n}", **FAST)
+    cli.start("scheduler", **FAST)
+    cli.wait_for(lambda: len(read_nodes(client, cli.ns)[0]) == 2, what="both nodes")
+    cli.run("drain", "b")
+    body = f'echo saved > "$DISPATCH_CHECKPOINT_DIR/state"; {sys.executable} -m dispatcher checkpointed; sleep 60'
+    job = cli.submit("--gpus", "1", "--checkpointable", "--grace", "2s", "--", "sh", "-c", body)
+    cli.wait_for(lambda: read_job(client, cli.ns, job)["checkpoint_at"], what="its checkpoint")
+    cli.run("resume", "b")
+    cli.run("drain", "a")
+    cli.run("preempt", job)
+    cli.wait_for(lambda: (j := running(client, cli.ns, job)) and j["node"] == "b", timeout=30, what="the rerun on b")
+    cli.wait_for(lambda: "its checkpoint is not here" in cli.run("logs", job).stdout, what="the separator's note")
+    cli.run("cancel", job)
