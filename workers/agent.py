@@ -224,8 +224,9 @@ class NodeAgent:
         self.supervisor.channel.start()  # the jobs' way to ask for things (workers/jobchannel.py)
         jobs._supervisor = self.supervisor
         stop = _StopOnSignal(self._stop, self.hurry)
-        if not (self._until_redis_answers("first heartbeat", self.heartbeat)  # (before what recovery requeues is
-                and self._until_redis_answers("recovering the node's jobs", self.recover)):  # placed: its GPUs now)
+        if not (self._until_redis_answers("recovering the node's jobs", self.recover)  # (before the first beat: a
+                and self._until_redis_answers("first heartbeat", self.heartbeat)):  # job placed after it is this
+            # agent's, not a leftover; one placed back on the dead agent's GPUs is refused at launch: launching.py)
             self.shutdown()
             return
         self.keeper.start(self._last_beat)
