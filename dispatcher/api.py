@@ -19,7 +19,7 @@ from .core.memo import gc_paused
 from .core.arrays import label, request_jobs
 from .core.spec import spec_from_request
 from .store import jobs as store_jobs
-from .store.connect import connect, ride_out, transient
+from .store.connect import connect, ride_out_within
 from .store.keys import DEFAULT_NS
 
 
@@ -97,13 +97,7 @@ class Client:
             for j in job_ids:
                 if not store_jobs.is_final(states.get(j, "")):
                     left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    try:
-                        view = ride_out(lambda: self.show(j), on_wait=on_wait,
-                                        patience_s=60.0 if left is None else min(60.0, left))
-                    except Exception as e:
-                        if left is None or left >= 60.0 or not transient(e):
-                            raise
-                        raise TimeoutError(f"not done after {timeout_s:g}s: the server does not answer") from None
+                    view = ride_out_within(lambda: self.show(j), left, timeout_s=timeout_s, on_wait=on_wait)
                     states[j], names[j] = view["state"], label(view)
             if all(store_jobs.is_final(s) for s in states.values()):
                 return states

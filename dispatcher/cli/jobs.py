@@ -19,8 +19,8 @@ from ..core.errors import InvalidRequestError
 from ..store.naming import record_id
 from ..core.units import age
 from ..auth.identity import current_user
-from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_options, folded, needs_some, not_found,
-                     resolve, selection)
+from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_options, folded, needs_some, resolve,
+                     say_not_found, selection)
 
 
 @click.command()
@@ -89,8 +89,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
 
 def say_missing(missing: list[str]) -> None:
     """After what was found: one error line per id (or run of ids) that names no job, and exit 4."""
-    for line in not_found(missing):
-        click.echo(f"dispatch: error: {line}", err=True)
+    say_not_found(missing)
     if missing:
         sys.exit(errors.EXIT_NOT_FOUND)
 
@@ -303,7 +302,7 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
     (exit 4 if they all succeeded)."""
     from ..api import Client
     from ..core.units import parse_duration
-    from ..store.connect import ride_out
+    from ..store.connect import ride_out_within
 
     timeout_s = None if timeout is None else parse_duration(timeout, flag="--timeout")
     sel = needs_some(selection(job_ids, users, states, names, teams), "wait for")
@@ -314,20 +313,11 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
         return [j["id"] for j in resolve(ctx.client, ctx.ns, sel, include_final=False, missing=missing)]
 
     try:  # (a server restarting as it starts is waited for too: a minute, or --timeout)
-        ids = ride_out(found, on_wait=server_away, patience_s=60.0 if timeout_s is None else min(60.0, timeout_s))
-    except Exception as e:
-        from ..store.connect import transient
-
-        if timeout_s is None or timeout_s >= 60 or not transient(e):
-            raise
-        click.echo(f"dispatch: not done after {timeout_s:g}s: the server does not answer", err=True)
-        sys.exit(errors.EXIT_TIMEOUT)
-    for line in not_found(missing):
-        click.echo(f"dispatch: error: {line}", err=True)
-    if not ids and not missing:
-        click.echo("dispatch: no job matches", err=True)
-    client = Client(ctx.url, ctx.ns)
-    try:
+        ids = ride_out_within(found, timeout_s, timeout_s=timeout_s, on_wait=server_away)
+        say_not_found(missing)
+        if not ids and not missing:
+            click.echo("dispatch: no job matches", err=True)
+        client = Client(ctx.url, ctx.ns)  # (it connects: once the server answers)
         ended = client.wait(ids, timeout_s=timeout_s, on_wait=server_away)
     except TimeoutError as e:
         click.echo(f"dispatch: {e}", err=True)

@@ -60,6 +60,12 @@ def not_found(ids: list[str]) -> list[str]:
             for lo, hi in runs]
 
 
+def say_not_found(missing) -> None:
+    """One error line on stderr per id, or run of ids, of `missing` (not_found's)."""
+    for line in not_found(list(missing)):
+        click.echo(f"dispatch: error: {line}", err=True)
+
+
 def needs_some(sel: Selection, verb: str) -> Selection:
     """A command that acts on jobs needs ids or a filter: never every job by default."""
     if not sel.ids and not sel.filtered:
@@ -92,8 +98,7 @@ def act_each(ctx, kind: str, jobs: list[dict], local, say=lambda outcome, job: s
     from ..core.errors import EXIT_NOT_FOUND, InvalidStateError, NotFoundError
     from ..store.requests import act_signed, identity_on
 
-    for line in not_found(list(missing)):
-        click.echo(f"dispatch: error: {line}", err=True)
+    say_not_found(missing)
     refused = click.exceptions.Exit(EXIT_NOT_FOUND) if missing else None
     if not jobs and not missing:
         click.echo("dispatch: no job matches", err=True)

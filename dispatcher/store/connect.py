@@ -134,6 +134,20 @@ def ride_out(call, *, patience_s: float = 60.0, on_wait=None):
             pause = min(pause * 2, 2.0)
 
 
+def ride_out_within(call, left_s: float | None, *, timeout_s: float | None, on_wait=None):
+    """ride_out, for at most `left_s` of a caller's timeout of `timeout_s` (None: no timeout, a minute):
+    a server still away when that is the shorter wait is a TimeoutError, as the timeout's end is (`wait
+    --timeout 3s` exits 5 at 3 s, not 3 a minute later)."""
+    if left_s is None or left_s >= 60.0:
+        return ride_out(call, on_wait=on_wait)
+    try:
+        return ride_out(call, on_wait=on_wait, patience_s=left_s)
+    except Exception as e:
+        if not transient(e):
+            raise
+        raise TimeoutError(f"not done after {timeout_s:g}s: the server does not answer") from None
+
+
 def wrong_type(e: BaseException) -> bool:
     """Is this a Redis WRONGTYPE error (a key of another type where a command expected one)?"""
     import redis
