@@ -61,6 +61,7 @@ class Supervisor:
         self.base_env = jobenv.agent_env(jobenv.secrets_of(url, client, verifier))
         self.channel = JobChannel(self)  # what a job may ask of the agent (workers/jobchannel.py)
         self.running: dict[str, Running] = {}
+        self.started: dict[str, int] = {}  # job id -> the last epoch started here (recovery.reconcile), the newest 10k
         self.meeting: set[tuple[str, int]] = set()  # a gang's rank > 0 waiting for rank 0 (workers/gang.py)
         self.gpus: dict | None = None  # index -> GpuInfo, as the last heartbeat found them (launching checks)
         self.fresh_until: float | None = None  # monotonic time past which, without a heartbeat, nothing starts

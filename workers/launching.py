@@ -37,6 +37,10 @@ from .running import CHECKPOINT_FILE, Running, Stopping
 log = logging.getLogger("dispatch.agent")
 
 
+#: How many jobs' last started epoch an agent remembers (Supervisor.started).
+STARTED_KEPT = 10_000
+
+
 class NotStarted(Exception):
     """The launch ends before the job's process starts: `result` is what launch returns; with a
     `state`, that outcome (`exit_code`, `reason`, and finish()'s keywords `kw`) is recorded first."""
@@ -288,6 +292,10 @@ def _register(sup, job_id: str, epoch: int, proc, spec: JobSpec, ckpt: Path, gpu
     with sup.lock:  # before Redis hears of it: its GPU processes are never taken for zombies
         older = sup.running.get(job_id)
         sup.running[job_id] = run
+        sup.started.pop(job_id, None)
+        sup.started[job_id] = epoch
+        if len(sup.started) > STARTED_KEPT:
+            del sup.started[next(iter(sup.started))]
     if older is not None and older.epoch != epoch and older.stop_as(Stopping.STALE):
         # a newer attempt of the job came here while an older one still ran (its node was taken for
         # dead meanwhile): the older copy is stale, and would otherwise run on beside it, unfenced

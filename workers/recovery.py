@@ -46,8 +46,9 @@ ASSIGNED_SETTLE_MS = 60_000
 def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 5000) -> list[str]:
     """Requeue, as lost attempts, the jobs Redis shows running on this node at an epoch this agent
     does not run (started over `settle_ms` ago, so a launch in flight is left alone), and the jobs
-    assigned here over ASSIGNED_SETTLE_MS ago while no launch waits in the node's queue (a gang's rank
-    here, in a gang another rank started, likewise only while no launch waits). With
+    assigned here over ASSIGNED_SETTLE_MS ago while no launch waits in the node's queue, or at once where
+    this agent started that attempt and it ended (the server lost the writes since); a gang's rank
+    here, in a gang another rank started, likewise only while no launch waits. With
     `everything` (agent start), every job merely assigned here goes back too; their RQ entries then
     find a moved epoch and do nothing. A requeue is fenced by the epoch: a launch that raced it finds
     the job moved and starts nothing. Returns the ids requeued."""
@@ -63,6 +64,7 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
     with sup.lock:  # jobs it runs, and jobs whose outcome waits in the outbox
         mine = {(r.job_id, r.epoch) for r in sup.running.values()}
         mine |= sup.outbox.attempts() | sup.meeting
+        started = dict(sup.started)
     requeued = []
     launch_lost = waiting_launches == 0  # (an unreadable queue counts as holding launches)
     for job_id, reply in zip(ids, replies):
@@ -75,9 +77,11 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
         if rank is None and (ranks or r["node"] != sup.node) or (job_id, epoch) in mine:
             continue
         if not everything and not (_settled(r["started_ms"], now, settle_ms) if state in ("running", "preempting")
-                                   else state == "assigned" and launch_lost
-                                   and _settled(r["assigned_ms"], now, ASSIGNED_SETTLE_MS)):
-            continue
+                                   else state == "assigned" and (launch_lost and _settled(r["assigned_ms"], now,
+                                                                                          ASSIGNED_SETTLE_MS)
+                                                                 or not ranks and started.get(job_id) == epoch)):
+            continue  # (an attempt this agent started, and that ended, still assigned: the server lost its
+            # start and its end, or its copy was stopped as stale while the epoch had moved and came back)
         if not everything and rank is not None and not launch_lost and state == "running":
             continue  # a gang another rank started: this rank's launch may still wait in the node's queue
             # (RQ reconnecting after an outage); it is lost once the queue holds none
