@@ -52,6 +52,10 @@ def print_report(r: dict, out=sys.stdout) -> None:
                        ("check failed", "failed_checks"), ("left running", "leftover_processes")):
         for line in r.get(key) or []:
             print(f"  {label}: {line}", file=out)
+    for job, lines in (r.get("stories") or {}).items():
+        print(f"  job {job}'s story, from the logs:", file=out)
+        for line in lines:
+            print(f"    {line}", file=out)
     for note in r.get("notes") or []:
         if "on its own" in note or "did not restart" in note:
             print(f"  died: {note.splitlines()[0]}", file=out)

@@ -47,6 +47,7 @@ from cluster import NS, TIMING, Cluster  # noqa: E402
 from hostfaults import DataDisk, NetNode  # noqa: E402
 from procs import alive, become_subreaper, cmdline, descendants, reap_orphans  # noqa: E402
 from report import print_report  # noqa: E402
+from story import bad_jobs, story  # noqa: E402
 
 
 #: A run in which no attempt wrote a line for this long while jobs had not ended is stalled: it stops
@@ -209,6 +210,7 @@ def main(argv=None) -> int:
     result["wall_s"] = round(time.monotonic() - t0, 1)
     bad = bool(result.get("lost") or result.get("doubled") or result.get("overlaps")
                or result.get("agents_died_on_their_own") or result.get("failed_checks"))
+    result["stories"] = {job: story(base / "logs", job) for job in bad_jobs(result)[:3]}
     result["work_dir"] = str(base) if (args.keep or bad) else None
     print_report(result)
     if args.json:
@@ -258,7 +260,7 @@ def loop(args, cluster, inj, sub: Submitter, died: Counter, timing: dict) -> dic
         if now >= next_check:
             next_check = now + 1.0
             acked = list(sub.acked)
-            unended, busy = len(acked) - ended(cluster, acked), cluster.busy()
+            unended, busy = len(acked) - ended(cluster, acked, inj.killed), cluster.busy()
             done = sub.finished.is_set() and unended == 0 and busy == 0
             quiet_s = time.time() - max(last_write(cluster.files), wall0)
             if unended and quiet_s > STALL_S:
@@ -293,31 +295,13 @@ def last_write(files: Path) -> float:
         return 0.0
 
 
-def ended(cluster, acked: list[str]) -> int:
-    """How many of the acknowledged jobs have an attempt that ended."""
+def ended(cluster, acked: list[str], killed: set[str]) -> int:
+    """How many of the acknowledged jobs have ended: an attempt wrote its end, or (a job the suite killed
+    -9, which fails and is not rerun) dispatch records it failed. Without the second, every run with a
+    job fault waited out the stall time at its end."""
     done = {j for j, atts in attempts.read_all(cluster.files).items() if any(a.end is not None for a in atts)}
+    gone = [j for j in acked if j in killed and j not in done]
+    if gone:
+        states = cluster.states(gone) or {}
+        done |= {j for j in gone if states.get(j) == "failed"}
     return sum(1 for j in acked if j in done)
-
-
-def sweep_leftovers(cluster, wait_s: float = 5.0) -> list[str]:
-    """Processes still alive under the suite once everything it started was stopped: job processes that
-    escaped their agent, servers nobody stopped. Listed, then killed."""
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        left = [p for p in descendants(os.getpid()) if alive(p)]
-        if not left:
-            return []
-        time.sleep(0.2)
-    out = []
-    for pid in left:
-        line = cmdline(pid)
-        out.append(f"pid {pid}: {'a chaos job' if attempts.MARK in line else line[:120]}")
-        try:
-            os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
-    return out
-
-
-if __name__ == "__main__":
-    sys.exit(main())
