@@ -305,3 +305,27 @@ def ended(cluster, acked: list[str], killed: set[str]) -> int:
         states = cluster.states(gone) or {}
         done |= {j for j in gone if states.get(j) == "failed"}
     return sum(1 for j in acked if j in done)
+
+
+def sweep_leftovers(cluster, wait_s: float = 5.0) -> list[str]:
+    """Processes still alive under the suite once everything it started was stopped: job processes that
+    escaped their agent, servers nobody stopped. Listed, then killed."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        left = [p for p in descendants(os.getpid()) if alive(p)]
+        if not left:
+            return []
+        time.sleep(0.2)
+    out = []
+    for pid in left:
+        line = cmdline(pid)
+        out.append(f"pid {pid}: {'a chaos job' if attempts.MARK in line else line[:120]}")
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
