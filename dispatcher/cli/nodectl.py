@@ -83,7 +83,8 @@ def nodes(ctx, free, as_json):
 
 def _capacity(ctx, as_json: bool) -> None:
     from ..config import Timing
-    from ..store.snapshot import SpecCache, read_snapshot
+    from ..store.snapshot import read_snapshot
+    from ..store.spec_cache import SpecCache
     from ..views.capacity import SIZES, capacity, describe
 
     now, timeout = now_ms(), Timing.from_env().node_timeout_s

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+from dataclasses import replace
 
 from ..core.plan import PendingJob, RunningJob, Snapshot, pieces
 from ..core.errors import MalformedRecord
@@ -31,7 +32,8 @@ from ..store.codec import decode_node_info, node_timeout_s
 from ..store.nodes import NodeRecord, read_changed_infos, read_drains, read_infos
 from ..store.dependencies import HELD, READY, judge_all
 from ..store.quarantine import ACTIVE, NAME, Entry, job_entry
-from ..store.snapshot import BATCH, OnHold, ReadResult, SpecCache, Strays, node_views, pending_only, read_jobs
+from ..store.snapshot import BATCH, OnHold, ReadResult, Strays, node_views, pending_only, read_jobs
+from ..store.spec_cache import SpecCache
 
 log = logging.getLogger("dispatch.store")
 
@@ -128,6 +130,8 @@ class Mirror:
                                          batch=BATCH if leader else FOLLOW_BATCH):
                 rejudge |= self._waiting_on.get(job_id, set())
                 arrivals = self._take(job_id, got, job_id in active, arrivals, rejudge)
+        if self._restamp() and arrivals is not None:
+            arrivals = None  # older twins took a newer one's estimate: their order changed
         self.changed = len(ids)
         if whole:
             gc.collect()  # once: what the read left with cycles (a malformed record's error) is not frozen
@@ -136,6 +140,21 @@ class Mirror:
         if released and arrivals is not None:
             arrivals += released
         return arrivals
+
+    def _restamp(self) -> bool:
+        """Pending jobs whose cached spec took a newer twin's estimate (store/spec_cache.py) go back into the
+        backlog with it; whether any did."""
+        moved = False
+        for job_id in self.cache.take_restamped():
+            job, spec = self.backlog.jobs.get(job_id), self.cache.specs.get(job_id)
+            if spec is None:
+                continue
+            if job is not None:
+                self.backlog.add(replace(job, spec=spec))
+                moved = True
+            elif job_id in self.held:  # (waiting on its dependencies: it enters the backlog with it)
+                self.held[job_id] = replace(self.held[job_id], spec=spec)
+        return moved
 
     def _changed_ids(self, leader: bool) -> list[str] | None:
         """The ids of the feed's entries past the cursor (the leader first takes the changed set into it),
@@ -149,7 +168,7 @@ class Mirror:
         self.cursor = got.cursor
         ids = sorted(set(self._ids(got.ids, keys.jobs_changed(self.ns), "gone", "set")))
         for job_id in ids:
-            self.cache.specs.pop(job_id, None)
+            self.cache.forget(job_id)
         return ids
 
     def _read_whole(self, leader: bool) -> tuple[list[str], set[str]]:
@@ -192,7 +211,7 @@ class Mirror:
             if prior is not None and not in_active:  # it ended: for the leader's counters (store/counters.py)
                 self.ended.append((job_id, prior.spec.priority))
                 self._note(job_id, None, prior)
-            self.cache.specs.pop(job_id, None)
+            self.cache.forget(job_id)
             if in_active:  # ended between the two reads, or stray: quarantine.lua tells
                 self.stray.append(job_entry(self.ns, keys.jobs_active(self.ns), job_id, "not an active job",
                                             expect=ACTIVE))

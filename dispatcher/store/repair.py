@@ -17,7 +17,8 @@ from .connect import text, tolerant
 from .jobs import rebuild_indexes
 from .nodes import holder_ids
 from .quarantine import ACTIVE, Entry, quarantine, set_aside, sweep
-from .snapshot import SpecCache, Strays, read_jobs
+from .snapshot import Strays, read_jobs
+from .spec_cache import SpecCache
 
 log = logging.getLogger("dispatch.store")
 

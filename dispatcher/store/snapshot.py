@@ -2,7 +2,7 @@
 dispatcher/scheduler/planner.py).
 
 read_snapshot costs a fixed handful of pipelined round trips per cycle. Specs are
-immutable, so a SpecCache keeps them decoded across cycles.
+immutable, so a SpecCache (store/spec_cache.py) keeps them decoded across cycles.
 """
 
 from __future__ import annotations
@@ -14,41 +14,15 @@ from ..core.errors import MalformedRecord
 from ..core.plan import NodeView, PendingJob, RunningJob, Snapshot, pieces
 from ..core.model import ACTIVE_STATES
 from . import job_record, keys, scripts
-from .codec import decode_spec
 from .connect import text, tolerant, wrong_type
 from .job_record import gang_ranks
 from ..core.elastic import is_elastic, run_time
 from .dependencies import READY, judge_all
-from .history import plan_estimate
 from .nodes import NodeRecord, read_nodes
 from .quarantine import ACTIVE, MAX_MS, job_entry, valid_name
+from .spec_cache import SpecCache
 
 log = logging.getLogger("dispatch.store")
-
-
-@dataclass
-class SpecCache:
-    specs: dict = field(default_factory=dict)
-
-    def get(self, job_id: str, raw, plan_est=None):
-        """The job's spec as the policy sees it: est_s is the job's plan_est_s when it has one (the
-        user's estimate corrected by their history, or the prediction: store/history.py). A local
-        copy; the stored spec, which agents check signatures on, never changes."""
-        spec = self.specs.get(job_id)
-        if spec is None and raw is not None:
-            spec = decode_spec(raw, key=f"job {job_id}")
-            if spec.id != job_id:
-                raise MalformedRecord(f"job {job_id}", f"its spec is for job {spec.id!r}")
-            est_s = plan_estimate(plan_est)
-            if est_s is not None:
-                spec = replace(spec, est_s=est_s)
-            self.specs[job_id] = spec
-        return spec
-
-    def keep_only(self, ids) -> None:
-        ids = set(ids)
-        for k in [k for k in self.specs if k not in ids]:
-            del self.specs[k]
 
 
 @dataclass(frozen=True)
@@ -264,11 +238,21 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
             job, epochs[job_id] = got
             (pending_jobs if isinstance(job, PendingJob) else running).append(job)
     cache.keep_only(ids)
+    pending_jobs = restamped(pending_jobs, cache)
     held = held_back(client, ns, pending_jobs)
     pending_jobs = [p for p in pending_jobs if p.spec.id not in held]
     running = pieces(running)  # a gang as one entry per node
     return ReadResult(Snapshot(tuple(pending_jobs), running, node_views(live, running)), epochs, nodes,
                       pending_only(bad, set(pending)), held, tuple(stray))
+
+
+def restamped(pending: list[PendingJob], cache: SpecCache) -> list[PendingJob]:
+    """The pending jobs, those whose cached spec took a newer twin's estimate (spec_cache.py) with it."""
+    ids = cache.take_restamped()
+    if not ids:
+        return pending
+    return [replace(p, spec=cache.specs[p.spec.id]) if p.spec.id in ids and p.spec.id in cache.specs else p
+            for p in pending]
 
 
 def held_back(client, ns: str, pending) -> dict[str, str]:

@@ -34,7 +34,8 @@ from ..store.naming import record_id
 from ..store.jobs import index_window, read_jobs, read_log_tail
 from ..store.quarantine import valid_name
 from ..store.samples import figures, holders, node_use, read_samples
-from ..store.snapshot import SpecCache, read_snapshot
+from ..store.snapshot import read_snapshot
+from ..store.spec_cache import SpecCache
 
 #: Finished jobs the success/failure counts cover (the newest ones).
 OUTCOMES_WINDOW = 1000

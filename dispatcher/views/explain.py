@@ -74,7 +74,8 @@ def explain(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
     """`timing`: the clocks of failure handling (default: Timing.from_env(), as the scheduler's)."""
     from .forecast import forecast_read  # the what-if's own: `dispatch why` without --fresh never loads them
     from ..policy import rest_verdict, schedule
-    from ..store.snapshot import SpecCache, read_snapshot
+    from ..store.snapshot import read_snapshot
+    from ..store.spec_cache import SpecCache
 
     job = read_job(client, ns, job_id)
     now = now_ms()

@@ -28,7 +28,8 @@ from ..store import keys
 from ..store import stats as published
 from ..store.jobs import read_job
 from ..store.connect import tolerant
-from ..store.snapshot import SpecCache, read_snapshot
+from ..store.snapshot import read_snapshot
+from ..store.spec_cache import SpecCache
 
 #: Up to this many pending jobs the forecast runs on the whole queue; past it, on the jobs ranked ahead.
 EXACT_UP_TO = 2000
