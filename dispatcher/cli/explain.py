@@ -38,10 +38,10 @@ def why(ctx, job_id, fresh, timeout_s, as_json):
         if o.get("terms"):
             parts = " + ".join(f"{k} {v:.1f}x{out['weights'].get(k, 0):g}" for k, v in o["terms"].items())
             click.echo(f"  score {o['score']:.1f} = ({parts}) / {total:g}")
-        if o.get("rank"):
-            when = f" (its verdict since {time.strftime('%H:%M:%S', time.localtime(o['since']))})" \
-                if o.get("since") else ""
-            click.echo(f"  rank {o['rank']}{when} of {out['pending']} pending, profile {out['profile']!r} "
+        if o.get("rank"):  # (a recorded verdict's rank is of the queue it was judged in, not of today's)
+            of = f" when judged at {time.strftime('%H:%M:%S', time.localtime(o['since']))}; {out['pending']} " \
+                 "pending now" if o.get("since") else f" of {out['pending']} pending"
+            click.echo(f"  rank {o['rank']}{of}, profile {out['profile']!r} "
                        f"({out['policy_source']}), {out['live_nodes']} live nodes")
         if o["code"] == "would_start":
             click.echo(f"  would start now on {o['node']} GPUs {o['gpus']} ({o['reason']}); "
