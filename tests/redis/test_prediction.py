@@ -118,10 +118,10 @@ def test_copies_submitted_before_any_run_finished_plan_with_the_prediction_a_lat
     early = [submit(client, ns)[0] for _ in range(2)]  # no history yet: no prediction, 'unknown'
     mirror.refresh()
     assert [mirror.backlog.jobs[j].spec.est_s for j in early] == [None, None]
-    for seconds in (100, 120):  # two runs of the same sweep finish meanwhile (on other GPUs)
+    for seconds in (100, 120):  # two runs of the same command finish meanwhile (on other GPUs)
         job_id, spec = submit(client, ns)
         run(client, ns, s, job_id, spec, seconds=seconds)
-    late, _ = submit(client, ns, command=("python", "train.py", "--lr", "0.01"))
+    late, _ = submit(client, ns)
     assert read_job(client, ns, late)["plan_est_s"] == 110.0
     assert mirror.refresh() is None  # more than arrivals: the early copies' order changed
     assert [mirror.backlog.jobs[j].spec.est_s for j in early + [late]] == [110.0, 110.0, 110.0]

@@ -1,5 +1,5 @@
-"""The scheduler's spec cache (store/spec_cache.py) plans twins (one history: user, command with its
-numbers masked, GPU request; and one estimate of their own) with the newest one's estimate: copies of a command submitted before its first runs finished
+"""The scheduler's spec cache (store/spec_cache.py) plans identical jobs (one user, command, GPU request
+and estimate of their own) with the newest one's estimate: copies of a command submitted before its first runs finished
 (no prediction then) are not overtaken by a copy submitted after (predicted short)."""
 
 from dispatcher.core.spec import build_spec
@@ -34,11 +34,11 @@ def test_other_commands_users_or_own_estimates_are_no_twins():
     cache = SpecCache()
     cache.get(*job("1", 1000))
     cache.get(*job("2", 1000, command=("python", "eval.py")))
-    cache.get(*job("6", 1000, command=("python", "train.py", "--lr", "0.1")))  # a sweep's point: one history
+    cache.get(*job("6", 1000, command=("python", "train.py", "--lr", "0.1")))  # a sweep's point: not identical
     cache.get(*job("3", 1000, user="bo"))
     cache.get(*job("4", 1000, est_s=600.0))
     cache.get(*job("5", 2000), plan_est="90.0")
-    assert cache.take_restamped() == {"1"}  # (6 is train.py with other arguments: another history)
+    assert cache.take_restamped() == {"1"}
     assert (cache.specs["2"].est_s, cache.specs["3"].est_s, cache.specs["4"].est_s) == (None, None, 600.0)
 
 
@@ -48,3 +48,11 @@ def test_a_forgotten_kind_starts_over():
     cache.forget("1")
     assert cache.get(*job("2", 500)).est_s is None  # no twin of it is kept any more
     assert set(cache.kinds) == {"2"} and len(cache.members) == 1
+
+
+def test_a_whole_read_oldest_first_restamps_each_twin_once_with_the_newest_estimate():
+    cache = SpecCache()
+    for i in range(1, 6):  # each copy predicted from the history of its own submit
+        cache.get(*job(str(i), 1000 + i), plan_est=str(100.0 + i))
+    assert cache.take_restamped() == {"1", "2", "3", "4"}
+    assert {cache.specs[str(i)].est_s for i in range(1, 6)} == {105.0}
