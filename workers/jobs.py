@@ -212,22 +212,23 @@ class Supervisor:
     def stale_all(self) -> list:
         """Kill every job this agent runs as a stale copy (its outcome not recorded: another agent runs
         the node now, and its epochs moved on); returns them."""
-        with self.lock:
-            runs = [r for r in self.running.values() if r.stop_as(Stopping.STALE)]
-        for r in runs:
-            self.stop_run(r, 0, signal.SIGKILL)
-        return runs
+        return self._kill_all(Stopping.STALE)
 
     def fence_all(self, why: str) -> int:
         """This node was cut off from Redis for too long: its jobs are about to be (or were) rerun
         elsewhere, so kill every copy now. Returns how many were stopped."""
-        with self.lock:
-            runs = [r for r in self.running.values() if r.stopping not in (Stopping.STALE, Stopping.FENCED)]
+        runs = self._kill_all(Stopping.FENCED)
         for r in runs:
-            r.stop_as(Stopping.FENCED)
-            self.stop_run(r, 0, signal.SIGKILL)
             log.warning("job %s: killed, %s", r.job_id, why)
         return len(runs)
+
+    def _kill_all(self, why: Stopping) -> list:
+        """SIGKILL every job this agent runs that may be stopped as `why` now (Running.stop_as); returns them."""
+        with self.lock:
+            runs = [r for r in self.running.values() if r.stop_as(why)]
+        for r in runs:
+            self.stop_run(r, 0, signal.SIGKILL)
+        return runs
 
     # -- stopping ----------------------------------------------------------------------------
     def stop_run(self, run: Running, grace_s: float, first: signal.Signals = signal.SIGTERM) -> None:
