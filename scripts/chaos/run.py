@@ -48,11 +48,14 @@ from hostfaults import DataDisk, NetNode  # noqa: E402
 from procs import alive, become_subreaper, cmdline, descendants, reap_orphans  # noqa: E402
 from report import print_report  # noqa: E402
 from story import bad_jobs, story  # noqa: E402
+from workers.recovery import ASSIGNED_SETTLE_MS  # noqa: E402
 
 
 #: A run in which no attempt wrote a line for this long while jobs had not ended is stalled: it stops
-#: there and is judged (its unfinished jobs are lost).
-STALL_S = 60.0
+#: there and is judged (its unfinished jobs are lost). Longer than an agent takes to put back a lost
+#: launch (assigned that long, no launch left in its queue, at its next reconcile: workers/recovery.py),
+#: which a 60 s stall cut short, counting as lost a job dispatch was about to requeue.
+STALL_S = ASSIGNED_SETTLE_MS / 1000.0 + 30.0
 
 
 class Submitter(threading.Thread):
