@@ -248,24 +248,22 @@ class Supervisor:
         threading.Thread(target=go, name=f"kill-{run.job_id}", daemon=True).start()
 
     def _time_limit(self, run: Running) -> threading.Timer | None:
-        """With --time: the timer that stops the attempt (TIMEOUT) at its limit less its grace, counted
-        from its start; None without one."""
+        """With --time: the timer that stops the attempt (TIMEOUT) at its limit, counted from its start (as
+        Slurm's: the job runs its whole limit, then has its --grace); None without one."""
         limit = run.spec.time_limit_s
         if not limit:
             return None
-        timer = threading.Timer(max(0.0, run.started + limit - run.spec.grace_s - time.monotonic()),
-                                self._time_up, (run,))
+        timer = threading.Timer(max(0.0, run.started + limit - time.monotonic()), self._time_up, (run,))
         timer.name, timer.daemon = f"time-{run.job_id}", True
         timer.start()
         return timer
 
     def _time_up(self, run: Running) -> None:
-        """The checkpoint signal now (the limit less the grace); SIGKILL to what is left at the limit."""
+        """The checkpoint signal now (the limit); SIGKILL to what is left its --grace later (Slurm's KillWait)."""
         if run.proc.returncode is None and run.stop_as(Stopping.TIMEOUT):
-            log.warning("job %s: --time %.0fs runs out; %s now, SIGKILL at the limit", run.job_id,
-                        run.spec.time_limit_s, run.checkpoint_signal.name)
-            self.stop_run(run, max(0.0, run.started + run.spec.time_limit_s - time.monotonic()),
-                          run.checkpoint_signal)
+            log.warning("job %s: --time %.0fs ran out; %s now, SIGKILL in %.0fs", run.job_id,
+                        run.spec.time_limit_s, run.checkpoint_signal.name, run.spec.grace_s)
+            self.stop_run(run, run.spec.grace_s, run.checkpoint_signal)
 
     def check(self) -> None:
         """Once a heartbeat: stop copies whose epoch moved (fenced), a gang's ranks once their gang stops

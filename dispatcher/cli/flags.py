@@ -23,8 +23,8 @@ def resources(priority: str = "normal", session: bool = False):
         click.option("--mem", default="0", metavar="GB", help="Host memory, in GB (or 64G, 512M; a gang: on each node)."),
         click.option("--priority", default=priority, metavar="P", help="critical, high, normal or low."),
         click.option("--time", "-t", "time", default=None, metavar="DURATION",
-                     help="Run-time limit of each attempt (Slurm's --time): the checkpoint signal at the limit less "
-                          "the job's grace (submit's --grace), SIGKILL at the limit, and the job fails: 90s, 15m, 3h, 1d, or Slurm's forms: "
+                     help="Run-time limit of each attempt (Slurm's --time): the checkpoint signal at the limit, "
+                          "SIGKILL the job's grace (submit's --grace) later, and the job fails: 90s, 15m, 3h, 1d, or Slurm's forms: "
                           "30 (a bare number is minutes), 30:00, 1:00:00, 2-12, 2-12:00:00."),
     ]
 

@@ -77,8 +77,8 @@ class JobSpec:
     same_type: bool = True  # every node of a gang on one GPU family
     #: A job (every rank of a gang) that reports no progress for this long is restarted as a lost attempt.
     hang_timeout_s: float | None = None
-    #: A hard limit on each attempt's run time (--time, Slurm's): the checkpoint signal at the limit less
-    #: grace_s, SIGKILL at the limit, and the job fails (not requeued). Each attempt gets the whole limit.
+    #: A limit on each attempt's run time (--time, Slurm's): the checkpoint signal at the limit, SIGKILL
+    #: grace_s later, and the job fails (not requeued). Each attempt gets the whole limit.
     time_limit_s: float | None = None
     #: An interactive session (`dispatch shell`, workers/tty.py): "shell" (the user's shell, with fallbacks on
     #: the node) or "command" (the command given), run on a PTY whose terminal is carried through Redis; "" a

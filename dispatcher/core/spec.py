@@ -306,9 +306,6 @@ def _check_together(f: dict, *, elastic: bool) -> None:
         from .elastic import run_time
 
         f["est_s"] = run_time(JobSpec(id="", command=(), **f), f["gpus"])
-    if f["time_limit_s"] is not None and f["time_limit_s"] < f["grace_s"]:  # its checkpoint signal: limit - grace
-        raise InvalidRequestError(f"--time: {exact(f['time_limit_s'])} is shorter than --grace {exact(f['grace_s'])} "
-                                  f"(the checkpoint signal comes at the limit less the grace)", field="--time")
     if f["min_gpus"] is not None and f["min_gpus"] > f["gpus"]:
         raise InvalidRequestError(f"--min-gpus: {f['min_gpus']} is more than --gpus {f['gpus']}", field="--min-gpus")
     if f["min_gpus"] is not None and not f["checkpointable"] and not elastic:

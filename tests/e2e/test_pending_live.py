@@ -57,7 +57,7 @@ def test_an_updated_priority_reorders_the_queue_and_an_update_is_checked_as_subm
     assert said == f"{later}: updated: priority low -> critical, est 2h00m -> 10m", said
     job = cli.show(later)
     assert (job["priority"], job["est_s"]) == ("critical", 600.0)
-    for args, says in ((["--time", "5s"], "shorter than --grace"), (["--priority", "urgent"], "unknown class"),
+    for args, says in ((["--time", "5x"], "not a duration"), (["--priority", "urgent"], "unknown class"),
                        ([], "nothing to update")):
         p = cli.run("update", later, *args, check=False)
         assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
