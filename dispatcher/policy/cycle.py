@@ -304,8 +304,10 @@ class Cycle:
             resv = reserve(spec, self.index.fitting(spec), self.now)
             if resv is not None:
                 self.hold_reservation(self.index.by_name[resv.node], resv, spec.rank, spec.cpus, spec.mem_gb)
-                reason += (f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} starting "
-                           f"{within(max(0, resv.start_ms - self.now) / 1000)}")
+                unknown = resv.start_ms == self.now + int(self.config.unknown_remaining_s * 1000)  # (nodes.end_ms)
+                when = "when the jobs holding them end (one has no estimate left)" if unknown else \
+                    within(max(0, resv.start_ms - self.now) / 1000)  # (not 'in ~24 h', the policy's stand-in)
+                reason += f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} starting {when}"
         if self.starving(spec):
             reason = f"starving ({self.starving(spec)}); " + reason
         self.judge(spec, code, reason, terms)

@@ -53,3 +53,18 @@ def test_a_policy_file_sets_the_reserve_and_writes_it_back():
     assert pset.profiles["default"].reserve == {"high": 2}
     assert parse_policy(render_policy(pset)) == pset
 
+
+
+def test_a_reservation_behind_a_job_with_no_estimate_says_when_it_ends_not_in_24_hours():
+    nodes = [make_node("n1").gpus(1).held(0)]
+    running = [make_job("hog").gpus(1).est(None).running_on("n1", 0)]
+    plan = schedule(snapshot(pending=[make_job("next").gpus(1)], running=running, nodes=nodes), now_ms=NOW_MS,
+                    config=PolicyConfig())
+    (v,) = plan.verdicts
+    assert "holds a reservation on n1 GPUs [0] starting when the jobs holding them end (one has no estimate " \
+           "left)" in v.reason, v.reason
+    assert "24 h" not in v.reason
+    timed = [make_job("hog").gpus(1).est(600).running_on("n1", 0)]
+    (v,) = schedule(snapshot(pending=[make_job("next").gpus(1)], running=timed, nodes=nodes), now_ms=NOW_MS,
+                    config=PolicyConfig()).verdicts
+    assert "holds a reservation on n1 GPUs [0] starting in ~10 min" in v.reason, v.reason
