@@ -14,11 +14,12 @@ from .select import act_each, filter_options, needs_some, resolve, selection
 
 
 def _pending(ctx, verb: str, job_ids, users, states, names, teams, missing: list) -> list[dict]:
-    """The jobs a command on pending jobs means: those named, or the pending and running ones the
-    filters pick (a filter is the list of the jobs it matches: the store refuses each that is not
-    pending, one line each). Ids that name no job are appended to `missing`."""
+    """The jobs a command on pending jobs means: those named (the store refuses each that is not pending,
+    one line each), or the pending ones the filters pick (`release -u me` while one of mine runs is no
+    error). Ids that name no job are appended to `missing`."""
     sel = needs_some(selection(job_ids, users, states, names, teams), verb)
-    return resolve(ctx.client, ctx.ns, sel, include_final=False, missing=missing)
+    jobs = resolve(ctx.client, ctx.ns, sel, include_final=False, missing=missing)
+    return jobs if job_ids else [j for j in jobs if j["state"] == "pending"]
 
 
 def _act(ctx, action: str, job_ids, users, states, names, teams) -> None:

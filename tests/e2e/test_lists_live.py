@@ -84,17 +84,20 @@ def test_an_arrays_elements_are_named_by_index_in_refusals_hints_wait_and_histor
 
 
 @pytest.mark.slow
-def test_a_filter_on_hold_and_update_refuses_each_running_job_it_matches_as_a_list_does(cli):
+def test_a_filter_on_hold_release_and_update_picks_the_pending_jobs_it_matches_and_an_id_is_refused(cli):
     cli.start("worker", "--node", "a", "--fake-gpus", "1xA100-40GB")
     cli.start("scheduler")
     job = cli.submit("--name", "runonly", "--gpus", "0", "--", "sleep", "60")
     cli.wait_for(lambda: cli.show(job)["state"] == "running", what="the job to run")
-    for args, verb in ((["hold", "--name", "runonly"], "hold"), (["update", "-t", "all", "--priority", "low"], "update")):
-        p = cli.run(*args, check=False)
+    waiting = cli.submit("--name", "later", "--gpus", "1", "--after", job, "--", "true")
+    assert cli.run("hold", "-u", cli.show(job)["user"]).stdout == f"{waiting}: held\n"  # the running one: not held
+    assert cli.run("release", "--name", "*").stdout == f"{waiting}: released\n"
+    p = cli.run("hold", "--name", "runonly", check=False)  # matches only the running job: nothing to hold
+    assert (p.returncode, p.stderr) == (0, "dispatch: no job matches\n"), p
+    for args, verb in ((["hold", job], "hold"), (["update", job, "--priority", "low"], "update")):
+        p = cli.run(*args, check=False)  # named: refused, as a list is
         assert (p.returncode, p.stdout) == (1, ""), (args, p)
         assert p.stderr.startswith(f"dispatch: error: job {job} is running; cannot {verb} it"), (args, p.stderr)
-    p = cli.run("hold", "--name", "nothing-by-that-name", check=False)
-    assert (p.returncode, p.stderr) == (0, "dispatch: no job matches\n"), p
 
 
 def test_after_a_job_that_was_cancelled_is_submitted_with_a_warning(cli):
