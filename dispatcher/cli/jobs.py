@@ -76,7 +76,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
         reason = reason or (rest if j["state"] == "pending" else "")
         rows.append([row_id, j["name"] or "-", j["user"], j["priority"], counts(group) if len(group) > 1 else j["state"],
                      gpus, where,
-                     age(waited), reason[:90], shlex.join(j["command"])])
+                     age(waited), reason[:90], shlex.join(j["command"]).replace("\n", "\\n")])  # one line a job
     header = ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON", "COMMAND"]
     click.echo(_table(cut_last(rows, header), header))
     if more > 0:

@@ -80,12 +80,20 @@ def expand_ids(args) -> list[str]:
     return list(out)
 
 
+#: squeue's and sacct's state codes and names, as a Slurm user types them (-t PD, -t R, --state COMPLETED).
+SLURM_STATES = {"pd": ("pending",), "r": ("assigned", "running"), "s": ("preempting",), "cd": ("succeeded",),
+                "completed": ("succeeded",), "f": ("failed",), "ca": ("cancelled",), "canceled": ("cancelled",)}
+
+
 def selection(ids=(), users=(), states=(), names=(), teams=()) -> Selection:
+    for flag, values in (("--user", users), ("--state", states), ("--name", names), ("--team", teams)):
+        if any(not v for item in values for v in pieces(item)):  # ('-u ""' matched nobody, '-t ""' everyone)
+            raise InvalidRequestError(f"{flag}: an empty value; give one, or leave {flag} out", field=flag)
     wanted: set[str] = set()
     for s in split(states):
         s = s.lower()
-        if s not in STATES and s not in STATE_GROUPS:
-            raise InvalidRequestError(f"--state {s}: not a state; one of {', '.join(STATES)}, active, done, all",
-                                      field="--state")
-        wanted.update(STATE_GROUPS.get(s, (s,)))
+        if s not in STATES and s not in STATE_GROUPS and s not in SLURM_STATES:
+            raise InvalidRequestError(f"--state {s}: not a state; one of {', '.join(STATES)}, active, done, all "
+                                      "(or Slurm's PD, R, S, CD, F, CA)", field="--state")
+        wanted.update(STATE_GROUPS.get(s) or SLURM_STATES.get(s) or (s,))
     return Selection(tuple(expand_ids(ids)), split(users), frozenset(wanted), split(names), split(teams))

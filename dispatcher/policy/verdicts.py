@@ -179,5 +179,7 @@ def rest_reason(max_free: int, considered: int, max_cpus: int | None = None) -> 
     the most CPUs free on one node, named when none is (GPUs free but no CPU to run a job with)."""
     cpus = "" if max_cpus is None or max_cpus > 0 or not max_free else \
         ", but no CPU free on any: each job takes its --cpus, 1 by default"
-    return (f"no node has room for it this cycle (at most {max_free} GPUs free on one node{cpus}); "
-            f"{considered} jobs were considered before it")
+    room = "no GPU free on any node" if not max_free else \
+        f"at most {max_free} GPU{'s' if max_free > 1 else ''} free on one node"
+    before = "1 job was" if considered == 1 else f"{considered} jobs were"
+    return f"no node has room for it this cycle ({room}{cpus}); {before} considered before it"

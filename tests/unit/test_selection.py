@@ -1,0 +1,45 @@
+"""Filters as Slurm users type them (core/selection.py): squeue's state codes, and an empty value is an
+error naming its flag (`-u ''` matched nobody and `-t ''` everybody: a typo went unnoticed either way)."""
+
+import pytest
+
+from dispatcher.core.errors import InvalidRequestError
+from dispatcher.core.selection import selection
+
+
+@pytest.mark.parametrize("given,means", [
+    ("PD", {"pending"}), ("R", {"assigned", "running"}), ("pd,r", {"pending", "assigned", "running"}),
+    ("CD", {"succeeded"}), ("COMPLETED", {"succeeded"}), ("F", {"failed"}), ("CA", {"cancelled"}),
+    ("canceled", {"cancelled"}), ("S", {"preempting"}), ("RUNNING", {"running"}),
+])
+def test_squeue_state_codes_and_names_mean_our_states(given, means):
+    assert selection(states=[given]).states == means
+
+
+@pytest.mark.parametrize("kw,flag", [({"users": [""]}, "--user"), ({"states": [""]}, "--state"),
+                                     ({"names": ["a,"]}, "--name"), ({"teams": ["  "]}, "--team")])
+def test_an_empty_filter_value_is_one_line_naming_its_flag(kw, flag):
+    with pytest.raises(InvalidRequestError) as e:
+        selection(**kw)
+    assert e.value.field == flag and str(e.value) == f"{flag}: an empty value; give one, or leave {flag} out"
+
+
+def test_an_unknown_state_names_the_slurm_codes_too():
+    with pytest.raises(InvalidRequestError, match=r"--state sleeping: not a state; .*Slurm's PD, R, S, CD, F, CA"):
+        selection(states=["sleeping"])
+
+
+@pytest.mark.parametrize("given", ["3-7", "55_[0-1]", "3,4"])
+def test_a_command_on_one_job_given_several_says_so_not_that_no_such_job_exists(given):
+    from dispatcher.store.naming import record_id
+
+    with pytest.raises(InvalidRequestError, match="names several jobs; this command takes one"):
+        record_id(None, "ns", given)  # (refused before any read)
+
+
+def test_the_reason_of_jobs_a_cycle_did_not_reach_counts_in_words():
+    from dispatcher.policy.verdicts import rest_reason
+
+    assert rest_reason(0, 1) == "no node has room for it this cycle (no GPU free on any node); 1 job was " \
+                                "considered before it"
+    assert rest_reason(1, 3).startswith("no node has room for it this cycle (at most 1 GPU free on one node); 3 jobs")
