@@ -17,7 +17,7 @@ from .gpuspec import MAX_GPU_MEM_GB
 from .memo import remembered
 from .model import PRIORITIES, PRIORITY_ALIASES, JobSpec
 from .outputs import parse_notify, parse_output
-from .units import exact, parse_duration, parse_time_limit
+from .units import exact, parse_duration, parse_estimate, parse_time_limit
 
 _NAME = re.compile(r"^[\w.@+-]{1,64}\Z")  # \w: letters and digits of any script (José, 李), and _
 
@@ -194,7 +194,7 @@ def check_options(
     output="", notify="",  # its output file on the node, and who is told of its end (core/outputs.py)
 ) -> dict:
     """Every field of a request but its command and name, checked: the JobSpec fields they give."""
-    est_s = _duration(est, "--est", lo=0.001)
+    est_s = _duration(est, "--est", lo=0.001, parse=parse_estimate)
     gpus, low = _gpu_range(gpus)
     if low is not None:
         if min_gpus is not None:

@@ -48,6 +48,14 @@ _SLURM_TIME = re.compile(r"(?:([0-9]+)-)?([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
 _DECIMAL = re.compile(r"[0-9]+\.[0-9]*|\.[0-9]+")
 
 
+def parse_estimate(text: str, *, flag: str = "--est") -> float:
+    """An estimate as parse_duration reads it ('90s', '2h30m'; a bare number is seconds), or in Slurm's
+    forms with a colon or a day ('1:00:00', '30:00', '2-12'), as --time takes them."""
+    t = str(text).strip()
+    return parse_time_limit(t, flag=flag) if (":" in t or "-" in t.lstrip("-")) and _SLURM_TIME.fullmatch(t) \
+        else parse_duration(t, flag=flag)
+
+
 def parse_time_limit(text: str, *, flag: str = "--time") -> float:
     """A run-time limit as Slurm's --time takes it, or as parse_duration: '30' (a bare number is minutes,
     as Slurm's), '30:00' (MM:SS), '1:00:00' (HH:MM:SS), '2-12' (D-HH), '2-12:30' (D-HH:MM),

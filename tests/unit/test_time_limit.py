@@ -138,3 +138,9 @@ def test_a_sessions_idle_timeout_reads_as_its_time_limit_does():
     for bad in ("0.5s", "99999999d", "-1", "", "soon"):
         with pytest.raises(InvalidRequestError, match="^--idle-timeout: "):
             idle_timeout_s(bad)
+
+
+@pytest.mark.parametrize("value,seconds", [("1:00:00", 3600.0), ("30:00", 1800.0), ("2-12", 216000.0), ("90", 90.0),
+                                           ("1h30m", 5400.0)])
+def test_an_estimate_takes_slurms_colon_and_day_forms_and_a_bare_number_stays_seconds(value, seconds):
+    assert request(est=value).est_s == seconds
