@@ -48,8 +48,8 @@ def test_only_time_reads_a_bare_number_as_minutes():
     assert parse_duration("90") == 90.0  # --est, --grace, --hang-timeout and the policy keys: seconds
     spec = request(est="90", hang_timeout="90", grace="90", time="90")
     assert (spec.est_s, spec.hang_timeout_s, spec.grace_s, spec.time_limit_s) == (90.0, 90.0, 90.0, 5400.0)
-    with pytest.raises(InvalidRequestError, match="--est: '1:00:00' is not a duration"):
-        request(est="1:00:00")
+    with pytest.raises(InvalidRequestError, match="--hang-timeout: '1:00:00' is not a duration"):
+        request(hang_timeout="1:00:00")  # (--est takes Slurm's colon forms: below)
 
 
 def test_a_job_without_time_has_no_limit():
