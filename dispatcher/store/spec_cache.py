@@ -3,10 +3,10 @@ job's is dropped and read again).
 
 The estimate the policy plans with is the job's plan_est_s (store/history.py: the user's estimate
 corrected by their history, or the prediction from earlier runs of the same command), which submit
-wrote from the history of that moment. Identical jobs (one user, command, GPU count and types, and the
-same estimate of their own, or none) share the newest one's: else a job submitted after earlier
-copies of its command finished (its prediction says 2 minutes) ranks above its older twins (no
-prediction then: 'unknown'), and identical jobs start newest first.
+wrote from the history of that moment. Twins (one history: user, command with its numbers masked,
+GPU count and types; and the same estimate of their own, or none) share the newest one's: else a job
+submitted after earlier runs of its command finished (its prediction says 2 minutes) ranks above its
+older twins (no prediction then: 'unknown'), and a sweep's jobs start newest first.
 """
 
 from __future__ import annotations
@@ -14,15 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..core.errors import MalformedRecord
+from ..core.predict import fingerprint
 from .codec import decode_spec
 from .history import plan_estimate
 
 
 def kind_of(spec) -> tuple:
-    """What makes two jobs twins for their estimate: one user, command, GPU count and types, and the same
-    estimate of their own (or none). (Not the history's fingerprint, which masks numbers: hashing it per
-    job made a cold read of 100,000 jobs 15% slower.)"""
-    return spec.user, spec.command, spec.gpus, spec.gpu_types, spec.est_s
+    """What makes two jobs twins for their estimate: one history (core/predict.py's fingerprint: user,
+    command with its numbers masked, GPU request: a sweep's points too, `--seed 4` and `--seed 5`), and
+    the same estimate of their own (or none)."""
+    return fingerprint(spec), spec.est_s
 
 
 @dataclass

@@ -112,16 +112,16 @@ def test_show_gives_the_error_of_the_prediction_after_the_run(client, ns):
     assert err["rel_error"] == 0.25
 
 
-def test_copies_submitted_before_any_run_finished_plan_with_the_prediction_a_later_copy_got(client, ns):
+def test_a_sweeps_jobs_submitted_before_any_run_finished_plan_with_the_prediction_a_later_one_got(client, ns):
     s = Scripts(client, ns)
     mirror = Mirror(client, ns)
     early = [submit(client, ns)[0] for _ in range(2)]  # no history yet: no prediction, 'unknown'
     mirror.refresh()
     assert [mirror.backlog.jobs[j].spec.est_s for j in early] == [None, None]
-    for seconds in (100, 120):  # two runs of the same command finish meanwhile (on other GPUs)
+    for seconds in (100, 120):  # two runs of the sweep finish meanwhile (on other GPUs)
         job_id, spec = submit(client, ns)
         run(client, ns, s, job_id, spec, seconds=seconds)
-    late, _ = submit(client, ns)
+    late, _ = submit(client, ns, command=("python", "train.py", "--lr", "0.01"))  # another point of the sweep
     assert read_job(client, ns, late)["plan_est_s"] == 110.0
     assert mirror.refresh() is None  # more than arrivals: the early copies' order changed
     assert [mirror.backlog.jobs[j].spec.est_s for j in early + [late]] == [110.0, 110.0, 110.0]

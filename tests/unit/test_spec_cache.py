@@ -1,5 +1,5 @@
-"""The scheduler's spec cache (store/spec_cache.py) plans identical jobs (one user, command, GPU request
-and estimate of their own) with the newest one's estimate: copies of a command submitted before its first runs finished
+"""The scheduler's spec cache (store/spec_cache.py) plans twins (one history: user, command with its
+numbers masked, GPU request; and one estimate of their own) with the newest one's estimate: copies of a command submitted before its first runs finished
 (no prediction then) are not overtaken by a copy submitted after (predicted short)."""
 
 from dispatcher.core.spec import build_spec
@@ -34,12 +34,15 @@ def test_other_commands_users_or_own_estimates_are_no_twins():
     cache = SpecCache()
     cache.get(*job("1", 1000))
     cache.get(*job("2", 1000, command=("python", "eval.py")))
-    cache.get(*job("6", 1000, command=("python", "train.py", "--lr", "0.1")))  # a sweep's point: not identical
+    cache.get(*job("6", 1000, command=("python", "eval.py", "--lr", "0.1")))
     cache.get(*job("3", 1000, user="bo"))
     cache.get(*job("4", 1000, est_s=600.0))
     cache.get(*job("5", 2000), plan_est="90.0")
-    assert cache.take_restamped() == {"1"}
+    cache.get(*job("7", 1000, command=("python", "train.py", "--seed", "4")))  # a sweep's point: one history
+    cache.get(*job("8", 3000, command=("python", "train.py", "--seed", "5")), plan_est="70.0")
+    assert cache.take_restamped() == {"1", "7"}
     assert (cache.specs["2"].est_s, cache.specs["3"].est_s, cache.specs["4"].est_s) == (None, None, 600.0)
+    assert (cache.specs["1"].est_s, cache.specs["7"].est_s) == (90.0, 70.0)
 
 
 def test_a_forgotten_kind_starts_over():
