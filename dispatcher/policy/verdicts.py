@@ -139,9 +139,9 @@ def blocked_reason(index: NodeIndex, spec: JobSpec, now_ms: int) -> tuple[Code, 
 
 def reserved_for(r: Reservation, spec: JobSpec, now_ms: int) -> str:
     """'is reserved for job 7 starting in ~14 min, and its estimate 900s does not end before then'."""
-    est = "it has no estimate" if spec.est_s is None else f"its estimate {spec.est_s:g}s"
-    return (f"is reserved for job {r.job_id} starting {within(max(0, r.start_ms - now_ms) / 1000)}, and {est} "
-            f"does not end before then")
+    ends = "it has no estimate, so it may not end before then" if spec.est_s is None else \
+        f"its estimate {spec.est_s:g}s does not end before then"
+    return f"is reserved for job {r.job_id} starting {within(max(0, r.start_ms - now_ms) / 1000)}, and {ends}"
 
 
 def lower_score_reason(spec: JobSpec, node: str, jobs: list[str]) -> str:

@@ -297,7 +297,8 @@ class Scripts:
     def shrink(self, job_id, node, epoch, keep_gpus, now_ms, *, client=None):
         """The new epoch (> 0), or STALE."""
         ns = self.ns
-        return self._call("shrink", [keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_changed(ns)],
+        return self._call("shrink", [keys.job(ns, job_id), keys.node_alloc(ns, node), keys.job_attempts(ns, job_id),
+                                     keys.jobs_changed(ns)],
                           [job_id, epoch, ",".join(map(str, keep_gpus)), now_ms], client, counts=True)
 
     def checkpointed(self, job_id, epoch, at_ms, *, client=None):

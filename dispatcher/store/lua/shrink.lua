@@ -1,6 +1,7 @@
 -- A shrunk job checkpointed and stopped: keep some of its GPUs, free the rest, give it a new epoch
--- so that its node agent restarts it on the kept GPUs.
--- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] changed-jobs set
+-- so that its node agent restarts it on the kept GPUs. The attempt that ran on all of them is recorded in
+-- its attempts list (outcome 'shrunk'), as a preempted one is: its GPU time, and the job's first start.
+-- KEYS[1] job hash   KEYS[2] node alloc hash   KEYS[3] the job's attempts list   KEYS[4] changed-jobs set
 -- ARGV[1] job id     ARGV[2] epoch the agent was given   ARGV[3] GPUs kept "0,1"   ARGV[4] now_ms
 -- returns the new epoch (> 0); or 0 STALE (store/scripts.py Outcome: epoch moved or not being preempted)
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[2] then return 0 end
@@ -19,6 +20,11 @@ for g in string.gmatch(gpus, '[^,]+') do
 end
 redis.call('HINCRBY', KEYS[1], 'preemptions', 1)
 redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s_lost', math.max(0, now - since) * n / 1000)
+local f = redis.call('HMGET', KEYS[1], 'attempt', 'node', 'assigned_ms', 'started_ms')
+redis.call('RPUSH', KEYS[3], cmsgpack.pack({
+  attempt = tonumber(f[1] or '0') or 0, epoch = tonumber(ARGV[2]), node = f[2] or '', gpus = gpus,
+  assigned_ms = tonumber(f[3] or '0') or 0, started_ms = tonumber(f[4] or '0') or 0, ended_ms = now,
+  outcome = 'shrunk', reason = 'shrunk to ' .. ARGV[3], exit_code = ''}))
 redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 local epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'state', 'assigned', 'gpus', ARGV[3], 'assigned_ms', ARGV[4],
