@@ -15,7 +15,7 @@ from ..core import errors
 from ..core.arrays import label
 from . import _table, common, json_flag
 from ..clock import now_ms
-from ..core.errors import InvalidRequestError
+from ..core.errors import InvalidRequestError, exit_words
 from ..store.naming import record_id
 from ..core.units import age
 from ..auth.identity import current_user
@@ -129,6 +129,8 @@ def show(ctx, job_id, as_json):
             v = f"{v} (element {label(job)})"
         elif k == "env" and v:
             v = " ".join(shlex.quote(f"{name}={value}") for name, value in v.items())
+        elif k == "exit_code" and v is not None and v < 0:  # (as wait exits and $? says; --json keeps -N)
+            v = exit_words(v)
         elif k == "ranks" and v:  # a gang: every rank's node and GPUs
             v = ", ".join(f"rank {i} on {n} GPUs {g}" for i, (n, g) in enumerate(v))
         click.echo(f"{k:>16}: {v if v not in (None, '', []) else '-'}")

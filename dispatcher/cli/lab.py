@@ -9,7 +9,7 @@ import click
 
 from . import common
 from .select import filter_options, selection
-from ..core.errors import InvalidRequestError
+from ..core.errors import InvalidRequestError, exit_words
 from ..sim.workload import MAX_CLUSTER_GPUS
 from .sim_options import check_options, parse_ckpt_cost, policy_names, write_json
 
@@ -142,7 +142,7 @@ def history(ctx, as_csv, as_json, since, users, states, names, teams):
     else:
         click.echo(_table([[label({**r, "id": r["job_id"]}), r["name"] or "-", r["user"], r["team"] or "-", r["priority"], r["num_gpus"],
                             "|".join(r["gpu_type"]) or "any", rough(r["duration_s"]) if r["ran"] else "-", r["state"],
-                            "-" if r["exit_code"] is None else r["exit_code"]] for r in rows],
+                            exit_words(r["exit_code"])] for r in rows],
                           ["ID", "NAME", "USER", "TEAM", "CLASS", "GPUS", "GPU TYPE", "RAN", "STATE", "EXIT"]))
 
 

@@ -1,5 +1,6 @@
-"""Filters as Slurm users type them (core/selection.py): squeue's state codes, and an empty value is an
-error naming its flag (`-u ''` matched nobody and `-t ''` everybody: a typo went unnoticed either way)."""
+"""What a Slurm user types and reads: squeue's state codes in filters, an empty filter value as an error
+naming its flag (`-u ''` matched nobody and `-t ''` everybody: a typo went unnoticed either way), one job
+asked for where several are named, reasons in words, and exit codes as the shell says them."""
 
 import pytest
 
@@ -43,3 +44,11 @@ def test_the_reason_of_jobs_a_cycle_did_not_reach_counts_in_words():
     assert rest_reason(0, 1) == "no node has room for it this cycle (no GPU free on any node); 1 job was " \
                                 "considered before it"
     assert rest_reason(1, 3).startswith("no node has room for it this cycle (at most 1 GPU free on one node); 3 jobs")
+
+
+@pytest.mark.parametrize("code,words", [(None, "-"), (0, "0"), (3, "3"), (-9, "137 (SIGKILL)"), (-15, "143 (SIGTERM)"),
+                                        (-11, "139 (SIGSEGV)")])
+def test_an_exit_code_in_a_table_is_the_shells_and_a_signal_is_named(code, words):
+    from dispatcher.core.errors import exit_words
+
+    assert exit_words(code) == words
