@@ -301,7 +301,8 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
     nothing if all succeeded, else one line per job that did not. Exits 0 if all succeeded; for one
     job, with its own exit code (as `tsp -w`; 128 + N if signal N killed it, as a shell says; 1 if it
     was cancelled or lost). An id that names no job is one error line, and the others are waited for
-    (exit 4 if they all succeeded)."""
+    (exit 4 if they all succeeded). A job's own code may be one of wait's (2 bad input, 4 no such
+    job, 5 --timeout): wait's own say so on stderr, `dispatch show JOB --json` has the job's."""
     from ..api import Client
     from ..core.units import parse_duration
     from ..store.connect import ride_out_within
