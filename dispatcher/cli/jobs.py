@@ -260,6 +260,9 @@ def logs(ctx, job_id, follow, rank, tail):
         for last, chunk in read_log(ctx.client, ctx.ns, job_id, rank=rank):
             out.write(chunk)
     out.flush()
+    if last == "-" and job["state"] in ("pending", "assigned") and not job["attempts"]:  # (on stderr, as above)
+        click.echo(f"[dispatch: job {label(job)} has not started yet: no output"
+                   + ("; waiting for it]" if follow else "; -f waits for it]"), err=True)
     while follow:  # through a server's restart (`dispatch up` brings it back): waited for, not an error
         got = ride_out(lambda: read_log(ctx.client, ctx.ns, job_id, last, block_ms=500, rank=rank), on_wait=server_away)
         for last, chunk in got:

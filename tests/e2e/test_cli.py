@@ -116,6 +116,13 @@ def test_queue_show_and_nodes_print_json(cli):
     assert node["name"] == "n1" and node["alive"] and [g["name"] for g in node["gpus"]] == ["NVIDIA A100-40GB"] * 2
 
 
+def test_logs_of_a_job_that_has_not_started_says_so_on_stderr(cli):
+    job = cli.submit("--", "true")  # no node: it waits
+    p = cli.run("logs", job)
+    assert (p.returncode, p.stdout) == (0, "")
+    assert p.stderr == f"[dispatch: job {job} has not started yet: no output; -f waits for it]\n", p.stderr
+
+
 def test_logs_follow_streams_until_the_job_ends(cli):
     cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB")
     cli.start("scheduler")
