@@ -118,10 +118,12 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of the table.")
 @click.option("--since", default=None, metavar="DURATION|DATE",
               help="Only jobs submitted this long ago or later (7d), or from this date (2026-12-01, 2026-12-01T09:30).")
+@click.argument("job_ids", nargs=-1, metavar="[JOB|LOW-HIGH]...")
 @filter_options
 @common
-def history(ctx, as_csv, as_json, since, users, states, names, teams):
-    """Jobs that ended: who, what, how they ended (-u, --state, --name, --team to filter, as sacct's);
+def history(ctx, job_ids, as_csv, as_json, since, users, states, names, teams):
+    """Jobs that ended: who, what, how they ended (ids, ranges, an array's id or 12_5 as sacct's -j;
+    -u, --state, --name, --team to filter, as sacct's);
     one that never started (a command that could not start, a failed dependency, cancelled while
     pending) ran '-'. --csv, the jobs that ran, replays a lab's own week in `dispatch simulate`."""
     from . import _table
@@ -130,7 +132,7 @@ def history(ctx, as_csv, as_json, since, users, states, names, teams):
 
     if as_csv and as_json:
         raise InvalidRequestError("give --csv or --json, not both", field="--csv")
-    jobs, rows = history_rows(ctx.client, ctx.ns, since, selection((), users, states, names, teams),
+    jobs, rows = history_rows(ctx.client, ctx.ns, since, selection(job_ids, users, states, names, teams),
                               ran_only=as_csv)  # (a trace holds work: a job that never ran has none)
     if as_csv:
         from ..sim.workload import format_trace
@@ -163,7 +165,9 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
     if since:
         now = time.time()
         since_ms = int(max(0.0, now - seconds_ago(since, now, flag="--since")) * 1000)  # (before 1970: all)
-    found = [r for r in read_history(client, ns, since_ms, ran_only=ran_only) if sel is None or sel.matches(r)]
+    ids = set(sel.ids) if sel is not None else set()  # a job's id, 12_5, or an array's id (all its elements)
+    found = [r for r in read_history(client, ns, since_ms, ran_only=ran_only) if (sel is None or sel.matches(r))
+             and (not ids or r["id"] in ids or label(r) in ids or (r["array_of"] or None) in ids)]
     first = min((r["submitted_at"] for r in found), default=0.0)
     jobs = [TraceJob(label(r), round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
                      round(max(0.001, work_s(r)), 3), tuple(r["gpu_types"]), r["priority"])

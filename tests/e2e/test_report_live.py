@@ -101,6 +101,8 @@ def test_history_shows_state_exit_code_and_team_and_bad_input_is_one_line(cli, w
     # sacct's filters: -u, --state, --team
     picked = json.loads(cli.run("history", "-t", "failed", "--team", "nlp", "--json").stdout)
     assert [r["job_id"] for r in picked] == [week["fails"]["id"]]
+    by_id = json.loads(cli.run("history", week["fails"]["id"], week["ok"]["id"], "--json").stdout)  # sacct -j
+    assert sorted(r["job_id"] for r in by_id) == sorted([week["fails"]["id"], week["ok"]["id"]])
     assert [r["user"] for r in json.loads(cli.run("history", "-u", "bo", "--json").stdout)] == ["bo"] * sum(
         r["user"] == "bo" for r in rows.values())
     for bad, word in ((("report", "--since", "abc"), "--since"), (("report", "--by", "colour"), "--by"),
