@@ -5,8 +5,9 @@ already holds it (the Mirror's Backlog, which keeps these counts as jobs come an
 publishes the counts instead (store/stats.py), and a view costs O(nodes + page), not O(queue):
 
 - per class: jobs pending (the held ones apart), jobs held (by their dependencies or by `dispatch
-  hold`), GPUs asked for (held jobs' too), the oldest OLDEST_KEPT jobs not held (submit time and id:
-  the longest waits, the wait alerts, the first pages of the queue), and the commonest reasons;
+  hold`), GPUs asked for (held jobs' too), the oldest OLDEST_KEPT jobs not held (the time their wait
+  counts from, id, and attempt: the longest waits, the wait alerts, the first pages of the queue), and the
+  commonest reasons;
 - per user and team: jobs pending and GPUs asked for, held ones included;
 - the smallest GPU request (what fragmentation is measured against).
 
@@ -60,7 +61,7 @@ def queue_summary(backlog, held: dict, on_hold: dict, reasons: dict[str, tuple],
             counted[rest_reason or "not judged yet"] += rest
         classes[c] = {"pending": pending, "held": n_held,
                       "gpus_pending": backlog.gpus_by_class.get(c, 0) + held_gpus[c],
-                      "oldest": [[p.wait_from_ms, p.spec.id] for p in backlog.oldest(c, OLDEST_KEPT)],
+                      "oldest": [[p.wait_from_ms, p.spec.id, p.attempt] for p in backlog.oldest(c, OLDEST_KEPT)],
                       "reasons": [[r, n] for r, n in counted.most_common(REASONS_KEPT)]}
     return {"classes": classes,
             "users": [[u, t, n, gpus_by_user[(u, t)]] for (u, t), n in by_user.items()],

@@ -92,9 +92,11 @@ class Board:
         running = sorted(seen.running, key=lambda r: (-r.spec.rank, r.started_ms, int(r.spec.id)))
         policy, _ = published_policy(self.client, self.ns)
         _, config = policy.config_at(*local_weekday_minute(now / 1000.0))
+        queue = stats["queue"]
         return {"now_ms": now, "nodes": seen.nodes, "nodes_at_ms": seen.at_ms, "running": running,
                 "taken": holders(running), "use": node_use(running),
-                "queue": stats["queue"], "stats": stats, "indexed": indexed if isinstance(indexed, int) else 0,
+                "queue": {**queue, "classes": pending_spells(self.client, self.ns, queue["classes"])},
+                "stats": stats, "indexed": indexed if isinstance(indexed, int) else 0,
                 "idle": seen.idle, "config": config, "alerts": policy.alerts}
 
     def _read_outcomes(self) -> dict:
@@ -168,8 +170,9 @@ class Board:
                           "running": len(c["running"])}
         view["capacity"] = capacity(c["nodes"], c["running"], now, self.timing.node_timeout_s, taken=c["taken"],
                                     use=c["use"])
-        # the wait alerts count the oldest jobs the leader listed (OLDEST_KEPT a class)
-        waits = {cls: [(now - t) / 1000.0 for t, _ in k["oldest"]] for cls, k in q["classes"].items()}
+        # the wait alerts count the oldest jobs the leader listed (OLDEST_KEPT a class), each from when it
+        # became pending (pending_spells: a requeued job's run is no wait)
+        waits = {cls: [(now - t) / 1000.0 for t, _ in k["waiting"]] for cls, k in q["classes"].items()}
         window_s = c["alerts"].low_util_for_s + 60
         samples = read_samples(self.client, self.ns, int(now - window_s * 1000))
         view["alerts"] = evaluate(view, waits, samples, c["alerts"], now)
@@ -190,8 +193,8 @@ class Board:
         out = []
         for cls in reversed(PRIORITIES):
             k = c["queue"]["classes"].get(cls) or {"pending": 0, "held": 0, "gpus_pending": 0, "oldest": [],
-                                                  "reasons": []}
-            oldest = k["oldest"][0] if k["oldest"] else None
+                                                  "reasons": [], "waiting": []}
+            oldest = k["waiting"][0] if k["waiting"] else None
             out.append({"class": cls, "pending": k["pending"] + k["held"], "held": k["held"],
                         "running": sum(1 for r in c["running"] if r.spec.priority == cls),
                         "gpus": sum(len(r.gpus) for r in c["running"] if r.spec.priority == cls),
@@ -345,3 +348,26 @@ class Board:
         _, tail = tolerant(lambda: read_log_tail(self.client, self.ns, job_id, LOG_TAIL_LINES), ("-", b""))
         out["log_tail"] = "\n".join(tail.decode(errors="replace").splitlines())
         return out
+
+
+def pending_spells(client, ns: str, classes: dict) -> dict:
+    """Each class's summary with `waiting`: its oldest jobs as (when it became pending, id), longest
+    first. The leader lists them by the time their wait counts from, which for a job requeued with its
+    place kept (a preemption) is its submit: its run would count as waiting, and a critical job
+    preempted after 10 minutes would raise the wait alert at once. Those that ran before (`reran`) count
+    from their last attempt's end (one LINDEX each, pipelined)."""
+    from ..store.jobs import attempt_view
+
+    reran = [j for k in classes.values() for j in k.get("reran", ())]
+    ended = {}
+    if reran:
+        pipe = client.pipeline(transaction=False)
+        for job_id in reran:
+            pipe.lindex(keys.job_attempts(ns, job_id), -1)
+        for job_id, raw in zip(reran, tolerant(lambda: pipe.execute(raise_on_error=False), [None] * len(reran))):
+            at = attempt_view(raw).get("ended_at") if isinstance(raw, bytes) else None
+            if at:
+                ended[job_id] = int(at * 1000)
+    return {cls: {**k, "waiting": sorted(((max(t, ended.get(j, t)), j) for t, j in k["oldest"]))}
+            for cls, k in classes.items()}
+

@@ -71,3 +71,30 @@ def test_every_view_takes_the_thresholds_the_scheduler_published(client, ns, cli
     assert f"job {waiting}" in alerts[0]["message"]
     out = cli.run("top", "--once", "--alerts", "critical_wait=5m", check=False)
     assert out.returncode != 0 and "policy file's [alerts] table" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_a_preempted_job_waits_from_its_requeue_not_its_submit_and_raises_no_wait_alert_for_its_run(client, ns, cli):
+    from dispatcher.scheduler.loop import Scheduler
+    from dispatcher.scheduler.policy_source import PolicySource
+    from dispatcher.store.scripts import Scripts
+    from tests.redis.test_store import beat
+
+    beat(client, ns, "a", gpus=1)
+    t = now_ms()
+    job = write_jobs(client, ns, [build_spec(command=["true"], user="u", submit_ms=t - 600_000, gpus=1,
+                                             priority="critical", checkpointable=True)])[0]
+    policy = cli.home / "policy.toml"
+    policy.write_text('[alerts]\ncritical_wait = "1m"\n')
+    sched = Scheduler(client, ns, policy=PolicySource(str(policy)))
+    sched.cycle()  # placed at once: it waited 0 s, then ran 10 minutes (its submit is 10 minutes ago)
+    scripts, epoch = Scripts(client, ns), int(client.hget(f"{ns}:job:{job}", "epoch"))
+    assert scripts.mark_running(job, epoch, t - 600_000, 4242) == 1
+    assert scripts.finish(job, "a", epoch, "pending", None, now_ms() - 5_000, "preempted (graceful) by operator x",
+                          preempted=True, keep_wait=True, checkpointable=True) == 1  # back in its old place
+    client.delete(f"{ns}:node:a:alloc")
+    beat(client, ns, "a", gpus=0)  # (nothing to place it on: it stays pending)
+    sched.cycle()
+    view = Board(client, ns).overview()
+    (crit,) = [c for c in view["classes"] if c["class"] == "critical"]
+    assert crit["oldest_job"] == job and 4 <= crit["oldest_wait_s"] < 60, crit  # pending 5 s, not 10 min
+    assert [a for a in view["alerts"] if a["kind"] == "wait"] == [], view["alerts"]
