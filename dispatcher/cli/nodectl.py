@@ -18,6 +18,7 @@ import click
 from . import _table, common, json_flag
 from ..auth.identity import current_user
 from ..clock import now_ms
+from ..core.errors import InvalidRequestError
 from ..core.units import age
 
 
@@ -126,7 +127,7 @@ def _holding(ctx, node: str) -> int:
 
 @click.command()
 @click.argument("node")
-@click.option("--reason", default="", metavar="TEXT", help="Why (shown by `dispatch nodes` and `dispatch why`).")
+@click.option("--reason", default=None, metavar="TEXT", help="Why (shown by `dispatch nodes` and `dispatch why`).")
 @common
 def drain(ctx, node, reason):
     """Take no new job on NODE: the jobs it runs finish there; nothing new starts there until `dispatch
@@ -134,6 +135,9 @@ def drain(ctx, node, reason):
     (With identity on: admins.)"""
     from ..store.nodes import kept_reason
 
+    if reason is not None and not reason.strip():  # (--reason "$WHY" with WHY unset: a typo, not "no reason")
+        raise InvalidRequestError("--reason: empty; say why, or leave --reason out", field="--reason")
+    reason = reason or ""
     was = _act(ctx, "drain", node, reason)
     busy = _holding(ctx, node)
     now = time.time()

@@ -89,6 +89,8 @@ def test_a_drained_node_takes_no_job_through_agent_and_scheduler_restarts(cli, c
     unknown = cli.run("drain", "n9", check=False)
     assert unknown.returncode == 4 and unknown.stderr.strip() == "dispatch: error: no node 'n9'; known nodes: n1"
     assert cli.run("resume", "n1").stdout.strip() == "n1: not drained; nothing to resume"
+    empty = cli.run("drain", "n1", "--reason", " ", check=False)  # (--reason "$WHY", WHY unset): nothing drained
+    assert (empty.returncode, empty.stderr) == (2, "dispatch: error: --reason: empty; say why, or leave --reason out\n")
     assert cli.run("drain", "n1").stdout.startswith("n1: drained: idle; no new job starts there")
     again = cli.run("drain", "n1", "--reason", "bad fan").stdout
     assert again.startswith("n1: already drained (was: n1 drained by ")
