@@ -241,6 +241,25 @@ def _dashboard_options(fn):
     return alerts_option(fn)
 
 
+def _kept_key() -> str:
+    """`up`'s dashboard access key: the state dir's dashboard.key (0600), made by the first `up` and kept
+    by every later one (a new key at each start broke a Prometheus scrape with 401s after each restart;
+    the file is its credentials_file as it is)."""
+    import secrets
+
+    from ..config import state_dir, write_private
+
+    path = state_dir() / "dashboard.key"
+    try:
+        key = path.read_text().strip()
+    except OSError:
+        key = ""
+    if len(key) < 16 or not key.replace("-", "").replace("_", "").isalnum():  # (none yet, or not one of ours)
+        key = secrets.token_urlsafe(24)
+        write_private(path, key + "\n")
+    return key
+
+
 def _serve_dashboard(ctx, host, port, allow_cancel, alerts, access_key=None, record_url=False, allowed_hosts=()):
     """The dashboard's server, listening (not yet serving). `record_url`: its URL (with the key) is
     also kept in the state dir's dashboard.url (0600), for `up`'s owner."""
@@ -345,7 +364,6 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
     scheduler_args = flags + (["--policy", os.path.abspath(policy_path)] if policy_path else [])
     agent_args = flags + ["--node", node] + _node_flags(node_opts)
 
-    import secrets
     import threading
 
     def start_dashboard(url):
@@ -353,7 +371,7 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
         try:
             # the host's other users reach 127.0.0.1 too: the page shows itself to the key's holders only
             web = _serve_dashboard(ctx, "127.0.0.1", dashboard_port, allow_cancel, alerts,
-                                   access_key=secrets.token_urlsafe(24), record_url=True, allowed_hosts=allowed_hosts)
+                                   access_key=_kept_key(), record_url=True, allowed_hosts=allowed_hosts)
         except errors.ConfigError as e:  # a taken port costs the page, not the cluster
             click.echo(f"dispatch: warning: no dashboard: {e} (--dashboard-port 0 takes any free one)", err=True)
             return None

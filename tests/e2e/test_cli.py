@@ -198,6 +198,8 @@ def test_up_needs_no_redis_and_other_commands_find_it(tmp_path):
         url = json.loads((tmp_path / "server.json").read_text())["url"]
         page = (tmp_path / "dashboard.url").read_text().strip()  # http://127.0.0.1:PORT/?key=KEY
         base, key = page.split("?key=")
+        kept = tmp_path / "dashboard.key"  # the key alone, for a scraper's credentials_file; the next up's too
+        assert kept.read_text().strip() == key and kept.stat().st_mode & 0o077 == 0
         port = base.split(":")[2].strip("/")
         for host, status in ((f"gpus.example:{port}", 200), (f"other.example:{port}", 403)):  # behind a proxy
             assert _status(base + "api/config", host, key) == status, host
@@ -216,6 +218,16 @@ def test_up_needs_no_redis_and_other_commands_find_it(tmp_path):
 
     with pytest.raises(DispatchConnectionError):
         connect(url)  # the embedded server stopped with it
+
+
+def test_ups_dashboard_key_is_made_once_and_kept_for_every_later_up(tmp_path, monkeypatch):
+    from dispatcher.cli.ops import _kept_key
+
+    monkeypatch.setenv("DISPATCH_HOME", str(tmp_path))
+    first = _kept_key()
+    assert _kept_key() == first and len(first) >= 16  # a restart's: the same (a scrape survives it)
+    (tmp_path / "dashboard.key").write_text("\n")  # emptied, or not one of ours: a new one
+    assert _kept_key() not in ("", first)
 
 
 def test_history_exports_finished_jobs_that_the_simulator_replays(cli, tmp_path):
