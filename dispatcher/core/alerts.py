@@ -23,6 +23,9 @@ class AlertConfig:
     #: while jobs waited in every one of them.
     low_util_pct: float = 50.0
     low_util_for_s: float = 1800.0
+    #: No scheduler cycle published for this long, while there are nodes or jobs: nobody schedules (a
+    #: standalone `dispatch scheduler` has no watchdog; `up`'s restarts a hung one after 60 s).
+    scheduler_stale_s: float = 120.0
     # Idle GPUs have no threshold here: the idle_gpu alert shows the node agents' idle warnings,
     # whose thresholds are the policy's idle_util and idle_warn (dispatcher/policy/idle.py).
 

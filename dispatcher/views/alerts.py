@@ -30,6 +30,12 @@ def evaluate(view: dict, waits_s: dict[str, list[float]], samples: list[dict], c
     `view` is the board's dict (classes, nodes), `waits_s` the pending jobs' waits by class,
     `samples` store.samples.read_samples() of at least the longest window."""
     out = []
+    s = view.get("scheduler") or {}
+    busy = view["nodes"] or any(c.get("pending") for c in view["classes"])
+    if busy and s.get("at") and s.get("age_s") is not None and s["age_s"] > cfg.scheduler_stale_s:
+        out.append({"kind": "scheduler", "severity": "critical", "subject": "scheduler",
+                    "message": f"no scheduler cycle for {age(s['age_s'])} (the last by {s.get('holder') or '?'}): "
+                               "is a scheduler running?"})
     for c in view["classes"]:
         limit = {"critical": cfg.critical_wait_s, "high": cfg.high_wait_s}.get(c["class"])
         over = sum(1 for w in waits_s.get(c["class"], ()) if w > limit) if limit is not None else 0

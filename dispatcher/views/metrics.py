@@ -25,7 +25,7 @@ from ..store import counters
 from .fresh import PerRead
 from .gzipped import Tail
 
-ALERT_KINDS = ("wait", "low_util", "dead_node", "zombie", "idle_gpu")
+ALERT_KINDS = ("wait", "low_util", "dead_node", "zombie", "idle_gpu", "scheduler")
 NODE_STATES = ("free", "held", "blocked", "dead")
 #: The scheduler's histograms and counters as exported: (store/counters.py name, metric name, help).
 HISTOGRAMS = (("queue_wait", "dispatch_queue_wait_seconds", "Wait from submit to each start, by class"),

@@ -98,3 +98,16 @@ def test_a_preempted_job_waits_from_its_requeue_not_its_submit_and_raises_no_wai
     (crit,) = [c for c in view["classes"] if c["class"] == "critical"]
     assert crit["oldest_job"] == job and 4 <= crit["oldest_wait_s"] < 60, crit  # pending 5 s, not 10 min
     assert [a for a in view["alerts"] if a["kind"] == "wait"] == [], view["alerts"]
+
+
+def test_a_scheduler_that_published_no_cycle_for_its_threshold_is_a_critical_alert_while_there_is_work():
+    cfg = AlertConfig(scheduler_stale_s=120)
+    busy = {"classes": [{"class": "normal", "pending": 3, "oldest_wait_s": 1.0, "oldest_job": "4"}], "nodes": [],
+            "scheduler": {"at": 1.0, "age_s": 130.0, "holder": "box:77"}}
+    (alert,) = evaluate(busy, {}, [], cfg, 10_000_000)
+    assert (alert["kind"], alert["severity"], alert["subject"]) == ("scheduler", "critical", "scheduler")
+    assert alert["message"] == "no scheduler cycle for 2m (the last by box:77): is a scheduler running?"
+    assert evaluate({**busy, "scheduler": {"at": 1.0, "age_s": 30.0}}, {}, [], cfg, 10_000_000) == []
+    idle = {**busy, "classes": []}  # nothing to schedule, no node: nothing wrong
+    assert evaluate(idle, {}, [], cfg, 10_000_000) == []
+    assert parse_policy('[alerts]\nscheduler_stale = "5m"\n').alerts.scheduler_stale_s == 300.0
