@@ -12,7 +12,7 @@ from ..core.errors import DispatcherError, InvalidRequestError, JobNotFound, Mal
 from ..core.model import FINAL_STATES, JobSpec
 from ..core.outputs import is_url, output_path
 from ..core.predict import fingerprint
-from . import control, keys, scripts
+from . import control, counters, keys, scripts
 from .codec import encode_spec
 from .connect import text, tolerant, wrong_type
 from .dependencies import expand_dependencies
@@ -393,4 +393,5 @@ def preempt_job(scripts, client, ns: str, job_id: str, now_ms: int, *, force: bo
     if control.preempt(scripts, job["node"], job_id, job["epoch"], now_ms, by=by, mode=mode,
                        reason=f"preempted by {by}") != Outcome.DONE:
         raise InvalidStateError(job_id, read_job(client, ns, job_id)["state"], "preempt")
+    counters.count(client, ns, "preemptions", mode=mode, **{"class": job["priority"]})  # (an operator's too)
     return mode

@@ -178,3 +178,16 @@ def test_a_placement_in_the_millisecond_of_its_preemption_is_a_start_and_a_shrun
     got = counters.read(client, ns)["histograms"]["start_latency"]
     assert {lbl: h["count"] for lbl, h in got.items()} == {(("class", "normal"),): 2, (("class", "high"),): 1}
     assert abs(got[(("class", "normal"),)]["sum"] - (first + 0.02)) < 1e-6
+
+
+def test_an_operators_preemption_is_counted_as_the_schedulers_are(client, ns):
+    from dispatcher.store.jobs import preempt_job
+
+    beat(client, ns, "a", gpus=1)
+    job = submit(client, ns, gpus=1, checkpointable=True)
+    Scheduler(client, ns).cycle()
+    scripts = Scripts(client, ns)
+    assert scripts.mark_running(job, read_job(client, ns, job)["epoch"], now_ms(), 4242) == 1
+    assert preempt_job(scripts, client, ns, job, now_ms(), force=False, by="user root") == "graceful"
+    got = counters.read(client, ns)["counters"]["preemptions"]
+    assert got == {(("class", "normal"), ("mode", "graceful")): 1}, got
