@@ -55,7 +55,8 @@ def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int,
     A free GPU is stranded when its node has no CPU or no GB of memory left beside it (the jobs there
     asked for them all), or fewer free GPUs than the smallest pending request (`smallest`): no
     waiting job can use it however long it waits. Fragmentation, in [0, 1], is the stranded share of
-    the free GPUs; 0 when nothing is free. `taken` and `use`: holders(running) and node_use(running),
+    the free GPUs; 0 when nothing is free. A drained node's free GPUs are none of these: no job may
+    start there (its held ones count, held). `taken` and `use`: holders(running) and node_use(running),
     when the caller has them already."""
     gpus = held = blocked = free = stranded = 0
     util_sum, idle, taken = 0.0, [], holders(running) if taken is None else taken
@@ -69,6 +70,8 @@ def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int,
             if g.blocked:
                 blocked += 1
                 continue
+            if getattr(n, "drain", None) is not None and (n.name, g.index) not in taken:
+                continue  # (drained: not usable, so neither free nor a low allocation's)
             gpus += 1
             if (n.name, g.index) in taken:
                 held += 1

@@ -46,9 +46,11 @@ def evaluate(view: dict, waits_s: dict[str, list[float]], samples: list[dict], c
                     "message": f"{over} {c['class']} job{'s' * (over != 1)} waiting over {age(limit)} "
                                f"(longest: job {c['oldest_job']}, {age(c['oldest_wait_s'])})"})
     for n in view["nodes"]:
-        if not n["alive"]:
-            out.append({"kind": "dead_node", "severity": "critical", "subject": n["name"],
-                        "message": f"node {n['name']}: no heartbeat for {age(n['seen_s_ago'])}"})
+        if not n["alive"]:  # (drained first, as for maintenance: a warning, not a page)
+            drained = n.get("drain")
+            out.append({"kind": "dead_node", "severity": "warning" if drained else "critical", "subject": n["name"],
+                        "message": f"node {n['name']}: no heartbeat for {age(n['seen_s_ago'])}"
+                                   + (f" (drained: {drained.get('reason') or 'no reason given'})" if drained else "")})
             continue
         for g in n["gpus"]:
             if g["blocked"]:

@@ -151,3 +151,22 @@ def test_samples_carry_gpus_held_per_team_and_user_the_few_largest_named(client,
     assert old["teams"] == {} and old["users"] == {}  # a sample from before: it still reads
     assert new["teams"] == teams and new["users"] == users
     assert sum(len(k) + len(v) for k, v in client.xrange(keys.samples(ns))[-1][1].items()) < 1000  # small
+
+
+def test_a_drained_nodes_free_gpus_are_neither_usable_nor_free_and_its_held_ones_count_held():
+    from dispatcher.store.nodes import Drain
+    from dispatcher.store.samples import figures
+
+    def node(name, drained):
+        return SimpleNamespace(name=name, gpus=tuple(GpuInfo(i, "A100", 80.0) for i in range(4)), cpus=64,
+                               mem_gb=512.0, alive=lambda now, timeout: True,
+                               drain=Drain("disk swap", "root", 1) if drained else None)
+    job = running("ana", "nlp", 1)  # on n1 GPU 0
+    got = figures([node("n1", True), node("n2", False)], [job], now_ms(), 10.0, 1)
+    assert (got["gpus"], got["held"], got["free"], got["stranded"]) == (5, 1, 4, 0), got  # n1's 3 free: not usable
+    from dispatcher.views.alerts import AlertConfig, evaluate
+
+    dead = {"classes": [], "nodes": [{"name": "n1", "alive": False, "seen_s_ago": 60, "gpus": [],
+                                      "drain": {"reason": "disk swap", "by": "root"}}]}
+    (alert,) = evaluate(dead, {}, [], AlertConfig(), now_ms())  # drained, then powered off: maintenance
+    assert (alert["kind"], alert["severity"]) == ("dead_node", "warning") and "(drained: disk swap)" in alert["message"]
