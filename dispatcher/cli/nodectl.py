@@ -65,7 +65,8 @@ def nodes(ctx, free, as_json):
     rows = []
     for n in out:
         kinds = sorted({g["name"].replace("NVIDIA ", "") for g in n["gpus"]})
-        free = sum(1 for g in n["gpus"] if g["job"] is None and not g["blocked"])
+        free = 0 if not n["alive"] or n["drain"] else \
+            sum(1 for g in n["gpus"] if g["job"] is None and not g["blocked"])  # (a dead or drained node: none)
         blocked = sum(1 for g in n["gpus"] if g["blocked"])
         state = n["state"] + (f", {blocked} GPU blocked" if blocked else "")
         held = ",".join(f"{g['index']}:{g['job'].lstrip('~')}" for g in n["gpus"] if g["job"])  # GPU:job(s)

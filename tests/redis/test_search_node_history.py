@@ -170,3 +170,12 @@ def test_a_drained_nodes_free_gpus_are_neither_usable_nor_free_and_its_held_ones
                                       "drain": {"reason": "disk swap", "by": "root"}}]}
     (alert,) = evaluate(dead, {}, [], AlertConfig(), now_ms())  # drained, then powered off: maintenance
     assert (alert["kind"], alert["severity"]) == ("dead_node", "warning") and "(drained: disk swap)" in alert["message"]
+
+
+def test_nodes_shows_no_free_gpu_on_a_dead_or_drained_node(client, ns, cli):
+    t = now_ms()
+    for name, seen in (("up1", t), ("gone", t - 120_000), ("kept", t)):
+        write_heartbeat(client, ns, name, [GpuInfo(i, "NVIDIA A100-40GB", 40.0) for i in range(2)], 8, 64.0, seen)
+    drain(client, ns, "kept", "disk swap", "root", t)
+    rows = {line.split()[0]: line.split() for line in cli.run("nodes").stdout.splitlines()[1:4]}
+    assert (rows["up1"][2], rows["gone"][2], rows["kept"][2]) == ("2/2", "0/2", "0/2"), rows
