@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
+import signal
 import sys
 import time
 
@@ -116,6 +117,20 @@ def common(fn):
 
 def json_flag(fn):
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+def exit_words(code: int | None) -> str:
+    """An exit code as the tables show it: its code, or, for a signal (-N), the shell's 128+N and the
+    signal's name ('137 (SIGKILL)', as `dispatch wait` exits and `$?` says); '-' for none."""
+    if code is None:
+        return "-"
+    if code >= 0:
+        return str(code)
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"{errors.exit_status(code)} ({name})"
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:

@@ -13,9 +13,9 @@ import click
 
 from ..core import errors
 from ..core.arrays import label
-from . import _table, common, json_flag
+from . import _table, common, exit_words, json_flag
 from ..clock import now_ms
-from ..core.errors import InvalidRequestError, exit_words
+from ..core.errors import InvalidRequestError
 from ..store.naming import record_id
 from ..core.units import age
 from ..auth.identity import current_user

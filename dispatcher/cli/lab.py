@@ -7,9 +7,9 @@ import time
 
 import click
 
-from . import common
+from . import common, exit_words
 from .select import filter_options, selection
-from ..core.errors import InvalidRequestError, exit_words
+from ..core.errors import InvalidRequestError
 from ..sim.workload import MAX_CLUSTER_GPUS
 from .sim_options import check_options, parse_ckpt_cost, policy_names, write_json
 

@@ -25,22 +25,6 @@ def exit_status(code: int) -> int:
     return code if code >= 0 else 128 - code
 
 
-def exit_words(code: int | None) -> str:
-    """An exit code as the tables show it: its code, or, for a signal (-N), the shell's 128+N and the
-    signal's name ('137 (SIGKILL)', as `dispatch wait` exits and `$?` says); '-' for none."""
-    if code is None:
-        return "-"
-    if code >= 0:
-        return str(code)
-    import signal
-
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"signal {-code}"
-    return f"{exit_status(code)} ({name})"
-
-
 class DispatcherError(Exception):
     """Root of every error dispatch raises on purpose."""
 

@@ -72,8 +72,8 @@ class Predictor:
         for spec, fp in zip(self.specs, self.fps):
             key = (fp, spec.est_s)
             if key not in memo:
-                memo[key] = _fields(spec.est_s, predict.predict(same[fp], users[spec.user]),
-                                    ratios[spec.user])
+                memo[key] = {**_fields(spec.est_s, predict.predict(same[fp], users[spec.user]), ratios[spec.user]),
+                             "fp": fp}
             out.append(memo[key])
         return out
 

@@ -79,6 +79,8 @@ FIELDS: tuple[Field, ...] = (
     Field("log_path", str, "agent, as an attempt starts", "its node-side log file, on its node (rank 0's)"),
     Field("requeued", str, "requeue", "who last put the ended job back in the queue and when (\"alice 1700000000000\"; "
           "dispatch requeue)"),
+    Field("fp", str, "submit", "its run history's fingerprint (core/predict.py): the scheduler's twins "
+          "(store/spec_cache.py) without hashing each command again", optional=True),
 )
 NAMES = tuple(f.name for f in FIELDS)
 _KIND = {f.name: f.kind for f in FIELDS}
@@ -86,7 +88,7 @@ _OPTIONAL = {f.name for f in FIELDS if f.optional}
 
 #: The named selections readers take (each a subset of FIELDS; tests check it).
 SCHEDULER = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_ms", "checkpoint_ms",
-             "last_preempted_ms", "plan_est_s", "gang", "ranks_ended", "hold")  # the mirror's (scripts.read_jobs; the spec too until cached)
+             "last_preempted_ms", "plan_est_s", "gang", "ranks_ended", "hold", "fp")  # the mirror's (scripts.read_jobs; the spec too until cached)
 OUTCOME = ("state", "reason", "exit_code")  # a dependency's, a recent end's
 NOTIFY = ("spec", "state", "reason", "exit_code", "notified")  # a notifier's, of an ended job
 LAUNCH = ("spec", "epoch", "node", "gpus", "attempt", "cancel_ms", "state", "seal", "gang",

@@ -122,24 +122,24 @@ def _decoded(ns: str, ids: list[str], replies: list, cache: SpecCache, index: st
 
 def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str | None):
     state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, plan_est, gang, ended, hold, \
-        raw = reply
+        fp, raw = reply
     state = text(state)
     if state == "pending":
         if since is None:
             return None  # moved on between the two reads (it is in the changed set again)
         at = float(since)  # (a score comes as text from read_jobs.lua)
         if hold:
-            return _on_hold(job_id, raw, plan_est, int(at) if -MAX_MS <= at <= MAX_MS else None, cache)
+            return _on_hold(job_id, raw, plan_est, fp, int(at) if -MAX_MS <= at <= MAX_MS else None, cache)
         if not -MAX_MS <= at <= MAX_MS:  # not a time (is_time, inline: this runs for every job read)
             if index is None:
                 return None
             return Strays((job_entry(ns, index, job_id, "its score is not a time", "score", text(since),
                                      restore="submit_ms"),))
         epoch = 0 if epoch is None else int(epoch)  # absent is 0; present must be a number
-        return PendingJob(cache.get(job_id, raw, plan_est), 0 if attempt is None else int(attempt), int(at)), epoch
+        return PendingJob(cache.get(job_id, raw, plan_est, fp), 0 if attempt is None else int(attempt), int(at)), epoch
     if state in ACTIVE_STATES:
         epoch = 0 if epoch is None else int(epoch)
-        spec = cache.get(job_id, raw, plan_est)
+        spec = cache.get(job_id, raw, plan_est, fp)
         if spec is None:
             return None
         held = tuple(int(g) for g in text(gpus).split(",") if g)
@@ -156,11 +156,11 @@ def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str |
     return None
 
 
-def _on_hold(job_id: str, raw, plan_est, since_ms: int | None, cache: SpecCache) -> OnHold | None:
+def _on_hold(job_id: str, raw, plan_est, fp, since_ms: int | None, cache: SpecCache) -> OnHold | None:
     """A held job, counted but never scheduled; None if its spec does not read (as before it was held, a
     held record is no one's to quarantine: its release reads it again)."""
     try:
-        spec = cache.get(job_id, raw, plan_est)
+        spec = cache.get(job_id, raw, plan_est, fp)
     except (MalformedRecord, ValueError):
         return None
     return None if spec is None else OnHold(PendingJob(spec, 0, since_ms))

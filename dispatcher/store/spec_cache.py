@@ -11,6 +11,7 @@ older twins (no prediction then: 'unknown'), and a sweep's jobs start newest fir
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 from ..core.errors import MalformedRecord
@@ -19,11 +20,16 @@ from .codec import decode_spec
 from .history import plan_estimate
 
 
-def kind_of(spec) -> tuple:
+#: A fingerprint as core/predict.py makes it (a record's that is not one is worked out again).
+_FP = re.compile(r"[0-9a-f]{16}")
+
+
+def kind_of(spec, fp=None) -> tuple:
     """What makes two jobs twins for their estimate: one history (core/predict.py's fingerprint: user,
     command with its numbers masked, GPU request: a sweep's points too, `--seed 4` and `--seed 5`), and
     the same estimate of their own (or none)."""
-    return fingerprint(spec), spec.est_s
+    fp = fp.decode("ascii", "replace") if isinstance(fp, bytes) else fp
+    return fp if isinstance(fp, str) and _FP.fullmatch(fp) else fingerprint(spec), spec.est_s
 
 
 @dataclass
@@ -38,20 +44,21 @@ class SpecCache:
     #: per read, not once per newer twin met, which a whole read meets oldest first)
     dirty: set = field(default_factory=set)
 
-    def get(self, job_id: str, raw, plan_est=None):
+    def get(self, job_id: str, raw, plan_est=None, fp=None):
         """The job's spec as the policy sees it: est_s is its plan estimate, or its newest twin's. A local
-        copy; the stored spec, which agents check signatures on, never changes."""
+        copy; the stored spec, which agents check signatures on, never changes. `fp`: its record's
+        fingerprint, which submit wrote (else it is worked out here: ~5 us a job)."""
         spec = self.specs.get(job_id)
         if spec is None and raw is not None:
             spec = decode_spec(raw, key=f"job {job_id}")
             if spec.id != job_id:
                 raise MalformedRecord(f"job {job_id}", f"its spec is for job {spec.id!r}")
-            spec = self._planned(job_id, spec, plan_estimate(plan_est))
+            spec = self._planned(job_id, spec, plan_estimate(plan_est), fp)
             self.specs[job_id] = spec
         return spec
 
-    def _planned(self, job_id: str, spec, est_s):
-        kind = kind_of(spec)
+    def _planned(self, job_id: str, spec, est_s, fp=None):
+        kind = kind_of(spec, fp)
         twins = self.members.get(kind)
         if twins is None:  # most jobs have no twin: an id, not a set
             self.members[kind] = job_id

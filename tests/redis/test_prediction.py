@@ -121,7 +121,8 @@ def test_a_sweeps_jobs_submitted_before_any_run_finished_plan_with_the_predictio
     for seconds in (100, 120):  # two runs of the sweep finish meanwhile (on other GPUs)
         job_id, spec = submit(client, ns)
         run(client, ns, s, job_id, spec, seconds=seconds)
-    late, _ = submit(client, ns, command=("python", "train.py", "--lr", "0.01"))  # another point of the sweep
+    late, spec = submit(client, ns, command=("python", "train.py", "--lr", "0.01"))  # another point of the sweep
     assert read_job(client, ns, late)["plan_est_s"] == 110.0
+    assert client.hget(keys.job(ns, late), "fp") == predict.fingerprint(spec).encode()  # (the mirror's twins')
     assert mirror.refresh() is None  # more than arrivals: the early copies' order changed
     assert [mirror.backlog.jobs[j].spec.est_s for j in early + [late]] == [110.0, 110.0, 110.0]

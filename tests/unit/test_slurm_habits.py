@@ -49,6 +49,6 @@ def test_the_reason_of_jobs_a_cycle_did_not_reach_counts_in_words():
 @pytest.mark.parametrize("code,words", [(None, "-"), (0, "0"), (3, "3"), (-9, "137 (SIGKILL)"), (-15, "143 (SIGTERM)"),
                                         (-11, "139 (SIGSEGV)")])
 def test_an_exit_code_in_a_table_is_the_shells_and_a_signal_is_named(code, words):
-    from dispatcher.core.errors import exit_words
+    from dispatcher.cli import exit_words
 
     assert exit_words(code) == words

@@ -59,3 +59,13 @@ def test_a_whole_read_oldest_first_restamps_each_twin_once_with_the_newest_estim
         cache.get(*job(str(i), 1000 + i), plan_est=str(100.0 + i))
     assert cache.take_restamped() == {"1", "2", "3", "4"}
     assert {cache.specs[str(i)].est_s for i in range(1, 6)} == {105.0}
+
+
+def test_the_fingerprint_submit_wrote_in_the_record_names_the_kind_and_a_bad_one_is_worked_out_again():
+    from dispatcher.core.predict import fingerprint
+    from dispatcher.store.codec import decode_spec
+    from dispatcher.store.spec_cache import kind_of
+
+    spec = decode_spec(job("1", 1000)[1])
+    assert kind_of(spec, b"00000000000000ab") == ("00000000000000ab", None)  # as the record says: not hashed here
+    assert kind_of(spec, b"not a fingerprint") == kind_of(spec) == (fingerprint(spec), None)
