@@ -132,7 +132,7 @@ def test_two_dashboards_export_the_same_kept_counters_to_a_real_prometheus(cli, 
     def rules_evaluated():
         groups = json.loads(get(base + "/api/v1/rules"))["data"]["groups"]
         rules = [r for g in groups for r in g["rules"]]
-        return rules if len(rules) == 6 and all(r["health"] == "ok" for r in rules) else None
+        return rules if len(rules) == 7 and all(r["health"] == "ok" for r in rules) else None
 
     rules = cli.wait_for(rules_evaluated, timeout=30, what="the example rules to evaluate")
     assert not [r["name"] for r in rules if r["state"] == "firing"]  # a healthy cluster: nothing fires
