@@ -199,14 +199,19 @@ class Session:
         return job_record.read_fields(self.ctx.client, self.ctx.ns, self.job_id, job_record.OUTCOME)["state"]
 
     def _cancel(self) -> int:
+        from ..store.connect import clone
         from ..store.jobs import cancel_job
         from ..store.requests import act_signed, identity_on
+        from ..store.scripts import Scripts
 
-        ctx = self.ctx
-        if identity_on(ctx.client, ctx.ns):
-            act_signed(ctx.client, ctx.ns, "cancel", current_user(), self.job_id)
+        ns = self.ctx.ns
+        # on a pool of its own: the Ctrl-C may have landed in a call of the main thread's on the shared
+        # one (the output reader's thread uses it too), between a lock's take and its release
+        client = clone(self.ctx.client)
+        if identity_on(client, ns):
+            act_signed(client, ns, "cancel", current_user(), self.job_id)
         else:
-            cancel_job(ctx.scripts, ctx.client, ctx.ns, self.job_id, now_ms())
+            cancel_job(Scripts(client, ns), client, ns, self.job_id, now_ms())
         try:
             click.echo(f"dispatch: job {self.job_id} cancelled", err=True)
         except OSError:  # (no terminal left to say it on)
