@@ -167,7 +167,7 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
         since_ms = int(max(0.0, now - seconds_ago(since, now, flag="--since")) * 1000)  # (before 1970: all)
     ids = set(sel.ids) if sel is not None else set()  # a job's id, 12_5, or an array's id (all its elements)
     found = [r for r in read_history(client, ns, since_ms, ran_only=ran_only) if (sel is None or sel.matches(r))
-             and (not ids or r["id"] in ids or label(r) in ids or (r["array_of"] or None) in ids)]
+             and (not ids or r["id"] in ids or label(r) in ids or r["array_of"] in ids)]
     first = min((r["submitted_at"] for r in found), default=0.0)
     jobs = [TraceJob(label(r), round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
                      round(max(0.001, work_s(r)), 3), tuple(r["gpu_types"]), r["priority"])

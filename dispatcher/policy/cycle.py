@@ -29,7 +29,7 @@ from .elastic_count import elastic_count
 from .fit import GpuMemo, choose_gpus, fit_score
 from .gangs import place_gang
 from .node_index import NodeIndex
-from .nodes import JUMPS, NodeState, Release, end_ms
+from .nodes import JUMPS, NodeState, Release, end_ms, unknown_end_ms
 from .preemption import VictimSearch
 from .reservations import reserve
 from .score import dominant_share, fairness_term, static_terms, weighted
@@ -304,8 +304,8 @@ class Cycle:
             resv = reserve(spec, self.index.fitting(spec), self.now)
             if resv is not None:
                 self.hold_reservation(self.index.by_name[resv.node], resv, spec.rank, spec.cpus, spec.mem_gb)
-                unknown = resv.start_ms == self.now + int(self.config.unknown_remaining_s * 1000)  # (nodes.end_ms)
-                when = "when the jobs holding them end (one has no estimate left)" if unknown else \
+                when = "when the jobs holding them end (one has no estimate left)" \
+                    if resv.start_ms == unknown_end_ms(self.now, self.config) else \
                     within(max(0, resv.start_ms - self.now) / 1000)  # (not 'in ~24 h', the policy's stand-in)
                 reason += f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} starting {when}"
         if self.starving(spec):

@@ -34,6 +34,11 @@ def end_ms(spec: JobSpec, start_ms: int, now_ms: int, config: PolicyConfig) -> i
         end = start_ms + int(spec.est_s * 1000)
         if end > now_ms:
             return end
+    return unknown_end_ms(now_ms, config)
+
+
+def unknown_end_ms(now_ms: int, config: PolicyConfig) -> int:
+    """The end the policy assumes for a job with no estimate left (config.unknown_remaining_s from now)."""
     return now_ms + int(config.unknown_remaining_s * 1000)
 
 

@@ -6,10 +6,9 @@ dashboard's job page and its cancel)."""
 
 from __future__ import annotations
 
-import re
-
 from ..core.arrays import element_name
 from ..core.errors import InvalidRequestError, JobNotFound, MalformedRecord
+from ..core.selection import expand_ids
 from ..core.model import JobSpec
 from . import job_record
 from .codec import decode_spec
@@ -72,7 +71,7 @@ def record_id(client, ns: str, given: str) -> str:
     record (JobNotFound if the array has no such element); any other text as it is, for its reader to
     find or not (an array's id is its first element's record)."""
     if element_name(given) is None:
-        if re.fullmatch(r"\d+-\d+|.*[,\[].*", given):  # (a range, a list, an array's elements)
+        if len(expand_ids([given])) > 1:  # (a range, a list, an array's elements)
             raise InvalidRequestError(f"{given} names several jobs; this command takes one (`dispatch queue -t all "
                                       f"{given}` lists them)", field="JOB")
         return given

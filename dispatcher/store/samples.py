@@ -70,7 +70,7 @@ def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int,
             if g.blocked:
                 blocked += 1
                 continue
-            if getattr(n, "drain", None) is not None and (n.name, g.index) not in taken:
+            if n.drain is not None and (n.name, g.index) not in taken:
                 continue  # (drained: not usable, so neither free nor a low allocation's)
             gpus += 1
             if (n.name, g.index) in taken:

@@ -141,7 +141,7 @@ def test_samples_carry_gpus_held_per_team_and_user_the_few_largest_named(client,
     assert teams == {"vision": sum(len(j.gpus) for j in jobs[1::2]), "nlp": sum(len(j.gpus) for j in jobs[::2])}
     assert len(users) == 21 and sum(users.values()) == sum(teams.values()) and users[OTHERS] == 5
     node = SimpleNamespace(name="n1", gpus=tuple(GpuInfo(i, "A100", 80.0) for i in range(60)), cpus=64, mem_gb=512.0,
-                           alive=lambda now, timeout: True)
+                           alive=lambda now, timeout: True, drain=None)
     read = SimpleNamespace(nodes=[node], snapshot=SimpleNamespace(pending=[], running=jobs))
     t = now_ms() - 30_000
     client.xadd(keys.samples(ns), {"v": 1, "gpus": 8, "held": 2, "blocked": 0, "util_pct": 1.0, "frag": 0.0,
