@@ -210,7 +210,7 @@ class JobChannel:
         try:
             if op == "checkpointed":
                 return self._checkpointed(job_id, epoch)
-            return self._submit(job_id, epoch, user, req.get("specs"))
+            return self._submit(job_id, epoch, user, req.get("specs"), req.get("hold") is True)
         except DispatcherError as e:
             return _err(str(e))
         except Exception as e:  # Redis away, or worse: the job hears it, the agent goes on
@@ -235,7 +235,7 @@ class JobChannel:
             return _err(f"job {job_id} is not running at epoch {epoch}; checkpoint not recorded")
         return {"ok": True}
 
-    def _submit(self, job_id: str, epoch: int, user: str, raw_specs) -> dict:
+    def _submit(self, job_id: str, epoch: int, user: str, raw_specs, held: bool) -> dict:
         from dispatcher.store.codec import decode_spec
         from dispatcher.store.connect import clone
         from dispatcher.store.jobs import write_jobs
@@ -256,11 +256,11 @@ class JobChannel:
             self._client = clone(sup.client, socket_timeout=30.0)
         if sup.verifier is not None:
             cap = job_capability(sup.verifier.secret, job_id, epoch, user)
-            ids = submit_for_job(self._client, sup.ns, specs, job_id, epoch, cap)
+            ids = submit_for_job(self._client, sup.ns, specs, job_id, epoch, cap, held)
         elif identity_on(self._client, sup.ns):
             return _err(f"this cluster has identity on but node {sup.node}'s agent has no --secret-file; "
                         f"its jobs cannot submit")
         else:
-            ids = write_jobs(self._client, sup.ns, specs)
+            ids = write_jobs(self._client, sup.ns, specs, held_by=user if held else "")
         log.info("job %s (attempt %d) submitted jobs %s for %s", job_id, epoch, ", ".join(ids), user)
         return {"ok": True, "ids": list(ids)}

@@ -64,8 +64,9 @@ def checkpointed() -> None:
     ask("checkpointed")
 
 
-def submit(specs) -> list[str]:
-    """Submit checked specs as this job's user (the agent checks they are); the new job ids."""
+def submit(specs, held: bool = False) -> list[str]:
+    """Submit checked specs as this job's user (the agent checks they are); the new job ids. `held`:
+    held by that user from the start (submit --hold)."""
     from ..store.codec import encode_spec
 
-    return [str(i) for i in ask("submit", specs=[encode_spec(s) for s in specs])["ids"]]
+    return [str(i) for i in ask("submit", specs=[encode_spec(s) for s in specs], hold=held)["ids"]]

@@ -56,6 +56,8 @@ from ..auth.identity import caller_dir, current_user
               help="When the job ends: run CMD on its node as its user, with DISPATCH_JOB_ID, DISPATCH_JOB_STATE, "
                    "DISPATCH_EXIT_CODE, DISPATCH_REASON, DISPATCH_JOB_NAME set, or POST its end as JSON to an "
                    "http(s) URL.")
+@click.option("--hold", "-H", "held", is_flag=True,
+              help="Submit the job held (Slurm's sbatch --hold): it waits until `dispatch release`.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")
 @click.option("--cwd", default=None, metavar="DIR",
               help="Working directory on the node (default: the current one; a relative one is taken from it).")
@@ -64,7 +66,7 @@ from ..auth.identity import caller_dir, current_user
                    "the flags give defaults); all or nothing. '-' reads standard input.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @common
-def submit(ctx, from_file, command, **flags):
+def submit(ctx, from_file, command, held, **flags):
     """Submit a job: dispatch submit --gpus 2 --gpu-type A100 -- python train.py. Prints the job id."""
     from . import jobside
     from ..core.memo import gc_paused
@@ -91,9 +93,9 @@ def submit(ctx, from_file, command, **flags):
             specs = _from_lines(from_file, defaults, build)
         inside = ctx._url_flag is None and jobside.in_job()
         if inside:  # inside a job: through its node agent, as its user
-            ids = jobside.submit(specs)
+            ids = jobside.submit(specs, held)
         else:
-            ids = submit_specs(ctx.client, ctx.ns, specs, me)
+            ids = submit_specs(ctx.client, ctx.ns, specs, me, held)
     click.echo("\n".join(ids[i] for i, s in enumerate(specs) if not s.array_of or i == 0
                           or s.array_of != specs[i - 1].array_of))  # an array: its id (its first element's)
     if not inside:

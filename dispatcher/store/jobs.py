@@ -7,7 +7,7 @@ ids to the pending and all-jobs indexes with lua/submit.lua, in one MULTI/EXEC.
 
 from __future__ import annotations
 
-from ..core.arrays import NEW, element_name, first_ids
+from ..core.arrays import NEW, element_name, first_ids, label
 from ..core.errors import DispatcherError, InvalidRequestError, JobNotFound, MalformedRecord
 from ..core.model import FINAL_STATES, JobSpec
 from ..core.outputs import is_url, output_path
@@ -20,12 +20,13 @@ from .history import Predictor, plan_estimate
 from .job_record import gang_ranks, queue_record, read_fields, record_from_hash, verdict_of
 from .logs import LOG_CHUNK, LOG_MAXLEN, append_log, log_trimmed, read_log, read_log_tail  # noqa: F401 (their home)
 from .naming import named_jobs
+from .pending import held_fields
 from .quarantine import valid_name
 from .scripts import Outcome
 
 
-def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None) -> list[str]:
-    """Submit specs (their id is assigned here); returns the new ids, in order.
+def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None, held_by: str = "") -> list[str]:
+    """Submit specs (their id is assigned here); returns the new ids, in order; `held_by` holds them.
 
     `sealed(job_id, spec_bytes)`: under identity, the leader's seal of each stored spec under its id
     (identity.seal_job), kept so that agents check it before they start the job; `also(pipe, ids)` adds
@@ -62,6 +63,8 @@ def write_jobs(client, ns: str, specs: list[JobSpec], *, sealed=None, also=None)
                 fields += (x for kv in extra.items() for x in kv)
             if sealed is not None:
                 fields += (b"seal", sealed(job_id, stored))
+            if held_by:
+                fields += held_fields(held_by, spec.submit_ms, label({"id": job_id, "array_of": spec.array_of, "array_index": spec.array_index}))
             args += (job_id, spec.submit_ms, len(fields) // 2, *fields)
         scripts.submit(pipe, ns, ids[chunk], args)
     if also is not None:

@@ -20,7 +20,7 @@ def hold_job(scripts, client, ns: str, job_id: str, action: str, who: str, now_m
     not pending."""
     if ":" in job_id or not job_id:
         raise JobNotFound(job_id)
-    reason = f"held by {who} (dispatch release {_named(client, ns, job_id)})" if action == "hold" else ""
+    reason = _held_reason(who, _named(client, ns, job_id)) if action == "hold" else ""
     code = scripts.hold(job_id, action, f"{who} {now_ms}", reason)
     if code == Outcome.NO_JOB:
         raise JobNotFound(job_id)
@@ -30,6 +30,16 @@ def hold_job(scripts, client, ns: str, job_id: str, action: str, who: str, now_m
         client.publish(keys.events(ns), action.encode())
         return "held" if action == "hold" else "released"
     return "already held" if action == "hold" else "not held"
+
+
+def held_fields(who: str, now_ms: int, name: str) -> tuple:
+    """The record fields of a job held by `who` from its submit (submit --hold), as lua/hold.lua writes
+    them; `name` is how people name it (core.arrays.label)."""
+    return (b"hold", f"{who} {now_ms}".encode(), b"reason", _held_reason(who, name).encode())
+
+
+def _held_reason(who: str, name: str) -> str:
+    return f"held by {who} (dispatch release {name})"
 
 
 def _named(client, ns: str, job_id: str) -> str:

@@ -235,7 +235,7 @@ class RequestServer:
                 raise NotAllowed(f"user {user!r} may not submit a job as {spec.user!r}: with identity on (dispatch "
                                  "up), each user submits as themself (dispatch login); --user names another only "
                                  "with identity off")
-        write_jobs(self.client, self.ns, specs,
+        write_jobs(self.client, self.ns, specs, held_by=user if body.get("hold") is True else "",
                    sealed=lambda job_id, stored: seal_job(self.verifier.secret, user, job_id, stored),
                    also=lambda pipe, ids: record(pipe, {"ok": True, "ids": ids}))
         return None
@@ -297,13 +297,14 @@ def own_token() -> str:
     return token
 
 
-def submit_signed(client, ns: str, specs, requester: str) -> list[str]:
+def submit_signed(client, ns: str, specs, requester: str, held: bool = False) -> list[str]:
     """`requester` submits specs (for themself: each spec's user must be them) through the leader, in
     as few signed requests as fit (MAX_SPECS specs, SPECS_BYTES of them, each); returns the job ids.
-    Each request is written at once; if one is refused, the ones before it stand."""
+    Each request is written at once; if one is refused, the ones before it stand. `held`: held by
+    `requester` from the start (submit --hold)."""
     token = own_token()
     return [str(i) for batch in _batches(specs) for i in send(client, ns, "submit", requester, token,
-                                                               {"specs": batch})["ids"]]
+                                                               {"specs": batch, "hold": held})["ids"]]
 
 
 def _batches(specs):
@@ -324,21 +325,23 @@ def _batches(specs):
         yield batch
 
 
-def submit_specs(client, ns: str, specs, requester: str) -> list[str]:
-    """Submit checked specs: in one transaction, or as signed requests while identity is on."""
+def submit_specs(client, ns: str, specs, requester: str, held: bool = False) -> list[str]:
+    """Submit checked specs: in one transaction, or as signed requests while identity is on. `held`:
+    held by `requester` from the start (submit --hold)."""
     from .jobs import write_jobs
 
     if identity_on(client, ns):
-        return submit_signed(client, ns, specs, requester)
-    return write_jobs(client, ns, specs)
+        return submit_signed(client, ns, specs, requester, held)
+    return write_jobs(client, ns, specs, held_by=requester if held else "")
 
 
-def submit_for_job(client, ns: str, specs, job_id: str, epoch, cap: str) -> list[str]:
+def submit_for_job(client, ns: str, specs, job_id: str, epoch, cap: str, held: bool = False) -> list[str]:
     """What a node agent sends for `dispatch submit` run inside job `job_id`'s attempt `epoch`: the specs
     (their user must be the job's), signed with the attempt's capability (identity.job_capability), which
     the leader checks together with that attempt still running. Returns the new job ids."""
     return [str(i) for batch in _batches(specs) for i in send(
-        client, ns, "job-submit", specs[0].user, cap, {"specs": batch, "job": str(job_id), "epoch": str(epoch)})["ids"]]
+        client, ns, "job-submit", specs[0].user, cap,
+        {"specs": batch, "job": str(job_id), "epoch": str(epoch), "hold": held})["ids"]]
 
 
 def node_signed(client, ns: str, kind: str, user: str, node: str, reason: str = ""):

@@ -8,6 +8,7 @@ import os
 import shlex
 import socket
 import sys
+import time
 import uuid
 
 import msgpack
@@ -60,6 +61,17 @@ def test_a_job_records_its_checkpoint_and_submits_follow_up_work_through_its_age
     assert cli.show(child)["name"] == "follow-up" and cli.show(child)["user"] == "ada"
     cli.wait_for(lambda: cli.show(child)["state"] == "succeeded", what="the follow-up job")
     assert cli.run("logs", child).stdout == "from the follow-up\n"
+
+
+def test_a_job_submits_follow_up_work_held_through_its_agent(cli, tmp_path):
+    cli.start("scheduler")
+    start_node(cli, tmp_path, "--allow-root-jobs")
+    parent = cli.submit("--user", "ada", "--", "sh", "-c", f"{PY} -m dispatcher submit --hold -- true")
+    cli.wait_for(lambda: cli.show(parent)["state"] in ("succeeded", "failed"), what="the parent job")
+    child = cli.run("logs", parent).stdout.split()[-1]
+    assert cli.show(child)["reason"] == f"held by ada (dispatch release {child})", cli.show(child)
+    time.sleep(2)  # cycles with the node free
+    assert cli.show(child)["state"] == "pending"
 
 
 def test_a_capability_is_good_for_its_own_attempt_only(cli, tmp_path):

@@ -93,3 +93,28 @@ def test_holding_an_array_whose_first_element_runs_holds_the_rest_and_says_which
     assert held.stdout.split("\n")[:3] == [f"{array}_{k}: held" for k in (1, 2, 3)], held.stdout  # (as queue names them)
     cli.wait_for(lambda: all(cli.show(j)["reason"].startswith("held by ") for j in rest), what="the held reasons")
     assert cli.run("release", array, check=False).stdout.split("\n")[:3] == [f"{array}_{k}: released" for k in (1, 2, 3)]
+
+
+def test_a_job_submitted_held_waits_on_a_free_gpu_until_released_as_sbatch_hold(cli):
+    cli.start("worker", "--node", "a", "--fake-gpus", "2xA100-40GB")
+    cli.start("scheduler")
+    held = cli.submit("--hold", "--gpus", "1", "--", "true")
+    array = cli.submit("-H", "--array", "0-1", "--gpus", "1", "--", "true")
+    time.sleep(3)  # many scheduling cycles with both GPUs free
+    job = cli.show(held)
+    assert job["state"] == "pending" and job["hold"] == cli.show(array)["user"], job
+    assert job["reason"] == f"held by {job['user']} (dispatch release {held})", job
+    assert cli.show(f"{array}_1")["reason"].endswith(f"(dispatch release {array}_1)")
+    assert cli.run("hold", held).stdout.strip() == f"{held}: already held"
+    assert cli.run("release", held, array).stdout.split("\n")[0] == f"{held}: released"
+    for name in (held, f"{array}_0", f"{array}_1"):
+        cli.wait_for(lambda: cli.show(name)["state"] == "succeeded", what=f"released job {name} to run")
+
+
+def test_under_identity_a_job_submitted_held_is_held_by_its_owner(cli, lab):  # noqa: F811
+    alice, bob = as_user(lab, "alice"), as_user(lab, "bob")
+    job = cli.run("submit", "--hold", "--gpus", "1", "--", "true", **alice).stdout.strip()
+    assert cli.show(job)["reason"] == f"held by alice (dispatch release {job})"
+    assert cli.run("release", job, check=False, **bob).returncode != 0
+    assert cli.run("release", job, **alice).stdout.strip() == f"{job}: released"
+    cli.wait_for(lambda: cli.show(job)["state"] == "succeeded", what="the released job to run")
