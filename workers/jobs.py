@@ -14,6 +14,7 @@ stopped: running.py; what its end is recorded as: outcomes.py; control commands:
 from __future__ import annotations
 
 import logging
+import select
 import signal
 import threading
 import time
@@ -31,6 +32,10 @@ from .jobchannel import JobChannel
 from .keeper import PID_DIR, keep_exit
 from .outbox import Outbox
 from .running import CHECKPOINT_FILE, Running, Stopping
+
+#: Output that comes within this long of the last write to a job's log stream goes in one entry with
+#: what follows it (the first output after a quiet spell goes at once).
+LOG_BATCH_S = 0.05
 
 log = logging.getLogger("dispatch.agent")
 
@@ -124,9 +129,13 @@ class Supervisor:
             outputs.tell_end(self, run.job_id)
 
     def _copy_output(self, run: Running, log_path: Path) -> None:
-        """The job's output, into its node-side log file and its log stream. What Redis does not take
-        waits (up to 1 MiB, the newest kept) and goes with the next chunk, or into the outbox."""
+        """The job's output, into its node-side log file and its log stream: what comes within LOG_BATCH_S
+        of the last write to the stream goes with the next one, as one entry (a job that prints a line at
+        a time costs the server a write per batch, not per line). What Redis does not take waits (up to
+        1 MiB, the newest kept) and goes with the next batch, or into the outbox."""
         out, copy = run.proc.stdout, outputs.start(self, run, log_path)  # its --output file (workers/outputs.py)
+        more, sent_at = select.poll(), 0.0
+        more.register(out.fileno(), select.POLLIN)
         with open(log_path, "ab", buffering=0) as f:
             node_log = f  # (None once the disk refuses it: the pipe is still read, or the job would block)
             while True:
@@ -139,13 +148,22 @@ class Supervisor:
                     copy = outputs.write(self, run, copy, chunk)
                 run.unsent += chunk
                 del run.unsent[:-(1 << 20)]
-                try:
-                    append_log(self.client, self.ns, run.job_id, bytes(run.unsent), rank=run.rank or 0)
-                    run.unsent.clear()
-                except Exception as e:  # kept for the next chunk, or for the outbox at the end
-                    log.warning("job %s: log write failed: %s", run.job_id, e)
+                wait_s = sent_at + LOG_BATCH_S - time.monotonic()
+                if len(run.unsent) < 65536 and wait_s > 0 and more.poll(wait_s * 1000):
+                    continue  # more output already: it goes in the same entry
+                self._send_output(run)
+                sent_at = time.monotonic()
+        if run.unsent:
+            self._send_output(run)
         if copy is not None:
             copy.close()
+
+    def _send_output(self, run: Running) -> None:
+        try:
+            append_log(self.client, self.ns, run.job_id, bytes(run.unsent), rank=run.rank or 0)
+            run.unsent.clear()
+        except Exception as e:  # kept for the next batch, or for the outbox at the end
+            log.warning("job %s: log write failed: %s", run.job_id, e)
 
     def finish(self, job_id, epoch, state, exit_code, reason, **kw) -> None:
         """Record an outcome (finish.lua, fenced by the epoch). If Redis cannot take it now, it waits

@@ -18,7 +18,7 @@ from .connect import text, tolerant, wrong_type
 from .dependencies import expand_dependencies
 from .history import Predictor, plan_estimate
 from .job_record import gang_ranks, queue_record, read_fields, record_from_hash, verdict_of
-from .logs import LOG_CHUNK, LOG_MAXLEN, append_log, log_trimmed, read_log, read_log_tail  # noqa: F401 (their home)
+from .logs import LOG_CHUNK, append_log, log_trimmed, read_log, read_log_tail  # noqa: F401 (their home)
 from .naming import named_jobs
 from .pending import held_fields
 from .quarantine import valid_name

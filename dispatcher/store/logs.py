@@ -6,18 +6,21 @@ from __future__ import annotations
 from . import keys
 from .connect import text
 
-#: Per-job log stream cap, in bytes: at most LOG_MAXLEN entries (trimmed exactly, oldest first) of at most
-#: LOG_CHUNK bytes each, so a job's stream (each rank's) holds at most 64 MiB of its latest output; the whole
-#: of it is in the node-side log file and in its --output file (docs/outputs.md).
-LOG_MAXLEN = 1024
+#: Per-job log stream cap: its latest LOG_BYTES of output (each rank's stream of a gang), each entry counted
+#: with LOG_ENTRY_COST bytes more for what Redis spends on it, trimmed oldest first by lua/log_append.lua; an
+#: entry holds at most LOG_CHUNK bytes. The whole of it is in the node-side log file and in its --output file
+#: (docs/outputs.md).
+LOG_BYTES = 64 * 1024 * 1024
+LOG_ENTRY_COST = 64
 LOG_CHUNK = 64 * 1024
 
 
 def append_log(client, ns: str, job_id: str, chunk: bytes, *, pipe=None, rank: int = 0) -> None:
-    """One entry per LOG_CHUNK bytes of `chunk` (usually one: the agent reads at most that much at a time)."""
-    key = keys.job_log(ns, job_id, rank)
-    for at in range(0, max(1, len(chunk)), LOG_CHUNK):
-        (pipe or client).xadd(key, {b"d": chunk[at:at + LOG_CHUNK]}, maxlen=LOG_MAXLEN, approximate=False)
+    """One entry per LOG_CHUNK bytes of `chunk` (usually one: the agent sends at most that much at a time)."""
+    from .scripts import log_append
+
+    pieces = [chunk[at:at + LOG_CHUNK] for at in range(0, max(1, len(chunk)), LOG_CHUNK)]
+    log_append(pipe or client, keys.job_log(ns, job_id, rank), LOG_BYTES, LOG_ENTRY_COST, pieces)
 
 
 def log_trimmed(client, ns: str, job_id: str, rank: int = 0) -> bool:

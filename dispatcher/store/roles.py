@@ -109,8 +109,9 @@ def _agent_writes(ns: str) -> list[str]:
         # ended attempts and the run histories (finish.lua)
         _selector(("+rpush", "+lpush", "+ltrim"), [keys.job_attempts(ns, "*"), keys.history(ns, "*"),
                                                    keys.user_history(ns, "*")]),
-        # job output and malformed control commands set aside
+        # job output (lua/log_append.lua, which trims it) and malformed control commands set aside
         _selector(("+xadd",), [keys.job_log(ns, "*"), keys.quarantine(ns)], "W"),
+        _selector(("+xdel",), [keys.job_log(ns, "*")], "W"),
         # an interactive job's terminal output and its streams' lifetimes (store/tty.py)
         _selector(("+xadd", "+persist", "+expire", "+del"), [keys.job_tty(ns, "*", "in"), keys.job_tty(ns, "*", "out")],
                   "W"),

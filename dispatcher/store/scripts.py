@@ -74,6 +74,24 @@ def submit(pipe, ns: str, ids: list[str], args: list) -> None:
               keys.jobs_pending(ns), keys.jobs_changed(ns), *args)
 
 
+def log_append(target, key: str, cap: int, cost: int, chunks: list[bytes]):
+    """Run log_append.lua on `target` (a client, or a pipeline to queue it on) for one log stream."""
+    if isinstance(target, Pipeline):
+        return _queue(target, _log_script(target), [key], [cap, cost, *chunks])
+    return _log_script(target)(keys=[key], args=[cap, cost, *chunks], client=target)
+
+
+def _log_script(target):
+    """log_append.lua registered once per connection pool (a Script: EVALSHA, loaded again if missing)."""
+    pool = target.connection_pool
+    script = getattr(pool, "dispatch_log_append", None)
+    if script is None:
+        import redis
+
+        script = pool.dispatch_log_append = redis.Redis(connection_pool=pool).register_script(source("log_append"))
+    return script
+
+
 def read_jobs(pipe, ns: str, ids: list[str], extra: list[str], fields: tuple[str, ...], *,
               scores: str | None = None) -> None:
     """Queue read_jobs.lua on `pipe`: `fields` of each job in `ids`, its `extra` field, and its score in

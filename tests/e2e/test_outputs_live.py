@@ -6,11 +6,14 @@ also for a job cancelled while it was pending (told by the leading scheduler: no
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from dispatcher.store.jobs import LOG_MAXLEN, append_log, read_job
+from dispatcher.store import keys
+from dispatcher.store.jobs import append_log, read_job
+from dispatcher.store.scripts import log_append
 
 
 def state_of(client, ns, job_id):
@@ -36,10 +39,15 @@ def test_output_goes_to_its_file_as_the_job_runs_and_show_names_the_file(cli, cl
     cli.run("cancel", job)
     cli.wait_for(lambda: state_of(client, cli.ns, job) == "cancelled", what="the cancel")
 
-    for n in range(LOG_MAXLEN + 1):  # more entries than the stream keeps: its beginning is trimmed
-        append_log(client, cli.ns, job, b"x\n" if n else b"lost\n")
+    for n in range(3000):  # a line at a time, an entry each: all of it kept (the cap is in bytes)
+        append_log(client, cli.ns, job, b"line %d\n" % n)
     shown_logs = cli.run("logs", job)
-    assert "lost" not in shown_logs.stdout and shown_logs.stdout.count("x\n") == LOG_MAXLEN
+    assert shown_logs.stdout == "step 1\noops\n" + "".join(f"line {n}\n" for n in range(3000))
+    assert shown_logs.stderr == ""
+    # past the cap (a small one here, the script's argument) the oldest output goes, and logs says so
+    log_append(client, keys.job_log(cli.ns, job), 100, 0, [b"x" * 60 + b"\n", b"y" * 60 + b"\n"])
+    shown_logs = cli.run("logs", job)
+    assert shown_logs.stdout == "y" * 60 + "\n"
     assert shown_logs.stderr.strip() == f"[dispatch: earlier output trimmed; the whole of it is in {out} on n1]"
 
 
@@ -147,3 +155,13 @@ def test_a_job_ends_recorded_though_the_work_dir_cannot_keep_its_end(cli, client
     job = cli.submit("--", "true")
     assert cli.run("wait", job, "--timeout", "30", check=False).returncode == 0, state_of(client, cli.ns, job)
     assert "Traceback" not in (tmp_path / "worker-0.log").read_text()
+
+
+def test_a_job_that_prints_a_line_at_a_time_keeps_all_its_lines_in_logs(cli, client):
+    start_cluster(cli)
+    script = "import time\nfor i in range(3000):\n    print('step', i, flush=True); time.sleep(0.001)"
+    job = cli.submit("--", sys.executable, "-c", script)
+    assert cli.run("wait", job, "--timeout", "60").returncode == 0
+    shown = cli.run("logs", job)
+    assert shown.stdout == "".join(f"step {i}\n" for i in range(3000)) and shown.stderr == ""
+    assert client.xlen(keys.job_log(cli.ns, job)) < 1000  # lines that came together went as one entry
