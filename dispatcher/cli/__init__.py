@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-import signal
 import sys
 import time
 
@@ -126,11 +125,7 @@ def exit_words(code: int | None) -> str:
         return "-"
     if code >= 0:
         return str(code)
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = f"signal {-code}"
-    return f"{errors.exit_status(code)} ({name})"
+    return f"{errors.exit_status(code)} ({errors.signal_name(-code)})"
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:

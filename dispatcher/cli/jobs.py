@@ -123,6 +123,8 @@ def show(ctx, job_id, as_json):
 
     job["prediction"] = describe(job["prediction"], job.pop("prediction_error"))
     for k, v in job.items():
+        if k in ("exit_status", "signal"):  # (exit_code says them: '137 (SIGKILL)')
+            continue
         if k.endswith("_at") and v:
             v = at(v)
         elif k == "id" and job["array_of"]:  # an array's element: as queue names it too

@@ -174,6 +174,7 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
             for r in found]
     names = {"job_id": "job_id", "submit_s": "submit_time_s", "gpus": "num_gpus", "gpu_types": "gpu_type"}
     rows = [{names.get(k, k): v for k, v in asdict(j).items()} | {"state": r["state"], "exit_code": r["exit_code"],
+                                                                   "exit_status": r["exit_status"], "signal": r["signal"],
                                                                    "team": r["team"], "name": r["name"],
                                                                    "array_of": r["array_of"],
                                                                    "array_index": r["array_index"],

@@ -25,6 +25,26 @@ def exit_status(code: int) -> int:
     return code if code >= 0 else 128 - code
 
 
+#: Linux's signal numbers (where agents run jobs), as the signal module has them; the policy core
+#: imports no OS module.
+_SIGNALS = ("HUP", "INT", "QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "KILL", "USR1", "SEGV", "USR2", "PIPE",
+            "ALRM", "TERM", "STKFLT", "CHLD", "CONT", "STOP", "TSTP", "TTIN", "TTOU", "URG", "XCPU", "XFSZ",
+            "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS")
+
+
+def signal_name(number: int) -> str:
+    """'SIGKILL' for 9; 'signal 77' for a number no signal has."""
+    return f"SIG{_SIGNALS[number - 1]}" if 0 < number <= len(_SIGNALS) else f"signal {number}"
+
+
+def exit_fields(code: int | None) -> dict:
+    """A job's exit code (-N: killed by signal N, as Python's subprocess has it) as machine-read outputs
+    give it beside the code: the shell's status (128 + N, as `dispatch wait` exits) and the signal's name."""
+    if code is None:
+        return {"exit_status": None, "signal": None}
+    return {"exit_status": exit_status(code), "signal": signal_name(-code) if code < 0 else None}
+
+
 class DispatcherError(Exception):
     """Root of every error dispatch raises on purpose."""
 

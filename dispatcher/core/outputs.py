@@ -99,12 +99,19 @@ def notify_argv(notify: str) -> list[str]:
 
 
 def end_body(job_id: str, state: str, exit_code, reason: str, name: str) -> dict:
-    """What a URL is sent (as JSON) when the job ends."""
-    return {"job_id": job_id, "state": state, "exit_code": exit_code, "reason": reason or "", "name": name}
+    """What a URL is sent (as JSON) when the job ends: its exit code (-N for signal N), with the shell's
+    status (128 + N) and the signal's name beside it (errors.exit_fields)."""
+    from .errors import exit_fields
+
+    return {"job_id": job_id, "state": state, "exit_code": exit_code, **exit_fields(exit_code),
+            "reason": reason or "", "name": name}
 
 
 def end_env(body: dict) -> dict:
-    """The same for a command, as its environment's DISPATCH_* variables ("" for no exit code)."""
+    """The same for a command, as its environment's DISPATCH_* variables ("" for none)."""
+    def word(v):
+        return "" if v is None else str(v)
     return {"DISPATCH_JOB_ID": body["job_id"], "DISPATCH_JOB_STATE": body["state"],
-            "DISPATCH_EXIT_CODE": "" if body["exit_code"] is None else str(body["exit_code"]),
-            "DISPATCH_REASON": body["reason"], "DISPATCH_JOB_NAME": body["name"]}
+            "DISPATCH_EXIT_CODE": word(body["exit_code"]), "DISPATCH_EXIT_STATUS": word(body.get("exit_status")),
+            "DISPATCH_SIGNAL": word(body.get("signal")), "DISPATCH_REASON": body["reason"],
+            "DISPATCH_JOB_NAME": body["name"]}

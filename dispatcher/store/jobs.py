@@ -8,7 +8,7 @@ ids to the pending and all-jobs indexes with lua/submit.lua, in one MULTI/EXEC.
 from __future__ import annotations
 
 from ..core.arrays import NEW, element_name, first_ids, label
-from ..core.errors import DispatcherError, InvalidRequestError, JobNotFound, MalformedRecord
+from ..core.errors import DispatcherError, InvalidRequestError, JobNotFound, MalformedRecord, exit_fields
 from ..core.model import FINAL_STATES, JobSpec
 from ..core.outputs import is_url, output_path
 from ..core.predict import fingerprint
@@ -129,7 +129,7 @@ def record_view(rec) -> dict:
         "assigned_at": secs(rec.assigned_ms),
         "started_at": secs(rec.started_ms),
         "finished_at": secs(rec.finished_ms),
-        "exit_code": rec.exit_code,
+        "exit_code": rec.exit_code, **exit_fields(rec.exit_code),  # -9; and 137, "SIGKILL"
         # who held it (dispatch hold), and when
         "hold": _who(rec.hold), "held_at": _when(rec.hold),
         # who last put it back in the queue after it ended, and when (dispatch requeue)
@@ -245,13 +245,13 @@ def attempt_view(raw: bytes) -> dict:
     def secs(name):
         v = a.get(name)
         return v / 1000.0 if isinstance(v, (int, float)) and v else None
-
+    code = int(a["exit_code"]) if str(a.get("exit_code", "")).lstrip("-").isdigit() else None
     return {"attempt": a.get("attempt"), "node": a.get("node") or None,
             "ranks": [[n, list(g)] for n, g in gang_ranks(str(a.get("gang") or ""))],
             "gpus": [int(g) for g in str(a.get("gpus") or "").split(",") if g.isdigit()],
             "started_at": secs("started_ms") or secs("assigned_ms"), "ended_at": secs("ended_ms"),
             "outcome": a.get("outcome"), "reason": a.get("reason") or "",
-            "exit_code": int(a["exit_code"]) if str(a.get("exit_code", "")).lstrip("-").isdigit() else None}
+            "exit_code": code, **exit_fields(code)}
 
 
 def read_jobs(client, ns: str, job_ids: list[str]) -> list[dict]:

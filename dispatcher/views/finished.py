@@ -35,5 +35,5 @@ def finished_page(client, ns: str, state: str = "failed", user: str = "", page: 
 
 
 def _row(j: dict) -> dict:
-    return {k: j[k] for k in ("id", "name", "user", "priority", "state", "reason", "exit_code", "attempt",
+    return {k: j[k] for k in ("id", "name", "user", "priority", "state", "reason", "exit_code", "exit_status", "signal", "attempt",
                               "gpus_requested", "submitted_at", "started_at", "finished_at", "node")}

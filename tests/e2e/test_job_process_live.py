@@ -70,6 +70,7 @@ def test_a_job_that_sigkills_itself_fails_once_with_137_and_is_not_rerun(cli, tm
     assert (p.returncode, p.stderr.strip()) == (128 + 9, f"{job}: failed: {reason}")  # as `wait --help` says
     shown = cli.show(job)
     assert (shown["state"], shown["exit_code"], shown["reason"], shown["attempt"]) == ("failed", -9, reason, 0)
+    assert (shown["exit_status"], shown["signal"]) == (137, "SIGKILL")  # as wait exits, and its name
     time.sleep(1)
     assert ran.read_text() == "ran\n"
 

@@ -63,9 +63,10 @@ def test_an_array_writes_one_output_file_per_element(cli, tmp_path):
 def test_a_notify_command_runs_once_for_a_success_a_failure_and_a_cancel(cli, client, tmp_path):
     start_cluster(cli)
     told = tmp_path / "told.txt"
-    notify = f'sh -c "echo $DISPATCH_JOB_ID $DISPATCH_JOB_STATE $DISPATCH_EXIT_CODE >> {told}"'
+    notify = (f'sh -c "echo $DISPATCH_JOB_ID $DISPATCH_JOB_STATE $DISPATCH_EXIT_CODE $DISPATCH_EXIT_STATUS '
+              f'$DISPATCH_SIGNAL >> {told}"')
     ok = cli.submit("--notify", notify, "--", "true")
-    bad = cli.submit("--notify", notify, "--", "sh", "-c", "exit 3")
+    bad = cli.submit("--notify", notify, "--", "sh", "-c", "kill -9 $$")
     long = cli.submit("--notify", notify, "--", "sleep", "60")
     cli.wait_for(lambda: state_of(client, cli.ns, long) == "running", what="the long job to start")
     cli.run("cancel", long)
@@ -74,7 +75,7 @@ def test_a_notify_command_runs_once_for_a_success_a_failure_and_a_cancel(cli, cl
     lines = sorted(told.read_text().splitlines())
     assert len(lines) == 3, lines
     by_job = {line.split()[0]: line.split()[1:] for line in lines}
-    assert by_job[ok] == ["succeeded", "0"] and by_job[bad] == ["failed", "3"]
+    assert by_job[ok] == ["succeeded", "0", "0"] and by_job[bad] == ["failed", "-9", "137", "SIGKILL"]
     assert by_job[long][0] == "cancelled"
     assert "[dispatch: --notify ran on n1: exit code 0]" in cli.run("logs", ok).stdout
     told = cli.show(ok)
@@ -110,9 +111,10 @@ def test_a_notify_url_is_posted_the_end_as_json_also_for_a_job_cancelled_while_p
         time.sleep(1.5)
         bodies = {body["job_id"]: body for _, body in Hook.got}
         assert len(Hook.got) == 2 and {kind for kind, _ in Hook.got} == {"application/json"}
-        assert bodies[done] == {"job_id": done, "state": "succeeded", "exit_code": 0, "reason": "", "name": "fine"}
-        assert bodies[waiting] == {"job_id": waiting, "state": "cancelled", "exit_code": None,
-                                   "reason": "cancelled by user", "name": "never"}
+        assert bodies[done] == {"job_id": done, "state": "succeeded", "exit_code": 0, "exit_status": 0, "signal": None,
+                                "reason": "", "name": "fine"}
+        assert bodies[waiting] == {"job_id": waiting, "state": "cancelled", "exit_code": None, "exit_status": None,
+                                   "signal": None, "reason": "cancelled by user", "name": "never"}
         assert cli.show(waiting)["notified"] == "scheduler" and cli.show(waiting)["notified_at"]
     finally:
         server.shutdown()

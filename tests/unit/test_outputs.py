@@ -65,7 +65,11 @@ def test_a_bad_notify_is_one_line_naming_the_flag(bad):
 def test_a_command_notify_gets_the_end_as_variables_without_a_shell_in_between():
     body = end_body("9", "failed", 3, "exit code 3", "bert")
     assert end_env(body) == {"DISPATCH_JOB_ID": "9", "DISPATCH_JOB_STATE": "failed", "DISPATCH_EXIT_CODE": "3",
-                             "DISPATCH_REASON": "exit code 3", "DISPATCH_JOB_NAME": "bert"}
+                             "DISPATCH_EXIT_STATUS": "3", "DISPATCH_SIGNAL": "", "DISPATCH_REASON": "exit code 3",
+                             "DISPATCH_JOB_NAME": "bert"}
+    killed = end_env(end_body("9", "failed", -9, "killed", "bert"))
+    assert (killed["DISPATCH_EXIT_CODE"], killed["DISPATCH_EXIT_STATUS"], killed["DISPATCH_SIGNAL"]) == \
+        ("-9", "137", "SIGKILL")
     assert end_env(end_body("9", "cancelled", None, "", ""))["DISPATCH_EXIT_CODE"] == ""
     assert notify_argv('sh -c "echo $X >> f"') == ["sh", "-c", "echo $X >> f"]
 

@@ -52,3 +52,14 @@ def test_an_exit_code_in_a_table_is_the_shells_and_a_signal_is_named(code, words
     from dispatcher.cli import exit_words
 
     assert exit_words(code) == words
+
+
+def test_the_signal_names_the_pure_core_knows_are_the_os_signal_modules():
+    import signal
+
+    from dispatcher.core.errors import exit_fields, signal_name
+
+    assert [signal_name(n) for n in range(1, 32)] == [signal.Signals(n).name for n in range(1, 32)]
+    assert signal_name(77) == "signal 77"
+    assert exit_fields(-9) == {"exit_status": 137, "signal": "SIGKILL"}
+    assert exit_fields(3) == {"exit_status": 3, "signal": None} and exit_fields(None)["exit_status"] is None

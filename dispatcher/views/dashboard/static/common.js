@@ -21,6 +21,11 @@ function clock(t) {
 
 function cls(c) { return c ? `<span class="cls ${esc(c)}">${esc(c)}</span>` : ""; }
 function state(s) { return `<span class="state ${esc(s)}">${esc(s)}</span>`; }
+// a job's exit as the tables of the CLI show it: its code, or the shell's 128+N and the signal's name
+function exitWords(j) {
+  if (j.exit_code === null || j.exit_code === undefined) return "-";
+  return j.signal ? esc(`${j.exit_status} (${j.signal})`) : esc(j.exit_code);
+}
 function jobLink(id) { return `<a href="/job/${encodeURIComponent(id)}">${esc(id)}</a>`; }
 
 async function getJSON(url, options) {

@@ -14,7 +14,7 @@ async function refresh() {
   table($("finished"), ["id", "name", "user", "class", "state", "#exit", "ended", "#attempt", "reason", ...(act ? [""] : [])],
     f.jobs.map(j => `<tr data-job="${esc(j.id)}"><td>${jobLink(j.id)}</td><td>${esc(j.name || "-")}</td>` +
       `<td>${esc(j.user)}</td><td>${cls(j.priority)}</td><td>${state(j.state)}</td>` +
-      `<td class="num">${j.exit_code === null ? "-" : j.exit_code}</td><td>${clock(j.finished_at)}</td>` +
+      `<td class="num">${exitWords(j)}</td><td>${clock(j.finished_at)}</td>` +
       `<td class="num">${j.attempt}</td><td class="reason">${esc(j.reason || "-")}</td>` +
       (act ? `<td>${j.state === "succeeded" ? "" : `<button class="requeue" data-id="${esc(j.id)}">requeue</button>`}</td>` : "") +
       `</tr>`));

@@ -64,7 +64,7 @@ function spec(j) {
     ["command", j.command.join(" ")], ["GPUs", j.gpus_requested + (j.gpu_types.length ? " × " + j.gpu_types.join("|") : "")],
     ["GPU memory", j.gpu_mem_gb ? j.gpu_mem_gb + " GB each" : "-"], ["CPUs", j.cpus], ["memory", j.mem_gb ? j.mem_gb + " GB" : "-"],
     ["estimate", j.est_s ? age(j.est_s) : "-"], ["checkpointable", j.checkpointable ? "yes" : "no"],
-    ["attempt", j.attempt], ["preemptions", j.preemptions], ["exit code", j.exit_code === null ? "-" : j.exit_code]];
+    ["attempt", j.attempt], ["preemptions", j.preemptions], ["exit code", exitWords(j)]];
   $("spec").innerHTML = rows.map(([k, v]) => `<dt>${esc(k)}</dt><dd class="${k === "command" ? "mono" : ""}">${esc(v)}</dd>`).join("");
 }
 
