@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 import shlex
 import sys
 import time
@@ -111,6 +112,9 @@ def show(ctx, job_id, as_json):
     from ..store.jobs import read_job
 
     job = read_job(ctx.client, ctx.ns, record_id(ctx.client, ctx.ns, job_id))
+    elements = _array_elements(ctx, job_id, job)
+    if elements:  # an array's id: its first element's record, and how all of them stand
+        job["array_states"] = dict(Counter(e["state"] for e in elements))
     if as_json:
         click.echo(json.dumps(job, indent=1))
         return
@@ -131,6 +135,8 @@ def show(ctx, job_id, as_json):
             v = f"{v} (element {label(job)})"
         elif k == "env" and v:
             v = " ".join(shlex.quote(f"{name}={value}") for name, value in v.items())
+        elif k == "array_states":  # (the record above is the first element's)
+            v = f"{counts(elements)} (show {job['id']}_N: one of them)"
         elif k == "exit_code" and v is not None and v < 0:  # (as wait exits and $? says; --json keeps -N)
             v = exit_words(v)
         elif k == "ranks" and v:  # a gang: every rank's node and GPUs
@@ -239,16 +245,45 @@ def logs(ctx, job_id, follow, rank, tail):
     once the job ends: 0 if it succeeded, 1 if not."""
     from ..store import keys
     from ..store.connect import ride_out
-    from ..store.jobs import is_final, log_trimmed, read_job, read_log, read_log_tail
+    from ..store.jobs import is_final, read_job, read_log
 
     first = (lambda call: ride_out(call, on_wait=server_away)) if follow else (lambda call: call())
-    job_id = first(lambda: record_id(ctx.client, ctx.ns, job_id))  # (12_5: element 5 of array 12)
+    given, job_id = job_id, first(lambda: record_id(ctx.client, ctx.ns, job_id))  # (12_5: element 5 of array 12)
     job = first(lambda: read_job(ctx.client, ctx.ns, job_id))  # JobNotFound for a bad id
+    elements = _array_elements(ctx, given, job)
+    if elements and follow:
+        raise InvalidRequestError(f"{given} is an array of {len(elements)} jobs: follow one of them, e.g. "
+                                  f"dispatch logs -f {label(elements[0])}", field="JOB")
+    if elements:  # each element's output after a header, as tail prints several files
+        for n, element in enumerate(elements):
+            click.echo(f"{chr(10) if n else ''}==> {label(element)} <==")
+            sys.stdout.flush()
+            _print_log(ctx, element, tail, rank)
+        return
     if rank >= max(1, len(job["ranks"]), job["nodes"]) and not ctx.client.exists(keys.job_log(ctx.ns, job_id, rank)):
         # (a gang larger than any node, between attempts, has no ranks listed: the output they left counts)
         raise InvalidRequestError(f"--rank {rank}: job {job_id} has no rank {rank}", field="--rank")
     out = sys.stdout.buffer
-    last = "-"
+    last = _print_log(ctx, job, tail, rank, follow)
+    while follow:  # through a server's restart (`dispatch up` brings it back): waited for, not an error
+        got = ride_out(lambda: read_log(ctx.client, ctx.ns, job_id, last, block_ms=500, rank=rank), on_wait=server_away)
+        for last, chunk in got:
+            out.write(chunk)
+        out.flush()
+        state = None if got else ride_out(lambda: read_job(ctx.client, ctx.ns, job_id)["state"], on_wait=server_away)
+        if state is not None and is_final(state):
+            for last, chunk in read_log(ctx.client, ctx.ns, job_id, last, rank=rank):
+                out.write(chunk)
+            out.flush()
+            sys.exit(0 if state == "succeeded" else errors.EXIT_FAILED)  # as `wait`: how the job ended
+
+
+def _print_log(ctx, job: dict, tail: int | None, rank: int, follow: bool = False) -> str:
+    """Print the job's output so far (its last `tail` lines), saying on stderr what is not there; returns
+    the stream id of the last chunk printed ("-" for none), for -f to follow from."""
+    from ..store.jobs import log_trimmed, read_log, read_log_tail
+
+    out, job_id, last = sys.stdout.buffer, job["id"], "-"
     if tail is not None:
         last, chunk = read_log_tail(ctx.client, ctx.ns, job_id, tail, rank=rank)
     if (tail is None or chunk.count(b"\n") < tail) and log_trimmed(ctx.client, ctx.ns, job_id, rank):
@@ -262,20 +297,21 @@ def logs(ctx, job_id, follow, rank, tail):
         for last, chunk in read_log(ctx.client, ctx.ns, job_id, rank=rank):
             out.write(chunk)
     out.flush()
-    if last == "-" and job["state"] in ("pending", "assigned") and not job["attempts"]:  # (on stderr, as above)
-        click.echo(f"[dispatch: job {label(job)} has not started yet: no output"
-                   + ("; waiting for it]" if follow else "; -f waits for it]"), err=True)
-    while follow:  # through a server's restart (`dispatch up` brings it back): waited for, not an error
-        got = ride_out(lambda: read_log(ctx.client, ctx.ns, job_id, last, block_ms=500, rank=rank), on_wait=server_away)
-        for last, chunk in got:
-            out.write(chunk)
-        out.flush()
-        state = None if got else ride_out(lambda: read_job(ctx.client, ctx.ns, job_id)["state"], on_wait=server_away)
-        if state is not None and is_final(state):
-            for last, chunk in read_log(ctx.client, ctx.ns, job_id, last, rank=rank):
-                out.write(chunk)
-            out.flush()
-            sys.exit(0 if state == "succeeded" else errors.EXIT_FAILED)  # as `wait`: how the job ended
+    if last == "-" and not job["attempts"] and job["state"] != "running":  # (on stderr, as above)
+        click.echo(f"[dispatch: job {label(job)} " + (
+            "has not started yet: no output" + ("; waiting for it]" if follow else "; -f waits for it]")
+            if job["state"] in ("pending", "assigned") else f"{job['state']} without starting: no output]"), err=True)
+    return last
+
+
+def _array_elements(ctx, given: str, job: dict) -> list[dict]:
+    """Every element of the array `given` names by its id (its first element's), oldest first; [] when
+    `given` names one job (12_5, or a job of no array, or an array of one)."""
+    from ..store.jobs import read_named
+
+    if job["array_of"] != job["id"] or job["array_count"] < 2 or given != job["id"]:
+        return []
+    return read_named(ctx.client, ctx.ns, [given])
 
 
 @click.command()

@@ -70,3 +70,24 @@ def test_preempt_and_eta_take_an_elements_id_and_an_unknown_id_is_not_found(cli)
     assert cli.run("eta", f"{array}_1").stdout.startswith("job ")
     p = cli.run("preempt", "999", check=False)
     assert (p.returncode, p.stderr.strip().splitlines()[0][:30]) == (4, "dispatch: error: no job with i"), p.stderr
+
+
+def test_show_and_logs_of_an_arrays_id_tell_of_every_element_not_only_the_first(cli):
+    cli.start("worker", "--node", "a", "--fake-gpus", "2xA100-40GB")
+    cli.start("scheduler")
+    array = cli.submit("--array", "0-2", "--", "sh", "-c", 'echo out $DISPATCH_ARRAY_INDEX; [ $DISPATCH_ARRAY_INDEX != 1 ]')
+    cli.run("wait", array, "--timeout", "60", check=False)
+    assert cli.show(array)["array_states"] == {"succeeded": 2, "failed": 1}
+    assert "array_states: 2 succeeded, 1 failed" in cli.run("show", array).stdout.replace("  ", "")
+    assert "array_states" not in cli.show(f"{array}_1")  # one element is one job
+    assert cli.run("logs", array).stdout == f"==> {array}_0 <==\nout 0\n\n==> {array}_1 <==\nout 1\n\n==> {array}_2 <==\nout 2\n"
+    refused = cli.run("logs", "-f", array, check=False)
+    assert refused.returncode == 2 and f"dispatch logs -f {array}_0" in refused.stderr
+
+
+def test_logs_of_a_job_cancelled_before_it_started_says_it_never_ran(cli):
+    job = cli.submit("--", "true")  # no node: it never starts
+    cli.run("cancel", job)
+    for args in (["logs", job], ["logs", "-f", job]):
+        shown = cli.run(*args, check=False)
+        assert shown.stdout == "" and shown.stderr.strip() == f"[dispatch: job {job} cancelled without starting: no output]"
