@@ -57,3 +57,27 @@ def no_alerts_flag(alerts) -> None:
         raise ConfigError("--alerts (or DISPATCH_ALERTS): alert thresholds are set in the policy file's [alerts] "
                           "table now, so the page, top and /metrics show the same alerts; e.g. [alerts] "
                           "critical_wait = \"5m\" (docs/dashboard.md#alerts)", key="--alerts")
+
+
+#: What dispatch has for the sbatch/srun flags it does not take, said when one is given.
+SLURM_FLAGS = {
+    ("--gres", "-G", "--gpus-per-task", "--gpus-per-socket"): "GPUs are --gpus N with --gpu-type T (Slurm's "
+                                                             "--gres gpu:a100:2 is --gpus 2 --gpu-type A100)",
+    ("--partition", "-p"): "dispatch has no partitions: --gpu-type picks the GPU family, --priority the class",
+    ("--qos", "-q"): "the class is --priority critical|high|normal|low",
+    ("--account", "-A"): "quotas count by --team",
+    ("--mail-type", "--mail-user"): "--notify CMD|URL is told when the job ends",
+    ("--error", "-e"): "stdout and stderr go together to the log (dispatch logs) and to --output",
+    ("--exclude", "-x", "--nodelist", "-w"): "the scheduler picks the node; an admin keeps jobs off one with "
+                                             "dispatch drain NODE",
+    ("--export",): "--env K=V gives the job a variable (repeatable); it inherits none of the submitter's",
+    ("--parsable",): "submit prints the job's id alone already",
+    ("--signal",): "--checkpoint-signal SIG is sent at --time and on a graceful preemption",
+    ("--begin",): "submit --hold, then dispatch release the job when it may start",
+    ("--ntasks", "-n", "--ntasks-per-node"): "a job is one process per node: --nodes N runs it on N nodes",
+}
+
+
+def slurm_hint(option: str) -> str | None:
+    """What dispatch has for the sbatch flag `option`, or None."""
+    return next((hint for flags, hint in SLURM_FLAGS.items() if option in flags), None)

@@ -213,7 +213,8 @@ def report(ctx, since, until, by, as_csv, as_json):
     lo = max(0.0, now - seconds_ago(since, now, flag="--since"))
     hi = now - seconds_ago(until, now, flag="--until") if until else now
     if hi <= lo:
-        raise InvalidRequestError(f"--until {until} is not after --since {since}", field="--until")
+        raise InvalidRequestError(f"--until {until} is not after --since {since}" if until else
+                                  f"--since {since} is not in the past", field="--until" if until else "--since")
     got = read_accounting(ctx.client, ctx.ns, int(lo * 1000), int(hi * 1000))
     rep = accounting.report(got["jobs"], by, lo, hi, types=got["types"], samples=got["samples"],
                             sample_s=got["sample_s"], skipped=got["skipped"])

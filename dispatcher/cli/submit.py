@@ -21,7 +21,7 @@ from ..auth.identity import caller_dir, current_user
 @click.command(context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False})
 @resources()
 @click.option("--user", default=None, help="Owner (default: $USER).")
-@click.option("--nodes", default=None, metavar="N",
+@click.option("--nodes", "-N", "nodes", default=None, metavar="N",
               help="A gang: exactly N nodes at once, the command run once on each (torchrun's NNODES, NODE_RANK).")
 @click.option("--gpus-per-node", default=None, metavar="G", help="With --nodes: GPUs on each node (--gpus is N x G).")
 @click.option("--same-type/--mixed-types", default=True,
@@ -46,7 +46,9 @@ from ..auth.identity import caller_dir, current_user
 @click.option("--after-any", "after_any", multiple=True, metavar="JOB[,JOB]",
               help="Start once these jobs all ended, however they ended (an array's id: all its elements). "
                    "Repeatable.")
-@click.option("--array", default=None, metavar="SPEC",
+@click.option("--dependency", "-d", "dependency", default=None, metavar="afterok:ID[:ID],afterany:ID",
+              help="Slurm's form of --after (afterok) and --after-any (afterany).")
+@click.option("--array", "-a", "array", default=None, metavar="SPEC",
               help="A job array: one job per index, e.g. 0-99%8 (at most 8 at once) or 1,3,5-9; each gets "
                    "DISPATCH_ARRAY_INDEX. Prints the array's id.")
 @click.option("--output", "-o", "output", default=None, metavar="PATTERN",
@@ -64,15 +66,18 @@ from ..auth.identity import caller_dir, current_user
 @click.option("--from", "from_file", default=None, type=click.File("r"), metavar="FILE.jsonl",
               help="Submit many jobs, one JSON object per line ({\"command\": [...], \"gpus\": 2, ...}; "
                    "the flags give defaults); all or nothing. '-' reads standard input.")
+@click.option("--wrap", default=None, metavar="CMD", help="Run CMD with sh -c (sbatch --wrap), instead of a command "
+                                                             "after --.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @common
-def submit(ctx, from_file, command, held, **flags):
+def submit(ctx, from_file, command, held, dependency, wrap, **flags):
     """Submit a job: dispatch submit --gpus 2 --gpu-type A100 -- python train.py. Prints the job id."""
     from . import jobside
     from ..core.memo import gc_paused
     from ..core.spec import spec_from_request
     from ..core.arrays import request_jobs
     from ..core.selection import pieces
+    from ..core.fields import parse_dependency
     from ..store.requests import submit_specs
 
     given = click.get_current_context().get_parameter_source  # (flags left at their defaults are the spec's)
@@ -80,6 +85,14 @@ def submit(ctx, from_file, command, held, **flags):
     for flag in ("after", "after_any"):  # repeated or comma-separated, every id counts ('' is refused)
         if flag in defaults:
             defaults[flag] = [i for value in defaults[flag] for i in pieces(value)]  # (12_[0,1] is one)
+    if dependency is not None:
+        for flag, ids in parse_dependency(dependency).items():
+            if ids:
+                defaults[flag] = [*defaults.get(flag, []), *ids]
+    if wrap is not None:
+        if command:
+            raise InvalidRequestError("give either --wrap CMD or a command after --, not both", field="--wrap")
+        command = ("sh", "-c", wrap)
     now, here, me = now_ms(), caller_dir(), current_user()
     if from_file is not None and command:
         raise InvalidRequestError("give either a command or --from FILE, not both", field="--from")

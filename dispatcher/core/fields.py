@@ -82,6 +82,25 @@ def parse_job_ids(value, flag: str) -> tuple[str, ...]:
     return tuple(ids)
 
 
+def parse_dependency(text: str) -> dict[str, list[str]]:
+    """Slurm's --dependency (-d) as submit's own flags: 'afterok:12:13,afterany:14' -> {"after": ["12",
+    "13"], "after_any": ["14"]}. Only the kinds dispatch has: afterok (--after) and afterany (--after-any),
+    all of them needed (',')."""
+    out: dict[str, list[str]] = {"after": [], "after_any": []}
+    if "?" in str(text):
+        raise InvalidRequestError("--dependency: dispatch waits for every dependency (','), not for any one ('?')",
+                                  field="--dependency")
+    for part in str(text).split(","):
+        kind, _, ids = part.strip().partition(":")
+        flag = {"afterok": "after", "afterany": "after_any"}.get(kind.lower())
+        if flag is None or not ids:
+            raise InvalidRequestError(f"--dependency: {part.strip()!r} is not afterok:ID[:ID...] or "
+                                      "afterany:ID[:ID...] (the kinds dispatch has: --after, --after-any)",
+                                      field="--dependency")
+        out[flag] += ids.split(":")
+    return out
+
+
 #: Text fields where an empty value is a mistake (`--team "$TEAM"` with TEAM unset), not a choice: flag, what to give.
 NOT_EMPTY = {"name": ("--name", "a name"), "team": ("--team", "a team"),
              "checkpoint_signal": ("--checkpoint-signal", "a signal such as USR1"),

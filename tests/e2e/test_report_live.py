@@ -109,3 +109,8 @@ def test_history_shows_state_exit_code_and_team_and_bad_input_is_one_line(cli, w
                       (("history", "--since", "abc"), "--since"), (("history", "-t", "done-ish"), "--state")):
         p = cli.run(*bad, check=False)
         assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and word in p.stderr, p.stderr
+
+
+def test_a_report_since_a_time_still_to_come_says_so(cli):
+    refused = cli.run("report", "--since", "2099-01-01", check=False)
+    assert refused.returncode == 2 and refused.stderr.strip() == "dispatch: error: --since 2099-01-01 is not in the past"

@@ -52,3 +52,18 @@ def test_slurms_dependency_form_and_dates_get_a_line_that_says_what_to_write(cli
     assert cli.run("report", "--since", "2026-01-01", "--csv").stdout.startswith("user,gpu_hours,")  # sreport's dates
     p = cli.run("history", "--since", "2026-13-01", check=False)
     assert p.returncode == 2 and p.stderr.startswith("dispatch: error: --since: '2026-13-01' is not a date"), p
+
+
+def test_sbatchs_dependency_wrap_and_short_array_and_nodes_flags_are_taken(cli):
+    a, b, c = (cli.submit("--", "true") for _ in range(3))
+    job = cli.submit("-d", f"afterok:{a}:{b},afterany:{c}", "--wrap", "echo $((6 * 7))")
+    shown = cli.show(job)
+    assert (shown["after"], shown["after_any"], shown["command"]) == ([a, b], [c], ["sh", "-c", "echo $((6 * 7))"])
+    array = cli.submit("-a", "0-2", "-N", "1", "--", "true")
+    assert cli.show(f"{array}_2")["array_count"] == 3
+    for args, says in ((["-d", f"afterok:{a}?afterok:{b}"], "not for any one ('?')"),
+                       (["-d", f"afternotok:{a}"], "'afternotok:" + a + "' is not afterok:ID"),
+                       (["--wrap", "true", "--", "true"], "either --wrap CMD or a command after --"),
+                       (["--gres", "gpu:a100:2"], "No such option: --gres: GPUs are --gpus N with --gpu-type T")):
+        p = cli.run("submit", *args, check=False)
+        assert p.returncode == 2 and says in p.stderr and len(p.stderr.splitlines()) == 1, (args, p.stderr)
