@@ -180,7 +180,13 @@ def warn_if_no_node_could_hold(ctx, specs, ids) -> None:
     from ..store.nodes import read_nodes
 
     found, _ = read_nodes(ctx.client, ctx.ns)
-    if not found:  # none registered yet (`dispatch up` just started): nothing to judge by
+    if not found:  # none registered yet (`dispatch up` just started): nothing to judge by; a namespace
+        from ..store import keys  # with no scheduler either is most likely the wrong one
+
+        if not ctx.client.exists(keys.scheduler_leader(ctx.ns)):
+            click.echo(f"dispatch: warning: nothing runs jobs in namespace {ctx.ns!r} (no scheduler, no node): "
+                       f"{'they wait' if len(ids) > 1 else 'it waits'} until one starts; is --namespace (or "
+                       "DISPATCH_NAMESPACE) the cluster's?", err=True)
         return
     from ..core.elastic import smallest
 
