@@ -57,6 +57,17 @@ def ended(client, ns: str, job_id: str) -> tuple[JobSpec, dict] | None:
     return spec, end_body(job_id, rec["state"], rec["exit_code"], rec["reason"], spec.name)
 
 
+def failed(client, ns: str, job_id: str, error: Exception) -> None:
+    """Say where people look that telling the job's end failed: its record's notify_error (`dispatch
+    show`) and its log stream. Not retried: an end is told at most once."""
+    why = " ".join(str(error).split())[:300] or type(error).__name__
+    try:
+        client.hset(keys.job(ns, job_id), "notify_error", why)
+        append_log(client, ns, job_id, f"[dispatch: --notify failed: {why}]\n".encode())
+    except Exception as e:  # Redis away: the agent's or the scheduler's log has it
+        log.warning("job %s: could not record that its --notify failed (%s)", job_id, e)
+
+
 class Notifier:
     """The leading scheduler's: POSTs the ends cancel.lua queued (jobs no agent ran), in its own threads."""
 
@@ -86,6 +97,7 @@ class Notifier:
                 log.info("job %s: its end (%s) told to %s", job_id, body["state"], spec.notify)
         except Exception as e:  # a URL down, or Redis away: logged, never retried (told at most once)
             log.warning("job %s: --notify failed: %s", job_id, e)
+            failed(self.client, self.ns, job_id, e)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)

@@ -22,7 +22,7 @@ import threading
 
 from dispatcher.clock import now_ms
 from dispatcher.core.outputs import end_env, is_url, notify_argv, output_path
-from dispatcher.notify import TIMEOUT_S, ended, post
+from dispatcher.notify import TIMEOUT_S, ended, failed, post
 from dispatcher.store.jobs import append_log
 from dispatcher.store.job_record import claim_notify, set_log_path
 
@@ -131,10 +131,7 @@ def _tell(sup, job_id: str) -> None:
         log.info("job %s: its end (%s) told to its --notify", job_id, body["state"])
     except Exception as e:  # told at most once: logged, not retried
         log.warning("job %s: --notify failed: %s", job_id, e)
-        try:
-            append_log(sup.client, sup.ns, job_id, f"[dispatch: --notify failed: {e}]\n".encode())
-        except Exception:
-            pass
+        failed(sup.client, sup.ns, job_id, e)
 
 
 def _run(sup, spec, body: dict) -> None:

@@ -76,6 +76,7 @@ FIELDS: tuple[Field, ...] = (
     Field("hold", str, "hold", "who held a pending job and when (\"alice 1700000000000\"; dispatch hold), \"\" if not"),
     Field("notify", str, "submit", "\"url\" or \"cmd\": the job has a --notify of that kind (cancel.lua queues a URL's)"),
     Field("notified", str, "the notifier (claim_notify)", "who told the job's end and when (\"node 1700000000000\"): once"),
+    Field("notify_error", str, "the notifier (notify.failed)", "why telling the job's end failed (not retried)"),
     Field("log_path", str, "agent, as an attempt starts", "its node-side log file, on its node (rank 0's)"),
     Field("requeued", str, "requeue", "who last put the ended job back in the queue and when (\"alice 1700000000000\"; "
           "dispatch requeue)"),

@@ -157,10 +157,10 @@ def record_view(rec) -> dict:
         "warning": rec.warning or None,  # its node agent's, while its GPUs idle (workers/idle.py)
         "idle_since_at": secs(rec.idle_since_ms),
         # --output as written on its node (rank 0's), the agent's own log file there, and --notify
-        "output": output_path(spec, job_id, rec.node),
-        "log_file": rec.log_path or None,
+        "output": output_path(spec, job_id, rec.node), "log_file": rec.log_path or None,
         "notify": spec.notify or None if spec else None,
-        "notified": _who(rec.notified), "notified_at": _when(rec.notified),  # who told its end, and when
+        # who told its end and when; why that failed (not retried)
+        "notified": _who(rec.notified), "notified_at": _when(rec.notified), "notify_error": rec.notify_error or None,
     }
 
 

@@ -167,3 +167,18 @@ def test_a_job_that_prints_a_line_at_a_time_keeps_all_its_lines_in_logs(cli, cli
     shown = cli.run("logs", job)
     assert shown.stdout == "".join(f"step {i}\n" for i in range(3000)) and shown.stderr == ""
     assert client.xlen(keys.job_log(cli.ns, job)) < 1000  # lines that came together went as one entry
+
+
+def test_a_notify_url_that_cannot_be_told_says_so_in_show_and_logs(cli):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/hook"
+    start_cluster(cli)
+    job = cli.submit("--notify", url, "--", "true")
+    cli.wait_for(lambda: cli.show(job)["notify_error"], what="the failed notification to be recorded")
+    shown = cli.show(job)
+    assert shown["notified"] == "n1" and "refused" in shown["notify_error"].lower(), shown
+    assert "notify_error: " in cli.run("show", job).stdout
+    assert "[dispatch: --notify failed: " in cli.run("logs", job).stdout
