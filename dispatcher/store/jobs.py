@@ -394,7 +394,7 @@ def preempt_job(scripts, client, ns: str, job_id: str, now_ms: int, *, force: bo
                                   "add --force to kill and requeue it", field="--force")
     mode = "forced" if force else "graceful"
     if control.preempt(scripts, job["node"], job_id, job["epoch"], now_ms, by=by, mode=mode,
-                       reason=f"preempted by {by}") != Outcome.DONE:
+                       reason="dispatch preempt") != Outcome.DONE:
         raise InvalidStateError(job_id, read_job(client, ns, job_id)["state"], "preempt")
     counters.count(client, ns, "preemptions", mode=mode, **{"class": job["priority"]})  # (an operator's too)
     return mode
