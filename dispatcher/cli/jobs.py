@@ -75,10 +75,12 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
         reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else \
             f"cancelling ({cancel_sent(j)})" if j["cancel_requested"] else ""  # (Slurm's CG)
         reason = reason or (rest if j["state"] == "pending" else "")
+        ran = age(now - j["started_at"]) if j["state"] in ("running", "preempting") and j["started_at"] and \
+            len(group) == 1 else "-"  # squeue's TIME: this attempt's so far
         rows.append([row_id, j["name"] or "-", j["user"], j["priority"], counts(group) if len(group) > 1 else j["state"],
-                     gpus, where,
-                     age(waited), reason[:90], shlex.join(j["command"]).replace("\n", "\\n")])  # one line a job
-    header = ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "REASON", "COMMAND"]
+                     gpus, where, age(waited), ran, reason if len(reason) <= 90 else reason[:89] + "…",
+                     shlex.join(j["command"]).replace("\n", "\\n")])  # one line a job
+    header = ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "TIME", "REASON", "COMMAND"]
     click.echo(_table(cut_last(rows, header), header))
     if more > 0:
         click.echo(f"... and {more} more pending jobs (the oldest {limit} are listed: --limit N, or a filter "
