@@ -94,7 +94,7 @@ def test_cancelling_an_active_job_queues_its_cancel_with_it_and_a_pending_one_se
     assert s.cancel(waiting, now_ms(), "again") == Outcome.ENDED
 
 
-@pytest.mark.parametrize("how", ["lost with its agent", "preempted"])
+@pytest.mark.parametrize("how", ["lost with its agent", "lost with its agent, its last retry", "preempted"])
 def test_a_job_cancelled_while_it_runs_is_not_requeued_when_its_attempt_ends_otherwise(client, ns, how):
     # the user's cancel is in flight (the agent has it, the job has cancel_ms) when the attempt ends
     # another way: its agent restarts, its node is declared dead, or a preemption took it first
@@ -103,7 +103,7 @@ def test_a_job_cancelled_while_it_runs_is_not_requeued_when_its_attempt_ends_oth
     assert cancel_job(s, client, ns, job_id, now_ms(), "bye") == "requested"
     lost = how.startswith("lost")
     assert s.finish(job_id, "n1", epoch, "pending", None, now_ms(), "node n1 agent restarted; attempt lost",
-                    preempted=not lost, lost_retries=3 if lost else None) == Outcome.DONE
+                    preempted=not lost, lost_retries=(0 if "last" in how else 3) if lost else None) == Outcome.DONE
     job = read_job(client, ns, job_id)
     assert job["state"] == "cancelled" and job["reason"].startswith("cancelled by user")
     assert client.zscore(keys.jobs_pending(ns), job_id) is None

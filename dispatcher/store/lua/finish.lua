@@ -108,9 +108,11 @@ if A[7] == '1' or lost then
   redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s_lost', math.max(0, now - since) * ngpus / 1000)
 end
 local code = A[4]  -- the job's exit code; none of its own when it fails for its lost attempts
+-- a cancel asked while it ran is kept, not requeued with the attempt (nor failed for a last lost one)
+local cancelled = new_state == 'pending' and redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 1
 if lost then
   local n = redis.call('HINCRBY', KEYS[1], 'lost', 1)
-  if n > tonumber(A[10]) then
+  if n > tonumber(A[10]) and not cancelled then
     new_state, code = 'failed', ''  -- (the attempt keeps the signal dispatch or the node's loss gave it)
     reason = reason .. '; gave up after ' .. n .. ' lost attempts (retries ' .. A[10] .. ')'
   end
@@ -119,8 +121,8 @@ redis.call('RPUSH', KEYS[5], cmsgpack.pack({
   attempt = tonumber(f[3] or '0') or 0, epoch = tonumber(ARGV[2]), node = f[2] or '', gpus = f[1] or '',
   assigned_ms = tonumber(f[4] or '0') or 0, started_ms = tonumber(f[5] or '0') or 0, ended_ms = now,
   outcome = outcome, reason = reason, exit_code = A[4], gang = gang}))
-if new_state == 'pending' and redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 1 then
-  new_state = 'cancelled'  -- a cancel asked while it ran is kept, not requeued with the attempt
+if cancelled then
+  new_state = 'cancelled'
   reason = 'cancelled by user; its attempt ended first: ' .. reason
 end
 if new_state == 'pending' then
