@@ -28,7 +28,7 @@ from dispatcher.store import job_record, keys
 from dispatcher.store.codec import decode_spec
 from dispatcher.store.exits import reported_outcome
 from dispatcher.store.jobs import append_log
-from dispatcher.store.scripts import Outcome
+from dispatcher.store.scripts import Outcome, lost_attempt
 
 from . import gang, jobenv, outputs, proctrack, tty, unix_user
 from .keeper import FENCED_DIR, kept_end
@@ -130,11 +130,17 @@ def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int 
             gang.wait_for_rank0(sup, job_id, epoch, spec, NotStarted)
         env.update(gang.env(sup, rank, record["ranks"], where))
     identity, cwd = _identity(sup, spec, env)
-    log_path, progress = _private_files(sup, job_id, ckpt, identity)
-    env["DISPATCH_PROGRESS_FILE"] = str(progress)
-    if record["attempt"]:  # a rerun: `dispatch logs` shows where one attempt's output ends and the next begins
-        _separate(sup, job_id, record["attempt"], rank, _no_checkpoint_here(sup, spec, record, ckpt))
-    cgroup = proctrack.make_cgroup(proctrack.attempt_cgroup(sup.cgroups, job_id, epoch))
+    try:
+        log_path, progress = _private_files(sup, job_id, ckpt, identity)
+        env["DISPATCH_PROGRESS_FILE"] = str(progress)
+        if record["attempt"]:  # a rerun: `dispatch logs` shows where one attempt's output ends and the next begins
+            _separate(sup, job_id, record["attempt"], rank, _no_checkpoint_here(sup, spec, record, ckpt))
+        cgroup = proctrack.make_cgroup(proctrack.attempt_cgroup(sup.cgroups, job_id, epoch))
+    except OSError as e:  # the node's own files (its work dir unusable): a lost attempt, charged to --retries,
+        # that says why; else it stayed assigned, holding its GPUs, and was launched here again every minute
+        log.error("job %s: node %s could not prepare its start: %s", job_id, sup.node, e)
+        raise NotStarted("failed", PENDING, f"node {sup.node} could not start it: {e}", launch_failed=True,
+                         **lost_attempt(spec)) from e
     proc, cgroup, term = _spawn(sup, job_id, epoch, spec, cwd, env, identity, cgroup)
     run = _register(sup, job_id, epoch, proc, spec, ckpt, gpu_list, cgroup)
     run.rank, run.progress_file, run.tty, run.owner = rank, progress, term, jobenv.owner_of(identity)

@@ -278,3 +278,17 @@ def test_a_rerun_on_a_node_without_its_checkpoint_says_so_in_its_log(cli, client
     cli.wait_for(lambda: (j := running(client, cli.ns, job)) and j["node"] == "b", timeout=30, what="the rerun on b")
     cli.wait_for(lambda: "its checkpoint is not here" in cli.run("logs", job).stdout, what="the separator's note")
     cli.run("cancel", job)
+
+
+def test_a_node_that_cannot_prepare_a_jobs_start_loses_the_attempt_and_says_why_within_its_retries(cli, tmp_path):
+    work = tmp_path / "n1"
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--work-dir", str(work))
+    cli.start("scheduler")
+    cli.wait_for(lambda: "n1" in cli.run("nodes").stdout, what="the node to register")
+    (work / "logs").write_text("in the way")  # its log directory cannot be made: no job can start here
+    job = cli.submit("--gpus", "1", "--retries", "1", "--", "true")
+    cli.wait_for(lambda: cli.show(job)["state"] == "failed", timeout=60, what="the job to fail, its retries spent")
+    shown = cli.show(job)
+    assert shown["reason"].startswith("node n1 could not start it: ") and \
+        shown["reason"].endswith("gave up after 2 lost attempts (retries 1)"), shown["reason"]
+    assert [a["outcome"] for a in shown["attempts"]] == ["lost", "lost"], shown["attempts"]

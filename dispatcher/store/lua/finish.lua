@@ -17,6 +17,7 @@
 -- ARGV[14] the user's estimate in seconds ("" = none)
 -- ARGV[15] "" for a one-node job; for a gang, the rank whose end this is (KEYS[2] is its node's alloc)
 -- ARGV[16] "1" if this rank only stopped because its gang stops (its end says nothing of the gang's)
+-- ARGV[17] "1" if its node could not start it: with ARGV[10], a lost attempt though it never started
 -- A gang's rank frees its own GPUs. Its first end that is no success (and not ARGV[16]) is what the gang
 -- ends as (gang_end): the job is marked preempting, and the agents of the other ranks stop theirs (each
 -- sees the mark at its next check). The last rank's end ends the job as that first end said.
@@ -93,7 +94,9 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[1], 'idle_since_ms', 'warning')  -- the idle warning was about this attempt
 local new_state, reason = A[3], A[6]
 local outcome = new_state
-local lost = A[10] ~= '' and state ~= 'assigned'  -- an attempt that never started lost nothing
+-- an attempt that never started lost nothing, unless its node failed to start it (a node that can start
+-- nothing would else hold it, and take it back again, for ever)
+local lost = A[10] ~= '' and (state ~= 'assigned' or ARGV[17] == '1')
 if new_state == 'pending' then
   outcome = 'requeued'
   if A[7] == '1' then outcome = 'preempted' end
