@@ -22,7 +22,7 @@ from ..core.errors import DispatcherError, InvalidRequestError
 from ..auth.identity import MAX_SKEW_S, NotAllowed, Verifier, seal_job, sign
 from . import keys
 from .codec import decode_spec
-from .connect import ride_out, text
+from .connect import ride_out, text, transient
 from .quarantine import Entry, quarantine
 
 log = logging.getLogger("dispatch.requests")
@@ -163,6 +163,8 @@ class RequestServer:
         except DispatcherError as e:
             answer = {"ok": False, "error": str(e), "code": e.exit_code}
         except Exception as e:  # a hostile request must not stop the scheduler
+            if transient(e):  # the server went away meanwhile: not handled (nor marked so), taken up again by
+                raise  # whichever scheduler leads once it is back; its sender waits or is told it restarts
             log.warning("request %s refused: %s: %s", entry_id, type(e).__name__, e)
             answer = {"ok": False, "error": f"malformed request ({type(e).__name__})"}
         if answer is not None:  # (a submit recorded itself in the transaction that wrote the job)

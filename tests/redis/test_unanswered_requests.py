@@ -8,6 +8,7 @@ did as told ran the job twice."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -111,3 +112,55 @@ def test_a_request_claimed_just_as_its_sender_gives_up_is_answered_not_taken_bac
     finally:
         late.join()
     assert not withdrawn and got[1] == b"answer" and client.xlen(keys.requests(ns)) == 1
+
+
+def test_a_request_the_server_went_away_under_is_carried_out_once_it_is_back_not_refused(own_server, ns):
+    """The leader lost its server while it carried a submit out: it could be answered 'malformed request
+    (ConnectionError)', exit 2, and marked handled (when the server was back for that answer); it stays to
+    be carried out once the server is back, once."""
+    import signal
+
+    import redis
+
+    from dispatcher.store.connect import connect
+
+    class DyingServer(Verifier):  # the server dies as the leader seals the job it writes, and is back at once
+        checked = died = False
+
+        @property
+        def secret(self):
+            if DyingServer.checked and not DyingServer.died:
+                DyingServer.died = True
+                own_server.proc.send_signal(signal.SIGKILL)
+                own_server.proc.wait()
+                threading.Timer(1.0, own_server.start).start()  # back a moment later, as `up` brings it
+            return SECRET
+
+        @secret.setter
+        def secret(self, value):
+            pass
+
+        def request_ok(self, *args):
+            ok = super().request_ok(*args)
+            DyingServer.checked = True
+            return ok
+
+    client = connect(own_server.url)
+    leader = RequestServer(client, ns, DyingServer(SECRET, admins=()), Scripts(client, ns))
+    leader.publish_mode()
+    answers: list = []
+    sender = threading.Thread(target=lambda: answers.append(_submit(connect(own_server.url), ns, timeout_s=60)))
+    sender.start()
+    try:
+        while not client.exists(keys.requests(ns)):
+            pass
+        while not answers and sender.is_alive():  # as the scheduler's loop rides out the server's restart
+            try:
+                leader.serve()
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.2)
+    finally:
+        sender.join(60)
+    assert DyingServer.died and answers and answers[0]["ok"], answers
+    written = [k for k in client.scan_iter(match=keys.job(ns, "*")) if k.decode().count(":") == 2]
+    assert [k.decode() for k in written] == [keys.job(ns, answers[0]["ids"][0])], "the job it was told of, once"
