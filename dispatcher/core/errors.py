@@ -179,8 +179,8 @@ class UpAlreadyRunning(DispatcherError):
 
     def __init__(self, state_dir: str, pid: int | None, url: str | None):
         where = f"pid {pid}" if pid else "pid unknown"
-        if url:
-            where += f", server {url}"
+        if url:  # (its password masked, whichever record it came from)
+            where += f", server {masked_url(url)}"
         how = f"kill {pid} or Ctrl-C in its terminal" if pid else "Ctrl-C in its terminal"
         super().__init__(f"`dispatch up` already runs on state dir {state_dir} ({where}); stop it with {how}, "
                          "or give this one its own DISPATCH_HOME")

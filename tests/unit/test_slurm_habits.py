@@ -63,3 +63,10 @@ def test_the_signal_names_the_pure_core_knows_are_the_os_signal_modules():
     assert signal_name(77) == "signal 77"
     assert exit_fields(-9) == {"exit_status": 137, "signal": "SIGKILL"}
     assert exit_fields(3) == {"exit_status": 3, "signal": None} and exit_fields(None)["exit_status"] is None
+
+
+def test_a_second_up_names_the_first_ones_server_with_its_password_masked_whichever_record_it_read():
+    from dispatcher.core.errors import UpAlreadyRunning
+
+    said = str(UpAlreadyRunning("/home/ada/.local/state/dispatch", 27045, "redis://default:vti-T844@127.0.0.1:44487/0"))
+    assert "vti-T844" not in said and "redis://default:***@127.0.0.1:44487/0" in said
