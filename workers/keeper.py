@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from dispatcher.store.exits import exit_text, parse_exit
+from dispatcher.store.exits import crashed, exit_text, parse_exit
 
 from . import outbox, proctrack
 from dispatcher.store.repeating import Repeating
@@ -231,8 +231,9 @@ class ExitReports:
         not reaped yet (the agent stopped before it saw them end), and those whose outcome waits in the
         agent's outbox (it saw them end while Redis was away, then stopped)."""
         now = int(time.time() * 1000)
-        unreaped = [(a.job_id, a.epoch, code, now) for a in read_attempts(work_dir)
-                    if a.pgid and (code := exit_status(a.pgid)) is not None]
+        unreaped = [(a.job_id, a.epoch, code if code >= 0 else crashed(code), now) for a in read_attempts(work_dir)
+                    if a.pgid and (code := exit_status(a.pgid)) is not None
+                    and (code >= 0 or fenced_epoch(work_dir, a.job_id) != a.epoch)]  # (a fence's kill: lost)
         return unreaped + outbox.own_ends(work_dir)
 
 

@@ -86,7 +86,8 @@ def reconcile(sup, reason: str, *, everything: bool = False, settle_ms: int = 50
             continue  # a gang another rank started: this rank's launch may still wait in the node's queue
             # (RQ reconnecting after an outage); it is lost once the queue holds none
         ended = reported_outcome(read_exits(sup.client, sup.ns, [job_id]).get(job_id)
-                                 or kept_end(sup.work_dir, job_id, epoch, r["submit_ms"]), epoch)
+                                 or kept_end(sup.work_dir, job_id, epoch, r["submit_ms"]), epoch,
+                                 stopping=state == "preempting" or bool(r["cancel_ms"]) or rank is not None)
         if ended is not None:  # it ended while the agent before this one was stopped (its keeper saw it), or
             # this agent recorded its end and the server lost that write (killed while its AOF lagged)
             if sup.scripts.finish(job_id, sup.node, epoch, ended[0], ended[1], ended[2], ended[3],

@@ -84,7 +84,8 @@ def requeue_lost(scripts, lost: list[tuple[RunningJob, float]], epochs: dict[str
     done = 0
     for r, silent in lost:
         epoch = epochs[r.spec.id]
-        ended = None if r.stopping else reported_outcome((exits or {}).get(r.spec.id), epoch)  # not a preemption's
+        ended = None if r.stopping else reported_outcome((exits or {}).get(r.spec.id), epoch,  # not a preemption's
+                                                         stopping=is_gang_piece(r))  # (a rank killed: the gang's lost)
         if ended is not None:
             state, code, at, reason = ended
             ok = scripts.finish(r.spec.id, r.node, epoch, state, code, at, reason, fence=fence, rank=_rank(r))

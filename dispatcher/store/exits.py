@@ -45,10 +45,32 @@ def parse_exit(value: str) -> tuple[int, int, int] | None:
     return None
 
 
-def reported_outcome(report: tuple[int, int, int] | None, epoch: int) -> tuple[str, int, int, str] | None:
+#: A keeper's report of an attempt killed by signal N that dispatch did not send (a crash, the OOM killer,
+#: someone's kill -9: not the keeper's own fence) says -(CRASHED + N): such an attempt ended, it was not
+#: lost, and fails once, as the agent would have recorded it. A plain -N (any kill an agent kept, its
+#: own cancels and preemptions among them) is an attempt lost, as before.
+CRASHED = 1000
+
+
+def crashed(code: int) -> int:
+    """The report of an attempt that signal -code killed, dispatch not having sent it (code < 0)."""
+    return code - CRASHED
+
+
+def reported_outcome(report: tuple[int, int, int] | None, epoch: int,
+                     stopping: bool = False) -> tuple[str, int, int, str] | None:
     """(state, exit code, ms, reason) an attempt at `epoch` ended with on its own, by its keeper's
-    report; None without one (or for a kill: that attempt was lost, not ended)."""
-    if report is None or report[0] != epoch or report[1] < 0:
+    report; None without one, or for a kill (that attempt was lost, not ended). `stopping`: dispatch was
+    stopping it (a cancel, a preemption, its gang's end): a signal that killed it was maybe dispatch's own."""
+    if report is None or report[0] != epoch:
         return None
     code = report[1]
+    if code <= -CRASHED and not stopping:
+        from ..core.errors import signal_name
+
+        signal = -code - CRASHED
+        return ("failed", -signal, report[2], f"killed by signal {signal_name(signal)} (not sent by dispatch; its "
+                                              "node's keeper saw it while its agent could not report it)")
+    if code < 0:
+        return None
     return ("succeeded", 0, report[2], "") if code == 0 else ("failed", code, report[2], f"exit code {code}")

@@ -94,7 +94,8 @@ OUTCOME = ("state", "reason", "exit_code")  # a dependency's, a recent end's
 NOTIFY = ("spec", "state", "reason", "exit_code", "notified")  # a notifier's, of an ended job
 LAUNCH = ("spec", "epoch", "node", "gpus", "attempt", "cancel_ms", "state", "seal", "gang",
           "submit_ms", "checkpoint_ms")  # the agent's, at launch
-RECOVERY = ("node", "epoch", "state", "started_ms", "spec", "assigned_ms", "gang", "submit_ms")  # a restarted agent's
+RECOVERY = ("node", "epoch", "state", "started_ms", "spec", "assigned_ms", "gang", "submit_ms",
+            "cancel_ms")  # a restarted agent's
 PLACED = ("state", "node", "gpus")  # the index repair's
 IDLE = ("warning", "idle_since_ms")  # the board's, of a running job
 ENDED = ("state", "started_ms", "finished_ms", "reason", "exit_code")  # the leader's counters and recent ends

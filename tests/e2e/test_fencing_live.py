@@ -188,6 +188,30 @@ def test_a_job_that_ends_while_its_agent_is_stopped_is_recorded_not_rerun(cli, c
     assert shown["state"] == "succeeded" and shown["attempt"] == 0, shown
 
 
+def test_a_job_that_crashes_while_its_agent_is_stopped_fails_once_not_rerun(cli, client, tmp_path):
+    # (its keeper reported the abort as every kill: a lost attempt, and the job ran again; docs/guarantees.md
+    # promise 3: a signal dispatch did not send fails the job once, as in Slurm)
+    out = tmp_path / "runs"
+    out.mkdir()
+    agents = two_nodes(cli, tmp_path, FAST)
+    cli.start("scheduler", **FAST)
+    job = cli.submit("--gpus", "1", "--env", f"OUT={out}", "--", "sh", "-c", TICKING.format(ticks=10) + "; kill -ABRT $$")
+    first = wait_running(cli, client, job)
+    cli.wait_for(lambda: attempts(out, job), what="the first attempt to tick")
+    stopped = agents[first["node"]]
+    os.kill(stopped.pid, signal.SIGSTOP)  # the job aborts two seconds later, unreaped, its outcome unwritten
+    try:
+        cli.wait_for(lambda: read_job(client, cli.ns, job)["state"] != "running", timeout=30,
+                     what="the scheduler to give the node up")
+        time.sleep(3)
+    finally:
+        os.kill(stopped.pid, signal.SIGCONT)
+    shown = cli.show(job)
+    assert len(attempts(out, job)) == 1, f"the crashed job ran again: {attempts(out, job)}"
+    assert (shown["state"], shown["exit_code"], shown["attempt"]) == ("failed", -6, 0), shown
+    assert shown["reason"].startswith("killed by signal SIGABRT (not sent by dispatch"), shown["reason"]
+
+
 def test_a_job_that_ended_while_its_agent_was_stopped_is_recorded_by_the_next_agent(cli, client, tmp_path):
     """The stopped agent is killed and restarted before the scheduler gives the node up."""
     env = dict(FAST, DISPATCH_NODE_TIMEOUT_S="30")

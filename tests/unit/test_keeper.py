@@ -97,3 +97,35 @@ def test_the_fence_kills_though_the_work_dir_takes_no_mark(tmp_path):
     finally:
         running.kill()
         running.wait()
+
+
+def test_a_job_that_crashed_while_its_agent_was_stopped_is_reported_failed_and_a_fenced_one_lost(tmp_path):
+    # a job killed by a signal dispatch did not send (its own abort, the OOM killer) while its agent was
+    # stopped past the fence: the keeper reported its -6 as every kill is (a lost attempt), and it ran again
+    import signal
+
+    from dispatcher.store.exits import reported_outcome
+    from workers.keeper import ExitReports, fence
+
+    (tmp_path / PID_DIR).mkdir()
+    crashed, fenced = (subprocess.Popen(["sleep", "60"], start_new_session=True,
+                                        env={**os.environ, "DISPATCH_JOB_ID": j, "DISPATCH_EPOCH": "1"})
+                       for j in ("3", "4"))
+    try:
+        time.sleep(0.3)
+        os.kill(crashed.pid, signal.SIGABRT)  # nobody reaps either: their agent is stopped
+        time.sleep(0.3)
+        (tmp_path / PID_DIR / "3").write_text(f"{crashed.pid} 1")
+        (tmp_path / PID_DIR / "4").write_text(f"{fenced.pid} 1")
+        assert fence(tmp_path, "a test") == ["4"]  # (3 is dead already)
+        time.sleep(0.3)
+        reports = {job: (epoch, code, ms) for job, epoch, code, ms in ExitReports.ended(tmp_path)}
+        assert set(reports) == {"3"}, reports  # the fence's own kill is no end: that attempt was lost
+        state, code, _, reason = reported_outcome(reports["3"], 1)
+        assert (state, code) == ("failed", -6) and reason.startswith("killed by signal SIGABRT (not sent by dispatch")
+        assert reported_outcome(reports["3"], 1, stopping=True) is None  # a cancel's or a preemption's, maybe
+        assert reported_outcome((1, -9, 0), 1) is None  # an agent's own kept kill: lost, as before
+    finally:
+        for p in (crashed, fenced):
+            p.kill()
+            p.wait()
