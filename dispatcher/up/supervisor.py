@@ -39,6 +39,7 @@ from pathlib import Path
 from .. import config
 from .embedded import EmbeddedServer, die_with_parent, free_port, port_free
 from ..core.errors import EXIT_NO_GPU, EXIT_USAGE, ConfigError, DispatcherError, UpStopped, masked_url
+from .aof import AofWatch, path_id
 from .lock import UpLock, clear_leftovers
 from .secure import Secure
 from .watchdog import SchedulerWatch
@@ -142,6 +143,7 @@ class Up:
         self.server_backoff = Backoff(max_s=SERVER_BACKOFF_MAX_S)
         self.server_since = 0.0
         self.server_due: float | None = None
+        self.aof, self.aof_client = AofWatch(self.data_dir), None
         self.server_failures = 0
         self.children: list[Child] = []
         self.status = "starting"
@@ -192,7 +194,7 @@ class Up:
 
     def _run(self) -> None:
         clear_leftovers(self.lock.previous, self.data_dir)
-        state_id = _dir_id(self.state_dir)
+        state_id = path_id(self.state_dir)
         dashboard = None
         try:
             embedded = self.url is None
@@ -217,7 +219,7 @@ class Up:
             print("dispatch: scheduler and node agent running; Ctrl-C stops everything", file=sys.stderr)
             while not self.signals and self.failure is None:
                 time.sleep(POLL_S)
-                if _dir_id(self.state_dir) != state_id:  # its lock, records and data went with it
+                if path_id(self.state_dir) != state_id:  # its lock, records and data went with it
                     self.failure = UpStopped("state", f"the state directory {self.state_dir} was removed while "
                                              "`dispatch up` ran, the server's data with it; stopped everything "
                                              "(start `dispatch up` again for a new one)")
@@ -238,6 +240,7 @@ class Up:
         self.record("starting")  # replaces what a dead `up` left in server.json
         self.server.start(timeout_s=60.0)
         self.server_since = time.monotonic()
+        self.aof.started()
         print(f"dispatch: embedded server on {masked_url(self.server.url)}, data in {self.server.data_dir}",
               file=sys.stderr)
 
@@ -276,6 +279,7 @@ class Up:
         server, now = self.server, time.monotonic()
         if self.server_due is None:
             if server.proc.poll() is None:
+                self._keep_aof()
                 return
             delay = self.server_backoff.next(now - self.server_since)
             log.warning("the embedded server (pid %d) exited with code %s; restarting it on port %d in %.1fs",
@@ -284,6 +288,13 @@ class Up:
             self.record("restarting")
             return
         if now < self.server_due:
+            return
+        if self.aof.lost():
+            self.failure = UpStopped("server", f"the server's append-only files in {self.data_dir} were removed "
+                                               "and it stopped before it could write them again: its jobs are gone "
+                                               "with them, so no empty server is started in their place; stopped "
+                                               "everything (restore the files, or start `dispatch up` again for an "
+                                               "empty cluster)")
             return
         if not port_free(server.port):
             reason = f"port {server.port} is taken by another process"
@@ -294,6 +305,7 @@ class Up:
                 reason = str(e)
             else:
                 self.server_failures, self.server_due, self.server_since = 0, None, time.monotonic()
+                self.aof.started()
                 self.record("running")
                 log.warning("the embedded server is back on %s (pid %d)", masked_url(server.url), server.pid)
                 return
@@ -305,6 +317,17 @@ class Up:
         delay = self.server_backoff.next()
         log.warning("the embedded server did not start (%s); trying again in %.1fs", reason, delay)
         self.server_due = time.monotonic() + delay
+
+    def _keep_aof(self) -> None:
+        try:
+            if self.aof_client is None:
+                from ..store.connect import connect
+
+                self.aof_client = connect(self.server.url, check=False, socket_timeout=5.0)
+            self.aof.check(self.aof_client)
+        except Exception as e:  # the server busy or going: the next poll looks again
+            log.warning("could not check the server's append-only files (%s)", e)
+            self.aof_client = None
 
     def _watch_children(self) -> None:
         now = time.monotonic()
@@ -350,16 +373,6 @@ class Up:
             self.server.stop()
         if started:  # (a refusal before anything started is its one line alone)
             print("dispatch: stopped", file=sys.stderr)
-
-
-def _dir_id(path: Path) -> tuple[int, int] | None:
-    """Which directory `path` names (device, inode); None if it is gone. A removed state directory
-    must not go unnoticed: a second `up` would find no lock in its place and start beside this one."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def _previous_port(previous: dict, data_dir: Path) -> int | None:

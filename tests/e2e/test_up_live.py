@@ -249,6 +249,37 @@ def test_the_embedded_server_killed_under_up_is_restarted_on_its_port_and_jobs_r
 
 
 @pytest.mark.slow
+def test_append_only_files_removed_under_up_are_written_again_and_a_server_that_died_without_them_is_not_started_empty(ups):
+    import shutil
+
+    up = ups.start("up")
+    ups.wait_running(up)
+    job = ups.submit_counted(0.1)
+    ups.wait_jobs(job)
+    aof = ups.home / "data" / "appendonlydir"
+    shutil.rmtree(aof)  # a cleanup script gone wrong: the server keeps its data in memory only
+    ups.wait_for(lambda: aof.is_dir(), what="up to have the server write its files again")
+    server = _the_server(ups.home)
+    time.sleep(1.5)  # (its appends reach the disk every second)
+    os.kill(server, signal.SIGKILL)
+    ups.wait_for(lambda: _servers_in(ups.home / "data") not in ([], [server]), what="the server's restart")
+    ups.wait_running(up)
+    assert ups.run("show", job).returncode == 0, "the job is still there after the restart"
+
+    os.kill(up.pid, signal.SIGSTOP)  # files removed, and the server dies before up looks again
+    try:
+        shutil.rmtree(aof)
+        os.kill(_the_server(ups.home), signal.SIGKILL)
+    finally:
+        os.kill(up.pid, signal.SIGCONT)
+    up.wait(60)
+    last = (ups.home / "up.log").read_text().strip().splitlines()[-1]
+    assert up.returncode != 0 and last.startswith("dispatch: error:") and "append-only files" in last and \
+        "no empty server is started" in last, ups.logs()
+    assert _servers_in(ups.home / "data") == [], "no empty server over the lost data"
+
+
+@pytest.mark.slow
 def test_the_scheduler_and_agent_of_up_killed_are_restarted(ups):
     up = ups.start("up")
     rec = ups.wait_running(up)
