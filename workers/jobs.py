@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dispatcher.clock import now_ms
+from dispatcher.core.model import FINAL_STATES
 from dispatcher.store import control, job_record, keys
 from dispatcher.store.codec import decode_spec, encode_spec
 from dispatcher.store.jobs import append_log
@@ -199,6 +200,8 @@ class Supervisor:
                 path.rename(path.with_suffix(".unreadable"))
             self.outbox.done(path)
             log.info("job %s: %s recorded after Redis came back", entry[1], entry[0])
+            if entry[0] == "finish" and entry[3] in FINAL_STATES:  # its --notify, which could not read it then
+                outputs.tell_end(self, entry[1])
 
     def _replay(self, kind, job_id, epoch, *rest) -> None:
         if kind == "log":  # (an entry of an older agent has no rank: rank 0's)

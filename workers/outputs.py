@@ -23,6 +23,7 @@ import threading
 from dispatcher.clock import now_ms
 from dispatcher.core.outputs import end_env, is_url, notify_argv, output_path
 from dispatcher.notify import TIMEOUT_S, ended, failed, post
+from dispatcher.store.connect import ride_out
 from dispatcher.store.jobs import append_log
 from dispatcher.store.job_record import claim_notify, set_log_path
 
@@ -119,9 +120,9 @@ def tell_end(sup, job_id: str) -> None:
 
 
 def _tell(sup, job_id: str) -> None:
-    try:
-        found = ended(sup.client, sup.ns, job_id)
-        if found is None or not claim_notify(sup.client, sup.ns, job_id, f"{sup.node} {now_ms()}"):
+    try:  # (through a server's restart: told once it is back)
+        found = ride_out(lambda: ended(sup.client, sup.ns, job_id))
+        if found is None or not ride_out(lambda: claim_notify(sup.client, sup.ns, job_id, f"{sup.node} {now_ms()}")):
             return
         spec, body = found
         if is_url(spec.notify):

@@ -182,3 +182,22 @@ def test_a_notify_url_that_cannot_be_told_says_so_in_show_and_logs(cli):
     assert shown["notified"] == "n1" and "refused" in shown["notify_error"].lower(), shown
     assert "notify_error: " in cli.run("show", job).stdout
     assert "[dispatch: --notify failed: " in cli.run("logs", job).stdout
+
+
+def test_a_notify_of_an_end_written_from_the_agents_outbox_is_told_once_the_server_is_back(cli, tmp_path, own_server):
+    import signal as sig
+
+    env = {"DISPATCH_REDIS_URL": own_server.url}
+    told = tmp_path / "told.txt"
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--work-dir", str(tmp_path / "n1"), **env)
+    cli.start("scheduler", **env)
+    job = cli.run("submit", "--notify", f'sh -c "echo $DISPATCH_JOB_ID $DISPATCH_JOB_STATE >> {told}"', "--",
+                  "sh", "-c", "sleep 1.5; exit 3", **env).stdout.strip()
+    cli.wait_for(lambda: cli.run("show", job, "--json", **env).stdout.count('"running"'), what="the job to run")
+    own_server.proc.send_signal(sig.SIGKILL)  # the job ends while the server is down: its end waits in the outbox
+    own_server.proc.wait()
+    time.sleep(3)
+    own_server.start()
+    cli.wait_for(lambda: told.exists(), timeout=60, what="the end to be told once the server is back")
+    time.sleep(1)
+    assert told.read_text() == f"{job} failed\n"
