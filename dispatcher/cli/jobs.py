@@ -75,9 +75,12 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
         reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else \
             f"cancelling ({cancel_sent(j)})" if j["cancel_requested"] else ""  # (Slurm's CG)
         reason = reason or (rest if j["state"] == "pending" else "")
+        if len(group) > 1 and all(g["hold"] for g in group):  # every element held: released by the array's id
+            reason = reason.replace(f"(dispatch release {label(j)})", f"(dispatch release {j['array_of']})")
+        classes = "|".join(dict.fromkeys(g["priority"] for g in group))  # (an array's elements updated apart)
         ran = age(now - j["started_at"]) if j["state"] in ("running", "preempting") and j["started_at"] and \
             len(group) == 1 else "-"  # squeue's TIME: this attempt's so far
-        rows.append([row_id, j["name"] or "-", j["user"], j["priority"], counts(group) if len(group) > 1 else j["state"],
+        rows.append([row_id, j["name"] or "-", j["user"], classes, counts(group) if len(group) > 1 else j["state"],
                      gpus, where, age(waited), ran, reason if len(reason) <= 90 else reason[:89] + "…",
                      shlex.join(j["command"]).replace("\n", "\\n")])  # one line a job
     header = ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "TIME", "REASON", "COMMAND"]

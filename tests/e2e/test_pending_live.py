@@ -118,3 +118,13 @@ def test_under_identity_a_job_submitted_held_is_held_by_its_owner(cli, lab):  # 
     assert cli.run("release", job, check=False, **bob).returncode != 0
     assert cli.run("release", job, **alice).stdout.strip() == f"{job}: released"
     cli.wait_for(lambda: cli.show(job)["state"] == "succeeded", what="the released job to run")
+
+
+def test_a_held_arrays_queue_line_names_the_array_to_release_and_every_class_of_its_elements(cli):
+    array = cli.submit("--hold", "--array", "0-2", "--", "true")  # no node: they stay pending
+    cli.run("update", f"{array}_1", "--priority", "high")
+    line = cli.run("queue").stdout.splitlines()[1]
+    assert f"(dispatch release {array})" in line and f"release {array}_0" not in line, line
+    assert " normal|high " in line, line
+    cli.run("release", f"{array}_2")  # one element released: each element's own release is named again
+    assert f"(dispatch release {array}_0)" in cli.run("queue").stdout
