@@ -96,12 +96,20 @@ def act_each(ctx, kind: str, jobs: list[dict], local, say=lambda outcome, job: s
     refusal's code. Jobs are named as people name them: an array's element as 12_5 (label)."""
     from ..auth.identity import NotAllowed, current_user
     from ..core.errors import EXIT_NOT_FOUND, InvalidStateError, NotFoundError
+    from ..core.model import FINAL_STATES
     from ..store.requests import act_signed, identity_on
 
     say_not_found(missing)
     refused = click.exceptions.Exit(EXIT_NOT_FOUND) if missing else None
     if not jobs and not missing:
         click.echo("dispatch: no job matches", err=True)
+    ended = [j for j in jobs if j.get("state") in FINAL_STATES] if kind != "requeue" else []
+    if len(ended) > MANY_ENDED:  # (a range over old jobs: one line for them, not one each)
+        jobs = [j for j in jobs if j.get("state") not in FINAL_STATES]
+        said = f"{len(ended)} of these jobs had ended already ({_ids(ended)}): nothing to {kind} there"
+        click.echo(f"{'' if kind == 'cancel' else 'dispatch: error: '}{said}", err=kind != "cancel")
+        if kind != "cancel":  # (a cancel of an ended job is no refusal: each would say "already cancelled")
+            refused = refused or click.exceptions.Exit(InvalidStateError.exit_code)
     signed = jobs and identity_on(ctx.client, ctx.ns)
     for job in jobs:
         job_id = job["id"]
@@ -114,6 +122,20 @@ def act_each(ctx, kind: str, jobs: list[dict], local, say=lambda outcome, job: s
         click.echo(f"{label(job)}: {say(outcome, job)}")  # (an array's element as 12_5)
     if refused is not None:
         raise refused
+
+
+#: Past this many jobs of a list that had ended, act_each says so in one line rather than a line each.
+MANY_ENDED = 3
+
+
+def _ids(jobs: list[dict]) -> str:
+    """'1-1140' for jobs 1 to 1140; an array's elements as people name them (12_5)."""
+    from ..core.arrays import ranges
+
+    plain = [int(j["id"]) for j in jobs if not j.get("array_of") and str(j["id"]).isdigit()]
+    others = [label(j) for j in jobs if j.get("array_of") or not str(j["id"]).isdigit()]
+    return ", ".join(p for p in (ranges(plain, 8, steps=False) if plain else "", ", ".join(others[:8])
+                                 + (f" and {len(others) - 8} more" if len(others) > 8 else "")) if p)
 
 
 def named(message: str, job: dict) -> str:

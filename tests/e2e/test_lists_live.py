@@ -111,3 +111,15 @@ def test_after_a_job_that_was_cancelled_is_submitted_with_a_warning(cli):
     assert p.stderr == (f"dispatch: warning: job {p.stdout.strip()} waits for job {gone}, which was cancelled: it "
                         "will fail too (--after-any waits for any end)\n"), p.stderr
     assert cli.run("submit", "--after-any", gone, "--", "true").stderr == "", "--after-any waits for any end"
+
+
+def test_a_range_over_many_ended_jobs_says_so_in_one_line_not_one_each(cli):
+    ids = [cli.submit("--", "true") for _ in range(5)]  # no node: pending, then cancelled
+    live = cli.submit("--", "true")
+    cli.run("cancel", f"{ids[0]}-{ids[-1]}")
+    p = cli.run("hold", f"{ids[0]}-{live}", check=False)
+    assert p.returncode == 1 and p.stdout == f"{live}: held\n", p
+    assert p.stderr == f"dispatch: error: 5 of these jobs had ended already ({ids[0]}-{ids[-1]}): nothing to hold there\n"
+    p = cli.run("cancel", f"{ids[0]}-{live}")
+    assert p.returncode == 0 and p.stdout.splitlines() == [
+        f"5 of these jobs had ended already ({ids[0]}-{ids[-1]}): nothing to cancel there", f"{live}: cancelled"], p
