@@ -266,7 +266,7 @@ def _spawn(sup, job_id: str, epoch: int, spec: JobSpec, cwd, env: dict, identity
     job's terminal (its process on a PTY, workers/tty.py; else None, its output a pipe)."""
     term = None
     try:
-        term = tty.Terminal(sup, job_id, epoch) if spec.interactive else None
+        term = tty.Terminal(sup, job_id, epoch, spec) if spec.interactive else None
         argv, dying = proctrack.spawn_args(tty.command(spec) if term else list(spec.command), cwd, env)
         io = term.popen_io(dying, jobenv.owner_of(identity)) if term else \
             {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **dying}

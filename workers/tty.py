@@ -55,15 +55,26 @@ def command(spec) -> list[str]:
     argv = list(spec.command)
     if spec.interactive != "shell" or shutil.which(argv[0]):
         return argv
-    return [next((s for s in FALLBACK_SHELLS if os.access(s, os.X_OK)), argv[0])]
+    return [next((s for s in FALLBACK_SHELLS if os.access(s, os.X_OK)), argv[0]), *argv[1:]]
+
+
+
+def plain(fd: int) -> None:
+    """No echo, no CR before each newline: a terminal for a program fed from a file (store/tty.py PIPED_INPUT)."""
+    attrs = termios.tcgetattr(fd)
+    attrs[1] &= ~termios.ONLCR
+    attrs[3] &= ~(termios.ECHO | termios.ECHOE | termios.ECHOK | termios.ECHONL | termios.ECHOCTL)
+    termios.tcsetattr(fd, termios.TCSANOW, attrs)
 
 
 class Terminal:
     """One attempt's PTY: the master side (the agent's), the slave side (the job's, closed here once it runs)."""
 
-    def __init__(self, sup, job_id: str, epoch: int):
+    def __init__(self, sup, job_id: str, epoch: int, spec):
         self.sup, self.job_id, self.epoch = sup, job_id, epoch
         self.master, self.slave = os.openpty()
+        if dict(spec.env).get(streams.PIPED_INPUT) == "pipe":
+            plain(self.slave)
         try:
             set_size(self.master, *(streams.last_size(sup.client, sup.ns, job_id) or (24, 80)))
         except Exception as e:  # Redis away: the default size; the next resize puts it right

@@ -26,6 +26,7 @@ from .flags import resources, session_request
 from ..clock import now_ms
 from ..core.errors import InvalidRequestError, InvalidStateError, JobNotFound, exit_status
 from ..auth.identity import caller_dir, current_user
+from ..store.tty import PIPED_INPUT
 
 #: The job's grace between SIGHUP (--time, --idle-timeout) or SIGTERM (cancel) and SIGKILL: a shell
 #: ignores SIGTERM, and holds no checkpoint to write.
@@ -57,9 +58,12 @@ def shell(ctx, command, idle_timeout, **flags):
                                   field="--gpus")
     idle = _idle_seconds(idle_timeout)
     me, mode = current_user(), "command" if command else "shell"
-    request = session_request(flags, command=list(command) or [os.environ.get("SHELL") or "/bin/bash"],
-                              checkpoint_signal="HUP", grace=GRACE, retries=0,
-                              env=[f"TERM={os.environ.get('TERM') or 'xterm-256color'}"])
+    piped = not os.isatty(sys.stdin.fileno())  # `dispatch shell < steps.sh`: the output alone comes back, as
+    # `ssh host < file` gives it: no echo, and a shell session's $SHELL runs the input as a script (no prompts)
+    shell = [os.environ.get("SHELL") or "/bin/bash"] + (["/dev/stdin"] if piped else [])
+    request = session_request(flags, command=list(command) or shell, checkpoint_signal="HUP", grace=GRACE,
+                              retries=0, env=[f"TERM={os.environ.get('TERM') or 'xterm-256color'}"]
+                              + ([f"{PIPED_INPUT}=pipe"] if piped else []))
     spec = spec_from_request(request, user=me, submit_ms=now_ms(), cwd=caller_dir())
     spec = spec.filled(interactive=mode, idle_timeout_s=idle)
     hold_stops()

@@ -181,12 +181,14 @@ def warn_if_no_node_could_hold(ctx, specs, ids) -> None:
 
     found, _ = read_nodes(ctx.client, ctx.ns)
     if not found:  # none registered yet (`dispatch up` just started): nothing to judge by; a namespace
-        from ..store import keys  # with no scheduler either is most likely the wrong one
+        from ..store import keys  # with no scheduler either, beside the default one's, is most likely a typo
 
-        if not ctx.client.exists(keys.scheduler_leader(ctx.ns)):
-            click.echo(f"dispatch: warning: nothing runs jobs in namespace {ctx.ns!r} (no scheduler, no node): "
-                       f"{'they wait' if len(ids) > 1 else 'it waits'} until one starts; is --namespace (or "
-                       "DISPATCH_NAMESPACE) the cluster's?", err=True)
+        default = keys.DEFAULT_NS
+        if ctx.ns != default and not ctx.client.exists(keys.scheduler_leader(ctx.ns)) \
+                and ctx.client.exists(keys.scheduler_leader(default)):
+            click.echo(f"dispatch: warning: nothing runs jobs in namespace {ctx.ns!r} (no scheduler, no node; one "
+                       f"runs in {default!r}): {'they wait' if len(ids) > 1 else 'it waits'} until one starts; is "
+                       "--namespace (or DISPATCH_NAMESPACE) the cluster's?", err=True)
         return
     from ..core.elastic import smallest
 

@@ -20,6 +20,10 @@ from ..auth.identity import MAX_SKEW_S, sign, verify
 from . import keys
 from .connect import text
 
+#: Set to "pipe" in a session's environment by a client whose input is no terminal (`dispatch shell <
+#: steps.sh`): the node's PTY neither echoes the input nor turns newlines into CR LF (workers/tty.py plain),
+#: so what comes back is the output alone, as `ssh host < file` gives it.
+PIPED_INPUT = "DISPATCH_TTY_INPUT"
 #: Entries kept in each stream (MAXLEN ~): the out-stream's tail is what `attach` shows.
 IN_MAXLEN, OUT_MAXLEN = 1000, 2000
 #: The in-stream, written by clients alone, expires a day after its last entry (a session never started).

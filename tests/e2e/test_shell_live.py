@@ -255,6 +255,15 @@ def test_a_shell_asking_more_gpus_than_any_node_has_waits_and_never_runs_on_seve
     assert ended(cli, client, job_id)["state"] == "cancelled"
 
 
+def test_a_shell_fed_from_a_file_gives_back_its_output_alone_and_its_exit_as_ssh_does(node, client, tmp_path):
+    steps = tmp_path / "steps.sh"
+    steps.write_text("echo CVD=$CUDA_VISIBLE_DEVICES\nfor i in 1 2; do echo line $i; done\nexit 3\n")
+    with open(steps) as f:  # no terminal: no echo of the input, no prompts, no CR LF (it was all of them)
+        p = subprocess.run([sys.executable, "-m", "dispatcher", "shell", "--gpus", "1"], stdin=f, capture_output=True,
+                           text=True, timeout=60, env=node.env(SHELL="/bin/bash"))
+    assert (p.returncode, p.stdout) == (3, "CVD=0\nline 1\nline 2\n"), p
+
+
 def test_a_shell_fed_from_a_pipe_ends_at_the_end_of_its_input_as_ssh_does(node, client):
     p = subprocess.run([sys.executable, "-m", "dispatcher", "shell", "--gpus", "1", *BASH], input="echo piped-$((6*7))\n",
                        capture_output=True, text=True, timeout=60, env=node.env(SHELL="/bin/bash"))
