@@ -113,7 +113,7 @@ def submit(ctx, from_file, command, held, dependency, wrap, **flags):
                           or s.array_of != specs[i - 1].array_of))  # an array: its id (its first element's)
     if not inside:
         sys.stdout.flush()
-        warn_about_the_command(list(command), here)
+        warn_about_the_command(list(command), specs[0].cwd or here if specs else here)  # (where it runs: --cwd)
         warn_if_no_node_could_hold(ctx, specs, ids)
         warn_if_a_dependency_failed(ctx, specs, ids)
 
@@ -163,6 +163,9 @@ def warn_about_the_command(command: list[str], here: str) -> None:
     elif len(command) == 1 and any(c in first for c in " ;|&<>$") and not os.path.exists(path):
         click.echo(f"dispatch: warning: {first!r} is run as one program's name, not by a shell; for a shell "
                    f"line: dispatch submit ... -- sh -c {shlex.quote(first)}", err=True)
+    elif "/" in first and os.path.isfile(path) and not os.access(path, os.X_OK):
+        click.echo(f"dispatch: warning: {first} is not executable: the node cannot run it (Permission denied); "
+                   f"chmod +x {shlex.quote(first)}, or give its interpreter: dispatch submit ... -- sh {first}", err=True)
     try:
         with open(path, "rb") as f:
             head = f.read(65536)

@@ -67,3 +67,16 @@ def test_sbatchs_dependency_wrap_and_short_array_and_nodes_flags_are_taken(cli):
                        (["--gres", "gpu:a100:2"], "No such option: --gres: GPUs are --gpus N with --gpu-type T")):
         p = cli.run("submit", *args, check=False)
         assert p.returncode == 2 and says in p.stderr and len(p.stderr.splitlines()) == 1, (args, p.stderr)
+
+
+def test_a_script_in_a_relative_cwd_is_looked_at_there_and_one_not_executable_is_warned_of(cli, tmp_path):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "job.sh").write_text("#!/bin/sh\n#SBATCH --gpus=2\necho hi\n")
+    os.chmod(sub / "job.sh", 0o644)
+    p = cli.run("submit", "--cwd", "sub", "--", "./job.sh", cwd=tmp_path)
+    assert p.stderr.splitlines() == [
+        "dispatch: warning: ./job.sh is not executable: the node cannot run it (Permission denied); chmod +x "
+        "./job.sh, or give its interpreter: dispatch submit ... -- sh ./job.sh",
+        "dispatch: warning: ./job.sh has #SBATCH lines, which dispatch does not read: give them as submit's flags "
+        "(--gpus, --time, --name, --output, --array)"], p.stderr
