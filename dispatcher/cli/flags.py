@@ -25,7 +25,7 @@ def resources(priority: str = "normal", session: bool = False):
         click.option("--time", "-t", "time", default=None, metavar="DURATION",
                      help="Run-time limit of each attempt (Slurm's --time): the checkpoint signal at the limit, "
                           "SIGKILL the job's grace (submit's --grace) later, and the job fails: 90s, 15m, 3h, 1d, or Slurm's forms: "
-                          "30 (a bare number is minutes), 30:00, 1:00:00, 2-12, 2-12:00:00."),
+                          "30 (a bare number is minutes), 30:00, 1:00:00, 2-12, 2-12:00:00; UNLIMITED for none."),
     ]
 
     def decorate(fn):

@@ -17,7 +17,7 @@ from .gpuspec import MAX_GPU_MEM_GB
 from .memo import remembered
 from .model import PRIORITIES, PRIORITY_ALIASES, JobSpec
 from .outputs import parse_notify, parse_output
-from .units import exact, parse_duration, parse_estimate, parse_time_limit
+from .units import exact, parse_duration, parse_estimate, parse_time_limit, unlimited
 
 _NAME = re.compile(r"^[\w.@+-]{1,64}\Z")  # \w: letters and digits of any script (José, 李), and _
 
@@ -224,7 +224,7 @@ def check_options(
         scaling=_scaling_text(scaling, low is not None),
         same_type=bool(same_type),
         hang_timeout_s=_duration(hang_timeout, "--hang-timeout", lo=1),
-        time_limit_s=_duration(time, "--time", lo=1, parse=parse_time_limit),  # Slurm's forms too
+        time_limit_s=None if unlimited(time) else _duration(time, "--time", lo=1, parse=parse_time_limit),  # Slurm's
         output=parse_output(output), notify=parse_notify(notify),
     )
     _gang(f, nodes, gpus_per_node, elastic=low is not None)

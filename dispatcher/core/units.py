@@ -56,6 +56,11 @@ def parse_estimate(text: str, *, flag: str = "--est") -> float:
         else parse_duration(t, flag=flag)
 
 
+def unlimited(value) -> bool:
+    """--time's no limit at all, as Slurm's UNLIMITED (or INFINITE) says it (update: clears a limit)."""
+    return isinstance(value, str) and value.strip().lower() in ("unlimited", "infinite", "none")
+
+
 def parse_time_limit(text: str, *, flag: str = "--time") -> float:
     """A run-time limit as Slurm's --time takes it, or as parse_duration: '30' (a bare number is minutes,
     as Slurm's), '30:00' (MM:SS), '1:00:00' (HH:MM:SS), '2-12' (D-HH), '2-12:30' (D-HH:MM),

@@ -128,3 +128,10 @@ def test_a_held_arrays_queue_line_names_the_array_to_release_and_every_class_of_
     assert " normal|high " in line, line
     cli.run("release", f"{array}_2")  # one element released: each element's own release is named again
     assert f"(dispatch release {array}_0)" in cli.run("queue").stdout
+
+
+def test_a_pending_jobs_time_limit_is_cleared_with_slurms_unlimited(cli):
+    job = cli.submit("--time", "1h", "--", "true")  # no node: it stays pending
+    said = cli.run("update", job, "--time", "UNLIMITED").stdout.strip()
+    assert said.startswith(f"{job}: updated: ") and cli.show(job)["time_limit_s"] is None, said
+    assert cli.show(cli.submit("-t", "unlimited", "--", "true"))["time_limit_s"] is None
