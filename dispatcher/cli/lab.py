@@ -178,7 +178,11 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
                                                                    "team": r["team"], "name": r["name"],
                                                                    "array_of": r["array_of"],
                                                                    "array_index": r["array_index"],
-                                                                   "ran": bool(r["started_at"])}
+                                                                   "ran": bool(r["started_at"]),
+                                                                   # (epoch seconds; submit_time_s is the trace's)
+                                                                   "submitted_at": r["submitted_at"],
+                                                                   "started_at": r["started_at"],
+                                                                   "finished_at": r["finished_at"], "node": r["node"]}
             for j, r in zip(jobs, found)]
     return jobs, rows
 

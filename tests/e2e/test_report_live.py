@@ -91,6 +91,7 @@ def test_history_shows_state_exit_code_and_team_and_bad_input_is_one_line(cli, w
     fails, ok = rows[week["fails"]["id"]], rows[week["ok"]["id"]]
     assert (fails["state"], fails["exit_code"], fails["team"]) == ("failed", 3, "nlp")
     assert (ok["state"], ok["exit_code"], ok["user"]) == ("succeeded", 0, "bo")
+    assert ok["submitted_at"] <= ok["started_at"] <= ok["finished_at"] and ok["node"], ok  # sacct's Start, End
     assert rows[week["waits"]["id"]]["ran"] is False  # it ended without running: listed, as sacct does,
     exported = cli.run("history", "--csv").stdout
     assert not any(line.startswith(f"{week['waits']['id']},") for line in exported.splitlines())  # not replayed
