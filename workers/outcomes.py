@@ -125,9 +125,9 @@ def _exited(sup, run: Running, code: int) -> None:
                    **lost_attempt(run.spec))
     elif code < 0:  # a SIGKILL too: every one dispatch sends is for a reason (ENDINGS), so this one was not
         _end(sup, run, FAILED, code, f"killed by signal {signal.Signals(-code).name}"
-                                     + (UNSENT_KILL if code == -signal.SIGKILL else ""))
-    else:
-        _end(sup, run, FAILED, code, f"exit code {code}")
+             + (UNSENT_KILL if code == -signal.SIGKILL else ""), fail_retries=run.spec.fail_retries)
+    else:  # (within its --retry-failed, finish.lua puts it back in the queue)
+        _end(sup, run, FAILED, code, f"exit code {code}", fail_retries=run.spec.fail_retries)
 
 
 #: What an end is recorded as, by why the attempt was stopped.

@@ -40,6 +40,9 @@ from ..auth.identity import caller_dir, current_user
 @click.option("--grace", default="30s", metavar="DURATION", help="Time between SIGTERM and SIGKILL.")
 @click.option("--retries", default="3", metavar="N",
               help="Reruns after an attempt is lost with its node (agent or host died); then the job fails.")
+@click.option("--retry-failed", "retry_failed", default="0", metavar="N",
+              help="Run an attempt that failed (a non-zero exit, a signal dispatch did not send) again, up to N "
+                   "times (RQ's Retry, Kubernetes' backoffLimit); not one cancelled or over its --time.")
 @click.option("--after", multiple=True, metavar="JOB[,JOB]",
               help="Start once these jobs all succeeded; if one fails or is cancelled, this one fails too. An "
                    "array's id is all its elements, 12_5 one element. Repeatable.")

@@ -66,6 +66,7 @@ class JobSpec:
     preemptible: bool = False  # opts in to forced preemption by any higher class
     checkpoint_signal: str = "TERM"  # sent to the process group to ask for a checkpoint
     retries: int = 3  # attempts lost with their node that are rerun before the job fails
+    fail_retries: int = 0  # attempts that failed (non-zero exit, a signal not dispatch's) run again (--retry-failed)
     after: tuple[str, ...] = ()  # starts once all of these jobs succeeded (fails if one fails or is cancelled)
     after_any: tuple[str, ...] = ()  # starts once all of these jobs ended, however they ended
     scaling: str = ""  # elastic (--gpus MIN-MAX): how the run time scales with GPUs (core/elastic.py)

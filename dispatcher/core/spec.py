@@ -186,7 +186,7 @@ def check_options(
     share: bool = False,
     min_gpus=None,
     preemptible: bool = False,
-    checkpoint_signal: str = "TERM", retries=3,
+    checkpoint_signal: str = "TERM", retries=3, retry_failed=0,
     after=(), after_any=(),
     scaling=None,
     nodes=None, gpus_per_node=None, same_type: bool = True, hang_timeout=None,  # a gang; any job's hang timeout
@@ -219,6 +219,7 @@ def check_options(
         preemptible=bool(preemptible),
         checkpoint_signal=parse_signal(checkpoint_signal),
         retries=_number(retries, "--retries", lo=0, hi=100, integer=True),
+        fail_retries=_number(retry_failed, "--retry-failed", lo=0, hi=100, integer=True),
         after=parse_job_ids(after, "--after"),
         after_any=parse_job_ids(after_any, "--after-any"),
         scaling=_scaling_text(scaling, low is not None),
@@ -357,8 +358,8 @@ REQUEST_FIELDS = {"command": "command", "name": "name", "user": "user", "team": 
                   "gpus": "gpus", "gpu_type": "gpu_type", "gpu_mem": "gpu_mem_gb", "cpus": "cpus", "mem": "mem_gb",
                   "priority": "priority", "est": "est", "checkpointable": "checkpointable", "grace": "grace",
                   "share": "share", "min_gpus": "min_gpus", "preemptible": "preemptible",
-                  "checkpoint_signal": "checkpoint_signal", "retries": "retries", "after": "after",
-                  "after_any": "after_any", "scaling": "scaling", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
+                  "checkpoint_signal": "checkpoint_signal", "retries": "retries", "retry_failed": "retry_failed",
+                  "after": "after", "after_any": "after_any", "scaling": "scaling", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
                   "same_type": "same_type", "hang_timeout": "hang_timeout", "time": "time", "output": "output",
                   "notify": "notify"}
 

@@ -26,7 +26,7 @@ _SHARED = (("user", "user"), ("team", "team"), ("cwd", "cwd"), ("env", "env"), (
            ("gpu_types", "gpu_types"), ("gpu_mem_gb", "gpu_mem_gb"), ("cpus", "cpus"), ("mem_gb", "mem_gb"),
            ("priority", "prio"), ("est_s", "est_s"), ("checkpointable", "ckpt"), ("grace_s", "grace_s"),
            ("share", "share"), ("min_gpus", "min_gpus"), ("preemptible", "preemptible"),
-           ("checkpoint_signal", "ckpt_sig"), ("retries", "retries"), ("after", "after"),
+           ("checkpoint_signal", "ckpt_sig"), ("retries", "retries"), ("fail_retries", "fretries"), ("after", "after"),
            ("after_any", "after_any"), ("scaling", "scaling"), ("nodes", "nodes"), ("gpus_per_node", "gpn"),
            ("same_type", "same_type"), ("hang_timeout_s", "hang_s"), ("time_limit_s", "time_s"),
            ("interactive", "tty"), ("idle_timeout_s", "tty_idle_s"), ("array_of", "array"),
@@ -79,7 +79,7 @@ _MISSING = object()
 #: dependencies, though packed with them, are a job's own when read.
 _SHARED_KEYS = tuple(k for _, k in _SHARED if k not in ("after", "after_any"))
 #: Counts that must be ints, not bools: the cache key carries their types (True == 1 in a key).
-_STRICT_INTS = ("gpus", "cpus", "retries", "min_gpus", "nodes", "gpn", "arr_n", "arr_cap")
+_STRICT_INTS = ("gpus", "cpus", "retries", "fretries", "min_gpus", "nodes", "gpn", "arr_n", "arr_cap")
 _shared_of, _strict_of = operator.itemgetter(*_SHARED_KEYS), operator.itemgetter(*_STRICT_INTS)
 _own_of = operator.itemgetter("cmd", "id", "name", "submit_ms")
 
@@ -148,7 +148,8 @@ def _checked_shared(values: tuple) -> JobSpec:
         priority=d["prio"], est_s=None if est is None else float(est), checkpointable=bool(d["ckpt"]),
         grace_s=float(d["grace_s"]), share=bool(_given(d["share"], False)), min_gpus=_opt_int(_given(d["min_gpus"])),
         preemptible=bool(_given(d["preemptible"], False)), checkpoint_signal=_signal(_given(d["ckpt_sig"])),
-        retries=_retries(_given(d["retries"])), scaling=_scaling(_given(d["scaling"])),
+        retries=_retries(_given(d["retries"])), fail_retries=_retries(_given(d["fretries"], 0)),
+        scaling=_scaling(_given(d["scaling"])),
         nodes=_count(_given(d["nodes"], 0), "nodes"), gpus_per_node=_count(_given(d["gpn"], 0), "gpn"),
         same_type=bool(_given(d["same_type"], True)), hang_timeout_s=_seconds(_given(d["hang_s"]), "hang_s"),
         time_limit_s=_seconds(_given(d["time_s"]), "time_s"),  # (absent: a record from before --time, no limit)

@@ -58,6 +58,7 @@ FIELDS: tuple[Field, ...] = (
     Field("gpu_s_lost", float, "finish, shrink", "GPU-seconds of work lost to preemption and node failures"),
     Field("checkpoint_ms", int, "checkpointed", "when the job last said it had checkpointed"),
     Field("lost", int, "finish", "attempts lost with their node"),
+    Field("failures", int, "finish", "attempts that failed, counted against --retry-failed"),
     Field("pred_s", float, "submit", "predicted run time from the run history (core/predict.py)", optional=True),
     Field("pred_conf", float, "submit", "the prediction's confidence", optional=True),
     Field("pred_runs", int, "submit", "runs the prediction is from"),

@@ -148,8 +148,8 @@ def record_view(rec) -> dict:
         "preempt_reason": rec.preempt_reason or None,
         "last_preempted_at": secs(rec.last_preempted_ms),
         "checkpoint_at": secs(rec.checkpoint_ms),
-        "retries": spec.retries if spec else None,
-        "lost": rec.lost,
+        "retries": spec.retries if spec else None, "lost": rec.lost,  # and --retry-failed's budget, what it spent
+        "retry_failed": spec.fail_retries if spec else None, "failures": rec.failures,
         "fingerprint": fingerprint(spec) if spec else None,
         "prediction": _prediction(rec),
         "plan_est_s": plan_estimate(rec.plan_est_s) or (spec.est_s if spec else None),

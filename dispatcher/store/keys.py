@@ -13,7 +13,7 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |   preempt_mode, preempt_reason, preemptions, last_preempted_ms, gpu_s_lost, checkpoint_ms, |
 |   lost, pred_s, pred_conf, pred_runs, pred_src, pred_mem_gb, plan_est_s, peak_gpu_mem_gb,  |
 |   warning, idle_since_ms, gang, ranks_left, ranks_ended, gang_end, rendezvous, progress_ms |
-|   hold, notify, notified, notify_error, log_path, requeued, fp                              |
+|   hold, notify, notified, notify_error, log_path, requeued, fp, failures                    |
 | <ns>:job:<id>:log          | stream | agent (lua/log_append.lua)  | its latest 64 MiB, until purged  |
 | <ns>:job:<id>:r<n>:log     | stream | agent of a gang's rank n>0  | until purged                     |
 | <ns>:job:<id>:attempts     | list   | finish.lua (RPUSH)          | one msgpack map per ended attempt|

@@ -175,6 +175,7 @@ class FinishArgs:
     rank: int | None = None  # a gang's rank whose end this is (None: a one-node job)
     for_gang: bool = False  # this rank only stopped because its gang stops
     launch_failed: bool = False  # its node could not start it: lost (with lost_retries) though it never ran
+    fail_retries: int | None = None  # for a failed attempt: the job's --retry-failed (within it, it runs again)
 
     def argv(self) -> list:
         return [_arg(getattr(self, f.name)) for f in fields(self)]
@@ -249,14 +250,14 @@ class Scripts:
 
     def finish(self, job_id, node, epoch, state, exit_code, now_ms, reason="", *, preempted=False,
                keep_wait=True, checkpointable=False, lost_retries=None, fence="", spec=None, rank=None,
-               for_gang=False, launch_failed=False, client=None):
+               for_gang=False, launch_failed=False, fail_retries=None, client=None):
         """End the job (state succeeded/failed/cancelled) or requeue it (state 'pending'): DONE, STALE or
         NOT_LEADER. `lost_retries`: the attempt was lost with its node; the job's retry budget. `fence`:
         the leading scheduler's lease value, for its requeues of dead nodes' jobs. `spec`: the job's
         JobSpec, given by its agent; a success is then recorded in the run history of its fingerprint
         and of its user (dispatcher/core/predict.py). `rank`: a gang's rank whose end this is (`node` is
         its node); `for_gang`: it only stopped because its gang stops; `launch_failed`: its node could not start
-        it, a lost attempt all the same (lua/finish.lua says the rest)."""
+        it, a lost attempt all the same; `fail_retries`: a failure's --retry-failed (lua/finish.lua says the rest)."""
         from ..core.predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, fingerprint
 
         ns = self.ns
@@ -269,7 +270,8 @@ class Scripts:
             lost_retries=None if lost_retries is None else int(lost_retries), fence=fence,
             kept_per_fingerprint=KEPT_PER_FINGERPRINT if record else None, kept_per_user=KEPT_PER_USER,
             est_s=None if not record or spec.est_s is None else float(spec.est_s),
-            rank=None if rank is None else int(rank), for_gang=for_gang, launch_failed=launch_failed)
+            rank=None if rank is None else int(rank), for_gang=for_gang, launch_failed=launch_failed,
+            fail_retries=None if not fail_retries else int(fail_retries))
         return self._call(
             "finish", [keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
                        keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns), *history,

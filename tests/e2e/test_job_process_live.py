@@ -84,3 +84,19 @@ def test_a_job_that_fails_for_its_lost_attempts_has_no_exit_code_of_its_own_and_
     shown = cli.show(job)
     assert (shown["state"], shown["exit_code"]) == ("failed", None), shown
     assert [a["outcome"] for a in shown["attempts"]] == ["lost"], shown["attempts"]  # the attempt keeps its signal
+
+
+def test_a_job_that_fails_runs_again_within_its_retry_failed_and_wait_waits_for_its_last_attempt(cli):
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    flaky = cli.submit("--retry-failed", "2", "--", "sh", "-c", "echo try $DISPATCH_ATTEMPT; [ $DISPATCH_ATTEMPT -ge 2 ]")
+    broken = cli.submit("--retry-failed", "1", "--", "sh", "-c", "exit 3")
+    assert cli.run("wait", flaky, "--timeout", "60").returncode == 0  # not the first failure's 1
+    assert cli.run("wait", broken, "--timeout", "60", check=False).returncode == 3
+    shown = cli.show(flaky)
+    assert (shown["state"], shown["failures"], shown["retry_failed"]) == ("succeeded", 2, 2), shown
+    assert [a["outcome"] for a in shown["attempts"]] == ["failed", "failed", "succeeded"], shown["attempts"]
+    assert cli.run("logs", flaky).stdout.count("try ") == 3
+    shown = cli.show(broken)
+    assert (shown["state"], shown["exit_code"], shown["failures"], shown["reason"]) == ("failed", 3, 2, "exit code 3")
+    assert shown["attempts"][0]["reason"] == "exit code 3; run again (failure 1 of 1 --retry-failed allows)"

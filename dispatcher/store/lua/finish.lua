@@ -18,6 +18,8 @@
 -- ARGV[15] "" for a one-node job; for a gang, the rank whose end this is (KEYS[2] is its node's alloc)
 -- ARGV[16] "1" if this rank only stopped because its gang stops (its end says nothing of the gang's)
 -- ARGV[17] "1" if its node could not start it: with ARGV[10], a lost attempt though it never started
+-- ARGV[18] "" normally; for a failed attempt, the job's --retry-failed: within it (counted in `failures`)
+--   the job goes back to the queue instead of failing
 -- A gang's rank frees its own GPUs. Its first end that is no success (and not ARGV[16]) is what the gang
 -- ends as (gang_end): the job is marked preempting, and the agents of the other ranks stop theirs (each
 -- sees the mark at its next check). The last rank's end ends the job as that first end said.
@@ -111,6 +113,14 @@ if A[7] == '1' or lost then
   redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s_lost', math.max(0, now - since) * ngpus / 1000)
 end
 local code = A[4]  -- the job's exit code; none of its own when it fails for its lost attempts
+if new_state == 'failed' and (ARGV[18] or '') ~= '' and gang == ''
+    and redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 0 then
+  local n = redis.call('HINCRBY', KEYS[1], 'failures', 1)
+  if n <= tonumber(ARGV[18]) then  -- run again (--retry-failed): the attempt is recorded as failed
+    new_state = 'pending'
+    reason = reason .. '; run again (failure ' .. n .. ' of ' .. ARGV[18] .. ' --retry-failed allows)'
+  end
+end
 -- a cancel asked while it ran is kept, not requeued with the attempt (nor failed for a last lost one)
 local cancelled = new_state == 'pending' and redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 1
 if lost then

@@ -1,7 +1,7 @@
 -- Put an ended job (succeeded, failed or cancelled) back in the queue under its id, as a new attempt, as
 -- Slurm's `scontrol requeue`. Its spec, seal and attempts are kept; what belonged to its end (when,
--- exit code, reason, the notify claim) and to its last placement is cleared; the lost-attempt count
--- starts again. attempt + 1 and epoch + 1, as finish.lua's requeue, so a late write about the old
+-- exit code, reason, the notify claim) and to its last placement is cleared; the lost-attempt and failure
+-- counts start again. attempt + 1 and epoch + 1, as finish.lua's requeue, so a late write about the old
 -- attempt is refused. It waits from now (pending index score = now_ms), not from its first submit.
 -- KEYS[1] job hash   KEYS[2] pending zset   KEYS[3] changed-jobs set
 -- KEYS[4..6] the ended-jobs indexes of succeeded, failed and cancelled jobs
@@ -13,7 +13,7 @@ if not state then return -5 end
 if state ~= 'succeeded' and state ~= 'failed' and state ~= 'cancelled' then return -7 end
 redis.call('HDEL', KEYS[1], 'finished_ms', 'exit_code', 'verdict', 'notified', 'cancel_ms', 'started_ms',
            'assigned_ms', 'pid', 'preempting_ms', 'gang', 'ranks_left', 'ranks_ended', 'gang_end', 'rendezvous',
-           'progress_ms', 'idle_since_ms', 'warning', 'lost', 'hold')
+           'progress_ms', 'idle_since_ms', 'warning', 'lost', 'failures', 'hold', 'notify_error')
 redis.call('HINCRBY', KEYS[1], 'attempt', 1)
 redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'state', 'pending', 'node', '', 'gpus', '', 'reason', ARGV[4] .. ' (it had ' .. state .. ')',
