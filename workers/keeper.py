@@ -182,14 +182,15 @@ class ExitReports:
     Redis (store/exits.py) so that the scheduler records them rather than rerun a job that ended while
     its agent was stopped."""
 
-    def __init__(self, url: str, ns: str):
+    def __init__(self, url: str, ns: str, agent: int | None = None):
         self.url, self.ns, self.client, self.sent = url, ns, None, set()
         self.failing: dict[str, Repeating] = {}  # job id -> its report's failures (a line a report otherwise)
+        self.agent = agent  # the agent's pid (this keeper's parent while it lives)
 
     def report(self, work_dir: Path) -> None:
         if not self.url:
             return
-        ended = [e for e in self.ended(work_dir) if (e[0], e[1]) not in self.sent]
+        ended = [e for e in self.ended(work_dir, self.agent) if (e[0], e[1]) not in self.sent]
         for job_id, epoch, code, at_ms in ended:  # on disk first (once): Redis may be down too
             if (kept_exit(work_dir, job_id) or (None,))[0] != epoch:
                 keep_exit(work_dir, job_id, epoch, code, at_ms)
@@ -226,15 +227,19 @@ class ExitReports:
         return late
 
     @staticmethod
-    def ended(work_dir: Path) -> list[tuple[str, int, int, int]]:
+    def ended(work_dir: Path, agent: int | None = None) -> list[tuple[str, int, int, int]]:
         """(job id, epoch, exit code, ms) of the attempts that ended without their end in Redis: those
         not reaped yet (the agent stopped before it saw them end), and those whose outcome waits in the
-        agent's outbox (it saw them end while Redis was away, then stopped)."""
+        agent's outbox (it saw them end while Redis was away, then stopped). A signal that killed one
+        while its agent `agent` lives (stopped, so it sent none) and not the fence's is a crash
+        (store/exits.py crashed); else a kill, that attempt lost (the fence's, or the agent's death's:
+        its jobs die with it)."""
         now = int(time.time() * 1000)
-        unreaped = [(a.job_id, a.epoch, code if code >= 0 else crashed(code), now) for a in read_attempts(work_dir)
-                    if a.pgid and (code := exit_status(a.pgid)) is not None
-                    and (code >= 0 or fenced_epoch(work_dir, a.job_id) != a.epoch)]  # (a fence's kill: lost)
-        return unreaped + outbox.own_ends(work_dir)
+        unreaped = [(a.job_id, a.epoch, code, now) for a in read_attempts(work_dir)
+                    if a.pgid and (code := exit_status(a.pgid)) is not None]
+        crashes = agent is not None and os.getppid() == agent  # (read after the exits: a death since is no crash)
+        return [(job, epoch, crashed(code) if code < 0 and crashes and fenced_epoch(work_dir, job) != epoch
+                 else code, at) for job, epoch, code, at in unreaped] + outbox.own_ends(work_dir)
 
 
 def main(work_dir: Path, fence_s: float, last_sent: float, ns: str = "") -> int:
@@ -244,7 +249,7 @@ def main(work_dir: Path, fence_s: float, last_sent: float, ns: str = "") -> int:
     node cut off by dropped packets), and nothing may hold back the kill at the deadline."""
     fd = sys.stdin.fileno()
     deadline = last_sent + fence_s
-    exits = ExitReports(os.environ.get("DISPATCH_KEEPER_URL", ""), ns)
+    exits = ExitReports(os.environ.get("DISPATCH_KEEPER_URL", ""), ns, agent=os.getppid())
     late = exits.reporter(work_dir)
     buf = b""
     while True:

@@ -119,12 +119,15 @@ def test_a_job_that_crashed_while_its_agent_was_stopped_is_reported_failed_and_a
         (tmp_path / PID_DIR / "4").write_text(f"{fenced.pid} 1")
         assert fence(tmp_path, "a test") == ["4"]  # (3 is dead already)
         time.sleep(0.3)
-        reports = {job: (epoch, code, ms) for job, epoch, code, ms in ExitReports.ended(tmp_path)}
-        assert set(reports) == {"3"}, reports  # the fence's own kill is no end: that attempt was lost
+        alive = os.getppid()  # (this test stands for the agent's keeper: its parent lives)
+        reports = {job: (epoch, code, ms) for job, epoch, code, ms in ExitReports.ended(tmp_path, alive)}
+        assert reported_outcome(reports["4"], 1) is None  # the fence's own kill is no end: that attempt was lost
         state, code, _, reason = reported_outcome(reports["3"], 1)
         assert (state, code) == ("failed", -6) and reason.startswith("killed by signal SIGABRT (not sent by dispatch")
         assert reported_outcome(reports["3"], 1, stopping=True) is None  # a cancel's or a preemption's, maybe
         assert reported_outcome((1, -9, 0), 1) is None  # an agent's own kept kill: lost, as before
+        gone = {job: (epoch, code, ms) for job, epoch, code, ms in ExitReports.ended(tmp_path, alive + 10**6)}
+        assert reported_outcome(gone["3"], 1) is None  # its agent dead: its jobs died with it (lost), no crash
     finally:
         for p in (crashed, fenced):
             p.kill()
