@@ -182,15 +182,20 @@ class ExitReports:
     Redis (store/exits.py) so that the scheduler records them rather than rerun a job that ended while
     its agent was stopped."""
 
+    #: How long a job's signal death waits to be told as a crash, the agent still alive meanwhile.
+    SETTLE_S = 0.5
+
     def __init__(self, url: str, ns: str, agent: int | None = None):
         self.url, self.ns, self.client, self.sent = url, ns, None, set()
         self.failing: dict[str, Repeating] = {}  # job id -> its report's failures (a line a report otherwise)
         self.agent = agent  # the agent's pid (this keeper's parent while it lives)
+        self.alive: set[tuple[str, int]] = set()  # attempts this keeper saw running (job id, epoch)
+        self.dead: dict[tuple[str, int], float] = {}  # those it then saw killed by a signal, and when
 
     def report(self, work_dir: Path) -> None:
         if not self.url:
             return
-        ended = [e for e in self.ended(work_dir, self.agent) if (e[0], e[1]) not in self.sent]
+        ended = [e for e in self.ended(work_dir) if (e[0], e[1]) not in self.sent]
         for job_id, epoch, code, at_ms in ended:  # on disk first (once): Redis may be down too
             if (kept_exit(work_dir, job_id) or (None,))[0] != epoch:
                 keep_exit(work_dir, job_id, epoch, code, at_ms)
@@ -226,20 +231,38 @@ class ExitReports:
         threading.Thread(target=loop, name="exit-reports", daemon=True).start()
         return late
 
-    @staticmethod
-    def ended(work_dir: Path, agent: int | None = None) -> list[tuple[str, int, int, int]]:
+    def note_alive(self, work_dir: Path) -> None:
+        """The attempts running now (read while the agent is on time too: a crash soon after it stops counts)."""
+        for a in read_attempts(work_dir):
+            self._note(a)
+
+    def _note(self, a) -> None:
+        if a.pgid and (a.job_id, a.epoch) not in self.alive and exit_status(a.pgid) is None \
+                and Path(f"/proc/{a.pgid}").exists():
+            self.alive.add((a.job_id, a.epoch))
+
+    def ended(self, work_dir: Path) -> list[tuple[str, int, int, int]]:
         """(job id, epoch, exit code, ms) of the attempts that ended without their end in Redis: those
         not reaped yet (the agent stopped before it saw them end), and those whose outcome waits in the
-        agent's outbox (it saw them end while Redis was away, then stopped). A signal that killed one
-        while its agent `agent` lives (stopped, so it sent none) and not the fence's is a crash
-        (store/exits.py crashed); else a kill, that attempt lost (the fence's, or the agent's death's:
-        its jobs die with it)."""
-        now = int(time.time() * 1000)
-        unreaped = [(a.job_id, a.epoch, code, now) for a in read_attempts(work_dir)
-                    if a.pgid and (code := exit_status(a.pgid)) is not None]
-        crashes = agent is not None and os.getppid() == agent  # (read after the exits: a death since is no crash)
-        return [(job, epoch, crashed(code) if code < 0 and crashes and fenced_epoch(work_dir, job) != epoch
-                 else code, at) for job, epoch, code, at in unreaped] + outbox.own_ends(work_dir)
+        agent's outbox (it saw them end while Redis was away, then stopped). A signal that killed one this
+        keeper saw alive, while its agent lives (stopped: it sent none), is a crash (store/exits.py crashed)
+        unless the fence sent it; any other kill is one of dispatch's (the fence's, or the agent's death's:
+        its jobs die with it), that attempt lost."""
+        now, out = int(time.time() * 1000), []
+        for a in read_attempts(work_dir):
+            code = exit_status(a.pgid) if a.pgid else None
+            if code is None:
+                self._note(a)
+                continue
+            crash = code < 0 and (a.job_id, a.epoch) in self.alive and fenced_epoch(work_dir, a.job_id) != a.epoch
+            if crash:  # told once the agent has still been there a while: a dying agent's threads go one by one,
+                # and its jobs (dying with the thread that started them) may end before this keeper is orphaned
+                since = self.dead.setdefault((a.job_id, a.epoch), time.monotonic())
+                if time.monotonic() - since < self.SETTLE_S:
+                    continue
+                crash = self.agent is not None and os.getppid() == self.agent
+            out.append((a.job_id, a.epoch, crashed(code) if crash else code, now))
+        return out + outbox.own_ends(work_dir)
 
 
 def main(work_dir: Path, fence_s: float, last_sent: float, ns: str = "") -> int:
@@ -275,6 +298,7 @@ def main(work_dir: Path, fence_s: float, last_sent: float, ns: str = "") -> int:
             late.set()
         else:
             late.clear()
+            exits.note_alive(work_dir)
         if now >= deadline:
             fence(work_dir, f"the node agent sent no heartbeat Redis took for {now - deadline + fence_s:.1f}s "
                             f"(stopped, hung or cut off)")

@@ -108,27 +108,33 @@ def test_a_job_that_crashed_while_its_agent_was_stopped_is_reported_failed_and_a
     from workers.keeper import ExitReports, fence
 
     (tmp_path / PID_DIR).mkdir()
-    crashed, fenced = (subprocess.Popen(["sleep", "60"], start_new_session=True,
-                                        env={**os.environ, "DISPATCH_JOB_ID": j, "DISPATCH_EPOCH": "1"})
-                       for j in ("3", "4"))
+    crashed, fenced, before = (subprocess.Popen(["sleep", "60"], start_new_session=True,
+                                                env={**os.environ, "DISPATCH_JOB_ID": j, "DISPATCH_EPOCH": "1"})
+                               for j in ("3", "4", "5"))
     try:
         time.sleep(0.3)
+        os.kill(before.pid, signal.SIGKILL)  # dead before this keeper looked (its agent's death killed it)
+        time.sleep(0.2)
+        for job, p in (("3", crashed), ("4", fenced), ("5", before)):
+            (tmp_path / PID_DIR / job).write_text(f"{p.pid} 1")
+        keeper = ExitReports("", "", agent=os.getppid())  # (this test stands for the agent: it lives)
+        assert [job for job, *_ in keeper.ended(tmp_path)] == ["5"]  # it sees 3 and 4 alive
         os.kill(crashed.pid, signal.SIGABRT)  # nobody reaps either: their agent is stopped
         time.sleep(0.3)
-        (tmp_path / PID_DIR / "3").write_text(f"{crashed.pid} 1")
-        (tmp_path / PID_DIR / "4").write_text(f"{fenced.pid} 1")
         assert fence(tmp_path, "a test") == ["4"]  # (3 is dead already)
         time.sleep(0.3)
-        alive = os.getppid()  # (this test stands for the agent's keeper: its parent lives)
-        reports = {job: (epoch, code, ms) for job, epoch, code, ms in ExitReports.ended(tmp_path, alive)}
+        assert "3" not in [job for job, *_ in keeper.ended(tmp_path)]  # not yet: its agent may be dying
+        time.sleep(ExitReports.SETTLE_S)
+        reports = {job: (epoch, code, ms) for job, epoch, code, ms in keeper.ended(tmp_path)}
         assert reported_outcome(reports["4"], 1) is None  # the fence's own kill is no end: that attempt was lost
+        assert reported_outcome(reports["5"], 1) is None  # nor a death it did not see happen
         state, code, _, reason = reported_outcome(reports["3"], 1)
         assert (state, code) == ("failed", -6) and reason.startswith("killed by signal SIGABRT (not sent by dispatch")
         assert reported_outcome(reports["3"], 1, stopping=True) is None  # a cancel's or a preemption's, maybe
         assert reported_outcome((1, -9, 0), 1) is None  # an agent's own kept kill: lost, as before
-        gone = {job: (epoch, code, ms) for job, epoch, code, ms in ExitReports.ended(tmp_path, alive + 10**6)}
-        assert reported_outcome(gone["3"], 1) is None  # its agent dead: its jobs died with it (lost), no crash
+        keeper.agent += 10**6  # its agent dead: its jobs died with it (lost), no crash
+        assert reported_outcome({j: (e, c, ms) for j, e, c, ms in keeper.ended(tmp_path)}["3"], 1) is None
     finally:
-        for p in (crashed, fenced):
+        for p in (crashed, fenced, before):
             p.kill()
             p.wait()
