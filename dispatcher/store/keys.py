@@ -16,6 +16,8 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 |   hold, notify, notified, notify_error, log_path, requeued, fp, failures                    |
 | <ns>:job:<id>:log          | stream | agent (lua/log_append.lua)  | its latest 64 MiB, until purged  |
 | <ns>:job:<id>:r<n>:log     | stream | agent of a gang's rank n>0  | until purged                     |
+| <ns>:job:<id>:logsize      | hash   | lua/log_append.lua          | rank -> the bytes its log stream |
+|                            |        |                             | took in all (the newest `o`)     |
 | <ns>:job:<id>:attempts     | list   | finish.lua (RPUSH)          | one msgpack map per ended attempt|
 | <ns>:job:<id>:tty:in       | stream | `dispatch shell`/`attach`   | an interactive job's keystrokes  |
 |                            |        | (store/tty.py; XADD MAXLEN~)| and resizes; a day, 10 min after |
@@ -107,6 +109,11 @@ def job(ns: str, job_id: str) -> str:
 def job_log(ns: str, job_id: str, rank: int = 0) -> str:
     """The job's output stream; a gang's rank r > 0 has its own (`<ns>:job:<id>:r<r>:log`)."""
     return f"{ns}:job:{job_id}:log" if not rank else f"{ns}:job:{job_id}:r{int(rank)}:log"
+
+
+def job_log_size(ns: str, job_id: str) -> str:
+    """The bytes each rank's log stream took in all (lua/log_append.lua): rank -> total."""
+    return f"{ns}:job:{job_id}:logsize"
 
 
 def job_attempts(ns: str, job_id: str) -> str:

@@ -20,7 +20,7 @@ def append_log(client, ns: str, job_id: str, chunk: bytes, *, pipe=None, rank: i
     from .scripts import log_append
 
     pieces = [chunk[at:at + LOG_CHUNK] for at in range(0, max(1, len(chunk)), LOG_CHUNK)]
-    log_append(pipe or client, keys.job_log(ns, job_id, rank), LOG_BYTES, LOG_ENTRY_COST, pieces)
+    log_append(pipe or client, ns, job_id, rank, LOG_BYTES, LOG_ENTRY_COST, pieces)
 
 
 def log_trimmed(client, ns: str, job_id: str, rank: int = 0) -> bool:

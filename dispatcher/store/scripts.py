@@ -74,11 +74,12 @@ def submit(pipe, ns: str, ids: list[str], args: list) -> None:
               keys.jobs_pending(ns), keys.jobs_changed(ns), *args)
 
 
-def log_append(target, key: str, cap: int, cost: int, chunks: list[bytes]):
-    """Run log_append.lua on `target` (a client, or a pipeline to queue it on) for one log stream."""
+def log_append(target, ns: str, job_id: str, rank: int, cap: int, cost: int, chunks: list[bytes]):
+    """Run log_append.lua on `target` (a client, or a pipeline to queue it on) for one rank's log stream."""
+    keys_, args = [keys.job_log(ns, job_id, rank), keys.job_log_size(ns, job_id)], [cap, cost, rank, *chunks]
     if isinstance(target, Pipeline):
-        return _queue(target, _log_script(target), [key], [cap, cost, *chunks])
-    return _log_script(target)(keys=[key], args=[cap, cost, *chunks], client=target)
+        return _queue(target, _log_script(target), keys_, args)
+    return _log_script(target)(keys=keys_, args=args, client=target)
 
 
 def _log_script(target):

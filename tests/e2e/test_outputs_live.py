@@ -45,7 +45,7 @@ def test_output_goes_to_its_file_as_the_job_runs_and_show_names_the_file(cli, cl
     assert shown_logs.stdout == "step 1\noops\n" + "".join(f"line {n}\n" for n in range(3000))
     assert shown_logs.stderr == ""
     # past the cap (a small one here, the script's argument) the oldest output goes, and logs says so
-    log_append(client, keys.job_log(cli.ns, job), 100, 0, [b"x" * 60 + b"\n", b"y" * 60 + b"\n"])
+    log_append(client, cli.ns, job, 0, 100, 0, [b"x" * 60 + b"\n", b"y" * 60 + b"\n"])
     shown_logs = cli.run("logs", job)
     assert shown_logs.stdout == "y" * 60 + "\n"
     assert shown_logs.stderr.strip() == f"[dispatch: earlier output trimmed; the whole of it is in {out} on n1]"

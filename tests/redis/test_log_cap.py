@@ -13,28 +13,25 @@ def held(client, ns) -> bytes:
 
 
 def test_a_line_at_a_time_keeps_as_many_bytes_as_large_blocks_do(client, ns):
-    key = keys.job_log(ns, "1")
     for n in range(2000):
-        log_append(client, key, 10_000, 0, [b"%04d\n" % n])
+        log_append(client, ns, "1", 0, 10_000, 0, [b"%04d\n" % n])
     kept = held(client, ns)
     assert kept.endswith(b"1999\n") and 10_000 - 5 < len(kept) <= 10_000, len(kept)
     assert kept.startswith(b"%04d\n" % (2000 - len(kept) // 5))  # the oldest went, whole entries
 
 
 def test_each_entry_counts_its_cost_and_a_large_append_drops_what_it_must(client, ns):
-    key = keys.job_log(ns, "1")
-    log_append(client, key, 1000, 100, [b"a" * 10] * 5)  # 5 x (10 + 100) = 550 bytes
+    log_append(client, ns, "1", 0, 1000, 100, [b"a" * 10] * 5)  # 5 x (10 + 100) = 550 bytes
     assert held(client, ns) == b"a" * 50
-    log_append(client, key, 1000, 100, [b"b" * 300, b"c" * 200])  # 550 + 400 + 300 > 1000
+    log_append(client, ns, "1", 0, 1000, 100, [b"b" * 300, b"c" * 200])  # 550 + 400 + 300 > 1000
     assert held(client, ns) == b"a" * 20 + b"b" * 300 + b"c" * 200  # 220 + 400 + 300 = 920 bytes kept
-    log_append(client, key, 1000, 100, [b"d" * 2000])  # larger than the cap alone: only it stays
+    log_append(client, ns, "1", 0, 1000, 100, [b"d" * 2000])  # larger than the cap alone: only it stays
     assert held(client, ns) == b"d" * 2000
 
 
 def test_an_older_agents_entries_without_an_offset_go_first(client, ns):
-    key = keys.job_log(ns, "1")
-    client.xadd(key, {b"d": b"old\n"})
-    log_append(client, key, 100, 0, [b"n" * 80])
+    client.xadd(keys.job_log(ns, "1"), {b"d": b"old\n"})
+    log_append(client, ns, "1", 0, 100, 0, [b"n" * 80])
     assert held(client, ns) == b"old\n" + b"n" * 80
-    log_append(client, key, 100, 0, [b"m" * 80])
+    log_append(client, ns, "1", 0, 100, 0, [b"m" * 80])
     assert held(client, ns) == b"m" * 80

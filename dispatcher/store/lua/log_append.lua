@@ -1,8 +1,9 @@
 -- Append output to a job's log stream, keeping at most ARGV[1] bytes of its latest output, oldest dropped
 -- first: a cap in bytes, not in entries, so a job that prints a line at a time keeps as much as one that
 -- prints in 64 KiB blocks. Each entry costs its data's length plus ARGV[2] (what Redis spends on an entry).
--- KEYS[1] the log stream
--- ARGV[1] the cap in bytes   ARGV[2] an entry's own cost in bytes   ARGV[3..] the chunks, an entry each
+-- KEYS[1] the log stream   KEYS[2] the job's log sizes (hash: rank -> the stream's bytes in all)
+-- ARGV[1] the cap in bytes   ARGV[2] an entry's own cost in bytes   ARGV[3] the rank
+-- ARGV[4..] the chunks, an entry each
 -- Every entry carries `o`: the stream's bytes up to and including it (an older agent's entry has none and
 -- counts as 0), so a trim knows what stays after it. At most the cap stays, but the newest entry always
 -- does. Returns the newest `o`.
@@ -14,16 +15,16 @@ local function offset(entry)  -- and the entry's data
   end
   return o, d
 end
-local o, last = 0, nil
-local newest = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
-if #newest > 0 then o = offset(newest[1]) end
-for i = 3, #ARGV do
+local o, last = 0, nil  -- (kept beside the stream: reading its newest entry would copy its data)
+if redis.call('EXISTS', key) == 1 then o = tonumber(redis.call('HGET', KEYS[2], ARGV[3]) or '0') or 0 end
+for i = 4, #ARGV do
   o = o + #ARGV[i] + cost
   last = redis.call('XADD', key, '*', 'd', ARGV[i], 'o', o)
 end
+redis.call('HSET', KEYS[2], ARGV[3], o)
 -- drop the oldest entry while what stays from it on is over the cap (the newest entry always stays)
 local batch = 1  -- (usually the oldest entry stays, or one goes: read one, then more while they go)
-while true do
+while o > cap do  -- (never more than the cap written in all: nothing to drop, nothing to read)
   local oldest = redis.call('XRANGE', key, '-', '+', 'COUNT', batch)
   batch = 8
   local dropped, full = {}, true
