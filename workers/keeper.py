@@ -232,8 +232,13 @@ class ExitReports:
         return late
 
     def note_alive(self, work_dir: Path) -> None:
-        """The attempts running now (read while the agent is on time too: a crash soon after it stops counts)."""
-        for a in read_attempts(work_dir):
+        """The attempts running now (read while the agent is on time too: a crash soon after it stops counts);
+        those no longer in the work dir are forgotten."""
+        attempts = read_attempts(work_dir)
+        here = {(a.job_id, a.epoch) for a in attempts}
+        self.alive &= here
+        self.dead = {k: v for k, v in self.dead.items() if k in here}
+        for a in attempts:
             self._note(a)
 
     def _note(self, a) -> None:

@@ -134,6 +134,10 @@ def test_a_job_that_crashed_while_its_agent_was_stopped_is_reported_failed_and_a
         assert reported_outcome((1, -9, 0), 1) is None  # an agent's own kept kill: lost, as before
         keeper.agent += 10**6  # its agent dead: its jobs died with it (lost), no crash
         assert reported_outcome({j: (e, c, ms) for j, e, c, ms in keeper.ended(tmp_path)}["3"], 1) is None
+        for job in ("3", "4", "5"):  # (its agent reaped them and let their pid files go)
+            (tmp_path / PID_DIR / job).unlink()
+        keeper.note_alive(tmp_path)
+        assert keeper.alive == set() and keeper.dead == {}, "what it noted goes with the attempts"
     finally:
         for p in (crashed, fenced, before):
             p.kill()
