@@ -25,7 +25,7 @@ from dispatcher.clock import now_ms
 from dispatcher.core.model import FINAL_STATES
 from dispatcher.store import control, job_record, keys
 from dispatcher.store.codec import decode_spec, encode_spec
-from dispatcher.store.jobs import append_log
+from dispatcher.store.jobs import LOG_CHUNK, append_log
 from dispatcher.store.scripts import Outcome
 
 from . import jobenv, launching, outcomes, outputs, proctrack
@@ -150,7 +150,7 @@ class Supervisor:
                 run.unsent += chunk
                 del run.unsent[:-(1 << 20)]
                 wait_s = sent_at + LOG_BATCH_S - time.monotonic()
-                if len(run.unsent) < 65536 and wait_s > 0 and more.poll(wait_s * 1000):
+                if len(run.unsent) < LOG_CHUNK and wait_s > 0 and more.poll(wait_s * 1000):
                     continue  # more output already: it goes in the same entry
                 self._send_output(run)
                 sent_at = time.monotonic()

@@ -225,12 +225,12 @@ def main() -> None:
     except click.ClickException as e:  # one line, as every other error: no usage block
         where = getattr(getattr(e, "ctx", None), "command_path", None) if isinstance(e, click.UsageError) else None
         hint = f" (see `{where} --help`)" if where else ""
+        message = e.format_message()
         if isinstance(e, click.NoSuchOption) and where == "dispatch submit":  # (sbatch's flags)
             from .flags import slurm_hint
 
             slurm = slurm_hint(e.option_name)
-            hint = f": {slurm}{hint}" if slurm else hint
-        message = f"No such option: {e.option_name}" if hint.startswith(":") else e.format_message()
+            message = f"No such option: {e.option_name}: {slurm}" if slurm else message
         click.echo(f"dispatch: error: {message}{hint}", err=True)
         sys.exit(e.exit_code)
     except DispatcherError as e:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 import shlex
 import sys
 import time
+from collections import Counter
 
 import click
 

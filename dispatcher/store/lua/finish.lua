@@ -113,8 +113,8 @@ if A[7] == '1' or lost then
   redis.call('HINCRBYFLOAT', KEYS[1], 'gpu_s_lost', math.max(0, now - since) * ngpus / 1000)
 end
 local code = A[4]  -- the job's exit code; none of its own when it fails for its lost attempts
-if new_state == 'failed' and (ARGV[18] or '') ~= '' and gang == ''
-    and redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 0 then
+local cancel_asked = redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 1
+if new_state == 'failed' and (ARGV[18] or '') ~= '' and gang == '' and not cancel_asked then
   local n = redis.call('HINCRBY', KEYS[1], 'failures', 1)
   if n <= tonumber(ARGV[18]) then  -- run again (--retry-failed): the attempt is recorded as failed
     new_state = 'pending'
@@ -122,7 +122,7 @@ if new_state == 'failed' and (ARGV[18] or '') ~= '' and gang == ''
   end
 end
 -- a cancel asked while it ran is kept, not requeued with the attempt (nor failed for a last lost one)
-local cancelled = new_state == 'pending' and redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 1
+local cancelled = new_state == 'pending' and cancel_asked
 if lost then
   local n = redis.call('HINCRBY', KEYS[1], 'lost', 1)
   if n > tonumber(A[10]) and not cancelled then
