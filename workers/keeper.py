@@ -49,7 +49,8 @@ PID_DIR, FENCED_DIR, EXITS_DIR = "pids", "fenced", "exits"
 def read_attempts(work_dir: Path) -> list[proctrack.Attempt]:
     """The attempts the agent recorded as started and not yet ended (<work dir>/pids/<job id>:
     "<pgid> <epoch> <node> <agent>"), and those whose cgroup exists (an attempt being started is in its cgroup
-    before its pid is recorded)."""
+    before its pid is recorded: under this agent's node cgroup, it is this agent's, so the marks it is
+    looked for by once its cgroup is gone name the agent too)."""
     root = proctrack.node_cgroup(work_dir)
     out = {}
     pid_dir = work_dir / PID_DIR
@@ -65,7 +66,8 @@ def read_attempts(work_dir: Path) -> list[proctrack.Attempt]:
     for cg in proctrack.leftover_cgroups(root):
         job_id, _, epoch = cg.name.rpartition(".")
         if job_id and epoch.isdigit() and (job_id, int(epoch)) not in out:
-            out[(job_id, int(epoch))] = proctrack.Attempt(job_id, int(epoch), 0, cg)
+            out[(job_id, int(epoch))] = proctrack.Attempt(job_id, int(epoch), 0, cg,
+                                                          agent=proctrack.agent_tag(work_dir))
     return list(out.values())
 
 

@@ -228,12 +228,15 @@ def cgroup_pids(cgroup: Path | None) -> list[int]:
 
 def pids(attempt: Attempt) -> set[int]:
     """Every live process of the attempt: its cgroup's where it has one (nothing leaves a cgroup
-    on its own), else every process anywhere that carries its marks (an escapee from the session
-    included)."""
+    on its own), else every process anywhere that carries its marks, its agent's among them (an
+    escapee from the session included)."""
     if attempt.cgroup is not None and attempt.cgroup.is_dir():
         return set(cgroup_pids(attempt.cgroup))
     marks = attempt.marks()
     out = {pid for pid, env in environs() if all(m in env for m in marks)}
+    if not attempt.agent:  # job id and epoch alone are another agent's job 1 as well (a second deployment,
+        # a test beside it): an attempt of unknown agent is looked for in its own process group only
+        out = {pid for pid in out if attempt.pgid and _pgid(pid) == attempt.pgid}
     out.discard(os.getpid())
     return out
 

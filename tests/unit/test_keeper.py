@@ -142,3 +142,39 @@ def test_a_job_that_crashed_while_its_agent_was_stopped_is_reported_failed_and_a
         for p in (crashed, fenced, before):
             p.kill()
             p.wait()
+
+
+def test_an_attempt_whose_cgroup_is_gone_is_never_taken_for_another_agents_job_of_the_same_id(tmp_path):
+    # two deployments on one host both have a job 1 at epoch 1: a keeper that listed its leftover cgroup
+    # 1.1 just before its agent removed it once looked for "job 1, epoch 1" across the host, and killed -9
+    # the other deployment's job 1 as it started (a CI run beside another)
+    from workers import proctrack
+    from workers.keeper import read_attempts
+
+    marks = {"DISPATCH_JOB_ID": "1", "DISPATCH_EPOCH": "1"}
+    ours = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                            env={**os.environ, **marks, "DISPATCH_AGENT": proctrack.agent_tag(tmp_path)})
+    theirs = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                              env={**os.environ, **marks, "DISPATCH_AGENT": proctrack.agent_tag(tmp_path / "b")})
+    try:
+        gone = tmp_path / "cgroup-removed"
+        deadline = time.monotonic() + 5
+        while len(proctrack.pids(proctrack.Attempt("1", 1, ours.pid, gone))) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proctrack.pids(proctrack.Attempt("1", 1, 0, gone)) == set()  # of no known agent, no group
+        assert proctrack.pids(proctrack.Attempt("1", 1, ours.pid, gone)) == {ours.pid}  # its own group only
+        assert proctrack.pids(proctrack.Attempt("1", 1, 0, gone, agent=proctrack.agent_tag(tmp_path))) == {ours.pid}
+        root = proctrack.node_cgroup(tmp_path)
+        if root is not None:  # a leftover cgroup under this agent's node cgroup is this agent's attempt
+            proctrack.make_cgroup(proctrack.attempt_cgroup(root, "1", 1))
+            try:
+                [left] = read_attempts(tmp_path)
+                assert left.agent == proctrack.agent_tag(tmp_path)
+            finally:
+                proctrack.remove_cgroup(proctrack.attempt_cgroup(root, "1", 1))
+                root.rmdir()
+        assert theirs.poll() is None
+    finally:
+        for p in (ours, theirs):
+            p.kill()
+            p.wait()
