@@ -35,7 +35,7 @@ from dispatcher.store.connect import clone
 from dispatcher.store.nodes import node_agent, other_agent, remove_node, schedule_facts, write_heartbeat
 from dispatcher.store.scripts import Scripts
 
-from . import commands, idle, jobs, recovery, usage, zombies
+from . import commands, idle, jobs, proctrack, recovery, usage, zombies
 from .keeper import Keeper
 from dispatcher.store.repeating import Repeating
 from .gpu import FakeProbe
@@ -278,6 +278,7 @@ class NodeAgent:
         self.supervisor.stop_all(hurry=self.hurry)
         self.supervisor.channel.close()
         self.keeper.close()
+        proctrack.remove_node_cgroup(self.supervisor.cgroups)
         self.probe.close()
         jobs._supervisor = None
         if getattr(self, "_lock", None) is not None:

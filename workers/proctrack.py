@@ -296,6 +296,16 @@ def remove_cgroup(cgroup: Path | None) -> None:
     log.warning("cgroup %s still holds processes; left in place", cgroup)
 
 
+def remove_node_cgroup(root: Path | None) -> None:
+    """At an agent's clean stop: its node cgroup, if no attempt's is left in it (the next agent of the work
+    dir makes it again; one left holding a cgroup stays, for that agent to find)."""
+    try:
+        if root is not None:
+            root.rmdir()
+    except OSError:
+        pass
+
+
 def leftover_cgroups(root: Path | None) -> list[Path]:
     """Attempt cgroups an earlier agent of this node left."""
     if root is None:
