@@ -18,6 +18,7 @@ No agents run: preempted jobs stay `preempting`, as on a cluster whose agents ar
 them, so every cycle also searches for victims for the blocked high and critical jobs.
 
     python scripts/bench/realcycle.py [--sizes 10000x1000,100000x1000] [--repeats 5] [--json F]
+                                      [--profile F]   (the steady cycles' cProfile in F.<size>)
 """
 
 from __future__ import annotations
@@ -31,14 +32,19 @@ import cluster
 from realqueue import Realistic, command_line
 
 
-def run_child(bench: bl.Bench, ns: str, seed: str, nodes: int, repeats: int) -> dict:
+def run_child(bench: bl.Bench, ns: str, seed: str, nodes: int, repeats: int, profile: str = "") -> dict:
     return bl.run_child("realcycle.py", {"url": bench.url, "ns": ns, "seed": seed, "nodes": nodes,
-                                         "repeats": repeats})
+                                         "repeats": repeats, "profile": profile})
 
 
 def main() -> None:
-    command_line("real", lambda bench, ns, size, nodes, args: run_child(bench, ns, size, nodes, args.repeats),
-                 repeats=5)
+    profile = ""
+    if "--profile" in sys.argv:  # --profile FILE: the steady cycles' cProfile, FILE.<size> for each size
+        at = sys.argv.index("--profile")
+        profile = sys.argv[at + 1]
+        del sys.argv[at:at + 2]
+    command_line("real", lambda bench, ns, size, nodes, args: run_child(
+        bench, ns, size, nodes, args.repeats, f"{profile}.{size}" if profile else ""), repeats=5)
 
 
 # -- the child --------------------------------------------------------------------------------
@@ -63,6 +69,11 @@ def child(args: dict) -> dict:
     sched = Scheduler(client, ns, timing=Timing(node_timeout_s=86400.0))  # the default lease
     sched.lease.keep()  # renewed from its side thread, as Scheduler.run does
     out = {}
+    profiler = None
+    if args.get("profile"):
+        import cProfile
+
+        profiler = cProfile.Profile()
     with bl.phase_times(sched) as phases:
         cold_s, _ = bl.timed(sched.cycle)
         out.update(cold_ms=cold_s * 1000, cold_breakdown_ms=bl.breakdown_ms(phases, cold_s))
@@ -75,12 +86,18 @@ def child(args: dict) -> dict:
                     before(client, ns, rng, gen)
                 phases.clear()
                 n0 = bl.commands_executed(client)
+                if profiler is not None and name == "steady":
+                    profiler.enable()
                 dt, plan = bl.timed(sched.cycle)
+                if profiler is not None:
+                    profiler.disable()
                 commands.append(bl.commands_executed(client) - n0)
                 times.append(dt * 1000)
                 splits.append(bl.breakdown_ms(phases, dt))
             out.update({f"{name}_ms": bl.median(times), f"{name}_max_ms": max(times),
                         f"{name}_breakdown_ms": bl.median_each(splits), f"{name}_commands": bl.median(commands)})
+    if profiler is not None:
+        profiler.dump_stats(args["profile"])
     rss_now, rss_peak = bl.rss_mb()
     out.update(rss_base_mb=rss_base, rss_peak_mb=rss_peak, pending=len(sched.mirror.backlog))
     return out
