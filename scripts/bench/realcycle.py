@@ -18,7 +18,7 @@ No agents run: preempted jobs stay `preempting`, as on a cluster whose agents ar
 them, so every cycle also searches for victims for the blocked high and critical jobs.
 
     python scripts/bench/realcycle.py [--sizes 10000x1000,100000x1000] [--repeats 5] [--json F]
-                                      [--profile F]   (the steady cycles' cProfile in F.<size>)
+                                      [--profile F]   (the steady cycles' cProfile in F.<size>, the cold one's in F.<size>.cold)
 """
 
 from __future__ import annotations
@@ -75,7 +75,13 @@ def child(args: dict) -> dict:
 
         profiler = cProfile.Profile()
     with bl.phase_times(sched) as phases:
+        cold = profiler is not None and __import__("cProfile").Profile()
+        if cold:
+            cold.enable()
         cold_s, _ = bl.timed(sched.cycle)
+        if cold:
+            cold.disable()
+            cold.dump_stats(args["profile"] + ".cold")
         out.update(cold_ms=cold_s * 1000, cold_breakdown_ms=bl.breakdown_ms(phases, cold_s))
         for name, before in (("steady", None), ("churn", churn)):
             rng, gen = random.Random(args["seed"]), Realistic(args["seed"], args["nodes"])
