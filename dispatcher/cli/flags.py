@@ -73,7 +73,6 @@ SLURM_FLAGS = {
     ("--export",): "--env K=V gives the job a variable (repeatable); it inherits none of the submitter's",
     ("--parsable",): "submit prints the job's id alone already",
     ("--signal",): "--checkpoint-signal SIG is sent at --time and on a graceful preemption",
-    ("--begin",): "submit --hold, then dispatch release the job when it may start",
     ("--ntasks", "-n", "--ntasks-per-node"): "a job is one process per node: --nodes N runs it on N nodes",
 }
 

@@ -57,15 +57,20 @@ def release(ctx, job_ids, users, states, names, teams):
 @click.option("--est", default=None, metavar="DURATION", help="Its new estimated run time (90s, 15m, 2h).")
 @click.option("--time", default=None, metavar="DURATION",
               help="Its new run-time limit, as submit's --time takes it (3h, or Slurm's 30, 1:00:00, 2-12).")
+@click.option("--begin", default=None, metavar="TIME",
+              help="Its new earliest start, as submit's --begin takes it (now+1hour, 16:00; now: no wait).")
 @filter_options
 @common
-def update(ctx, job_ids, priority, est, time, users, states, names, teams):
-    """Change pending jobs' priority, estimate or time limit (by id, range or filter); a running job
-    keeps what it started with."""
+def update(ctx, job_ids, priority, est, time, begin, users, states, names, teams):
+    """Change pending jobs' priority, estimate, time limit or earliest start (by id, range or filter); a
+    running job keeps what it started with."""
+    from ..core.begin import parse_begin
     from ..core.updates import amended
     from ..store.pending import update_job
 
     changes = {k: v for k, v in (("priority", priority), ("est", est), ("time", time)) if v is not None}
+    if begin is not None:  # one instant for every job updated
+        changes["begin"] = parse_begin(begin, now_ms())
     # a bad value is refused before anything is read; against each job's own --grace as the store updates it
     amended(JobSpec(id="", command=("true",), grace_s=0.0), changes)
     missing: list[str] = []

@@ -61,6 +61,9 @@ from ..auth.identity import caller_dir, current_user
               help="When the job ends: run CMD on its node as its user, with DISPATCH_JOB_ID, DISPATCH_JOB_STATE, "
                    "DISPATCH_EXIT_CODE, DISPATCH_REASON, DISPATCH_JOB_NAME set, or POST its end as JSON to an "
                    "http(s) URL.")
+@click.option("--begin", "-b", "begin", default=None, metavar="TIME",
+              help="Start no earlier than TIME (Slurm's --begin); until then it waits, pending: now+1hour, now+90 "
+                   "(seconds), 16:00 (the next one), 2026-12-24T09:00, midnight, noon or tomorrow. Local time.")
 @click.option("--hold", "-H", "held", is_flag=True,
               help="Submit the job held (Slurm's sbatch --hold): it waits until `dispatch release`.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")

@@ -81,6 +81,8 @@ class JobSpec:
     #: A limit on each attempt's run time (--time, Slurm's): the checkpoint signal at the limit, SIGKILL
     #: grace_s later, and the job fails (not requeued). Each attempt gets the whole limit.
     time_limit_s: float | None = None
+    #: --begin (Slurm's): not started before this instant (ms since the epoch; 0: no wait).
+    begin_ms: int = 0
     #: An interactive session (`dispatch shell`, workers/tty.py): "shell" (the user's shell, with fallbacks on
     #: the node) or "command" (the command given), run on a PTY whose terminal is carried through Redis; "" a
     #: batch job. idle_timeout_s: with no keystroke for this long the agent ends the session (None: never).

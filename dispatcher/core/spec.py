@@ -11,6 +11,7 @@ import functools
 import math
 import re
 
+from .begin import resolved
 from .errors import InvalidRequestError
 from .fields import env_pairs, parse_job_ids, refuse_empty, utf8, with_caller
 from .gpuspec import MAX_GPU_MEM_GB
@@ -191,6 +192,7 @@ def check_options(
     scaling=None,
     nodes=None, gpus_per_node=None, same_type: bool = True, hang_timeout=None,  # a gang; any job's hang timeout
     time=None,  # a hard limit on each attempt's run time (Slurm's --time)
+    begin=0,  # not before this instant, ms (core/begin.py resolves --begin's text against the submit time)
     output="", notify="",  # its output file on the node, and who is told of its end (core/outputs.py)
 ) -> dict:
     """Every field of a request but its command and name, checked: the JobSpec fields they give."""
@@ -227,6 +229,7 @@ def check_options(
         hang_timeout_s=_duration(hang_timeout, "--hang-timeout", lo=1),
         time_limit_s=None if unlimited(time) else _duration(time, "--time", lo=1, parse=parse_time_limit),  # Slurm's
         output=parse_output(output), notify=parse_notify(notify),
+        begin_ms=_number(begin, "--begin", lo=0, hi=1 << 53, integer=True),
     )
     _gang(f, nodes, gpus_per_node, elastic=low is not None)
     _check_together(f, elastic=low is not None)
@@ -325,7 +328,7 @@ def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", name="",
     check_options' keywords (submit's flags). A sweep's jobs differ in their command and name and
     share their other options, so those are checked once per distinct set (when all their values hash)
     into a template that each job's spec copies."""
-    options["user"] = user
+    options = resolved({**options, "user": user}, submit_ms)
     template = _checked_template(tuple(sorted(options.items())))
     return _filled(template, command, name, submit_ms, job_id)
 
@@ -361,7 +364,7 @@ REQUEST_FIELDS = {"command": "command", "name": "name", "user": "user", "team": 
                   "checkpoint_signal": "checkpoint_signal", "retries": "retries", "retry_failed": "retry_failed",
                   "after": "after", "after_any": "after_any", "scaling": "scaling", "nodes": "nodes", "gpus_per_node": "gpus_per_node",
                   "same_type": "same_type", "hang_timeout": "hang_timeout", "time": "time", "output": "output",
-                  "notify": "notify"}
+                  "notify": "notify", "begin": "begin"}
 
 
 def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> JobSpec:
@@ -372,7 +375,7 @@ def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> 
     if not isinstance(request, dict):
         raise InvalidRequestError("a request must be an object of submit's fields, with 'command'", field="request")
     refuse_empty(request)
-    shared = [kv for kv in request.items() if kv[0] != "command" and kv[0] != "name"]
+    shared = [kv for kv in resolved(request, submit_ms, text_only=True).items() if kv[0] not in ("command", "name")]
     template = _request_template((user, cwd, *shared))
     return _filled(template, request.get("command"), request.get("name"), submit_ms)
 

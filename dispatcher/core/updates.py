@@ -6,9 +6,9 @@ from .errors import InvalidRequestError
 from .model import JobSpec
 from .spec import check_options
 
-#: The flags update takes (Slurm's `scontrol update` on a pending job: Priority, TimeLimit, and the estimate
-#: dispatch plans with).
-UPDATABLE = ("priority", "est", "time")
+#: The flags update takes (Slurm's `scontrol update` on a pending job: Priority, TimeLimit, StartTime, and the
+#: estimate dispatch plans with). "begin" is an instant (ms) already: core/begin.py reads the text.
+UPDATABLE = ("priority", "est", "time", "begin")
 
 
 def amended(spec: JobSpec, changes: dict) -> JobSpec:
@@ -18,10 +18,11 @@ def amended(spec: JobSpec, changes: dict) -> JobSpec:
     if unknown:
         raise InvalidRequestError(f"{unknown[0]!r} cannot be updated; only {', '.join(UPDATABLE)}", field=unknown[0])
     if not changes:
-        raise InvalidRequestError("nothing to update: give --priority, --est or --time", field="--priority")
+        raise InvalidRequestError("nothing to update: give --priority, --est, --time or --begin", field="--priority")
     checked = check_options(user=spec.user, grace=spec.grace_s, priority=changes.get("priority", spec.priority),
-                            est=changes.get("est"), time=changes.get("time", spec.time_limit_s))
-    values = {"priority": checked["priority"], "time_limit_s": checked["time_limit_s"]}
+                            est=changes.get("est"), time=changes.get("time", spec.time_limit_s),
+                            begin=changes.get("begin", spec.begin_ms))
+    values = {"priority": checked["priority"], "time_limit_s": checked["time_limit_s"], "begin_ms": checked["begin_ms"]}
     if "est" in changes:
         values["est_s"] = checked["est_s"]
     return spec.filled(**values)

@@ -220,7 +220,7 @@ class Scheduler:
         state, self._state = self._state, None
         if quick and state is not None and state[0].config is config \
                 and time.monotonic() - state[1] < self.timing.tick_s:
-            arrivals = self.mirror.refresh()
+            arrivals = self.mirror.refresh(now_ms=now)
             if arrivals is not None and not (self.mirror.bad or self.mirror.stray or self.mirror.aside):
                 plan = place_arrivals(state[0], arrivals, now)
                 self._commit(plan, self.mirror.epochs, now, profile, config, state, t0, full=False)

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import heapq
 import logging
 from dataclasses import replace
 
+from .. import clock
+from ..core.begin import when
 from ..core.plan import PendingJob, RunningJob, Snapshot, pieces
 from ..core.errors import MalformedRecord
 from ..core.memo import gc_paused
@@ -68,6 +71,8 @@ class Mirror:
         # for the leader's counters (scheduler/counting.py), taken at each full cycle:
         self.requeued: list[tuple[str, str]] = []  # (job id, class) of jobs back in the queue
         self._waiting_on: dict[str, set[str]] = {}  # dependency id -> held jobs waiting on it
+        self._begins: list[tuple[int, str]] = []  # (--begin, job id) of held jobs waiting for their start time
+        self.now = 0  # the time of the last refresh (ms): a job whose --begin is later waits
 
     def nodes(self) -> list[NodeRecord]:
         """The nodes whose records the last sync read (live or not)."""
@@ -98,7 +103,7 @@ class Mirror:
         utilization, which a heartbeat changes without marking the node changed), and give the policy
         its snapshot."""
         self.backlog.configure(config)
-        self.refresh()
+        self.refresh(now_ms=now_ms)
         nodes = self._read_nodes(all_nodes)
         live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
         running = pieces(self.running.values())  # a gang as one entry per node
@@ -109,7 +114,7 @@ class Mirror:
         return ReadResult(snap, self.epochs, nodes, pending_only(bad, self._pending_ids(bad)), stray=stray,
                           aside=aside)
 
-    def refresh(self, *, leader: bool = True) -> list[PendingJob] | None:
+    def refresh(self, *, leader: bool = True, now_ms: int | None = None) -> list[PendingJob] | None:
         """Reread the jobs that changed (`leader`: taking the changed set into the feed; a standby only
         reads the feed). Returns the jobs that arrived (new to the mirror, pending), or None if anything
         else changed too (a job ended, was requeued, was placed or stopped other than by our own commit
@@ -122,7 +127,9 @@ class Mirror:
             arrivals = None
         else:
             active, arrivals = set(), []
-        rejudge = set()  # held jobs to judge again: new ones, and those waiting on a job that changed
+        self.now = clock.now_ms() if now_ms is None else now_ms
+        rejudge = self._begun()  # held jobs to judge again: those whose --begin came, new ones, and those
+        # waiting on a job that changed
         # a whole read makes a few objects per job and no cycles among them: each collection their
         # allocations trigger walks them all again (a quarter of a cold cycle at 100k)
         with gc_paused() if whole else contextlib.nullcontext():
@@ -185,6 +192,7 @@ class Mirror:
         self.backlog = Backlog(self.backlog.config)
         self.running, self.epochs, self.cache, self.expected = {}, {}, SpecCache(), {}
         self.held, self.held_why, self.doomed, self._waiting_on, self.on_hold = {}, {}, {}, {}, {}
+        self._begins = []
         self.fresh = True
         return self._ids(pending, keys.jobs_pending(self.ns)) + active, set(active)
 
@@ -218,7 +226,7 @@ class Mirror:
             return None if known else arrivals
         job, self.epochs[job_id] = got
         self._note(job_id, job, prior)
-        if isinstance(job, PendingJob) and (job.spec.after or job.spec.after_any):
+        if isinstance(job, PendingJob) and (job.spec.after or job.spec.after_any or job.spec.begin_ms > self.now):
             self._hold(job)
             rejudge.add(job_id)
         elif isinstance(job, PendingJob):
@@ -254,6 +262,8 @@ class Mirror:
 
     def _hold(self, job: PendingJob) -> None:
         self.held[job.spec.id] = job
+        if job.spec.begin_ms > self.now:
+            heapq.heappush(self._begins, (job.spec.begin_ms, job.spec.id))
         for dep in (*job.spec.after, *job.spec.after_any):
             self._waiting_on.setdefault(dep, set()).add(job.spec.id)
 
@@ -261,12 +271,16 @@ class Mirror:
         """Judge held jobs against their dependencies' states: the ready ones go to the backlog (and
         are returned), the doomed ones wait in `doomed` for the scheduler to fail them."""
         jobs = [self.held[i] for i in ids if i in self.held]
+        for p in [p for p in jobs if p.spec.begin_ms > self.now]:  # (its dependencies are judged once it may start)
+            self.held_why[p.spec.id] = f"waits for its start time, {when(p.spec.begin_ms)} (--begin)"
+        jobs = [p for p in jobs if p.spec.begin_ms <= self.now]
         if not jobs:
             return []
-        verdicts = judge_all(self.client, self.ns, [p.spec for p in jobs])
+        waiting = [p.spec for p in jobs if p.spec.after or p.spec.after_any]
+        verdicts = judge_all(self.client, self.ns, waiting) if waiting else {}
         released = []
         for p in jobs:
-            verdict, why = verdicts[p.spec.id]
+            verdict, why = verdicts.get(p.spec.id, (READY, ""))
             if verdict == READY:
                 self._unhold(p.spec.id)
                 self.backlog.add(p)
@@ -276,6 +290,15 @@ class Mirror:
             else:
                 self.doomed[p.spec.id] = why
         return released
+
+    def _begun(self) -> set[str]:
+        """The held jobs whose --begin time came (their dependencies are judged next)."""
+        due = set()
+        while self._begins and self._begins[0][0] <= self.now:
+            begin, job_id = heapq.heappop(self._begins)
+            if job_id in self.held and self.held[job_id].spec.begin_ms == begin:
+                due.add(job_id)
+        return due
 
     def _pending_ids(self, bad) -> set[str]:
         """Of the unusable records, those still in the pending index (to quarantine)."""

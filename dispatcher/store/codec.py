@@ -30,7 +30,8 @@ _SHARED = (("user", "user"), ("team", "team"), ("cwd", "cwd"), ("env", "env"), (
            ("after_any", "after_any"), ("scaling", "scaling"), ("nodes", "nodes"), ("gpus_per_node", "gpn"),
            ("same_type", "same_type"), ("hang_timeout_s", "hang_s"), ("time_limit_s", "time_s"),
            ("interactive", "tty"), ("idle_timeout_s", "tty_idle_s"), ("array_of", "array"),
-           ("array_count", "arr_n"), ("array_limit", "arr_cap"), ("output", "out"), ("notify", "notify"))
+           ("array_count", "arr_n"), ("array_limit", "arr_cap"), ("output", "out"), ("notify", "notify"),
+           ("begin_ms", "begin"))
 _shared_values = operator.attrgetter(*(attr for attr, _ in _SHARED))
 #: One map of the version and every field (a map of 16 or more entries has a 3-byte header).
 def _header(own: int) -> bytes:
@@ -79,7 +80,7 @@ _MISSING = object()
 #: dependencies, though packed with them, are a job's own when read.
 _SHARED_KEYS = tuple(k for _, k in _SHARED if k not in ("after", "after_any"))
 #: Counts that must be ints, not bools: the cache key carries their types (True == 1 in a key).
-_STRICT_INTS = ("gpus", "cpus", "retries", "fretries", "min_gpus", "nodes", "gpn", "arr_n", "arr_cap")
+_STRICT_INTS = ("gpus", "cpus", "retries", "fretries", "min_gpus", "nodes", "gpn", "arr_n", "arr_cap", "begin")
 _shared_of, _strict_of = operator.itemgetter(*_SHARED_KEYS), operator.itemgetter(*_STRICT_INTS)
 _own_of = operator.itemgetter("cmd", "id", "name", "submit_ms")
 
@@ -158,6 +159,7 @@ def _checked_shared(values: tuple) -> JobSpec:
         array_limit=_count(_given(d["arr_cap"], 0), "arr_cap"),  # (absent: no array)
         output=_checked(parse_output, _given(d["out"], ""), "out"),  # (absent: from before --output, none)
         notify=_checked(parse_notify, _given(d["notify"], ""), "notify"),
+        begin_ms=_count(_given(d["begin"], 0), "begin", 1 << 53),  # (absent: from before --begin, no wait)
     ).sparse()  # every job decoded from it holds only what differs from the defaults
 
 
@@ -180,8 +182,8 @@ def _opt_int(value):
     return value
 
 
-def _count(value, field: str) -> int:
-    _check(type(value) is int and 0 <= value <= 4096, f"bad {field}")
+def _count(value, field: str, most: int = 4096) -> int:
+    _check(type(value) is int and 0 <= value <= most, f"bad {field}")
     return value
 
 

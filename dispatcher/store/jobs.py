@@ -114,10 +114,10 @@ def record_view(rec) -> dict:
         "gpus": list(rec.gpus),
         # a gang: every rank's node and GPUs, rank 0 first (its current run's, or its last one's)
         "ranks": [[node, list(gpus)] for node, gpus in gang_ranks(rec.gang)],
-        "nodes": spec.nodes if spec else 0,
-        "gpus_per_node": spec.gpus_per_node if spec else 0,
+        "nodes": spec.nodes if spec else 0, "gpus_per_node": spec.gpus_per_node if spec else 0,
         "hang_timeout_s": spec.hang_timeout_s if spec else None,
         "time_limit_s": spec.time_limit_s if spec else None,  # --time
+        "begin_at": secs(spec.begin_ms) if spec else None,  # --begin: not started before
         # an element of a job array (--array): the array's id, this element's index, the array's size and cap
         "array_of": spec.array_of if spec else "",
         "array_index": spec.array_index if spec else None,

@@ -1,0 +1,66 @@
+"""--begin's times as Slurm users type them (core/begin.py), read in the local time zone against a fixed now,
+and the instant a spec keeps through its record."""
+
+import os
+import time
+
+import pytest
+
+from dispatcher.core.begin import parse_begin, when
+from dispatcher.core.errors import InvalidRequestError
+from dispatcher.core.spec import build_spec, spec_from_request
+from dispatcher.store.codec import decode_spec, encode_spec
+
+
+@pytest.fixture(autouse=True)
+def berlin():
+    """A zone with daylight saving, so that local times are not UTC by accident."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "Europe/Berlin"
+    time.tzset()
+    yield
+    if old is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+def local_ms(text: str) -> int:
+    return int(time.mktime(time.strptime(text, "%Y-%m-%d %H:%M:%S")) * 1000)
+
+
+NOW = "2026-12-07 10:30:00"
+
+
+@pytest.mark.parametrize("text, then", [
+    ("now", NOW), ("now+90", "2026-12-07 10:31:30"), ("now+30minutes", "2026-12-07 11:00:00"),
+    ("now + 2 hours", "2026-12-07 12:30:00"), ("now+1day", "2026-12-08 10:30:00"), ("now+1h30m", "2026-12-07 12:00:00"),
+    ("16:00", "2026-12-07 16:00:00"), ("09:15", "2026-12-08 09:15:00"),  # passed today: tomorrow, as Slurm's
+    ("2026-12-24", "2026-12-24 00:00:00"), ("2026-12-24T09:00", "2026-12-24 09:00:00"),
+    ("2026-12-24 09:00:30", "2026-12-24 09:00:30"), ("midnight", "2026-12-08 00:00:00"), ("noon", "2026-12-07 12:00:00"),
+    ("tomorrow", "2026-12-08 00:00:00"), ("TODAY", NOW), ("2026-01-01", "2026-01-01 00:00:00"),  # past: no wait
+])
+def test_begin_reads_slurms_forms_in_local_time(text, then):
+    assert parse_begin(text, local_ms(NOW)) == local_ms(then)
+    assert when(local_ms(then)) == then
+
+
+@pytest.mark.parametrize("text", ["soon", "", "25:00", "12:61", "now+", "now+x", "now-5", "2026-13-01", "now+20000days",
+                                  "99999-01-01", 5])
+def test_a_begin_that_names_no_time_is_refused_naming_the_flag(text):
+    with pytest.raises(InvalidRequestError, match="--begin"):
+        parse_begin(text, local_ms(NOW))
+
+
+def test_the_record_keeps_the_instant_resolved_at_submit_not_the_text():
+    now = local_ms(NOW)
+    spec = build_spec(command=["true"], user="ada", submit_ms=now, begin="now+1h")
+    again = build_spec(command=["true"], user="ada", submit_ms=now + 60_000, begin="now+1h")  # the same text later
+    assert (spec.begin_ms, again.begin_ms) == (now + 3_600_000, now + 3_660_000)
+    assert decode_spec(encode_spec(spec)) == spec and decode_spec(encode_spec(spec)).begin_ms == now + 3_600_000
+    assert build_spec(command=["true"], user="ada", submit_ms=now).begin_ms == 0
+    assert spec_from_request({"command": ["true"], "begin": "16:00"}, user="ada", submit_ms=now, cwd="/").begin_ms \
+        == local_ms("2026-12-07 16:00:00")
+    with pytest.raises(InvalidRequestError, match="--begin"):  # a number from outside is no instant it could mean
+        spec_from_request({"command": ["true"], "begin": 1700000000}, user="ada", submit_ms=now, cwd="/")
