@@ -17,6 +17,7 @@ from .config import resolve_url
 from .auth.identity import caller_dir, current_user
 from .core.memo import gc_paused
 from .core.arrays import label, request_jobs
+from .begin import resolved
 from .core.spec import spec_from_request
 from .store import jobs as store_jobs
 from .store.connect import connect, ride_out_within
@@ -42,7 +43,7 @@ class Client:
         user, submit_ms, cwd = self._caller()
 
         def build(request):
-            return spec_from_request(request, user=user, submit_ms=submit_ms, cwd=cwd)
+            return spec_from_request(resolved(request, submit_ms), user=user, submit_ms=submit_ms, cwd=cwd)
         return [s for n, r in enumerate(requests) for s in request_jobs(r, build, str(n))]
 
     @staticmethod

@@ -64,7 +64,7 @@ def release(ctx, job_ids, users, states, names, teams):
 def update(ctx, job_ids, priority, est, time, begin, users, states, names, teams):
     """Change pending jobs' priority, estimate, time limit or earliest start (by id, range or filter); a
     running job keeps what it started with."""
-    from ..core.begin import parse_begin
+    from ..begin import parse_begin
     from ..core.updates import amended
     from ..store.pending import update_job
 

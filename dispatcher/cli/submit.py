@@ -80,6 +80,7 @@ def submit(ctx, from_file, command, held, dependency, wrap, **flags):
     """Submit a job: dispatch submit --gpus 2 --gpu-type A100 -- python train.py. Prints the job id."""
     from . import jobside
     from ..core.memo import gc_paused
+    from ..begin import resolved
     from ..core.spec import spec_from_request
     from ..core.arrays import request_jobs
     from ..core.selection import pieces
@@ -103,7 +104,7 @@ def submit(ctx, from_file, command, held, dependency, wrap, **flags):
     if from_file is not None and command:
         raise InvalidRequestError("give either a command or --from FILE, not both", field="--from")
     def build(request):
-        return spec_from_request(request, user=me, submit_ms=now, cwd=here)
+        return spec_from_request(resolved(request, now), user=me, submit_ms=now, cwd=here)
 
     with gc_paused():
         if from_file is None:

@@ -11,7 +11,6 @@ import functools
 import math
 import re
 
-from .begin import resolved
 from .errors import InvalidRequestError
 from .fields import env_pairs, parse_job_ids, refuse_empty, utf8, with_caller
 from .gpuspec import MAX_GPU_MEM_GB
@@ -192,7 +191,7 @@ def check_options(
     scaling=None,
     nodes=None, gpus_per_node=None, same_type: bool = True, hang_timeout=None,  # a gang; any job's hang timeout
     time=None,  # a hard limit on each attempt's run time (Slurm's --time)
-    begin=0,  # not before this instant, ms (core/begin.py resolves --begin's text against the submit time)
+    begin=0,  # not before this instant, ms (dispatcher/begin.py resolves --begin's text at submit)
     output="", notify="",  # its output file on the node, and who is told of its end (core/outputs.py)
 ) -> dict:
     """Every field of a request but its command and name, checked: the JobSpec fields they give."""
@@ -328,7 +327,7 @@ def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", name="",
     check_options' keywords (submit's flags). A sweep's jobs differ in their command and name and
     share their other options, so those are checked once per distinct set (when all their values hash)
     into a template that each job's spec copies."""
-    options = resolved({**options, "user": user}, submit_ms)
+    options["user"] = user
     template = _checked_template(tuple(sorted(options.items())))
     return _filled(template, command, name, submit_ms, job_id)
 
@@ -375,7 +374,7 @@ def spec_from_request(request: dict, *, user: str, submit_ms: int, cwd: str) -> 
     if not isinstance(request, dict):
         raise InvalidRequestError("a request must be an object of submit's fields, with 'command'", field="request")
     refuse_empty(request)
-    shared = [kv for kv in resolved(request, submit_ms, text_only=True).items() if kv[0] not in ("command", "name")]
+    shared = [kv for kv in request.items() if kv[0] != "command" and kv[0] != "name"]
     template = _request_template((user, cwd, *shared))
     return _filled(template, request.get("command"), request.get("name"), submit_ms)
 

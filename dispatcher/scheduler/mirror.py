@@ -25,7 +25,7 @@ import logging
 from dataclasses import replace
 
 from .. import clock
-from ..core.begin import when
+from ..begin import when
 from ..core.plan import PendingJob, RunningJob, Snapshot, pieces
 from ..core.errors import MalformedRecord
 from ..core.memo import gc_paused

@@ -92,7 +92,7 @@ def update_job(client, ns: str, job_id: str, changes: dict, *, sealed=None) -> s
 
 
 def _said(old, new) -> str:
-    from ..core.begin import when
+    from ..begin import when
     from ..core.units import age
 
     parts = [f"{what} {a} -> {b}" for what, a, b in (

@@ -1,4 +1,4 @@
-"""--begin's times as Slurm users type them (core/begin.py), read in the local time zone against a fixed now,
+"""--begin's times as Slurm users type them (dispatcher/begin.py), read in the local time zone against a fixed now,
 and the instant a spec keeps through its record."""
 
 import os
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from dispatcher.core.begin import parse_begin, when
+from dispatcher.begin import parse_begin, resolved, when
 from dispatcher.core.errors import InvalidRequestError
 from dispatcher.core.spec import build_spec, spec_from_request
 from dispatcher.store.codec import decode_spec, encode_spec
@@ -55,12 +55,14 @@ def test_a_begin_that_names_no_time_is_refused_naming_the_flag(text):
 
 def test_the_record_keeps_the_instant_resolved_at_submit_not_the_text():
     now = local_ms(NOW)
-    spec = build_spec(command=["true"], user="ada", submit_ms=now, begin="now+1h")
-    again = build_spec(command=["true"], user="ada", submit_ms=now + 60_000, begin="now+1h")  # the same text later
+    def submitted(at_ms: int, **request):
+        return spec_from_request(resolved({"command": ["true"], **request}, at_ms), user="ada", submit_ms=at_ms, cwd="/")
+
+    spec = submitted(now, begin="now+1h")
+    again = submitted(now + 60_000, begin="now+1h")  # the same text, a minute later
     assert (spec.begin_ms, again.begin_ms) == (now + 3_600_000, now + 3_660_000)
     assert decode_spec(encode_spec(spec)) == spec and decode_spec(encode_spec(spec)).begin_ms == now + 3_600_000
     assert build_spec(command=["true"], user="ada", submit_ms=now).begin_ms == 0
-    assert spec_from_request({"command": ["true"], "begin": "16:00"}, user="ada", submit_ms=now, cwd="/").begin_ms \
-        == local_ms("2026-12-07 16:00:00")
+    assert submitted(now, begin="16:00").begin_ms == local_ms("2026-12-07 16:00:00")
     with pytest.raises(InvalidRequestError, match="--begin"):  # a number from outside is no instant it could mean
-        spec_from_request({"command": ["true"], "begin": 1700000000}, user="ada", submit_ms=now, cwd="/")
+        submitted(now, begin=1700000000)

@@ -22,9 +22,11 @@ ALLOWED = {
     "dispatcher.policy": {"dispatcher.core"},
     "dispatcher.sim": {"dispatcher.core", "dispatcher.policy"},
     "dispatcher.clock": set(),
+    "dispatcher.begin": {"dispatcher.core"},  # local time, beside the clock
     "dispatcher.config": {"dispatcher.core"},
     "dispatcher.auth": {"dispatcher.core", "dispatcher.clock", "dispatcher.config"},
-    "dispatcher.store": {"dispatcher.core", "dispatcher.clock", "dispatcher.config", "dispatcher.auth"},
+    "dispatcher.store": {"dispatcher.core", "dispatcher.clock", "dispatcher.begin", "dispatcher.config",
+                         "dispatcher.auth"},
 }
 
 

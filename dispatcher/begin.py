@@ -1,4 +1,6 @@
-"""--begin: the earliest a job may start (Slurm's sbatch --begin). Pure: the time it is now in, a time out.
+"""--begin: the earliest a job may start (Slurm's sbatch --begin), from the text people type to an instant.
+Local time, so not in the pure core: submit and the Python API resolve the text here, and the spec
+(core/spec.py) only ever holds the instant.
 
 The forms Slurm users type, read in the local time zone:
 
@@ -18,8 +20,8 @@ import datetime as dt
 import re
 import time
 
-from .errors import InvalidRequestError
-from .units import parse_duration
+from .core.errors import InvalidRequestError
+from .core.units import parse_duration
 
 _NOW = re.compile(r"now(?:\s*\+\s*(.+))?")
 _COUNT = re.compile(r"([0-9]+)\s*([a-z]*)")
@@ -94,13 +96,11 @@ def _ms(when: dt.datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
-def resolved(options: dict, submit_ms: int, *, text_only: bool = False) -> dict:
-    """A request's options with its --begin text as the instant it names at `submit_ms` (ms). An
-    instant already resolved (an int) passes, unless `text_only` (a request from outside: text only)."""
-    begin = options.get("begin")
-    if begin is None or not text_only and type(begin) is int:
-        return options
-    return {**options, "begin": parse_begin(begin, submit_ms)}
+def resolved(request: dict, submit_ms: int) -> dict:
+    """A request (core/spec.py REQUEST_FIELDS) with its --begin text as the instant it names at `submit_ms`
+    (ms); a number is refused (seconds or milliseconds? no instant it could mean for sure)."""
+    begin = request.get("begin") if isinstance(request, dict) else None
+    return request if begin is None else {**request, "begin": parse_begin(begin, submit_ms)}
 
 
 def when(begin_ms: int) -> str:
