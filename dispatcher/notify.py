@@ -2,8 +2,9 @@
 
 Who tells: the node agent that ran the job, for a job that ran (workers/notifying.py): a command runs on
 that node as the job's user, in its working directory, as the job itself did; a URL is POSTed from there.
-A job that ended with no agent (cancelled while pending, failed by its dependency) is queued by cancel.lua
-on keys.jobs_notify, and the leading scheduler POSTs to its URL (Notifier): it never runs a user's
+A job that ended with no agent (cancelled while pending, failed by its dependency; or ended by the scheduler
+with its node dead: out of --retries, or an end its keeper saw) is queued by cancel.lua or finish.lua on
+keys.jobs_notify, and the leading scheduler POSTs to its URL (Notifier): it never runs a user's
 command as itself, so such a job's --notify command is not run (its log stream says so). Each end is told once:
 whoever tells it first takes the record's `notified` (job_record.claim_notify), which a gang's other
 ranks and a requeue find taken, and a requeue is no end (only a final state is told). Telling never
@@ -89,8 +90,9 @@ class Notifier:
                 return
             spec, body = found
             if not is_url(spec.notify):  # said where its user looks (dispatch logs)
-                append_log(self.client, self.ns, job_id, b"[dispatch: --notify command not run: the job ended "
-                           b"before any node ran it (only a URL is told then)]\n")
+                append_log(self.client, self.ns, job_id, b"[dispatch: --notify command not run: no node was there "
+                           b"to run it at the job's end (it had not run, or its node was lost; only a URL is "
+                           b"told then)]\n")
                 return
             if job_record.claim_notify(self.client, self.ns, job_id, f"scheduler {now_ms()}"):
                 post(spec.notify, body)

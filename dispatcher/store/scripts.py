@@ -276,7 +276,8 @@ class Scripts:
         return self._call(
             "finish", [keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
                        keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns), *history,
-                       *[keys.jobs_ended(ns, s) for s in FINAL_STATES]],
+                       *[keys.jobs_ended(ns, s) for s in FINAL_STATES],
+                       *([keys.jobs_notify(ns)] if fence else [])],  # (the scheduler's: a dead node's job's end)
             args.argv(), client)
 
     def cancel(self, job_id, now_ms, reason, *, state="cancelled", client=None):

@@ -120,6 +120,34 @@ def test_a_notify_url_is_posted_the_end_as_json_also_for_a_job_cancelled_while_p
         server.shutdown()
 
 
+def test_the_end_of_a_job_whose_node_died_is_posted_to_its_url_by_the_scheduler(cli, client):
+    # out of --retries with its node dead, the job fails with no agent left to tell its end: the scheduler
+    # that failed it queues it for its Notifier, as cancel.lua does for a job cancelled while pending
+    import os
+    import signal
+
+    Hook.got = []
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/hook"
+    try:
+        fast = {"DISPATCH_NODE_TIMEOUT_S": "3", "DISPATCH_HEARTBEAT_S": "0.5"}
+        agent = cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--work-dir", str(cli.home / "n1"),
+                          **fast)
+        cli.start("scheduler", **fast)
+        job = cli.submit("--name", "orphan", "--retries", "0", "--notify", url, "--", "sleep", "300")
+        cli.wait_for(lambda: state_of(client, cli.ns, job) == "running", what="the job to run")
+        os.kill(agent.pid, signal.SIGKILL)  # the agent only: its keeper kills the job as the agent dies
+        cli.wait_for(lambda: Hook.got, timeout=40, what="the scheduler to POST the end")
+        time.sleep(1.0)
+        [(_, body)] = Hook.got
+        assert (body["job_id"], body["state"], body["name"]) == (job, "failed", "orphan"), body
+        assert "n1" in body["reason"], body
+        assert cli.show(job)["notified"] == "scheduler"
+    finally:
+        server.shutdown()
+
+
 def test_a_node_log_file_the_disk_refuses_stops_neither_the_job_nor_its_output(cli, client, tmp_path):
     # a full disk under the agent's work dir: the log file's write raised in the thread that reads the
     # job's output (a traceback in up's output), nothing read the pipe any more, and the job blocked on

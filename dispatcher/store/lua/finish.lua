@@ -3,6 +3,8 @@
 -- KEYS[5] the job's attempts list   KEYS[6] scheduler leader key   KEYS[7] changed-jobs set
 -- KEYS[8] the history list of the job's fingerprint   KEYS[9] the history list of its user
 -- KEYS[10..12] the ended-jobs indexes of succeeded, failed and cancelled jobs (id -> finished_ms)
+-- KEYS[13] the notify queue, given by the scheduler only (a dead node's job that ends here with a --notify
+--   is queued for the leader to tell: no agent will)
 -- ARGV[1] job id     ARGV[2] epoch the writer was given   ARGV[3] new state
 -- ARGV[4] exit code ("" if none)   ARGV[5] now_ms   ARGV[6] reason
 -- ARGV[7] "1" if this requeue is a preemption   ARGV[8] "1" to keep the original submit time for aging
@@ -157,6 +159,7 @@ else
              'reason', reason)
   local ended = ({succeeded = KEYS[10], failed = KEYS[11], cancelled = KEYS[12]})[new_state]
   if ended then redis.call('ZADD', ended, ARGV[5], ARGV[1]) end
+  if KEYS[13] and redis.call('HEXISTS', KEYS[1], 'notify') == 1 then redis.call('RPUSH', KEYS[13], ARGV[1]) end
   if new_state == 'succeeded' and A[12] ~= '' then
     local run_ms = 0
     for _, raw in ipairs(redis.call('LRANGE', KEYS[5], 0, -1)) do  -- every attempt, this one included
