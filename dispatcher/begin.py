@@ -103,6 +103,11 @@ def resolved(request: dict, submit_ms: int) -> dict:
     return request if begin is None else {**request, "begin": parse_begin(begin, submit_ms)}
 
 
+def waits_for(begin_ms: int) -> str:
+    """A job's reason while its --begin time has not come."""
+    return f"waits for its start time, {when(begin_ms)} (--begin)"
+
+
 def when(begin_ms: int) -> str:
     """The instant as people read it in a reason: '2026-12-24 09:00:00'."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(begin_ms / 1000))

@@ -69,8 +69,8 @@ def update(ctx, job_ids, priority, est, time, begin, users, states, names, teams
     from ..store.pending import update_job
 
     changes = {k: v for k, v in (("priority", priority), ("est", est), ("time", time)) if v is not None}
-    if begin is not None:  # one instant for every job updated
-        changes["begin"] = parse_begin(begin, now_ms())
+    if begin is not None:  # one instant for every job updated (ms, as text: a signed request carries text)
+        changes["begin"] = str(parse_begin(begin, now_ms()))
     # a bad value is refused before anything is read; against each job's own --grace as the store updates it
     amended(JobSpec(id="", command=("true",), grace_s=0.0), changes)
     missing: list[str] = []

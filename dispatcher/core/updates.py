@@ -7,7 +7,7 @@ from .model import JobSpec
 from .spec import check_options
 
 #: The flags update takes (Slurm's `scontrol update` on a pending job: Priority, TimeLimit, StartTime, and the
-#: estimate dispatch plans with). "begin" is an instant (ms) already: dispatcher/begin.py reads the text.
+#: estimate dispatch plans with). "begin" is an instant (ms, in digits) already: dispatcher/begin.py reads the text.
 UPDATABLE = ("priority", "est", "time", "begin")
 
 

@@ -25,7 +25,7 @@ import logging
 from dataclasses import replace
 
 from .. import clock
-from ..begin import when
+from ..begin import waits_for
 from ..core.plan import PendingJob, RunningJob, Snapshot, pieces
 from ..core.errors import MalformedRecord
 from ..core.memo import gc_paused
@@ -272,7 +272,7 @@ class Mirror:
         are returned), the doomed ones wait in `doomed` for the scheduler to fail them."""
         jobs = [self.held[i] for i in ids if i in self.held]
         for p in [p for p in jobs if p.spec.begin_ms > self.now]:  # (its dependencies are judged once it may start)
-            self.held_why[p.spec.id] = f"waits for its start time, {when(p.spec.begin_ms)} (--begin)"
+            self.held_why[p.spec.id] = waits_for(p.spec.begin_ms)
         jobs = [p for p in jobs if p.spec.begin_ms <= self.now]
         if not jobs:
             return []

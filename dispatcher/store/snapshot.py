@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
+from ..begin import waits_for
 from ..core.errors import MalformedRecord
 from ..core.plan import NodeView, PendingJob, RunningJob, Snapshot, pieces
 from ..core.model import ACTIVE_STATES
@@ -31,7 +32,7 @@ class ReadResult:
     epochs: dict[str, int]  # pending and active job id -> epoch the plan is based on
     nodes: list[NodeRecord]
     bad_jobs: dict[str, str]  # job id -> why its record is unusable
-    held: dict[str, str] = field(default_factory=dict)  # pending job id -> the dependencies it waits for
+    held: dict[str, str] = field(default_factory=dict)  # pending job id -> what it waits for (--after, --begin)
     stray: tuple = ()  # bad index entries met (quarantine.Entry), for the leader to quarantine
     aside: tuple = ()  # (key, type it should have) of keys of the wrong type met, for the leader to set aside
 
@@ -239,7 +240,7 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
             (pending_jobs if isinstance(job, PendingJob) else running).append(job)
     cache.keep_only(ids)
     pending_jobs = restamped(pending_jobs, cache)
-    held = held_back(client, ns, pending_jobs)
+    held = held_back(client, ns, pending_jobs, now_ms)
     pending_jobs = [p for p in pending_jobs if p.spec.id not in held]
     running = pieces(running)  # a gang as one entry per node
     return ReadResult(Snapshot(tuple(pending_jobs), running, node_views(live, running)), epochs, nodes,
@@ -255,12 +256,15 @@ def restamped(pending: list[PendingJob], cache: SpecCache) -> list[PendingJob]:
             for p in pending]
 
 
-def held_back(client, ns: str, pending) -> dict[str, str]:
-    """Of these pending jobs, those whose dependencies are not met (or failed), with why."""
-    waiting = [p.spec for p in pending if p.spec.after or p.spec.after_any]
+def held_back(client, ns: str, pending, now_ms: int) -> dict[str, str]:
+    """Of these pending jobs, those whose --begin time has not come, and those whose dependencies are not met
+    (or failed), with why (as the scheduler's mirror holds them)."""
+    early = {p.spec.id: waits_for(p.spec.begin_ms) for p in pending if p.spec.begin_ms > now_ms}
+    waiting = [p.spec for p in pending if (p.spec.after or p.spec.after_any) and p.spec.id not in early]
     if not waiting:
-        return {}
-    return {job_id: why for job_id, (verdict, why) in judge_all(client, ns, waiting).items() if verdict != READY}
+        return early
+    return {**early, **{job_id: why for job_id, (verdict, why) in judge_all(client, ns, waiting).items()
+                        if verdict != READY}}
 
 
 def pending_only(bad: dict[str, str], pending_ids) -> dict[str, str]:

@@ -125,7 +125,7 @@ def describe(d: dict, *, with_job: bool = True) -> str:
             return f"{head}{d['state']}; started at {_at(d['started_at'], time.time())} on {d['node'] or '-'}"
         return f"{head}{d['state']}; not waiting"
     if "held" in d:
-        return f"{head}not forecast: it waits for its dependencies ({d['held']})"
+        return f"{head}not forecast: it {d['held']}"  # (waits for job 7 (running); waits for its start time)
     if "on_hold" in d:
         return f"{head}not forecast: {d['on_hold']}"
     if "never" in d:

@@ -66,3 +66,13 @@ def test_the_record_keeps_the_instant_resolved_at_submit_not_the_text():
     assert submitted(now, begin="16:00").begin_ms == local_ms("2026-12-07 16:00:00")
     with pytest.raises(InvalidRequestError, match="--begin"):  # a number from outside is no instant it could mean
         submitted(now, begin=1700000000)
+
+
+def test_update_takes_the_instant_as_the_digits_a_signed_request_carries():
+    from dispatcher.core.updates import amended
+
+    spec = build_spec(command=["true"], user="ada", submit_ms=local_ms(NOW))
+    later = local_ms("2026-12-07 16:00:00")
+    assert amended(spec, {"begin": str(later)}).begin_ms == later
+    with pytest.raises(InvalidRequestError, match="--begin"):
+        amended(spec, {"begin": "16:00"})  # the text is read before (dispatcher/begin.py), never here
