@@ -245,7 +245,7 @@ class NodeAgent:
                 try:  # SimpleWorker itself talks to Redis: a server that is down fails its constructor
                     worker = AgentWorker([queue], connection=rq_client, serializer=JSONSerializer,
                                           name=f"{self.name}.{os.getpid()}.{uuid.uuid4().hex[:6]}")
-                    worker.hurry = self.hurry
+                    worker.hurry, worker.asked = self.hurry, self._stop
                     started = time.monotonic()
                     worker.work(logging_level="WARNING", with_scheduler=False)
                     break  # a warm shutdown (SIGINT/SIGTERM)

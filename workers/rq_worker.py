@@ -29,6 +29,16 @@ class AgentWorker(SimpleWorker):
     #: Set by a second SIGINT/SIGTERM (the node agent's: NodeAgent.hurry).
     hurry = None
 
+    #: Set by a SIGINT/SIGTERM the agent's own handler took (NodeAgent._stop): one that came after the agent
+    #: looked at it and before RQ put in its handlers was lost, and the worker waited in BLPOP for minutes
+    #: (`dispatch up` stopped its agent only after its own 60 s).
+    asked = None
+
+    def _install_signal_handlers(self) -> None:
+        super()._install_signal_handlers()
+        if self.asked is not None and self.asked.is_set():  # (RQ's loop looks at this before its first wait)
+            self.stop_asked = self._stop_requested = True
+
     def request_stop(self, signum, frame) -> None:
         self.stop_asked = True
         super().request_stop(signum, frame)

@@ -19,3 +19,34 @@ def test_the_command_listener_stops_within_a_second_when_it_read_the_unsubscribe
     assert not worker.pubsub_thread.is_alive()
     assert time.monotonic() - t0 < 3.0  # RQ's own listener waits 60 s
     worker.pubsub.close()
+
+
+def test_a_stop_the_agent_took_before_rq_put_in_its_handlers_stops_the_worker_before_its_first_wait(client, ns):
+    # the agent's own SIGTERM handler set its stop just after the agent looked at it, before work() put in
+    # RQ's handlers: RQ never heard of it and waited in BLPOP (minutes); `dispatch up` killed it after 60 s
+    import signal
+    import threading
+
+    from rq.serializers import JSONSerializer
+
+    from dispatcher.store.connect import clone
+
+    rq_client = clone(client, socket_timeout=None)
+    worker = AgentWorker([Queue(f"{ns}.q", connection=rq_client, serializer=JSONSerializer)], connection=rq_client,
+                         serializer=JSONSerializer, name=f"{ns}.worker")
+    worker.asked = threading.Event()
+    worker.asked.set()
+
+    def waited(*_):
+        raise AssertionError("the worker waited for work though its agent had been asked to stop")
+
+    kept = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)}
+    signal.signal(signal.SIGALRM, waited)
+    signal.alarm(20)
+    try:
+        worker.work(logging_level="WARNING", with_scheduler=False)  # (RQ's handlers: the main thread only)
+    finally:
+        signal.alarm(0)
+        for s, handler in kept.items():
+            signal.signal(s, handler)
+    assert worker.stop_asked
