@@ -86,6 +86,56 @@ _own_of = operator.itemgetter("cmd", "id", "name", "submit_ms")
 
 
 def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
+    """The spec a record holds, checked; MalformedRecord if it holds none."""
+    quick = _known_shared(raw)
+    if quick is not None:
+        return quick
+    return _decode_whole(raw, key)
+
+
+#: The shared part of a record as encode_spec packs it (the bytes between the map's header and the job's
+#: own fields) -> (the template it was checked into, its dependencies, how many pairs it packs). Filled by
+#: _decode_whole; a queue holds a few thousand distinct requests.
+_SHARED_SEEN: dict[bytes, tuple[JobSpec, tuple, tuple, int]] = {}
+_SEEN_MAX = 4096
+_OWN_KEY = b"\xa2id"  # msgpack of "id", the first of a record's own fields (encode_spec)
+_OWN_FIELDS = frozenset(("id", "name", "cmd", "submit_ms", "arr_i"))
+
+
+def _known_shared(raw) -> JobSpec | None:
+    """A record whose shared part was read before, decoded from its own fields alone (a sweep's jobs differ
+    in those only): no map of 40 fields built and checked again. msgpack packs every value whole, so a
+    prefix equal to a complete shared part already read ends exactly where that part ends; the own fields
+    after it are then checked as _decode_whole checks them. None: read the whole record."""
+    if type(raw) is not bytes or len(raw) > MAX_SPEC_BYTES or raw[:1] != b"\xde":
+        return None
+    at = raw.find(_OWN_KEY, 3)
+    while at != -1:
+        seen = _SHARED_SEEN.get(raw[3:at])
+        if seen is not None:
+            break
+        at = raw.find(_OWN_KEY, at + 1)
+    else:
+        return None
+    template, after, after_any, pairs = seen
+    own = int.from_bytes(raw[1:3], "big") - pairs
+    if not 4 <= own <= 5:
+        return None
+    try:
+        d = msgpack.unpackb(bytes((0x80 | own,)) + raw[at:], raw=False, strict_map_key=True, use_list=False)
+        cmd, job_id, name, submit_ms = _own_of(d)
+    except Exception:  # msgpack's several types, a missing field: the whole read says what is wrong
+        return None
+    index = d.get("arr_i")
+    if not (d.keys() <= _OWN_FIELDS and type(cmd) is tuple and cmd and all(type(a) is str for a in cmd) and type(job_id) is str
+            and type(name) is str and type(submit_ms) is int and submit_ms >= 0
+            and (index is None or type(index) is int and 0 <= index) and len(d) == own):
+        return None
+    return template.filled(id=job_id, name=name, command=cmd, submit_ms=submit_ms, after=after,
+                           after_any=after_any, array_index=index)
+
+
+def _decode_whole(raw, key: str) -> JobSpec:
     try:
         _check(isinstance(raw, (bytes, bytearray)) and 0 < len(raw) <= MAX_SPEC_BYTES,
                "missing or larger than the limit")
@@ -110,10 +160,26 @@ def decode_spec(raw: bytes, *, key: str = "spec") -> JobSpec:
         _check(type(submit_ms) is int and submit_ms >= 0, "bad submit_ms")
         index = d.get("arr_i")
         _check(index is None or (type(index) is int and 0 <= index), "bad arr_i")
+        after, after_any = _ids(d.get("after")), _ids(d.get("after_any"))
+        _remember_shared(raw, template, after, after_any, d)
         return template.filled(id=job_id, name=name, command=cmd, submit_ms=submit_ms,
-                               after=_ids(d.get("after")), after_any=_ids(d.get("after_any")), array_index=index)
+                               after=after, after_any=after_any, array_index=index)
     except _Bad as e:
         raise MalformedRecord(key, str(e)) from None
+
+
+def _remember_shared(raw, template: JobSpec, after: tuple, after_any: tuple, d: dict) -> None:
+    """Keep the shared part of a record that read whole and well, for _known_shared: the bytes before its
+    own fields, where the record ends in them packed as encode_spec packs them (others: not kept)."""
+    own = {"id": d["id"], "name": d["name"], "cmd": d["cmd"], "submit_ms": d["submit_ms"]}
+    if "arr_i" in d:
+        own["arr_i"] = d["arr_i"]
+    tail = msgpack.packb(own)[1:]
+    if type(raw) is not bytes or raw[:1] != b"\xde" or not raw.endswith(tail):
+        return
+    if len(_SHARED_SEEN) >= _SEEN_MAX:
+        _SHARED_SEEN.clear()
+    _SHARED_SEEN[raw[3:len(raw) - len(tail)]] = (template, after, after_any, len(d) - len(own))
 
 
 def _required(value, field: str):
