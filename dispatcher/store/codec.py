@@ -131,8 +131,7 @@ def _known_shared(raw) -> JobSpec | None:
             and type(name) is str and type(submit_ms) is int and submit_ms >= 0
             and (index is None or type(index) is int and 0 <= index) and len(d) == own):
         return None
-    return template.filled(id=job_id, name=name, command=cmd, submit_ms=submit_ms, after=after,
-                           after_any=after_any, array_index=index)
+    return template.job(job_id, name, cmd, submit_ms, after, after_any, index)
 
 
 def _decode_whole(raw, key: str) -> JobSpec:
@@ -162,8 +161,7 @@ def _decode_whole(raw, key: str) -> JobSpec:
         _check(index is None or (type(index) is int and 0 <= index), "bad arr_i")
         after, after_any = _ids(d.get("after")), _ids(d.get("after_any"))
         _remember_shared(raw, template, after, after_any, d)
-        return template.filled(id=job_id, name=name, command=cmd, submit_ms=submit_ms,
-                               after=after, after_any=after_any, array_index=index)
+        return template.job(job_id, name, cmd, submit_ms, after, after_any, index)
     except _Bad as e:
         raise MalformedRecord(key, str(e)) from None
 
