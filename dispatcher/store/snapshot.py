@@ -141,8 +141,6 @@ def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str |
     if state in ACTIVE_STATES:
         epoch = 0 if epoch is None else int(epoch)
         spec = cache.get(job_id, raw, plan_est, fp)
-        if spec is None:
-            return None
         held = tuple(int(g) for g in text(gpus).split(",") if g)
         if is_elastic(spec) and len(held) != spec.gpus:  # its estimate is for the most it asked for
             spec = replace(spec, est_s=run_time(spec, len(held)))
@@ -164,7 +162,7 @@ def _on_hold(job_id: str, raw, plan_est, fp, since_ms: int | None, cache: SpecCa
         spec = cache.get(job_id, raw, plan_est, fp)
     except (MalformedRecord, ValueError):
         return None
-    return None if spec is None else OnHold(PendingJob(spec, 0, since_ms))
+    return OnHold(PendingJob(spec, 0, since_ms))
 
 
 def node_views(live: list[NodeRecord], running) -> tuple[NodeView, ...]:

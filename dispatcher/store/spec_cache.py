@@ -49,7 +49,9 @@ class SpecCache:
         copy; the stored spec, which agents check signatures on, never changes. `fp`: its record's
         fingerprint, which submit wrote (else it is worked out here: ~5 us a job)."""
         spec = self.specs.get(job_id)
-        if spec is None and raw is not None:
+        if spec is None:  # (the read asks for the spec of a job whose spec is not here: a record without one)
+            if raw is None:
+                raise MalformedRecord(f"job {job_id}", "the record holds no spec")
             spec = decode_spec(raw, key=f"job {job_id}")
             if spec.id != job_id:
                 raise MalformedRecord(f"job {job_id}", f"its spec is for job {spec.id!r}")

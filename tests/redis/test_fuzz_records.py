@@ -184,6 +184,22 @@ def test_a_spec_whose_id_names_another_job_does_not_crash_the_cycle(client, ns):
         assert job["state"] == "failed" and job["reason"].startswith("quarantined:"), job
 
 
+def test_a_record_without_its_spec_is_quarantined_pending_or_skipped_active_and_scheduling_goes_on(client, ns):
+    """A pending job hash whose spec field was deleted crash-looped the scheduler (an operator's script, a
+    partial restore): it is quarantined like a garbage spec; an active one costs only its own view."""
+    beat(client, ns)
+    good = submit_good(client, ns)
+    lost = raw_job(client, ns, {"spec": msgpack.packb(valid_spec_map("PLACEHOLDER"))})
+    client.hdel(keys.job(ns, lost), "spec")
+    running = raw_job(client, ns, {"state": "running", "epoch": 1, "node": "n1", "gpus": "7"}, index=("active",))
+    client.hdel(keys.job(ns, running), "spec")
+    Scheduler(client, ns).cycle()
+    assert read_job(client, ns, good)["state"] == "assigned"
+    job = read_job(client, ns, lost)
+    assert job["state"] == "failed" and job["reason"].startswith("quarantined:") and "no spec" in job["reason"], job
+    assert read_job(client, ns, running)["state"] == "running"  # its agent still runs it, and records its end
+
+
 def test_a_job_key_of_the_wrong_redis_type_does_not_stop_scheduling(client, ns):
     beat(client, ns)
     good = submit_good(client, ns)
