@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 
 from dispatcher.store import control, job_record
 
@@ -30,6 +31,11 @@ def handle(sup, entry_id, cmd: dict) -> None:
         run.acks.append(entry_id)
         if kind == "cancel":  # a cancel wins over any other reason (but stale)
             run.stop_as(Stopping.CANCEL, cmd)
+            if time.monotonic() - run.stopping_since > run.spec.grace_s:  # past its grace and still here (a
+                # kill that found none of its processes): a cancel sent again kills it now, as a second scancel
+                sup.stop_run(run, 0, signal.SIGKILL)
+                log.warning("job %s: still running %.0fs after it was asked to stop; killed now by a cancel sent "
+                            "again", job_id, time.monotonic() - run.stopping_since)
         elif cmd.get("mode") == "forced":  # `preempt --force` in a grace: kill it now, for the reason it stops
             sup.stop_run(run, 0, signal.SIGKILL)
             log.info("job %s: stopping (%s); killed now by a forced %s from %s", job_id, run.stopping.value, kind,

@@ -14,6 +14,7 @@ stopped: running.py; what its end is recorded as: outcomes.py; control commands:
 from __future__ import annotations
 
 import logging
+import os
 import select
 import signal
 import threading
@@ -258,14 +259,24 @@ class Supervisor:
         a = run.attempt or proctrack.Attempt(run.job_id, run.epoch, run.proc.pid, node=self.node,
                                                     agent=self.agent)
 
+        def hit(sig):
+            found = proctrack.signal_attempt(a, sig)
+            if (sig == signal.SIGKILL or not found) and run.proc.poll() is None:
+                # its first process may not be in its cgroup yet (the shell that moves it there has not run:
+                # a cancel met the launch): its own process group, which this agent's unreaped child leads
+                try:
+                    os.killpg(run.proc.pid, sig)
+                except OSError:
+                    pass
+
         def go():
-            proctrack.signal_attempt(a, first)
+            hit(first)
             if first == signal.SIGKILL:
                 return
             deadline = time.monotonic() + grace_s
             while time.monotonic() < deadline and run.proc.poll() is None:
                 time.sleep(0.05)
-            proctrack.signal_attempt(a, signal.SIGKILL)
+            hit(signal.SIGKILL)
         threading.Thread(target=go, name=f"kill-{run.job_id}", daemon=True).start()
 
     def _time_limit(self, run: Running) -> threading.Timer | None:

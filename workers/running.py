@@ -86,6 +86,7 @@ class Running:
     owner: tuple[int, int] | None = None  # (uid, gid) its files are created as (jobenv.owner_of); None: the agent's
     stamp: int = 0  # its job's submit time (ms): which job a kept end is of (keeper.keep_exit)
     _stopping: Stopping = field(default=Stopping.NO, init=False)
+    stopping_since: float = field(default=0.0, init=False)  # when it was first asked to stop, time.monotonic
 
     @property
     def checkpoint_signal(self) -> signal.Signals:
@@ -102,6 +103,8 @@ class Running:
         changed, if it does not."""
         if why not in NEXT[self._stopping]:
             return False
+        if not self._stopping:
+            self.stopping_since = time.monotonic()
         self._stopping = why
         if command is not None:
             self.command = command

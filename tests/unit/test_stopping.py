@@ -46,3 +46,53 @@ def test_every_reason_has_an_ending_and_the_values_are_the_old_strings():
     assert set(ENDINGS) == set(Stopping) == set(NEXT)
     assert [s.value for s in Stopping] == ["", "cancel", "stale", "requeue", "preempt", "shrink", "fenced", "gang",
                                            "hung", "timeout", "idle-session"]
+
+
+def test_a_stop_that_finds_nothing_in_the_cgroup_yet_still_kills_the_jobs_first_process(tmp_path):
+    # a cancel met a launch: mark_running said CANCEL_REQUESTED before the job's shell had moved itself into
+    # its cgroup, so the kill found no process there, the job ran on, and a second cancel did nothing
+    import os
+    import subprocess
+    import types
+
+    from dispatcher.core.spec import build_spec
+    from workers import proctrack
+    from workers.jobs import Supervisor
+
+    cgroup = tmp_path / "1.3"  # an attempt's cgroup its process has not joined yet: cgroup.procs is empty
+    cgroup.mkdir()
+    (cgroup / "cgroup.procs").write_text("")
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    run = Running("1", 3, proc, build_spec(command=["sleep", "60"], user="ada", submit_ms=1), tmp_path,
+                  attempt=proctrack.Attempt("1", 3, proc.pid, cgroup, "n1", "tag"))
+    try:
+        run.stop_as(Stopping.CANCEL)
+        Supervisor.stop_run(types.SimpleNamespace(node="n1", agent="tag"), run, 0)
+        assert proc.wait(timeout=10) < 0  # killed by a signal, though its cgroup held nothing
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def test_a_cancel_sent_again_past_the_grace_of_the_first_kills_the_job_now():
+    import signal
+    import threading
+    import time
+    import types
+
+    from dispatcher.core.spec import build_spec
+    from workers import commands
+
+    run = Running("1", 3, proc=None, spec=build_spec(command=["x"], user="ada", submit_ms=1, grace=2), ckpt_dir=None)
+    kills = []
+    sup = types.SimpleNamespace(lock=threading.Lock(), running={"1": run},
+                                stop_run=lambda r, grace, sig=signal.SIGTERM: kills.append((grace, sig)))
+    cancel = {"type": "cancel", "job": "1", "epoch": 3}
+    commands.handle(sup, "1-0", cancel)
+    assert kills == [(2.0, signal.SIGTERM)] and run.stopping is Stopping.CANCEL
+    commands.handle(sup, "1-1", cancel)  # within its grace: the first one's kill is on its way
+    assert kills == [(2.0, signal.SIGTERM)]
+    run.stopping_since = time.monotonic() - 3  # its grace is over and it is still here
+    commands.handle(sup, "1-2", cancel)
+    assert kills[-1] == (0, signal.SIGKILL)
