@@ -311,14 +311,17 @@ def _register(sup, job_id: str, epoch: int, proc, spec: JobSpec, ckpt: Path, gpu
 
 
 def _mark_running(sup, run: Running) -> None:
-    """Its start, in Redis (mark_running.lua); a copy that went stale, or was cancelled, meanwhile
-    is stopped at once."""
+    """Its start, in Redis (mark_running.lua); a copy that went stale meanwhile is stopped at once, one
+    cancelled meanwhile as any cancel (its checkpoint signal, its grace)."""
     try:
         started = sup.scripts.mark_running(run.job_id, run.epoch, now_ms(), run.proc.pid)
     except Exception as e:  # Redis away: the job runs; its start is written when Redis is back
         log.warning("job %s: could not record its start yet (%s)", run.job_id, e)
         sup.outbox.add("running", run.job_id, run.epoch, now_ms(), run.proc.pid)
         started = Outcome.DONE
-    if started != Outcome.DONE:  # STALE, or CANCEL_REQUESTED
-        run.stop_as(Stopping.STALE if started == Outcome.STALE else Stopping.CANCEL)
+    if started == Outcome.CANCEL_REQUESTED:  # cancelled as it started: stopped as any cancel is (its grace)
+        run.stop_as(Stopping.CANCEL)
+        sup.stop_run(run, run.spec.grace_s)
+    elif started != Outcome.DONE:  # STALE: a copy no longer current is killed at once
+        run.stop_as(Stopping.STALE)
         sup.stop_run(run, grace_s=0)

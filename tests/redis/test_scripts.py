@@ -94,6 +94,20 @@ def test_cancelling_an_active_job_queues_its_cancel_with_it_and_a_pending_one_se
     assert s.cancel(waiting, now_ms(), "again") == Outcome.ENDED
 
 
+def test_a_start_that_meets_a_cancel_asked_after_its_launch_read_the_record_counts_as_a_start(client, ns):
+    # the agent's cancel for it came before the process existed ("not running here"); mark_running then met
+    # cancel_ms and refused the start: the job ran with no started_ms, killed with no grace, its GPU time lost
+    s = Scripts(client, ns)
+    (job_id,) = write_jobs(client, ns, [build_spec(command=["true"], user="u", submit_ms=now_ms(), gpus=1)])
+    epoch = s.commit_placement(job_id, "n1", (0,), 0, now_ms())
+    assert cancel_job(s, client, ns, job_id, now_ms(), "bye") == "requested"
+    assert s.mark_running(job_id, epoch, now_ms(), 4242) == Outcome.CANCEL_REQUESTED
+    job = read_job(client, ns, job_id)
+    assert job["state"] == "running" and job["started_at"] and job["cancel_requested"], job
+    assert s.finish(job_id, "n1", epoch, "cancelled", -15, now_ms(), "bye") == Outcome.DONE
+    assert read_job(client, ns, job_id)["state"] == "cancelled"
+
+
 @pytest.mark.parametrize("how", ["lost with its agent", "lost with its agent, its last retry", "preempted"])
 def test_a_job_cancelled_while_it_runs_is_not_requeued_when_its_attempt_ends_otherwise(client, ns, how):
     # the user's cancel is in flight (the agent has it, the job has cancel_ms) when the attempt ends

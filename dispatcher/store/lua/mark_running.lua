@@ -5,14 +5,15 @@
 -- ARGV[6] job id
 -- returns (store/scripts.py Outcome) 1 DONE started; 0 STALE (epoch moved or job not assigned; a gang's
 -- rank may also start while the gang runs or stops: its stop then comes from the agent's check);
--- 2 CANCEL_REQUESTED a cancel was requested first
+-- 2 CANCEL_REQUESTED started, but a cancel was requested meanwhile (after the agent read the record): the
+-- agent stops it as a cancel (its signal, its grace), and its run counts from here
 -- An attempt's start is observed here, once, in the histogram (store/counters.py): where it happens,
 -- whatever the scheduler's mirror saw of it. A shrunk job's restart on fewer GPUs is no start.
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[1] then return 0 end
 local state = redis.call('HGET', KEYS[1], 'state')
 local gang = (redis.call('HGET', KEYS[1], 'gang') or '') ~= ''
 if state ~= 'assigned' and not (gang and (state == 'running' or state == 'preempting')) then return 0 end
-if redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 1 then return 2 end
+local cancelled = redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 1
 if state == 'assigned' then
   redis.call('HSET', KEYS[1], 'state', 'running', 'started_ms', ARGV[2], 'pid', ARGV[3])
   local assigned = tonumber(redis.call('HGET', KEYS[1], 'assigned_ms') or '')
@@ -35,4 +36,5 @@ if state == 'assigned' then
   end
 end
 redis.call('SADD', KEYS[#KEYS], ARGV[#ARGV])  -- the scheduler rereads it (keys.jobs_changed)
+if cancelled then return 2 end
 return 1
