@@ -63,6 +63,7 @@ class RunningJob:
     rank: int = 0
     extra: tuple[tuple[str, tuple[int, ...]], ...] = ()
     ended: frozenset = frozenset()  # a gang's ranks whose end is recorded (their GPUs are free again)
+    preempted_for: str = ""  # stopping for a preemption: the pending job its GPUs go to ("": none known)
 
     def attained_at(self, now_ms: int) -> float:
         """GPU-seconds received so far, this run included."""

@@ -56,6 +56,8 @@ class Cycle:
             u = self.usage[r.spec.user]
             u[0] += len(r.gpus); u[1] += r.spec.cpus; u[2] += r.spec.mem_gb
             self.teams.running(r.spec, len(r.gpus))
+            if r.stopping and r.preempted_for in backlog.jobs:  # preempted for a job still waiting
+                self.teams.on_the_way(backlog.jobs[r.preempted_for].spec)
 
         def end_of(r: RunningJob) -> int:
             return end_ms(r.spec, r.started_ms, now_ms, config)
@@ -327,6 +329,7 @@ class Cycle:
         node, victims = got
         self.preemptors += 1
         self.preemptions.extend(victims)
+        self.teams.on_the_way(spec)
         released = self.victims.stop(node.view.name, victims)
         coming = [g for g in released if self.fit.gpu_usable(spec, node.view, g) and g not in node.shared]
         gpus = self.fit.usable(spec, node.view, sorted(node.free)) + [g for g in coming if g not in node.free]

@@ -27,6 +27,10 @@ class Teams:
     demand: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     arrays: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # array id -> elements running
     by_class: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # class rank -> GPUs held
+    #: pending jobs that victims stop for (this cycle's preemptions, and those still stopping from earlier
+    #: ones): job id -> (team, GPUs); a team's GPUs on their way, which its guarantee counts as held
+    coming: dict[str, tuple[str, int]] = field(default_factory=dict)
+    coming_to: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # team -> GPUs coming
 
     def running(self, spec: JobSpec, gpus: int) -> None:
         """Count a job already running (holding `gpus` GPUs)."""
@@ -52,8 +56,15 @@ class Teams:
         return q.guarantee_gpus if q else 0
 
     def owed(self, team: str) -> int:
-        """GPUs `team` still needs to reach its guarantee, bounded by what it has waiting."""
-        return max(0, min(self.guarantee(team) - self.used[team], self.demand[team]))
+        """GPUs `team` still needs to reach its guarantee (what victims stop for counts as held), bounded by
+        what it has waiting."""
+        return max(0, min(self.guarantee(team) - self.used[team] - self.coming_to[team], self.demand[team]))
+
+    def on_the_way(self, spec: JobSpec) -> None:
+        """Victims stop for `spec` (pending): its GPUs are its team's from now on, as its guarantee counts."""
+        if spec.id not in self.coming:
+            self.coming[spec.id] = (spec.team, spec.gpus)
+            self.coming_to[spec.team] += spec.gpus
 
     def check(self, spec: JobSpec, free_gpus: int) -> tuple[Code, str] | None:
         """Why a team rule (or its array's cap) keeps `spec` from starting now (with `free_gpus` free in the
@@ -83,6 +94,9 @@ class Teams:
         return None
 
     def take(self, spec: JobSpec) -> None:
+        team, gpus = self.coming.pop(spec.id, (None, 0))
+        if team is not None:
+            self.coming_to[team] -= gpus
         self.used[spec.team] += spec.gpus
         self.by_class[spec.rank] += spec.gpus
         if spec.array_of:
@@ -92,5 +106,5 @@ class Teams:
     def reclaims(self, team: str, victim_team: str) -> bool:
         """May a job of `team` preempt one of `victim_team` to reclaim its guarantee (it is below its
         guarantee, the victim's team above its own)?"""
-        return bool(self.config.teams) and self.used[team] < self.guarantee(team) \
+        return bool(self.config.teams) and self.used[team] + self.coming_to[team] < self.guarantee(team) \
             and self.used[victim_team] > self.guarantee(victim_team)

@@ -1,16 +1,13 @@
 """The discrete-event simulator: an event heap, a manual clock, and policy.schedule.
 
-Events are arrivals, finishes and the end of a checkpoint save. After the events
-of one instant are applied, the engine builds a Snapshot exactly as the live
-scheduler reads one from Redis, calls schedule(), and applies the Plan the way
-the live planner and node agents would: placements start jobs, graceful
-preemptions hold the victim's GPUs for the checkpoint save and requeue it with
-its progress kept, forced ones requeue it at once with its progress lost. A
-job resumed from a checkpoint pays the restore time.
+Events are arrivals, finishes and the end of a checkpoint save. After the events of one instant are
+applied, the engine builds a Snapshot exactly as the live scheduler reads one from Redis, calls schedule(),
+and applies the Plan the way the live planner and node agents would: placements start jobs, graceful
+preemptions hold the victim's GPUs for the checkpoint save and requeue it with its progress kept, forced
+ones requeue it at once with its progress lost. A job resumed from a checkpoint pays the restore time.
 
-`Engine.from_snapshot` goes on from a live cluster's state instead of a trace
-(sim/forecast.py: `dispatch eta`); `run(until_s=, watch=)` stops early and can be
-called again.
+`Engine.from_snapshot` goes on from a live cluster's state instead of a trace (sim/forecast.py: `dispatch
+eta`); `run(until_s=, watch=)` stops early and can be called again.
 """
 
 from __future__ import annotations
@@ -61,6 +58,7 @@ class SimJob:
     attempts: int = 0
     preemptions: int = 0
     last_preempted_s: float = 0.0
+    preempted_for: str = ""  # while stopping: the job it was preempted for (RunningJob.preempted_for)
     lost_gpu_s: float = 0.0
     attained_gpu_s: float = 0.0
 
@@ -159,6 +157,7 @@ class Engine:
             job.started_s = job.run_start_s = job.first_start_s = r.started_ms / 1000.0
             job.preemptions, job.last_preempted_s = (1, r.preempted_ms / 1000.0) if r.preempted_ms else (0, 0.0)
             job.attained_gpu_s, job.state = r.attained_gpu_s, "stopping" if r.stopping else "running"
+            job.preempted_for = r.preempted_for
             engine.running[job_id] = job
             engine.view_running(job)
             if r.stopping:
@@ -336,7 +335,8 @@ class Engine:
         self.views_of_running[job.spec.id] = [
             RunningJob(job.spec, node, gpus, int(job.started_s * 1000), 0,
                        int(job.last_preempted_s * 1000) if job.preemptions else 0, job.state == "stopping",
-                       job.attained_gpu_s) for node, gpus in job.node_gpus]
+                       job.attained_gpu_s, preempted_for=job.preempted_for if job.state == "stopping" else "")
+            for node, gpus in job.node_gpus]
 
     def snapshot(self, now_ms: int) -> Snapshot:
         for name in self.dirty:  # only nodes whose free GPUs changed get a new view
@@ -366,7 +366,7 @@ class Engine:
             else:  # graceful (and shrink, which trace jobs never ask for): save, then requeue
                 self.kept_s += min(done, victim.work_left_s)
                 victim.work_left_s = max(0.0, victim.work_left_s - done)
-                victim.state = "stopping"
+                victim.state, victim.preempted_for = "stopping", pr.for_job
                 self.view_running(victim)
                 self.push(now + self.ckpt_save_s, SAVED, victim.spec.id, victim.token)
         for p in plan.placements:

@@ -90,7 +90,7 @@ _OPTIONAL = {f.name for f in FIELDS if f.optional}
 
 #: The named selections readers take (each a subset of FIELDS; tests check it).
 SCHEDULER = ("state", "epoch", "attempt", "node", "gpus", "assigned_ms", "started_ms", "checkpoint_ms",
-             "last_preempted_ms", "plan_est_s", "gang", "ranks_ended", "hold", "fp")  # the mirror's (scripts.read_jobs; the spec too until cached)
+             "last_preempted_ms", "plan_est_s", "gang", "ranks_ended", "hold", "fp", "preempted_by")  # the mirror's (scripts.read_jobs; the spec too until cached)
 OUTCOME = ("state", "reason", "exit_code")  # a dependency's, a recent end's
 NOTIFY = ("spec", "state", "reason", "exit_code", "notified")  # a notifier's, of an ended job
 LAUNCH = ("spec", "epoch", "node", "gpus", "attempt", "cancel_ms", "state", "seal", "gang",

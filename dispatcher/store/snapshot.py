@@ -123,7 +123,7 @@ def _decoded(ns: str, ids: list[str], replies: list, cache: SpecCache, index: st
 
 def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str | None):
     state, epoch, attempt, node, gpus, assigned_ms, started_ms, ckpt_ms, preempted_ms, plan_est, gang, ended, hold, \
-        fp, raw = reply
+        fp, by, raw = reply
     state = text(state)
     if state == "pending":
         if since is None:
@@ -147,12 +147,18 @@ def _job_from(job_id: str, reply, since, cache: SpecCache, ns: str, index: str |
         ranks = gang_ranks(text(gang)) if gang else ()
         return RunningJob(spec, text(node), held,
                           int(started_ms or assigned_ms or 0), int(ckpt_ms or 0), int(preempted_ms or 0),
-                          state == "preempting", extra=ranks[1:],
+                          state == "preempting", extra=ranks[1:], preempted_for=_preemptor(state, by),
                           ended=frozenset(int(r) for r in text(ended).split(",") if r.isdigit()) if ended
                           else frozenset()), epoch
     if since is not None and index is not None:  # no record, or one that is not pending, in the pending index
         return Strays((job_entry(ns, index, job_id, "not a pending job", expect="pending"),))
     return None
+
+
+def _preemptor(state: str, by) -> str:
+    """The pending job a preempting job's GPUs go to ("job 12", as the scheduler's commit wrote it), else ""."""
+    who = text(by) if state == "preempting" and by else ""
+    return who[4:] if who.startswith("job ") else ""
 
 
 def _on_hold(job_id: str, raw, plan_est, fp, since_ms: int | None, cache: SpecCache) -> OnHold | None:

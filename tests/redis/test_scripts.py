@@ -40,6 +40,18 @@ def test_a_preemption_marks_the_job_and_queues_its_command_in_one_step(client, n
     control.malformed(commands(client, ns)[0])  # shaped as the agent reads it
 
 
+def test_the_scheduler_reads_which_job_a_stopping_victim_was_preempted_for(client, ns):
+    # a team's guarantee counts the GPUs on their way to it (policy/teams.py): the victim's record says for whom
+    from dispatcher.store.snapshot import read_snapshot
+    from dispatcher.store.spec_cache import SpecCache
+
+    s = Scripts(client, ns)
+    job_id, epoch = running(client, ns, s)
+    assert preempt(s, job_id, epoch) == Outcome.DONE
+    [victim] = read_snapshot(client, ns, now_ms(), 3600, SpecCache()).snapshot.running
+    assert (victim.stopping, victim.preempted_for) == (True, "9")
+
+
 @pytest.mark.parametrize("refusal", ["stale epoch", "not running", "already stopping", "another leads"])
 def test_a_refused_preemption_leaves_neither_the_mark_nor_the_command(client, ns, refusal):
     s = Scripts(client, ns)

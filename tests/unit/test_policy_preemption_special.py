@@ -191,6 +191,24 @@ def test_a_team_below_its_guarantee_reclaims_gpus_from_a_borrowing_team_of_the_s
         assert plan.reservations == (Reservation("a1", "n1", (0,), NOW_MS),), f"reservations {plan.reservations}"
 
 
+def test_a_team_reclaims_up_to_its_guarantee_and_counts_the_gpus_on_their_way_across_cycles():
+    # vision (guarantee 3) waits with 5 one-GPU jobs on a cluster nlp fills: it reclaimed one GPU more than its
+    # guarantee, as victims still stopping from an earlier cycle (and this cycle's) did not count as its own
+    teams = {"vision": TeamQuota(guarantee_gpus=3), "nlp": TeamQuota()}
+    nodes = [full_node(f"n{k}", 2) for k in range(1, 5)]  # (a cycle preempts on a node once: its reservation)
+    running = [running_job(f"b{i}", "normal", i % 2, node=f"n{1 + i // 2}", team="nlp") for i in range(8)]
+    waiting = [make_job(f"v{i}").gpus(1).priority("normal")._set(team="vision").waited(10 - i) for i in range(5)]
+    config = PolicyConfig(teams=teams, preemptors_per_cycle=10)
+    first = plan_of(waiting, nodes, running, config)
+    assert len(first.preemptions) == 3, preempted(first)  # not one for each of the 5 waiting
+    # the next cycle: those victims stop for their preemptors, which still wait; one GPU of vision's runs
+    stopping = {p.job_id: p.for_job for p in first.preemptions}
+    later = [replace(r, stopping=True, preempted_for=stopping[r.spec.id]) if r.spec.id in stopping else r
+             for r in running]
+    again = plan_of(waiting, nodes, later, config)
+    assert again.preemptions == (), preempted(again)
+
+
 # --- 14. determinism --------------------------------------------------------------------------
 
 def test_the_same_snapshot_always_gives_the_same_plan_preemptions_included():
