@@ -194,6 +194,22 @@ def test_a_gang_ends_rank_by_rank_and_its_first_failure_is_what_it_ends_as(clien
     assert client.hgetall(keys.node_alloc(ns, "n1")) == {}
 
 
+@pytest.mark.parametrize("code, kept", [(3, 3), (-9, None)])
+def test_a_gang_out_of_retries_fails_with_its_ranks_own_exit_code(client, ns, code, kept):
+    # a rank that exited 3 every time: the job fails with 3 (`dispatch wait` exits 3, as Slurm's step), not
+    # with no code at all; a rank killed by a signal keeps it in its attempt only
+    s = Scripts(client, ns)
+    job_id = gang_job(client, ns)
+    epoch = s.commit_gang(job_id, [("n1", (0, 1)), ("n2", (0, 1))], 0, now_ms())
+    assert s.mark_running(job_id, epoch, now_ms(), 1) == Outcome.DONE
+    assert s.finish(job_id, "n2", epoch, "pending", code, now_ms(), "rank 1 ended", rank=1,
+                    lost_retries=0) == Outcome.DONE
+    assert s.finish(job_id, "n1", epoch, "pending", -15, now_ms(), "stopped with its gang", rank=0,
+                    for_gang=True) == Outcome.DONE
+    j = read_job(client, ns, job_id)
+    assert (j["state"], j["exit_code"]) == ("failed", kept) and "gave up after 1 lost attempts" in j["reason"], j
+
+
 def test_a_cycles_reason_does_not_write_over_a_hold_or_a_job_that_moved_on(client, ns):
     """A cycle judges a job, then the job is held (or placed) before the cycle writes its reason: the
     held reason stays, and a job that is no longer pending gets no waiting reason."""

@@ -128,7 +128,10 @@ local cancelled = new_state == 'pending' and cancel_asked
 if lost then
   local n = redis.call('HINCRBY', KEYS[1], 'lost', 1)
   if n > tonumber(A[10]) and not cancelled then
-    new_state, code = 'failed', ''  -- (the attempt keeps the signal dispatch or the node's loss gave it)
+    -- (the attempt keeps the signal dispatch or the node's loss gave it; the job keeps an exit code of its
+    -- own: a gang's rank that exited 3 each time fails the job with 3, as Slurm's step)
+    new_state = 'failed'
+    if not (tonumber(code) and tonumber(code) > 0) then code = '' end
     reason = reason .. '; gave up after ' .. n .. ' lost attempts (retries ' .. A[10] .. ')'
   end
 end
