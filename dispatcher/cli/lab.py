@@ -41,7 +41,7 @@ from .sim_options import check_options, parse_ckpt_cost, policy_names, write_jso
               "the generated lab weeks), every policy against fifo, fifo-easy, las and srtf, as one score card.")
 @click.option("--workloads", default=None, metavar="NAME,NAME,...", help="With --suite: only these workloads.")
 @click.option("--traces", "traces_dir", default=None, metavar="DIR",
-              help="With --suite: where philly_week.csv and alibaba_gpu2023_week.csv are (default: examples/traces).")
+              help="With --suite: where philly_week.csv and alibaba_gpu2023_week.csv are (default: the two installed with dispatch).")
 @click.option("--out", "out_json", default=None, metavar="FILE.json",
               help="Also write what --json prints (with --suite, the card) to this file.")
 @click.option("--export", "export_dir", default=None, metavar="DIR",

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from ..sim.suite import BASELINES, TRACES, Workload, from_trace, generated
 
-#: Where the suite looks for the shared traces when not told: the project's examples/traces.
-DEFAULT_TRACES = Path(__file__).resolve().parents[2] / "examples" / "traces"
+#: Where the suite looks for the shared traces when not told: installed with the package (examples/traces in a
+#: checkout is a link to it).
+DEFAULT_TRACES = Path(__file__).resolve().parent / "traces"
 
 
 def load_workloads(traces_dir: str | os.PathLike | None, seed: int, names: list[str] | None = None) -> list[Workload]:
