@@ -52,8 +52,10 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
     if len(pending) > limit:
         cut = {j["id"] for j in pending[limit:]}
         jobs = [j for j in jobs if j["id"] not in cut]
-    if as_json:
+    if as_json:  # (the list stays a list: the cut is said on stderr, where a script's reader sees it)
         click.echo(json.dumps(jobs, indent=1))
+        if more > 0:
+            click.echo(f"dispatch: {_more(more, limit)}", err=True)
         return say_missing(missing)
     now = time.time()
     rows = []
@@ -86,8 +88,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
     header = ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "TIME", "REASON", "COMMAND"]
     click.echo(_table(cut_last(rows, header), header))
     if more > 0:
-        click.echo(f"... and {more} more pending jobs (the oldest {limit} are listed: --limit N, or a filter "
-                   f"such as -u USER, --name GLOB)")
+        click.echo(f"... {_more(more, limit)}")
     for line in report(ctx.client, ctx.ns):
         click.echo(line)
     say_missing(missing)
@@ -167,6 +168,11 @@ def cancel(ctx, job_ids, users, states, names, teams):
             if not (sel.filtered and is_final(j["state"]))]
     act_each(ctx, "cancel", jobs, lambda job_id: cancel_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms()),
              said_of_cancel, missing=missing)
+
+
+def _more(more: int, limit: int) -> str:
+    return (f"and {more} more pending jobs (the oldest {limit} are listed: --limit N, or a filter such as -u USER, "
+            "--name GLOB)")
 
 
 def said_of_cancel(outcome: str, job: dict) -> str:

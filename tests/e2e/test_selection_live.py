@@ -75,6 +75,8 @@ def test_a_filter_reaches_past_the_oldest_thousand_and_queue_says_how_many_it_di
     listed = cli.run("queue").stdout
     assert "... and 2 more pending jobs (the oldest 1000 are listed" in listed
     assert "and 999 more pending jobs" in cli.run("queue", "--limit", "3").stdout
+    as_json = cli.run("queue", "--json", "--limit", "3")  # a script counting them is told too, on stderr
+    assert len(json.loads(as_json.stdout)) == 3 and "and 999 more pending jobs" in as_json.stderr, as_json.stderr
     bob = json.loads(cli.run("queue", "-u", "bob", "--json").stdout)
     assert [j["user"] for j in bob] == ["bob"], "the 1,002nd job is found by its user"
     assert cli.run("cancel", "-u", "bob").stdout.strip() == f"{bob[0]['id']}: cancelled"
