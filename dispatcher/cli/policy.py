@@ -11,7 +11,6 @@ import click
 
 from . import _table, common, json_flag
 from ..clock import now_ms
-from ..core.units import hhmm
 
 
 @click.group()
@@ -24,6 +23,7 @@ def policy():
 def policy_check(path):
     """Validate a policy file: exit 0 and a summary, or one line naming the bad key."""
     from ..policy.promises import short_span
+    from ..policy.render import schedule_entry
     from ..scheduler.policy_source import load_policy_file
 
     pset, _ = load_policy_file(path)
@@ -40,7 +40,7 @@ def policy_check(path):
         targets = ", ".join(f"{c} {short_span(t)}" for c, t in cfg.targets_s.items())
         click.echo(f"profile {name}: weights {w}; {crossing}; wait targets {targets}")
     for e in pset.schedule:
-        click.echo(f"schedule: {e.profile} from {hhmm(e.from_min)} to {hhmm(e.to_min)}")
+        click.echo(f"schedule: {schedule_entry(e)}")  # (its days too: a weekend rule is no all-day one)
     teams = next(iter(pset.profiles.values())).teams
     for t, q in teams.items():
         click.echo(f"team {t}: guarantee {q.guarantee_gpus} GPUs, limit {q.limit_gpus if q.limit_gpus is not None else 'none'}")

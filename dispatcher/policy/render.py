@@ -207,7 +207,8 @@ def _show(name: str, v) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
-def _entry(e: ScheduleEntry) -> str:
+def schedule_entry(e: ScheduleEntry) -> str:
+    """One schedule rule in words: "night 20:00-08:00 sat,sun" (or "every day")."""
     days = "every day" if e.days == frozenset(range(7)) else ",".join(DAYS[d] for d in sorted(e.days))
     return f"{e.profile} {hhmm(e.from_min)}-{hhmm(e.to_min)} {days}"
 
@@ -237,7 +238,7 @@ def settings(pset: PolicySet, *, names: list[str] | None = None) -> dict[str, st
         config = pset.profiles.get(name, pset.profiles[pset.default_profile])
         out.update({f"profiles.{name}.{k}": v for k, v in profile_settings(config).items()})
     for i, e in enumerate(pset.schedule):
-        out[f"schedule[{i}]"] = _entry(e)
+        out[f"schedule[{i}]"] = schedule_entry(e)
     for team, q in sorted(pset.profiles[pset.default_profile].teams.items()):
         out[f"teams.{team}.guarantee_gpus"] = str(q.guarantee_gpus)
         out[f"teams.{team}.limit_gpus"] = "none" if q.limit_gpus is None else str(q.limit_gpus)

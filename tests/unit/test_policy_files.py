@@ -39,3 +39,14 @@ def test_a_bad_setting_is_one_clear_error(text, needle):
     with pytest.raises(ConfigError) as e:
         parse_policy(text)
     assert needle in str(e.value)
+
+
+def test_policy_check_names_the_days_of_a_schedule_rule():
+    # the example's weekend rule read "night from 00:00 to 24:00": all day, every day
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "policy.toml"
+    out = subprocess.run([sys.executable, "-m", "dispatcher", "policy", "check", str(example)], capture_output=True,
+                         text=True, timeout=60).stdout
+    assert "schedule: night 00:00-24:00 sat,sun" in out and "schedule: night 20:00-08:00 every day" in out, out
