@@ -45,6 +45,7 @@ def test_policy_check_names_the_days_of_a_schedule_rule():
     # the example's weekend rule read "night from 00:00 to 24:00": all day, every day
     import subprocess
     import sys
+    from pathlib import Path
 
     example = Path(__file__).resolve().parents[2] / "examples" / "policy.toml"
     out = subprocess.run([sys.executable, "-m", "dispatcher", "policy", "check", str(example)], capture_output=True,
