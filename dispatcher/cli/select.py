@@ -47,12 +47,19 @@ def resolve(client, ns: str, sel: Selection, *, include_final: bool, limit: int 
 
 def not_found(ids: list[str]) -> list[str]:
     """The error lines for ids that name no job: one an id, one a run of consecutive ids (a range that
-    reaches past the newest job: `no jobs with ids 38 to 500`)."""
+    reaches past the newest job: `no jobs with ids 38 to 500`; an array's elements past its last:
+    `no jobs with ids 34_8 to 34_99`)."""
     from ..core.errors import JobNotFound
+
+    def split(i: str) -> tuple[str, int] | None:  # "34_8" -> ("34_", 8), "38" -> ("", 38)
+        head, _, n = i.rpartition("_")
+        return (head + "_" if head else "", int(n)) if n.isdigit() and (not head or head.isdigit()) else None
 
     runs: list[list[str]] = []
     for i in ids:
-        if runs and i.isdigit() and runs[-1][1].isdigit() and int(runs[-1][1]) + 1 == int(i):
+        last = split(runs[-1][1]) if runs else None
+        here = split(i)
+        if last and here and last[0] == here[0] and last[1] + 1 == here[1]:
             runs[-1][1] = i
         else:
             runs.append([i, i])

@@ -97,6 +97,9 @@ def submit(ctx, from_file, command, held, dependency, wrap, **flags):
             if ids:
                 defaults[flag] = [*defaults.get(flag, []), *ids]
     if wrap is not None:
+        if not wrap.strip():  # (`--wrap "$CMD"` with CMD unset ran `sh -c ''` on a GPU, and "succeeded")
+            raise InvalidRequestError("--wrap: empty; give the command to run, e.g. --wrap 'python train.py'",
+                                      field="--wrap")
         if command:
             raise InvalidRequestError("give either --wrap CMD or a command after --, not both", field="--wrap")
         command = ("sh", "-c", wrap)

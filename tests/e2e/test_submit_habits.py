@@ -64,6 +64,7 @@ def test_sbatchs_dependency_wrap_and_short_array_and_nodes_flags_are_taken(cli):
     for args, says in ((["-d", f"afterok:{a}?afterok:{b}"], "not for any one ('?')"),
                        (["-d", f"afternotok:{a}"], "'afternotok:" + a + "' is not afterok:ID"),
                        (["--wrap", "true", "--", "true"], "either --wrap CMD or a command after --"),
+                       (["--wrap", " "], "--wrap: empty"),
                        (["--gres", "gpu:a100:2"], "No such option: --gres: GPUs are --gpus N with --gpu-type T")):
         p = cli.run("submit", *args, check=False)
         assert p.returncode == 2 and says in p.stderr and len(p.stderr.splitlines()) == 1, (args, p.stderr)

@@ -70,3 +70,13 @@ def test_a_second_up_names_the_first_ones_server_with_its_password_masked_whiche
 
     said = str(UpAlreadyRunning("/home/ada/.local/state/dispatch", 27045, "redis://default:vti-T844@127.0.0.1:44487/0"))
     assert "vti-T844" not in said and "redis://default:***@127.0.0.1:44487/0" in said
+
+
+def test_ids_that_name_no_job_are_one_line_a_run_array_elements_past_the_last_too():
+    # `cancel '34_[1-99]'` on an array of 8 printed 92 lines, one per element it does not have
+    from dispatcher.cli.select import not_found
+
+    lines = not_found([f"34_{i}" for i in range(8, 100)] + ["120", "121", "abc", "7_2", "7_4"])
+    assert [line.split(" (")[0] for line in lines] == [
+        "no jobs with ids 34_8 to 34_99", "no jobs with ids 120 to 121", "no job with id 'abc'",
+        "no job with id '7_2'", "no job with id '7_4'"]
