@@ -1,6 +1,7 @@
-"""The leader's counts of what its mirror saw jobs do (scheduler/mirror.py), for /metrics: each end by
-final state and class with its run time, and each requeue by why it went back (store/counters.py); and
-with the ends, the newest ends and the idle warnings the board reads (store/cluster.py).
+"""The leader's counts of what its mirror saw jobs do (scheduler/mirror.py), for /metrics: each requeue by why
+it went back (store/counters.py); and with the ends, the newest ends and the idle warnings the board reads
+(store/cluster.py). (The ends themselves, by state and class with their run time, are counted where they are
+written, by finish.lua and cancel.lua: none is missed while no scheduler leads.)
 
 The mirror notes a requeue when a job it saw holding resources, or placed itself, is read pending again.
 The leader counts them once a full cycle, in one read and one write. (A start's latency is counted by
@@ -52,8 +53,7 @@ def count_seen(client, ns: str, mirror) -> None:
 
 
 def _count_ends(pipe, ns: str, ended, replies) -> None:
-    """Each end by final state and class, and how long its last attempt ran; the ends for the board's
-    outcomes, and the ended jobs' idle warnings dropped."""
+    """The ends for the board's outcomes, and the ended jobs' idle warnings dropped."""
     if not ended:
         return
     cluster.forget_idle(pipe, ns, [job_id for job_id, _ in ended])
@@ -65,9 +65,6 @@ def _count_ends(pipe, ns: str, ended, replies) -> None:
         if f["state"] not in FINAL_STATES:
             continue
         ends.append((job_id, f["state"], cls, f["reason"], f["exit_code"], f["finished_ms"]))
-        counters.count(pipe, ns, "jobs_ended", state=f["state"], **{"class": cls})
-        if f["started_ms"] and f["finished_ms"] >= f["started_ms"]:
-            counters.observe(pipe, ns, "job_run", (f["finished_ms"] - f["started_ms"]) / 1000.0, **{"class": cls})
     cluster.record_ends(pipe, ns, ends)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from ..core.plan import Plan, Preemption
-from ..store import control, job_record, keys
+from ..store import control, counters, job_record, keys
 from ..store.scripts import Outcome
 
 log = logging.getLogger("dispatch.scheduler")
@@ -148,5 +148,6 @@ class RedisPlanner:
             pipe.zrem(keys.jobs_pending(self.ns), job_id)
             pipe.sadd(keys.jobs_changed(self.ns), job_id)
             job_record.set_failed(pipe, self.ns, job_id, f"quarantined: {why}", now_ms)
+            counters.count(pipe, self.ns, "jobs_ended", state="failed", **{"class": "unknown"})  # (its spec: unread)
             log.error("quarantined job %s: %s", job_id, why)
         pipe.execute(raise_on_error=False)  # a key of the wrong type still leaves the pending index

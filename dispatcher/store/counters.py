@@ -4,10 +4,10 @@ A histogram the dashboard computed from the decision log counted again in every 
 and after every restart; these are counted once, where the event is decided, and live as long as the
 namespace, whoever leads (a new leader adds to them). The leading scheduler writes them: in its
 commit's round trip (queue_wait, cycle, jobs_started, preemptions), and once a full cycle for what
-its mirror saw jobs do (jobs_ended and job_run, and requeues by why: scheduler/counting.py). One
-histogram is observed where its event happens instead: start_latency, from placement to running, by the
-agent's mark_running.lua as it records the start (once an attempt, whatever a mirror saw of it, and
-whoever leads). `read` gives them to the exporter (views/metrics.py).
+its mirror saw jobs do (requeues by why: scheduler/counting.py). Some are counted where their event
+happens instead, once each, whatever a mirror saw and whoever leads (or none does): start_latency, from
+placement to running, by the agent's mark_running.lua as it records the start; jobs_ended and job_run by
+finish.lua and cancel.lua as they record the end. `read` gives them to the exporter (views/metrics.py).
 
 Fields: "<name>|<labels>|b<i>" a histogram bucket's own count (not cumulative; i indexes BUCKETS[name],
 the last is +Inf), "<name>|<labels>|sum" and "|count"; "<name>|<labels>" a plain counter. Labels are

@@ -57,6 +57,7 @@ def _typed(reply, *, counts: bool = False):
 
 #: mark_running.lua observes each start's latency, by class (store/counters.py).
 _START_LATENCY = script_histogram("start_latency", "class")
+_JOB_RUN = script_histogram("job_run", "class")  # finish.lua observes each end's last attempt
 _NAMES = ("commit_placement", "commit_gang", "mark_running", "finish", "cancel", "preempt", "shrink", "checkpointed",
           "lease", "idle_warning", "rendezvous", "progress", "hold", "requeue", "set_reason")
 
@@ -177,6 +178,8 @@ class FinishArgs:
     for_gang: bool = False  # this rank only stopped because its gang stops
     launch_failed: bool = False  # its node could not start it: lost (with lost_retries) though it never ran
     fail_retries: int | None = None  # for a failed attempt: the job's --retry-failed (within it, it runs again)
+    run_prefix: str = _JOB_RUN[0]  # the run-time histogram an end is observed in (store/counters.py)
+    run_bounds: str = _JOB_RUN[1]
 
     def argv(self) -> list:
         return [_arg(getattr(self, f.name)) for f in fields(self)]
@@ -276,7 +279,7 @@ class Scripts:
         return self._call(
             "finish", [keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
                        keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns), *history,
-                       *[keys.jobs_ended(ns, s) for s in FINAL_STATES],
+                       *[keys.jobs_ended(ns, s) for s in FINAL_STATES], keys.metrics(ns),
                        *([keys.jobs_notify(ns)] if fence else [])],  # (the scheduler's: a dead node's job's end)
             args.argv(), client)
 
@@ -286,8 +289,8 @@ class Scripts:
         dependency failed)."""
         ns = self.ns
         return self._call("cancel", [keys.job(ns, job_id), keys.jobs_pending(ns), keys.jobs_changed(ns),
-                                     keys.jobs_notify(ns), keys.jobs_ended(ns, state)], [job_id, now_ms, reason, state],
-                          client)
+                                     keys.jobs_notify(ns), keys.jobs_ended(ns, state), keys.metrics(ns)],
+                          [job_id, now_ms, reason, state], client)
 
     def requeue(self, job_id, now_ms, who, reason, *, client=None):
         """Put an ended job back in the queue as a new attempt (lua/requeue.lua): DONE, NOT_ENDED (it has not

@@ -43,6 +43,26 @@ def test_starts_ends_and_cycles_are_counted_once_and_every_exporter_shows_the_sa
     assert 'dispatch_build_info{version=' in first and 'dispatch_gpu_info{' in first
 
 
+def test_ends_are_counted_where_they_are_written_while_no_scheduler_leads(client, ns):
+    # a crash-looping scheduler for 70 s: 12 jobs that ended meanwhile were never counted, even after a
+    # restart (a new leader's whole read never sees an end); a pending job's cancel and a quarantine count too
+    beat(client, ns, "a", gpus=2)
+    ran, waiting = submit(client, ns, gpus=1, priority="low"), submit(client, ns, gpus=8)
+    Scheduler(client, ns).cycle()
+    scripts = Scripts(client, ns)
+    epoch = read_job(client, ns, ran)["epoch"]
+    assert scripts.mark_running(ran, epoch, now_ms() - 90_000, 4242) == 1
+    assert scripts.finish(ran, "a", epoch, "succeeded", 0, now_ms()) == 1  # no scheduler runs now
+    assert scripts.cancel(waiting, now_ms(), "cancelled by user") == 1
+    got = counters.read(client, ns)
+    assert got["counters"]["jobs_ended"] == {(("class", "low"), ("state", "succeeded")): 1,
+                                             (("class", "normal"), ("state", "cancelled")): 1}
+    [run] = got["histograms"]["job_run"].values()
+    assert run["count"] == 1 and 89 < run["sum"] < 120
+    Scheduler(client, ns).cycle()  # a new leader's first cycle counts none of them again
+    assert counters.read(client, ns)["counters"]["jobs_ended"] == got["counters"]["jobs_ended"]
+
+
 def test_a_garbled_counter_is_left_out(client, ns):
     client.hset(keys.metrics(ns), mapping={"queue_wait|class=high|bX": "1", "jobs_started|class=low": "two",
                                            "queue_wait|class=low|b0": "3", "queue_wait|class=low|count": "3",

@@ -8,7 +8,7 @@ import pytest
 
 from dispatcher.scheduler.loop import now_ms
 from dispatcher.core.spec import build_spec
-from dispatcher.store import control, keys, scripts
+from dispatcher.store import control, counters, keys, scripts
 from dispatcher.store.jobs import cancel_job, read_job, write_jobs
 from dispatcher.store.scripts import FinishArgs, Outcome, Scripts
 
@@ -143,7 +143,8 @@ def test_finish_args_are_in_the_order_of_the_scripts_header():
     args = FinishArgs(job_id="7", epoch=3, state="pending", exit_code=None, now_ms=5, reason="r", preempted=True,
                       keep_wait=False, checkpointable=True, lost_retries=2, fence="", kept_per_fingerprint=None,
                       kept_per_user=50, est_s=1.5)
-    assert args.argv() == ["7", 3, "pending", "", 5, "r", "1", "0", "1", 2, "", "", 50, "1.5", "", "0", "0", ""]
+    assert args.argv() == ["7", 3, "pending", "", 5, "r", "1", "0", "1", 2, "", "", 50, "1.5", "", "0", "0", "",
+                           *counters.script_histogram("job_run", "class")]
 
 
 def test_every_outcome_a_script_header_lists_is_named():

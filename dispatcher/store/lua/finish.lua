@@ -3,7 +3,9 @@
 -- KEYS[5] the job's attempts list   KEYS[6] scheduler leader key   KEYS[7] changed-jobs set
 -- KEYS[8] the history list of the job's fingerprint   KEYS[9] the history list of its user
 -- KEYS[10..12] the ended-jobs indexes of succeeded, failed and cancelled jobs (id -> finished_ms)
--- KEYS[13] the notify queue, given by the scheduler only (a dead node's job that ends here with a --notify
+-- KEYS[13] the metrics hash: an end is counted here, by final state and class, with its attempt's run time
+--   (store/counters.py), whoever leads or not
+-- KEYS[14] the notify queue, given by the scheduler only (a dead node's job that ends here with a --notify
 --   is queued for the leader to tell: no agent will)
 -- ARGV[1] job id     ARGV[2] epoch the writer was given   ARGV[3] new state
 -- ARGV[4] exit code ("" if none)   ARGV[5] now_ms   ARGV[6] reason
@@ -22,6 +24,7 @@
 -- ARGV[17] "1" if its node could not start it: with ARGV[10], a lost attempt though it never started
 -- ARGV[18] "" normally; for a failed attempt, the job's --retry-failed: within it (counted in `failures`)
 --   the job goes back to the queue instead of failing
+-- ARGV[19] the run-time histogram's field prefix ("job_run|class=")   ARGV[20] its bounds, seconds, "a,b,..."
 -- A gang's rank frees its own GPUs. Its first end that is no success (and not ARGV[16]) is what the gang
 -- ends as (gang_end): the job is marked preempting, and the agents of the other ranks stop theirs (each
 -- sees the mark at its next check). The last rank's end ends the job as that first end said.
@@ -30,6 +33,19 @@
 -- (cancel_ms) is not requeued: its attempt lost with its agent or node, or preempted, ends it cancelled.
 -- returns (store/scripts.py Outcome) 1 DONE; 0 STALE write refused (epoch moved or job not active);
 -- -4 NOT_LEADER the caller no longer leads
+local function job_class(raw)  -- the class a job's spec names ('unknown' if it does not read)
+  local ok, spec = pcall(cmsgpack.unpack, raw or '')
+  return ok and type(spec) == 'table' and type(spec.prio) == 'string' and string.match(spec.prio, '^%a+$') or 'unknown'
+end
+local function observe(hash, base, bounds, value)  -- one observation of a histogram (store/counters.py)
+  local i = 0  -- the first bound not below it (bisect_left)
+  for bound in string.gmatch(bounds, '[^,]+') do
+    if value > tonumber(bound) then i = i + 1 end
+  end
+  redis.call('HINCRBY', hash, base .. 'b' .. i, 1)
+  redis.call('HINCRBYFLOAT', hash, base .. 'sum', string.format('%.6f', value))
+  redis.call('HINCRBY', hash, base .. 'count', 1)
+end
 if ARGV[11] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[11] then return -4 end
 if tostring(redis.call('HGET', KEYS[1], 'epoch')) ~= ARGV[2] then return 0 end
 local state = redis.call('HGET', KEYS[1], 'state')
@@ -162,7 +178,11 @@ else
              'reason', reason)
   local ended = ({succeeded = KEYS[10], failed = KEYS[11], cancelled = KEYS[12]})[new_state]
   if ended then redis.call('ZADD', ended, ARGV[5], ARGV[1]) end
-  if KEYS[13] and redis.call('HEXISTS', KEYS[1], 'notify') == 1 then redis.call('RPUSH', KEYS[13], ARGV[1]) end
+  if KEYS[14] and redis.call('HEXISTS', KEYS[1], 'notify') == 1 then redis.call('RPUSH', KEYS[14], ARGV[1]) end
+  local class = job_class(redis.call('HGET', KEYS[1], 'spec'))
+  redis.call('HINCRBY', KEYS[13], 'jobs_ended|class=' .. class .. ',state=' .. new_state, 1)
+  local started = tonumber(f[5] or '') or 0
+  if started > 0 and now >= started then observe(KEYS[13], ARGV[19] .. class .. '|', ARGV[20], (now - started) / 1000) end
   if new_state == 'succeeded' and A[12] ~= '' then
     local run_ms = 0
     for _, raw in ipairs(redis.call('LRANGE', KEYS[5], 0, -1)) do  -- every attempt, this one included
