@@ -11,7 +11,8 @@ from dispatcher.core.plan import Code, NodeView, Plan, Snapshot
 from dispatcher.core.model import PRIORITIES, JobSpec
 from dispatcher.policy import PolicyConfig, schedule
 from dispatcher.policy.backlog import bucket_key
-from dispatcher.policy.fit import describe_need, gpu_family, gpu_family_matches, gpu_usable
+from dispatcher.core.gpuspec import gpu_family_matches
+from dispatcher.policy.fit import describe_need, gpu_family, gpu_usable
 from tests.builders import NOW_MS
 from tests.policy_snapshots import could_ever_run, gang_nodes, piece_of, pieces, plan_for, specs_of
 

@@ -1,8 +1,10 @@
-"""GPU sets written as text: '2xA100-40GB,2xV100-16GB' (node agents' --fake-gpus, the simulator's --nodes)."""
+"""GPU sets written as text: '2xA100-40GB,2xV100-16GB' (node agents' --fake-gpus, the simulator's --nodes), and what a GPU's
+name says: its family, and whether a request's --gpu-type and --gpu-mem could use it."""
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from .errors import InvalidRequestError
 from .model import GpuInfo
@@ -50,3 +52,42 @@ def _memory(text: str, part: str, flag: str) -> float:
         raise InvalidRequestError(f"{flag}: {part!r}: {text} GB is out of range; more than 0, at most "
                                   f"{MAX_GPU_MEM_GB:,.0f} GB; {_EXAMPLE}", field=flag)
     return mem
+
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+_VENDOR = frozenset({"nvidia", "geforce", "tesla"})
+
+
+_MEMORY = re.compile(r"\d+(?:gb|g)")
+
+
+def _tokens(text: str) -> set[str]:
+    return set(_TOKEN.findall(text.lower())) - _VENDOR
+
+
+@lru_cache(maxsize=4096)  # a pure function of two short strings, asked per job x node x GPU
+def gpu_family_matches(wanted: str, gpu_name: str) -> bool:
+    """True when every token of `wanted` is a token of the GPU's name, case-insensitively.
+
+    'A100' matches 'NVIDIA A100-SXM4-40GB'; 'A100-80GB' does not match that one;
+    'rtx 4090' matches 'NVIDIA GeForce RTX 4090'. An empty `wanted` matches nothing.
+    """
+    want = _tokens(wanted)
+    return bool(want) and want <= _tokens(gpu_name)
+
+
+def gpu_fits(gpu_types: tuple[str, ...], gpu_mem_gb: float, gpu) -> bool:
+    """Whether a request of these GPU types (any, if none) and this much memory a GPU could run on `gpu`
+    (a GpuInfo) at all."""
+    if gpu_mem_gb and gpu.mem_total_gb + 1e-9 < gpu_mem_gb:
+        return False
+    return not gpu_types or any(gpu_family_matches(t, gpu.name) for t in gpu_types)
+
+
+@lru_cache(maxsize=1024)
+def gpu_family(gpu_name: str) -> str:
+    """A GPU's family, for a gang's --same-type: its name's words less the vendor's and its memory size.
+    'NVIDIA A100-SXM4-40GB' and 'A100-SXM4-80GB' are one family ('a100 sxm4'); an A100-PCIE or a
+    V100 is another."""
+    words = [t for t in _TOKEN.findall(gpu_name.lower()) if t not in _VENDOR and not _MEMORY.fullmatch(t)]
+    return " ".join(words) or gpu_name.lower()

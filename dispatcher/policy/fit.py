@@ -9,29 +9,12 @@ same of a memo of their own, for callers outside a cycle.
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
 from typing import NamedTuple
 
+from ..core.gpuspec import gpu_family, gpu_fits
 from ..core.plan import NodeView
 from ..core.model import JobSpec
 
-_TOKEN = re.compile(r"[a-z0-9]+")
-_VENDOR = frozenset({"nvidia", "geforce", "tesla"})
-_MEMORY = re.compile(r"\d+(?:gb|g)")
-
-
-def _tokens(text: str) -> set[str]:
-    return set(_TOKEN.findall(text.lower())) - _VENDOR
-
-
-@lru_cache(maxsize=1024)
-def gpu_family(gpu_name: str) -> str:
-    """A GPU's family, for a gang's --same-type: its name's words less the vendor's and its memory size.
-    'NVIDIA A100-SXM4-40GB' and 'A100-SXM4-80GB' are one family ('a100 sxm4'); an A100-PCIE or a
-    V100 is another."""
-    words = [t for t in _TOKEN.findall(gpu_name.lower()) if t not in _VENDOR and not _MEMORY.fullmatch(t)]
-    return " ".join(words) or gpu_name.lower()
 
 
 def by_family(job: JobSpec, node: NodeView, indices) -> dict[str, list[int]]:
@@ -43,17 +26,6 @@ def by_family(job: JobSpec, node: NodeView, indices) -> dict[str, list[int]]:
     for i in indices:
         out.setdefault(gpu_family(node.gpu(i).name), []).append(i)
     return out
-
-
-@lru_cache(maxsize=4096)  # a pure function of two short strings, asked per job x node x GPU
-def gpu_family_matches(wanted: str, gpu_name: str) -> bool:
-    """True when every token of `wanted` is a token of the GPU's name, case-insensitively.
-
-    'A100' matches 'NVIDIA A100-SXM4-40GB'; 'A100-80GB' does not match that one;
-    'rtx 4090' matches 'NVIDIA GeForce RTX 4090'. An empty `wanted` matches nothing.
-    """
-    want = _tokens(wanted)
-    return bool(want) and want <= _tokens(gpu_name)
 
 
 # -- fit facts per (request, GPU list): asked per job x node, the same few answers, per cycle ---------
@@ -154,9 +126,7 @@ def fits_ever(job: JobSpec, node: NodeView) -> bool:
 
 def gpu_ok(job: JobSpec, gpu) -> bool:
     """Whether `job` (its gpu_types and gpu_mem_gb) could run on `gpu` (a GpuInfo) at all."""
-    if job.gpu_mem_gb and gpu.mem_total_gb + 1e-9 < job.gpu_mem_gb:
-        return False
-    return not job.gpu_types or any(gpu_family_matches(t, gpu.name) for t in job.gpu_types)
+    return gpu_fits(job.gpu_types, job.gpu_mem_gb, gpu)
 
 
 def choose_gpus(job: JobSpec, node: NodeView, candidates: list[int],

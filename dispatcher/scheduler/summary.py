@@ -9,7 +9,7 @@ publishes the counts instead (store/stats.py), and a view costs O(nodes + page),
   counts from, id, and attempt: the longest waits, the wait alerts, the first pages of the queue), and the
   commonest reasons;
 - per user and team: jobs pending and GPUs asked for, held ones included;
-- the smallest GPU request (what fragmentation is measured against).
+- the GPU requests, the fewest GPUs of each type and memory (what fragmentation is measured against).
 
 Every pending job is in one class and one user row, so each breakdown sums to the queue.
 Costs O(classes x OLDEST_KEPT + users + held jobs + the jobs the cycle judged).
@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..core.model import PRIORITIES
+from ..store.samples import gpu_requests
 
 #: The oldest jobs of each class the summary lists.
 OLDEST_KEPT = 200
@@ -65,4 +66,4 @@ def queue_summary(backlog, held: dict, on_hold: dict, reasons: dict[str, tuple],
                       "reasons": [[r, n] for r, n in counted.most_common(REASONS_KEPT)]}
     return {"classes": classes,
             "users": [[u, t, n, gpus_by_user[(u, t)]] for (u, t), n in by_user.items()],
-            "smallest_gpus": min((shape[0] for shape in backlog.shapes if shape[0] > 0), default=0)}
+            "requests": [[n, list(t), m] for n, t, m in gpu_requests(backlog)]}

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 
-from ..core.model import IDLE_UTIL_PCT
+from functools import lru_cache
+
+from ..core.gpuspec import gpu_fits
+from ..core.model import IDLE_UTIL_PCT, GpuInfo
 from . import keys
 from .connect import text, tolerant
 from .quarantine import is_time
@@ -27,13 +30,68 @@ TOP_HOLDERS = 20
 OTHERS = "others"
 
 
-def smallest_request(pending) -> int:
-    """The fewest GPUs any pending job (PendingJobs, or a policy Backlog) asks for; 0 when none asks
-    for a GPU."""
+def gpu_requests(pending) -> tuple[tuple[int, tuple[str, ...], float], ...]:
+    """What pending jobs (PendingJobs, or a policy Backlog) ask of one node's GPUs: (GPUs on one node, GPU
+    types, GPU memory), the fewest GPUs of each (types, memory): what fragmentation is measured against."""
     shapes = getattr(pending, "shapes", None)  # a Backlog: one look per request shape, not per job
-    if shapes is not None:
-        return min((shape[0] for shape in shapes if shape[0] > 0), default=0)
-    return min((p.spec.gpus for p in pending if p.spec.gpus > 0), default=0)
+    asked = ((s[7] if s[6] >= 2 else s[0], s[1], s[2]) for s in shapes) if shapes is not None else \
+        ((p.spec.gpus_per_node if p.spec.nodes >= 2 else p.spec.min_gpus or p.spec.gpus, p.spec.gpu_types,
+          p.spec.gpu_mem_gb) for p in pending)
+    least: dict[tuple, int] = {}
+    for need, types, mem in asked:
+        if need > 0:
+            least[(tuple(types), float(mem))] = min(need, least.get((tuple(types), float(mem)), need))
+    return tuple((n, t, m) for (t, m), n in sorted(least.items()))
+
+
+def stranded_gpus(nodes, free: dict[str, list], requests) -> set[tuple[str, int]]:
+    """The free GPUs (`free`: node name -> its free GpuInfos, on live nodes that take jobs, with CPU and memory
+    left beside them) that a waiting request could use but none can start on: each request that wants one
+    (its type and memory) asks more of that node than it has free. A request no node could ever hold, and a
+    GPU no request wants, strand nothing. A job larger than any node runs on whole nodes (an auto gang).
+    Each answer is worked out once per GPU list (nodes of one kind repeat)."""
+    def kind(gpus) -> tuple:
+        return tuple((g.name, g.mem_total_gb) for g in gpus if not g.blocked)
+
+    counted: dict[tuple, int] = {}  # (a GPU list's kind, types, memory) -> how many of it a request may use
+
+    def usable(k: tuple, types, mem) -> int:
+        got = counted.get((k, types, mem))
+        if got is None:
+            got = counted[(k, types, mem)] = sum(1 for name, gb in k if _fits(types, mem, name, gb))
+        return got
+
+    kinds = {n.name: kind(n.gpus) for n in nodes}
+    most = {(t, m): max((usable(k, t, m) for k in set(kinds.values())), default=0) for _, t, m in requests}
+    total = {(t, m): sum(usable(k, t, m) for k in kinds.values()) for _, t, m in requests}
+    ever = [r for r in requests if r[0] <= total[r[1:]]]  # (more than one node has: on whole nodes)
+    out = set()
+    for name, gpus in free.items():
+        here = kind(gpus)
+        wanted = startable = 0
+        for need, types, mem in ever:
+            fits = usable(here, types, mem)
+            if not fits:
+                continue
+            if need > most[(types, mem)]:  # an auto gang: this node whole
+                need = usable(kinds[name], types, mem)
+            mask = _mask(here, types, mem)
+            wanted |= mask
+            if fits >= need:
+                startable |= mask
+        out.update((name, g.index) for i, g in enumerate(gpus) if (wanted & ~startable) >> i & 1)
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _mask(k: tuple, types: tuple, mem: float) -> int:
+    """Which GPUs of a list of this kind (bit i: its i-th) a request of these types and memory may use."""
+    return sum(1 << i for i, (name, gb) in enumerate(k) if _fits(types, mem, name, gb))
+
+
+@lru_cache(maxsize=4096)
+def _fits(types: tuple, mem: float, name: str, mem_gb: float) -> bool:
+    return gpu_fits(types, mem, GpuInfo(0, name, mem_gb))
 
 
 def holders(running) -> dict[tuple[str, int], list]:
@@ -46,25 +104,26 @@ def holders(running) -> dict[tuple[str, int], list]:
     return out
 
 
-def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int,
+def figures(nodes, running, now_ms: int, node_timeout_s: float, requests,
             idle_pct: float = IDLE_UTIL_PCT, *, taken=None, use=None) -> dict:
     """Figures of the live nodes (NodeRecords) with the RunningJobs: usable GPUs, GPUs held, GPUs
     blocked by zombies, mean utilization (%), fragmentation, the held GPUs that are idle
-    ("node:index"), and the free GPUs no job can use now (`stranded`).
+    ("node:index"), and the free GPUs no waiting job can use now (`stranded`, and `stranded_at`: which).
 
     A free GPU is stranded when its node has no CPU or no GB of memory left beside it (the jobs there
-    asked for them all), or fewer free GPUs than the smallest pending request (`smallest`): no
-    waiting job can use it however long it waits. Fragmentation, in [0, 1], is the stranded share of
-    the free GPUs; 0 when nothing is free. A drained node's free GPUs are none of these: no job may
-    start there (its held ones count, held). `taken` and `use`: holders(running) and node_use(running),
-    when the caller has them already."""
-    gpus = held = blocked = free = stranded = 0
+    asked for them all), or when the pending requests (`requests`: gpu_requests') that could use it all
+    need more of its node than is free (stranded_gpus): none of them can start on it. Fragmentation, in
+    [0, 1], is the stranded share of the free GPUs; 0 when nothing is free. A drained node's free GPUs are
+    none of these: no job may start there (its held ones count, held). `taken` and `use`: holders(running)
+    and node_use(running), when the caller has them already."""
+    gpus = held = blocked = free = 0
     util_sum, idle, taken = 0.0, [], holders(running) if taken is None else taken
     cpus_used, mem_used = node_use(running) if use is None else use
-    for n in nodes:
-        if not n.alive(now_ms, node_timeout_s):
-            continue
-        node_free = 0
+    roomy: dict[str, list] = {}  # node -> its free GPUs, on nodes with a CPU and a GB left
+    boxed: set[tuple[str, int]] = set()  # free GPUs with no CPU or memory left beside them
+    live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
+    for n in live:
+        node_free = []
         for g in n.gpus:
             util_sum += g.util_pct
             if g.blocked:
@@ -78,13 +137,17 @@ def figures(nodes, running, now_ms: int, node_timeout_s: float, smallest: int,
                 if g.util_pct < idle_pct:
                     idle.append(f"{n.name}:{g.index}")
             else:
-                node_free += 1
-        free += node_free
-        if node_free < smallest or n.cpus - cpus_used.get(n.name, 0) < 1 or n.mem_gb - mem_used.get(n.name, 0.0) < 1:
-            stranded += node_free
+                node_free.append(g)
+        free += len(node_free)
+        if n.cpus - cpus_used.get(n.name, 0) < 1 or n.mem_gb - mem_used.get(n.name, 0.0) < 1:
+            boxed.update((n.name, g.index) for g in node_free)
+        elif node_free:
+            roomy[n.name] = node_free
+    at = boxed | stranded_gpus([n for n in live if n.drain is None], roomy, requests)
     seen = gpus + blocked
     return {"gpus": gpus, "held": held, "blocked": blocked, "util_pct": round(util_sum / seen, 1) if seen else 0.0,
-            "frag": round(stranded / free, 3) if free else 0.0, "idle": idle, "free": free, "stranded": stranded}
+            "frag": round(len(at) / free, 3) if free else 0.0, "idle": idle, "free": free, "stranded": len(at),
+            "stranded_at": at}
 
 
 def held_by(running, top: int = TOP_HOLDERS) -> tuple[dict[str, int], dict[str, int]]:
@@ -140,7 +203,7 @@ def record_sample(client, ns: str, now_ms: int, read, node_timeout_s: float,
         return False
     slot = now_ms - now_ms % every_ms
     _recorded[(id(client), ns)] = slot
-    f = figures(read.nodes, read.snapshot.running, now_ms, node_timeout_s, smallest_request(read.snapshot.pending),
+    f = figures(read.nodes, read.snapshot.running, now_ms, node_timeout_s, gpu_requests(read.snapshot.pending),
                 idle_pct)
     fields = {"v": 1, "gpus": f["gpus"], "held": f["held"], "blocked": f["blocked"], "util_pct": f["util_pct"],
               "frag": f["frag"], "pending": len(read.snapshot.pending), "running": len(read.snapshot.running),

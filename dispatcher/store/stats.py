@@ -74,7 +74,7 @@ def _ranked(raw) -> list[str]:
 
 def _queue(raw) -> dict:
     """The published queue summary (scheduler/summary.py), its parts that do not have their shape left
-    out: {"classes": {class: {...}}, "users": [[user, team, pending, gpus]], "smallest_gpus": n}."""
+    out: {"classes": {class: {...}}, "users": [[user, team, pending, gpus]], "requests": ((gpus, types, mem), ...)}."""
     try:
         q = msgpack.unpackb(raw, raw=False) if raw else {}
     except Exception:
@@ -95,9 +95,11 @@ def _queue(raw) -> dict:
     users = [tuple(u) for u in q.get("users") or () if isinstance(u, list) and len(u) == 4
              and isinstance(u[0], str) and isinstance(u[1], str) and all(isinstance(x, int) for x in u[2:])] \
         if isinstance(q.get("users"), list) else []
-    small = q.get("smallest_gpus")
-    return {"classes": classes, "users": users, "smallest_gpus": small if isinstance(small, int) else 0,
-            "published": bool(q)}
+    requests = tuple((int(r[0]), tuple(str(t) for t in r[1]), float(r[2])) for r in q.get("requests") or ()
+                     if isinstance(r, list) and len(r) == 3 and isinstance(r[0], int) and isinstance(r[1], list)
+                     and isinstance(r[2], (int, float)) and not isinstance(r[2], bool)) \
+        if isinstance(q.get("requests"), list) else ()
+    return {"classes": classes, "users": users, "requests": requests, "published": bool(q)}
 
 
 def _reservations(raw) -> list[dict]:

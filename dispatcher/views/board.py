@@ -158,7 +158,7 @@ class Board:
                 "classes": self._classes(c, now), "nodes": self._nodes(c, now),
                 "decisions": read_decisions(self.client, self.ns, limit=20), "usage": self._usage(c),
                 "outcomes": self._read_outcomes()}
-        f = figures(c["nodes"], c["running"], now, self.timing.node_timeout_s, q["smallest_gpus"],
+        f = figures(c["nodes"], c["running"], now, self.timing.node_timeout_s, q["requests"],
                     c["config"].idle_util_pct, taken=c["taken"], use=c["use"])
         # the queue as the leader last counted it, so the total is the sum of the class and user rows (held
         # jobs, by dependencies or `dispatch hold`, in both); the pending index's size when none has
@@ -169,7 +169,7 @@ class Board:
                           "pending": pending, "jobs_held": sum(k["held"] for k in q["classes"].values()),
                           "running": len(c["running"])}
         view["capacity"] = capacity(c["nodes"], c["running"], now, self.timing.node_timeout_s, taken=c["taken"],
-                                    use=c["use"])
+                                    use=c["use"], stranded=f["stranded_at"])  # (the tile's own count, by model)
         # the wait alerts count the oldest jobs the leader listed (OLDEST_KEPT a class), each from when it
         # became pending (pending_spells: a requeued job's run is no wait)
         waits = {cls: [(now - t) / 1000.0 for t, _ in k["waiting"]] for cls, k in q["classes"].items()}

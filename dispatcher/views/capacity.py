@@ -12,9 +12,11 @@ from ..store.samples import holders, node_use
 SIZES = (1, 2, 4, 8)
 
 
-def capacity(nodes, running, now_ms: int, node_timeout_s: float, *, taken=None, use=None) -> list[dict]:
+def capacity(nodes, running, now_ms: int, node_timeout_s: float, *, taken=None, use=None,
+             stranded=None) -> list[dict]:
     """One row per GPU model (name and memory) on live, undrained nodes: nodes, GPUs (zombie-blocked
-    ones left out), free GPUs, the free ones stranded (no CPU or memory left beside them), and for
+    ones left out), free GPUs, the free ones stranded (`stranded`: the (node, index) pairs samples.figures
+    found no waiting job can use; without it, those with no CPU or memory left beside them), and for
     each size in SIZES the nodes where that many of its free GPUs are usable now. `taken`, `use`:
     holders(running) and node_use(running), when the caller has them."""
     taken = holders(running) if taken is None else taken
@@ -39,7 +41,7 @@ def capacity(nodes, running, now_ms: int, node_timeout_s: float, *, taken=None, 
             row["gpus"] += 1
             if (n.name, g.index) not in taken:
                 row["free"] += 1
-                row["stranded"] += 0 if room else 1
+                row["stranded"] += (n.name, g.index) in stranded if stranded is not None else not room
                 here[key] = here.get(key, 0) + (1 if room else 0)
         for key, usable in here.items():
             for s in SIZES:

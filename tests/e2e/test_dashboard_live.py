@@ -48,7 +48,9 @@ def seed_history(client, ns: str, hours: float = 3.0) -> None:
             running += [SimpleNamespace(node=f"gpu-0{n + 1}", gpus=(g,), spec=SimpleNamespace(cpus=1, mem_gb=4.0))
                         for g in range(held)]
         pending = max(0, int(30 * phase * (1.3 - phase) + 6 * math.sin(i / 7)))
-        waiting = [SimpleNamespace(spec=SimpleNamespace(gpus=1 + (j + i // 20) % 3)) for j in range(pending)]
+        waiting = [SimpleNamespace(spec=SimpleNamespace(gpus=1 + (j + i // 20) % 3, nodes=0, gpus_per_node=0,
+                                                        min_gpus=None, gpu_types=(), gpu_mem_gb=0.0))
+                   for j in range(pending)]
         read = SimpleNamespace(nodes=nodes, snapshot=SimpleNamespace(pending=waiting, running=running))
         record_sample(client, ns, t, read, 60.0, every_ms=60_000)
 

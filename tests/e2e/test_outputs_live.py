@@ -11,6 +11,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+import pytest
+
 from dispatcher.store import keys
 from dispatcher.store.jobs import append_log, read_job
 from dispatcher.store.scripts import log_append
@@ -94,58 +96,55 @@ class Hook(BaseHTTPRequestHandler):
         pass
 
 
-def test_a_notify_url_is_posted_the_end_as_json_also_for_a_job_cancelled_while_pending(cli, client):
+@pytest.fixture
+def hook():
+    """A real HTTP server taking --notify POSTs (Hook.got): its URL."""
     Hook.got = []
     server = HTTPServer(("127.0.0.1", 0), Hook)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}/hook"
-    try:
-        start_cluster(cli, gpus="1xA100-40GB")
-        done = cli.submit("--name", "fine", "--notify", url, "--", "sh", "-c", "exit 0")
-        waiting = cli.submit("--name", "never", "--gpus", "2", "--notify", url, "--",  # more than n1 has: it waits
-                             "true")
-        cli.wait_for(lambda: state_of(client, cli.ns, done) == "succeeded", what="the first job")
-        assert state_of(client, cli.ns, waiting) == "pending"
-        cli.run("cancel", waiting)
-        cli.wait_for(lambda: len(Hook.got) >= 2, what="two POSTs")
-        time.sleep(1.5)
-        bodies = {body["job_id"]: body for _, body in Hook.got}
-        assert len(Hook.got) == 2 and {kind for kind, _ in Hook.got} == {"application/json"}
-        assert bodies[done] == {"job_id": done, "state": "succeeded", "exit_code": 0, "exit_status": 0, "signal": None,
-                                "reason": "", "name": "fine"}
-        assert bodies[waiting] == {"job_id": waiting, "state": "cancelled", "exit_code": None, "exit_status": None,
-                                   "signal": None, "reason": "cancelled by user", "name": "never"}
-        assert cli.show(waiting)["notified"] == "scheduler" and cli.show(waiting)["notified_at"]
-    finally:
-        server.shutdown()
+    yield f"http://127.0.0.1:{server.server_port}/hook"
+    server.shutdown()
 
 
-def test_the_end_of_a_job_whose_node_died_is_posted_to_its_url_by_the_scheduler(cli, client):
+def test_a_notify_url_is_posted_the_end_as_json_also_for_a_job_cancelled_while_pending(cli, client, hook):
+    url = hook
+    start_cluster(cli, gpus="1xA100-40GB")
+    done = cli.submit("--name", "fine", "--notify", url, "--", "sh", "-c", "exit 0")
+    waiting = cli.submit("--name", "never", "--gpus", "2", "--notify", url, "--",  # more than n1 has: it waits
+                         "true")
+    cli.wait_for(lambda: state_of(client, cli.ns, done) == "succeeded", what="the first job")
+    assert state_of(client, cli.ns, waiting) == "pending"
+    cli.run("cancel", waiting)
+    cli.wait_for(lambda: len(Hook.got) >= 2, what="two POSTs")
+    time.sleep(1.5)
+    bodies = {body["job_id"]: body for _, body in Hook.got}
+    assert len(Hook.got) == 2 and {kind for kind, _ in Hook.got} == {"application/json"}
+    assert bodies[done] == {"job_id": done, "state": "succeeded", "exit_code": 0, "exit_status": 0, "signal": None,
+                            "reason": "", "name": "fine"}
+    assert bodies[waiting] == {"job_id": waiting, "state": "cancelled", "exit_code": None, "exit_status": None,
+                               "signal": None, "reason": "cancelled by user", "name": "never"}
+    assert cli.show(waiting)["notified"] == "scheduler" and cli.show(waiting)["notified_at"]
+
+
+def test_the_end_of_a_job_whose_node_died_is_posted_to_its_url_by_the_scheduler(cli, client, hook):
     # out of --retries with its node dead, the job fails with no agent left to tell its end: the scheduler
     # that failed it queues it for its Notifier, as cancel.lua does for a job cancelled while pending
     import os
     import signal
 
-    Hook.got = []
-    server = HTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}/hook"
-    try:
-        fast = {"DISPATCH_NODE_TIMEOUT_S": "3", "DISPATCH_HEARTBEAT_S": "0.5"}
-        agent = cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--work-dir", str(cli.home / "n1"),
-                          **fast)
-        cli.start("scheduler", **fast)
-        job = cli.submit("--name", "orphan", "--retries", "0", "--notify", url, "--", "sleep", "300")
-        cli.wait_for(lambda: state_of(client, cli.ns, job) == "running", what="the job to run")
-        os.kill(agent.pid, signal.SIGKILL)  # the agent only: its keeper kills the job as the agent dies
-        cli.wait_for(lambda: Hook.got, timeout=40, what="the scheduler to POST the end")
-        time.sleep(1.0)
-        [(_, body)] = Hook.got
-        assert (body["job_id"], body["state"], body["name"]) == (job, "failed", "orphan"), body
-        assert "n1" in body["reason"], body
-        assert cli.show(job)["notified"] == "scheduler"
-    finally:
-        server.shutdown()
+    url, fast = hook, {"DISPATCH_NODE_TIMEOUT_S": "3", "DISPATCH_HEARTBEAT_S": "0.5"}
+    agent = cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB", "--work-dir", str(cli.home / "n1"),
+                      **fast)
+    cli.start("scheduler", **fast)
+    job = cli.submit("--name", "orphan", "--retries", "0", "--notify", url, "--", "sleep", "300")
+    cli.wait_for(lambda: state_of(client, cli.ns, job) == "running", what="the job to run")
+    os.kill(agent.pid, signal.SIGKILL)  # the agent only: its keeper kills the job as the agent dies
+    cli.wait_for(lambda: Hook.got, timeout=40, what="the scheduler to POST the end")
+    time.sleep(1.0)
+    [(_, body)] = Hook.got
+    assert (body["job_id"], body["state"], body["name"]) == (job, "failed", "orphan"), body
+    assert "n1" in body["reason"], body
+    assert cli.show(job)["notified"] == "scheduler"
 
 
 def test_a_node_log_file_the_disk_refuses_stops_neither_the_job_nor_its_output(cli, client, tmp_path):

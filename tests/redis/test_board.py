@@ -23,7 +23,8 @@ def gpus(n, util=0.0, blocked=""):
 
 
 def want(n_gpus):
-    return SimpleNamespace(spec=SimpleNamespace(gpus=n_gpus))
+    return SimpleNamespace(spec=SimpleNamespace(gpus=n_gpus, nodes=0, gpus_per_node=0, min_gpus=None, gpu_types=(),
+                                                gpu_mem_gb=0.0))
 
 
 def read_of(nodes, pending=(), running=()):
@@ -42,12 +43,12 @@ def test_figures_count_held_idle_blocked_and_stranded_gpus():
              NodeRecord("c", gpus(2, blocked="zombie"), 8, 64.0, t, {}),  # GPU 0 blocked, 1 free
              NodeRecord("dead", gpus(8), 8, 64.0, t - 60_000, {})]  # not counted
     running = running_on("a", (0, 1), (2,)) + running_on("b", (0,)) + running_on("dead", (0, 1))
-    f = figures(nodes, running, t, 10.0, smallest=2)
+    f = figures(nodes, running, t, 10.0, requests=((2, (), 0.0),))
     assert (f["gpus"], f["held"], f["blocked"]) == (9, 4, 1)
     assert f["frag"] == round(2 / 5, 3)  # a's 1 and c's 1 free GPU are below the smallest request of 2; b's 3 are not
     assert f["idle"] == ["a:0", "a:1", "a:2"]  # held and under 5% (b's GPU 0 is at 50%)
     assert f["util_pct"] == round(4 * 50.0 / 10, 1)  # every GPU of a live node, blocked ones too
-    assert figures(nodes, running, t, 10.0, smallest=0)["frag"] == 0.0  # nobody waits for a GPU
+    assert figures(nodes, running, t, 10.0, requests=())["frag"] == 0.0  # nobody waits for a GPU
 
 
 def test_free_gpus_with_no_cpu_or_memory_beside_them_are_stranded_not_free():
@@ -57,12 +58,38 @@ def test_free_gpus_with_no_cpu_or_memory_beside_them_are_stranded_not_free():
              NodeRecord("roomy", gpus(4), 8, 64.0, t, {})]
     running = running_on("cpu-bound", (0,), cpus=8) + running_on("mem-bound", (0,), mem_gb=63.5) + \
         running_on("roomy", (0,), cpus=2, mem_gb=8.0)
-    f = figures(nodes, running, t, 10.0, smallest=1)
+    f = figures(nodes, running, t, 10.0, requests=((1, (), 0.0),))
     assert (f["free"], f["stranded"], f["frag"]) == (9, 6, round(6 / 9, 3))
     rows = capacity(nodes, running, t, 10.0)
     assert [(r["model"], r["nodes"], r["gpus"], r["free"], r["stranded"]) for r in rows] == [
         ("A100-40GB", 3, 12, 9, 6)]
     assert rows[0]["fits"] == {"1": 1, "2": 1, "4": 0, "8": 0}  # only "roomy": 3 free GPUs with room beside them
+
+
+def test_a_free_gpu_is_stranded_only_for_requests_that_want_its_kind_and_could_ever_run():
+    # one 8xH100 job on a cluster without an H100 showed "43% fragmentation, +6 stranded" while the capacity
+    # table said 0: the smallest request counted, whatever GPUs it wants and whether it could ever run
+    t = 1_000_000
+
+    def kind(n, name, mem):
+        return tuple(GpuInfo(i, name, mem) for i in range(n))
+
+    nodes = [NodeRecord("head", kind(4, "NVIDIA A100-80GB", 80.0) + tuple(GpuInfo(4 + i, "Tesla V100-16GB", 16.0)
+                                                                             for i in range(4)), 32, 256.0, t, {}),
+             NodeRecord("n2", kind(2, "NVIDIA A100-40GB", 40.0), 16, 64.0, t, {}),
+             NodeRecord("n3", kind(2, "NVIDIA H100-80GB", 80.0), 16, 64.0, t, {})]
+    running = running_on("head", (0, 1, 2, 4, 5, 6), cpus=6)  # head: A100 3 and V100 7 free; n2 and n3: all free
+    f = figures(nodes, running, t, 10.0, requests=((8, ("H100",), 0.0),))  # more H100s than there are
+    assert (f["free"], f["stranded"], f["frag"]) == (6, 0, 0.0)
+    f = figures(nodes, running, t, 10.0, requests=((2, ("V100",), 0.0),))  # a V100 pair: head has one free
+    assert f["stranded_at"] == {("head", 7)}
+    assert figures(nodes, running, t, 10.0, requests=((2, (), 0.0),))["stranded"] == 0  # any two: head's A100+V100
+    f = figures(nodes, running, t, 10.0, requests=((2, ("A100",), 0.0), (2, ("V100",), 0.0)))
+    assert f["stranded_at"] == {("head", 3), ("head", 7)}  # head's single A100 and V100: no pair of either there
+    rows = {r["model"]: r["stranded"] for r in capacity(nodes, running, t, 10.0, stranded=f["stranded_at"])}
+    assert rows == {"A100-80GB": 1, "Tesla V100-16GB": 1, "A100-40GB": 0, "H100-80GB": 0}
+    f = figures(nodes, running, t, 10.0, requests=((4, ("H100",), 0.0),))  # on whole nodes: n3 is one, all free
+    assert f["stranded"] == 0
 
 
 def test_capacity_leaves_out_dead_and_drained_nodes_and_blocked_gpus():

@@ -162,7 +162,7 @@ def test_a_drained_nodes_free_gpus_are_neither_usable_nor_free_and_its_held_ones
                                mem_gb=512.0, alive=lambda now, timeout: True,
                                drain=Drain("disk swap", "root", 1) if drained else None)
     job = running("ana", "nlp", 1)  # on n1 GPU 0
-    got = figures([node("n1", True), node("n2", False)], [job], now_ms(), 10.0, 1)
+    got = figures([node("n1", True), node("n2", False)], [job], now_ms(), 10.0, ((1, (), 0.0),))
     assert (got["gpus"], got["held"], got["free"], got["stranded"]) == (5, 1, 4, 0), got  # n1's 3 free: not usable
     from dispatcher.views.alerts import AlertConfig, evaluate
 

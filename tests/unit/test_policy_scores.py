@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from dispatcher.core.plan import NodeView
 from dispatcher.core.model import GpuInfo
 from dispatcher.policy.config import WEIGHT_TERMS, PolicyConfig
-from dispatcher.policy.fit import GpuMemo, choose_gpus, fit_score, fits_ever, gpu_family_matches, gpu_usable
+from dispatcher.core.gpuspec import gpu_family_matches
+from dispatcher.policy.fit import GpuMemo, choose_gpus, fit_score, fits_ever, gpu_usable
 from dispatcher.policy.score import weighted
 from dispatcher.policy.score import dominant_share, fairness_term, priority_term, remaining_term, wait_term
 from tests.builders import make_job, make_node
