@@ -62,6 +62,8 @@ def launch(sup, job_id: str, epoch: int, seal: str) -> str:
         _not_ended_here(sup, job_id, epoch, record["submit_ms"])
         spec = _signed_spec(sup, job_id, record["spec"], record["seal"])
         _check_gpus(sup, spec, record["gpus"])
+        if spec.interactive:
+            _check_client(sup, job_id)
         if rank[0]:  # it meets rank 0 there: waited for off the RQ worker's thread
             threading.Thread(target=_guarded, args=(sup, job_id, epoch, spec, record, rank[0]),
                              name=f"meet-{job_id}", daemon=True).start()
@@ -92,6 +94,17 @@ def _check_fresh(sup) -> None:
     if sup.fresh_until is not None and time.monotonic() > sup.fresh_until:
         raise NotStarted("stale", PENDING, f"node {sup.node}'s agent had no heartbeat taken in time (stopped, or "
                          "cut off from Redis); back to the queue")
+
+
+def _check_client(sup, job_id: str) -> None:
+    """An interactive session whose client went away while it waited (killed outright: a hangup or a Ctrl-C
+    cancels it) is cancelled, not started for nobody, holding its GPUs until its --idle-timeout."""
+    from dispatcher.store.tty import client_gone
+
+    silent_s = client_gone(sup.client, sup.ns, job_id, now_ms())
+    if silent_s is not None:
+        raise NotStarted("cancelled", CANCELLED, f"its client went away while it waited (not heard from for "
+                         f"{silent_s:.0f}s); nobody to start the session for")
 
 
 def _check_gpus(sup, spec: JobSpec, gpus: list[int]) -> None:

@@ -190,8 +190,13 @@ class Session:
 
     # -- before the session starts -----------------------------------------------------------------
     def _wait_for_start(self, say_wait: bool) -> None:
-        deadline = time.monotonic() + WAIT_NOTE_S
+        from ..store import tty as streams
+
+        deadline, said = time.monotonic() + WAIT_NOTE_S, 0.0
         while self.result is None and not self.started.wait(0.05):
+            if time.monotonic() - said > streams.WAIT_EVERY_S:  # still here: its node starts it for someone
+                said = time.monotonic()
+                streams.send_input(self.ctx.client, self.ctx.ns, self.job_id, "wait", signer=self.signer)
             if say_wait and time.monotonic() > deadline:
                 say_wait = False
                 if self._state() == "pending":  # (not one placed, starting or failing to)

@@ -52,7 +52,8 @@ def _payload(kind: str, f: dict) -> bytes:
 
 def send_input(client, ns: str, job_id: str, kind: str, data: bytes = b"", *, rows: int = 0, cols: int = 0,
                signer: Signer | None = None) -> None:
-    """One entry on the in-stream: "in" with `data`, or "size" with `rows` x `cols`."""
+    """One entry on the in-stream: "in" with `data`, "size" with `rows` x `cols`, or "wait" (the client still
+    waits for its session to start: client_gone)."""
     f = {"k": kind, "d": data} if kind == "in" else {"k": kind, "rows": int(rows), "cols": int(cols)}
     if signer is not None:
         f.update(signer.fields(kind, data if kind == "in" else f"{int(rows)}x{int(cols)}".encode()))
@@ -77,6 +78,22 @@ def input_ok(verifier, owner: str, job_id: str, f: dict, seen: dict) -> bool:
         return False
     seen[nonce] = n
     return True
+
+
+#: A session's client that waits for it to start says so this often ("wait" on the in-stream), and one not heard
+#: from for CLIENT_GONE_S is gone: a client killed outright (SIGKILL, its host gone) cancelled nothing, and the
+#: session started later with nobody there, holding its GPUs until --idle-timeout (a hangup or Ctrl-C cancels).
+WAIT_EVERY_S, CLIENT_GONE_S = 5.0, 30.0
+
+
+def client_gone(client, ns: str, job_id: str, now_ms: int) -> float | None:
+    """How long a session's client has not been heard from (seconds), once that is past CLIENT_GONE_S; None
+    while it is there, or when no client ever wrote (a session started without one)."""
+    newest = client.xrevrange(keys.job_tty(ns, job_id, "in"), count=1)
+    if not newest:
+        return None
+    silent_s = (now_ms - int(text(newest[0][0]).partition("-")[0])) / 1000.0
+    return silent_s if silent_s > CLIENT_GONE_S else None
 
 
 def read_input(client, ns: str, job_id: str, after: str, block_ms: int) -> list[tuple[str, dict]]:

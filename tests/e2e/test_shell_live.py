@@ -97,9 +97,9 @@ def node(cli, client, tmp_path):
     return cli
 
 
-def ended(cli, client, job_id: str) -> dict:
+def ended(cli, client, job_id: str, timeout: float = 15) -> dict:
     cli.wait_for(lambda: read_job(client, cli.ns, job_id)["state"] in ("succeeded", "failed", "cancelled"),
-                 timeout=15, what=f"job {job_id} to end")
+                 timeout=timeout, what=f"job {job_id} to end")
     return read_job(client, cli.ns, job_id)
 
 
@@ -167,6 +167,23 @@ def test_a_client_whose_terminal_closes_while_it_waits_cancels_its_job(node, cli
     assert t.exit_code() != 0
     job = ended(node, client, job_id)
     assert job["state"] == "cancelled", job  # not left to start later with nobody at its terminal
+
+
+def test_a_client_killed_outright_while_it_waits_gets_no_session_started_for_nobody(node, client):
+    # kill -9 of the waiting client (its host gone): no hangup, no Ctrl-C, nothing cancelled it, and the session
+    # started later with nobody there, holding its GPU until its idle timeout (an hour)
+    from dispatcher.store import tty as streams
+
+    busy = node.submit("--gpus", "2", "--", "sleep", str(int(streams.CLIENT_GONE_S) + 10))
+    node.wait_for(lambda: read_job(client, node.ns, busy)["state"] == "running", what="the blocker to run")
+    t = Term(node, "shell", "--gpus", "1", *BASH)
+    t.expect(rb"waiting for a GPU: job (\d+)")
+    job_id = t.seen.split(b"waiting for a GPU: job ")[1].split()[0].decode()
+    t.proc.kill()
+    t.exit_code()
+    job = ended(node, client, job_id, timeout=streams.CLIENT_GONE_S + 40)
+    assert job["state"] == "cancelled" and "client went away while it waited" in job["reason"], job
+    assert job["started_at"] is None
 
 
 def test_an_untouched_session_ends_at_its_idle_timeout(node, client):
