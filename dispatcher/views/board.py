@@ -227,7 +227,7 @@ class Board:
                     state = "dead" if not alive else "blocked" if g.blocked else "held"
                 else:
                     job, users, shared, idle, idle_since = None, [], False, None, None
-                    state = "dead" if not alive else "blocked" if g.blocked else "free"
+                    state = "dead" if not alive else "blocked" if g.blocked else "drained" if n.drain else "free"
                 model = short.get(g.name)
                 if model is None:
                     model = short[g.name] = g.name.replace("NVIDIA ", "")

@@ -26,7 +26,7 @@ from .fresh import PerRead
 from .gzipped import Tail
 
 ALERT_KINDS = ("wait", "low_util", "dead_node", "zombie", "idle_gpu", "scheduler")
-NODE_STATES = ("free", "held", "blocked", "dead")
+NODE_STATES = ("free", "held", "blocked", "drained", "dead")
 #: The scheduler's histograms and counters as exported: (store/counters.py name, metric name, help).
 HISTOGRAMS = (("queue_wait", "dispatch_queue_wait_seconds", "Wait from submit to each start, by class"),
               ("start_latency", "dispatch_job_start_latency_seconds",

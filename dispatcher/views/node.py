@@ -38,7 +38,8 @@ def node_view(client, ns: str, name: str, node_timeout_s: float) -> dict:
                      "mem_used_gb": g.mem_used_gb, "mem_total_gb": g.mem_total_gb,
                      "jobs": [j["id"] for j in on], "users": sorted({j["user"] for j in on}),
                      "blocked": g.blocked or None,
-                     "state": "dead" if not alive else "blocked" if g.blocked else "held" if on else "free"})
+                     "state": "dead" if not alive else "blocked" if g.blocked else "held" if on else
+                     "drained" if n.drain else "free"})  # (drained: free, but no job may start there)
     running = sorted(jobs.values(), key=lambda j: int(j["id"]) if j["id"].isdigit() else 0)
     return {"name": n.name, "now": now / 1000.0, "alive": alive, "timeout_s": node_timeout_s,
             "seen_at": n.seen_ms / 1000.0 if n.seen_ms else None,

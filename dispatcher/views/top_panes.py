@@ -16,7 +16,7 @@ from .top_report import GPU_WORD
 
 CLASS_STYLE = {"critical": "bold red", "high": "bold dark_orange", "normal": "bold blue", "low": "bold grey50"}
 CLASS_RANK = {"critical": 0, "high": 1, "normal": 2, "low": 3}
-GPU_STYLE = {"free": "green", "held": "bold cyan", "blocked": "bold yellow", "dead": "red"}
+GPU_STYLE = {"free": "green", "held": "bold cyan", "blocked": "bold yellow", "drained": "grey50", "dead": "red"}
 
 
 @dataclass(frozen=True)

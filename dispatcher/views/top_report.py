@@ -16,7 +16,7 @@ from ..store.nodes import node_state
 #: GPU rows in the report, before an "N more" line.
 REPORT_GPUS = 48
 #: How a GPU's state reads in a list ("blocked": a process no job owns holds it).
-GPU_WORD = {"free": "free", "held": "held", "blocked": "zombie", "dead": "dead"}
+GPU_WORD = {"free": "free", "held": "held", "blocked": "zombie", "drained": "drained", "dead": "dead"}
 
 
 def table(title: str, headers: tuple[str, ...], rows: list[tuple], right: frozenset = frozenset()) -> list[str]:

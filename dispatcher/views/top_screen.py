@@ -37,14 +37,15 @@ def _header(b: dict) -> list[Text]:
 
 
 def _node_line(n: dict, width: int) -> Text:
-    """A node in one line: its GPUs as cells (# held, . free, Z zombie, x dead), mean utilization
+    """A node in one line: its GPUs as cells (# held, . free, - drained, Z zombie, x dead), mean utilization
     and memory as bars."""
     gpus = n["gpus"]
     line = Text(f"{n['name'][:14]:<14} ", "bold" if n["alive"] else "bold red")
     word = node_word(n)
     line.append(f"{word:<9}", {"up": "green", "DEAD": "bold red"}.get(word, "bold yellow"))
     for g in gpus:
-        line.append({"held": "#", "free": ".", "blocked": "Z", "dead": "x"}[g["state"]], GPU_STYLE[g["state"]])
+        line.append({"held": "#", "free": ".", "drained": "-", "blocked": "Z", "dead": "x"}[g["state"]],
+                    GPU_STYLE[g["state"]])
     util = sum(g.get("util_pct") or 0 for g in gpus) / len(gpus) if gpus else 0.0
     used, total = (sum(g.get(k) or 0.0 for g in gpus) for k in ("mem_used_gb", "mem_total_gb"))
     bar = max(8, min(24, (width - line.cell_len - 14) // 2))

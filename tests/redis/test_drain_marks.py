@@ -82,3 +82,18 @@ def test_a_drain_again_without_a_reason_keeps_the_reason_and_a_new_reason_replac
     drain(client, ns, "n1", "", "ops", 6000)
     (node,), _ = read_nodes(client, ns)
     assert node.drain == Drain("", "ops", 6000)  # an unreadable mark's stand-in is no reason to keep
+
+
+def test_every_view_calls_a_drained_nodes_free_gpus_drained_not_free(client, ns):
+    # `nodes` said 0/4 free for a draining node while /metrics, top and the board said 2 free
+    from dispatcher.views.board import Board
+    from dispatcher.views.metrics import ClusterCollector, exposition
+    from dispatcher.views.node import node_view
+
+    beat(client, ns)
+    drain(client, ns, "n1", "disk swap", "ops", now_ms())
+    [node] = Board(client, ns).overview()["nodes"]
+    assert {g["state"] for g in node["gpus"]} == {"drained"}, node
+    assert {g["state"] for g in node_view(client, ns, "n1", 60.0)["gpus"]} == {"drained"}
+    text = exposition(ClusterCollector(Board(client, ns))).decode()
+    assert 'dispatch_node_gpus{node="n1",state="free"} 0.0' in text and 'state="drained"} ' in text

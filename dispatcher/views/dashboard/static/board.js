@@ -44,7 +44,7 @@ function gpuCell(g) {
   const shade = busy ? `style="background: hsl(218, 70%, ${62 - 0.32 * g.util_pct}%)"` : "";
   const what = g.state === "dead" ? "node dead" : g.state === "blocked" ? "zombie"
     : busy ? g.job.split(",").map(jobLink).join(",") + ` <span style="font-weight:normal">${esc(g.users.join(","))}</span>`
-    : "free";
+    : g.state === "drained" ? "drained" : "free";
   const memPct = g.mem_total_gb ? Math.min(100, 100 * g.mem_used_gb / g.mem_total_gb) : 0;
   const title = `${g.name} · util ${g.util_pct}% · ${g.mem_used_gb}/${g.mem_total_gb} GB` +
                 (g.blocked ? ` · ${g.blocked}` : "") + (g.shared ? " · shared" : "");

@@ -7,7 +7,7 @@ const nodeName = decodeURIComponent(location.pathname.split("/").pop());
 
 function gpuRow(g) {
   const what = g.state === "dead" ? "node dead" : g.state === "blocked" ? `zombie: ${esc(g.blocked)} (not handed out)`
-    : g.state === "held" ? "held" : "free";
+    : g.state === "held" ? "held" : g.state === "drained" ? "free, drained (no job starts here)" : "free";
   return `<tr class="gpu-row ${esc(g.state)}" data-gpu="${g.index}" data-job="${esc(g.jobs.join(","))}">` +
     `<td class="num">${g.index}</td><td>${esc(g.name)}</td><td class="num">${Math.round(g.util_pct)}%</td>` +
     `<td class="num">${g.mem_used_gb}/${g.mem_total_gb} GB</td><td>${g.jobs.map(jobLink).join(", ") || "-"}</td>` +
