@@ -97,6 +97,8 @@ def policy_diff(ctx, a, b, as_json):
 
 
 def _report_apply(out: dict, what: str, as_json: bool) -> None:
+    for line in out.get("warnings") or ():
+        click.echo(f"dispatch: warning: {line}", err=True)
     if as_json:
         print_changes(out["changes"], "live", what, True,
                       {k: v for k, v in out.items() if k != "changes"})

@@ -108,3 +108,19 @@ class Teams:
         guarantee, the victim's team above its own)?"""
         return bool(self.config.teams) and self.used[team] + self.coming_to[team] < self.guarantee(team) \
             and self.used[victim_team] > self.guarantee(victim_team)
+
+
+def beyond(profiles: dict[str, PolicyConfig], gpus: int) -> list[str]:
+    """What a policy's profiles ask that a cluster of `gpus` usable GPUs cannot give: a class lane (reserve)
+    as large as the cluster, team guarantees that add up to more than it. Said when it is applied; legal all
+    the same (the cluster may grow)."""
+    out = []
+    for name, config in profiles.items():
+        where = f" (profile {name})" if len(profiles) > 1 else ""
+        out += [f"reserve.{cls} = {n} keeps all {gpus} GPUs of the cluster for {cls} work and above{where}: "
+                f"lower classes start nothing" for cls, n in config.reserve.items() if n >= gpus]
+        total = sum(q.guarantee_gpus for q in config.teams.values())
+        if total > gpus:
+            out.append(f"the team guarantees add up to {total} GPUs on a cluster of {gpus}{where}: the teams "
+                       f"cannot all hold theirs at once")
+    return list(dict.fromkeys(out))

@@ -71,10 +71,22 @@ def apply(client, ns: str, text: str, source: str, now_ms: int) -> dict:
     live, _, _ = live_policy(client, ns)
     changes = diff_policies(live, new)
     out = {"changes": changes, "digest": digest(text), "version": None,
-           "scheduler": bool(client.exists(keys.scheduler_leader(ns)))}
+           "scheduler": bool(client.exists(keys.scheduler_leader(ns))), "warnings": _beyond_cluster(client, ns, new)}
     if changes:
         out["version"] = write_applied(client, ns, text, source, now_ms)
     return out
+
+
+def _beyond_cluster(client, ns: str, pset) -> list[str]:
+    """policy.teams.beyond against the GPUs of the live nodes (none yet: nothing to say)."""
+    from ..clock import now_ms
+    from ..config import Timing
+    from ..policy.teams import beyond
+    from ..store.nodes import read_nodes
+
+    now, timeout_s = now_ms(), Timing.from_env().node_timeout_s
+    gpus = sum(1 for n in read_nodes(client, ns)[0] if n.alive(now, timeout_s) for g in n.gpus if not g.blocked)
+    return beyond(pset.profiles, gpus) if gpus else []
 
 
 def rollback(client, ns: str, back: int, now_ms: int) -> dict:

@@ -69,6 +69,20 @@ def test_apply_switches_the_running_scheduler_and_rollback_returns_to_the_one_be
     assert wait_weight(cli) == 0.3
 
 
+def test_apply_warns_of_what_the_live_cluster_cannot_give_and_applies_it_all_the_same(client, ns, cli, tmp_path):
+    # reserve.high = 200 on a cluster of 4 GPUs: every normal and low job waited, and nothing had said so
+    write_heartbeat(client, ns, "n1", [GpuInfo(i, "NVIDIA A100-40GB", 40.0) for i in range(4)], 8, 64.0, now_ms())
+    f = files(tmp_path, big="[defaults]\nreserve = { high = 200 }\n[teams.a]\nguarantee_gpus = 3\n"
+                            "[teams.b]\nguarantee_gpus = 3\n")
+    p = cli.run("policy", "apply", str(f["big"]))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 0 and "applied" in p.stdout, p
+    assert lines == ["dispatch: warning: reserve.high = 200 keeps all 4 GPUs of the cluster for high work and "
+                     "above: lower classes start nothing",
+                     "dispatch: warning: the team guarantees add up to 6 GPUs on a cluster of 4: the teams cannot "
+                     "all hold theirs at once"], lines
+
+
 def test_an_applied_policy_survives_a_restart_until_the_file_is_edited_after_it(client, ns, cli, tmp_path):
     f = files(tmp_path, a=A, b=B)
     past = time.time() - 60
