@@ -160,6 +160,7 @@ COMMANDS = {
     "auth": "dispatcher.cli.login:auth", "login": "dispatcher.cli.login:login",
     "simulate": "dispatcher.cli.lab:simulate", "history": "dispatcher.cli.lab:history",
     "report": "dispatcher.cli.lab:report", "tune": "dispatcher.cli.lab:tune",
+    "quarantine": "dispatcher.cli.quarantine:quarantine",
 }
 
 

@@ -190,7 +190,8 @@ def report(client, ns: str) -> list[str]:
     n, *types = pipe.execute(raise_on_error=False)
     lines = []
     if isinstance(n, int) and n:
-        lines.append(f"{n} index entr{'y' if n == 1 else 'ies'} quarantined (see {keys.quarantine(ns)})")
+        lines.append(f"{n} entr{'y' if n == 1 else 'ies'} quarantined (`dispatch quarantine` lists them, "
+                     f"--clear once read)")
     for index, t in zip((keys.jobs_pending(ns), keys.jobs_active(ns)), types):
         if text(t) not in ("zset", "none"):
             lines.append(f"{index} is a {text(t)}, not a zset: listed from {keys.jobs_all(ns)} until the "

@@ -27,7 +27,13 @@ def test_a_scheduler_that_meets_an_infinite_score_keeps_scheduling(cli, client):
     third = cli.submit("--", "true")
     cli.wait_for(lambda: state(client, cli.ns, third) == "succeeded", timeout=30, what="a job submitted after")
     assert sched.poll() is None, "the scheduler exited"
-    assert "2 index entries quarantined" in cli.run("queue").stdout
+    assert "2 entries quarantined (`dispatch quarantine` lists them" in cli.run("queue").stdout
+    listed = cli.run("quarantine").stdout.splitlines()
+    assert listed[0].split() == ["TIME", "KEY", "MEMBER", "REASON", "NOW"] and len(listed) == 3, listed
+    assert {line.split()[3] for line in listed[1:]} == {"ghost", second}, listed
+    cleared = cli.run("quarantine", "--clear")
+    assert "cleared 2 entries" in cleared.stderr
+    assert "quarantined" not in cli.run("queue").stdout and cli.run("quarantine").stdout == "nothing quarantined\n"
 
 
 def test_a_pending_index_of_the_wrong_type_is_set_aside_under_a_running_scheduler(cli, client):
