@@ -67,7 +67,8 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
         waited = queue_wait({**j, "attempts": firsts.get(j["id"], ())})  # submit to its first start, as report's
         if waited is None and j["submitted_at"]:  # never started: to its placement or end, else to now
             waited = (j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
-        gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] > 1 else _held(j)) \
+        gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] > 1 else  # a gang; one of whole nodes as it runs
+                f"{len(j['ranks'])}x{len(j['ranks'][0][1])}" if len(j["ranks"]) > 1 else _held(j)) \
             + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")  # a gang: nodes x GPUs per node
         where = "+".join(n + (f":{','.join(map(str, g))}" if g else "") for n, g in j["ranks"] or
                          [[j["node"], j["gpus"]]]) if j["node"] else "-"  # a gang: every rank's node, rank 0 first
@@ -148,8 +149,10 @@ def show(ctx, job_id, as_json):
         elif k == "ranks" and v:  # a gang: every rank's node and GPUs
             v = ", ".join(f"rank {i} on {n} GPUs {g}" for i, (n, g) in enumerate(v))
         click.echo(f"{k:>16}: {v if v not in (None, '', []) else '-'}")
-    for a in attempts:
-        click.echo(f"{'attempt ' + str(a['attempt']):>16}: {a['outcome']} on {a['node'] or '-'} GPUs {a['gpus']}, "
+    for a in attempts:  # (a gang's: every rank's node and GPUs)
+        where = ", ".join(f"rank {i} on {n} GPUs {g}" for i, (n, g) in enumerate(a["ranks"])) if len(a["ranks"]) > 1 \
+            else f"on {a['node'] or '-'} GPUs {a['gpus']}"
+        click.echo(f"{'attempt ' + str(a['attempt']):>16}: {a['outcome']} {where}, "
                    f"{at(a['started_at'])} to {at(a['ended_at'])}" + (f": {a['reason']}" if a["reason"] else ""))
 
 

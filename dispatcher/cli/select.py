@@ -176,8 +176,10 @@ def folded(jobs: list[dict]) -> list[tuple[str, dict, list[dict]]]:
 
 
 def counts(group: list[dict]) -> str:
-    """'8 running, 90 pending' (in the order the states first appear)."""
+    """'8 running, 88 pending, 2 held' (in the order the states first appear; a pending job held by `dispatch
+    hold` counts as held)."""
     seen: dict[str, int] = {}
     for j in group:
-        seen[j["state"]] = seen.get(j["state"], 0) + 1
+        state = "held" if j["state"] == "pending" and j.get("hold") else j["state"]
+        seen[state] = seen.get(state, 0) + 1
     return ", ".join(f"{n} {state}" for state, n in seen.items())

@@ -91,3 +91,11 @@ def test_logs_of_a_job_cancelled_before_it_started_says_it_never_ran(cli):
     for args in (["logs", job], ["logs", "-f", job]):
         shown = cli.run(*args, check=False)
         assert shown.stdout == "" and shown.stderr.strip() == f"[dispatch: job {job} cancelled without starting: no output]"
+
+
+def test_an_arrays_line_counts_its_held_elements_apart(cli):
+    # `queue` said "4 pending" for an array two of whose elements were held: nothing said so
+    array = cli.submit("--array", "0-3", "--gpus", "1", "--", "true")  # no node: every element waits
+    cli.run("hold", f"{array}_1", f"{array}_2")
+    line = next(line for line in cli.run("queue").stdout.splitlines() if line.startswith(f"{array}_["))
+    assert "2 pending, 2 held" in line, line
