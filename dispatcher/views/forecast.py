@@ -50,8 +50,18 @@ def forecast_read(read, job_id: str, now_ms: int, config, *, ahead: list[str] | 
     snapshot = replace(read.snapshot, nodes=taking_jobs(read.snapshot.nodes))
     if ahead is not None:
         start = list_start(snapshot, job_id, ahead, now_ms, work_left(snapshot, now_ms, config))
-        return as_dict(Forecast(job_id, now_ms, HORIZON_S, start))
-    return as_dict(forecast(snapshot, job_id, now_ms, config))
+        return _overrun(as_dict(Forecast(job_id, now_ms, HORIZON_S, start)), snapshot, now_ms)
+    return _overrun(as_dict(forecast(snapshot, job_id, now_ms, config)), snapshot, now_ms)
+
+
+def _overrun(d: dict, snapshot, now_ms: int) -> dict:
+    """The forecast with `past_estimate`: those of the jobs it waits for that run past their estimates, whose end
+    it can only guess (the forecast: as much again as they overran, at least a minute, sim/forecast.work_left;
+    the scheduler's plan, which `why` shows: its unknown_remaining)."""
+    after = set((d.get("start") or {}).get("after_jobs") or ())
+    d["past_estimate"] = sorted({r.spec.id for r in snapshot.running if r.spec.id in after and r.spec.est_s is not None
+                                 and r.started_ms + r.spec.est_s * 1000 <= now_ms}, key=lambda i: (len(i), i))
+    return d
 
 
 def read_eta(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
@@ -145,6 +155,11 @@ def describe(d: dict, *, with_job: bool = True) -> str:
             ids = s["after_jobs"]
             line += (f", when job {ids[0]} ends" if len(ids) == 1 else
                      f", when jobs {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''} end")
+        late = d.get("past_estimate") or ()
+        if late:  # (the same jobs' end `why` plans with is the policy's own guess: the two may differ)
+            line += (f" (a guess: {'job ' + late[0] + ' runs' if len(late) == 1 else 'those jobs run'} past "
+                     f"{'its estimate' if len(late) == 1 else 'their estimates'}, taken to run as much again as "
+                     f"{'it' if len(late) == 1 else 'they'} overran, at least a minute)")
     c = d.get("change_start")
     if c:
         line += f"; with {d['change']} it would start {within(c['in_s'])} on {c['node']}"

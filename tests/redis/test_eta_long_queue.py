@@ -60,3 +60,26 @@ def test_eta_says_held_and_never_rather_than_forecasting_a_start(client, ns, mon
     assert forecast.describe(forecast.read_eta(client, ns, vision)) == (
         f"job {vision}: never, as the cluster and the policy stand: team vision's limit is 2 GPUs at once "
         "(the policy's [teams]) and this job needs 4")
+
+
+def test_eta_says_when_it_guesses_the_end_of_a_job_past_its_estimate(client, ns):
+    # eta said "~60 s" on every call for a job waiting on runners past their 5 s estimates, while why said a day:
+    # each plans with its own guess of such a runner's end, and eta now says which it made
+    from dispatcher.store.scripts import Scripts
+
+    write_heartbeat(client, ns, "n1", [GpuInfo(0, "NVIDIA A100-40GB", 40.0)], 8, 64.0, now_ms())
+    t = now_ms()
+    runner, waiter = write_jobs(client, ns, [build_spec(command=["sleep", "300"], user="u", gpus=1, est=5,
+                                                        submit_ms=t - 120_000),
+                                             build_spec(command=["true"], user="u", gpus=1, submit_ms=t - 60_000)])
+    sched = Scheduler(client, ns)
+    sched.cycle()
+    epoch = int(client.hget(f"{ns}:job:{runner}", "epoch"))
+    assert Scripts(client, ns).mark_running(runner, epoch, t - 90_000, 4242) == 1  # 85 s past its 5 s estimate
+    sched.cycle()
+    sched.lease.release()
+    eta = forecast.read_eta(client, ns, waiter)
+    assert eta["start"]["after_jobs"] == [runner] and eta["past_estimate"] == [runner], eta
+    said = forecast.describe(eta)
+    assert f"when job {runner} ends (a guess: job {runner} runs past its estimate, taken to run as much again " \
+           "as it overran, at least a minute)" in said, said
