@@ -12,7 +12,21 @@ from ..core.selection import STATE_GROUPS, Selection, selection  # noqa: F401 (t
 
 
 def filter_options(fn):
-    """-u/--user, -t/--state (squeue's -t), --name, --team: repeatable or comma-separated; --name takes globs."""
+    """-u/--user, -t/--state (squeue's -t), --name, --team: repeatable or comma-separated; --name takes globs;
+    --me, squeue's and scancel's: -u with your own name."""
+    import functools
+
+    command = fn
+
+    @functools.wraps(command)
+    def with_me(*args, me: bool = False, users=(), **kwargs):
+        if me:
+            from ..auth.identity import current_user
+
+            users = (*users, current_user())
+        return command(*args, users=users, **kwargs)
+
+    fn = click.option("--me", "me", is_flag=True, help="Only your own jobs (as -u with your name).")(with_me)
     for flag, short, what in (("--team", None, "TEAM"), ("--name", None, "GLOB"),
                               ("--state", "-t", "STATE"), ("--user", "-u", "USER")):
         names = [short, flag] if short else [flag]

@@ -93,13 +93,13 @@ def update_job(client, ns: str, job_id: str, changes: dict, *, sealed=None) -> s
 
 def _said(old, new) -> str:
     from ..begin import when
-    from ..core.units import age
+    from ..core.units import span
 
-    parts = [f"{what} {a} -> {b}" for what, a, b in (
+    parts = [f"{what} {a} -> {b}" for what, a, b in (  # (durations as people write them: 1h, 1h30m)
         ("priority", old.priority, new.priority),
-        ("est", "none" if old.est_s is None else age(old.est_s), "none" if new.est_s is None else age(new.est_s)),
-        ("time", "none" if old.time_limit_s is None else age(old.time_limit_s),
-         "none" if new.time_limit_s is None else age(new.time_limit_s)),
+        ("est", "none" if old.est_s is None else span(old.est_s), "none" if new.est_s is None else span(new.est_s)),
+        ("time", "none" if old.time_limit_s is None else span(old.time_limit_s),
+         "none" if new.time_limit_s is None else span(new.time_limit_s)),
         ("begin", when(old.begin_ms) if old.begin_ms else "none", when(new.begin_ms) if new.begin_ms else "none"))
         if a != b]
     return "updated: " + ", ".join(parts) if parts else "unchanged"

@@ -359,8 +359,8 @@ def test_show_json_has_every_field_of_the_request(cli):
 def test_update_takes_slurms_time_forms(cli):
     job = cli.submit("--grace", "1s", "--", "true")  # pending: no node
     assert cli.run("update", job, "--time", "10s").stdout.strip() == f"{job}: updated: time none -> 10s"
-    assert cli.run("update", job, "--time", "1:00:00").stdout.strip() == f"{job}: updated: time 10s -> 60m"
-    assert cli.run("update", job, "--time", "90").stdout.strip() == f"{job}: updated: time 60m -> 90m"
+    assert cli.run("update", job, "--time", "1:00:00").stdout.strip() == f"{job}: updated: time 10s -> 1h"
+    assert cli.run("update", job, "--time", "90").stdout.strip() == f"{job}: updated: time 1h -> 1h30m"
     assert cli.show(job)["time_limit_s"] == 5400.0
     other = cli.submit("--", "true")  # the default grace, 30s, comes after the limit: a shorter limit is fine
     assert cli.run("update", other, "--time", "10s").stdout.strip() == f"{other}: updated: time none -> 10s"

@@ -54,7 +54,7 @@ def test_an_updated_priority_reorders_the_queue_and_an_update_is_checked_as_subm
     first = cli.submit("--gpus", "1", "--priority", "normal", "--", "sleep", "60")
     later = cli.submit("--gpus", "1", "--priority", "low", "--est", "2h", "--", "true")
     said = cli.run("update", later, "--priority", "critical", "--est", "10m").stdout.strip()
-    assert said == f"{later}: updated: priority low -> critical, est 2h00m -> 10m", said
+    assert said == f"{later}: updated: priority low -> critical, est 2h -> 10m", said
     job = cli.show(later)
     assert (job["priority"], job["est_s"]) == ("critical", 600.0)
     for args, says in ((["--time", "5x"], "not a duration"), (["--priority", "urgent"], "unknown class"),

@@ -25,6 +25,7 @@ def test_queue_cancel_and_wait_pick_jobs_by_user_name_state_and_range(cli):
     assert ids(cli.run("queue", f"{sweep[0]}-{sweep[2]}", "--json").stdout) == sweep
     table = cli.run("queue", "-u", "bob").stdout
     assert "COMMAND" in table and "sleep 60" in table and "alice" not in table
+    assert ids(cli.run("queue", "--me", "--json", DISPATCH_USER="bob").stdout) == [hold]  # squeue --me
 
     out = cli.run("cancel", "-u", "alice", "--name", "sweep-*").stdout
     assert out.splitlines() == [f"{j}: cancelled" for j in sweep]
