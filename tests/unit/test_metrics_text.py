@@ -28,7 +28,7 @@ def overview(age_s=2.5):
         "classes": [{"class": "high", "pending": 3, "held": 1, "running": 1, "oldest_wait_s": 12.0, "gpus": 2},
                     {"class": "low", "pending": 0, "held": 0, "running": 0, "oldest_wait_s": 0.0, "gpus": 0}],
         "nodes": [{"name": "n1", "alive": True, "seen_s_ago": 0.4, "drain": {"reason": "bad fan", "by": "root"},
-                   "gpus": [gpu(0, "held", job="7"), gpu(1, "free", util=0.0)]},
+                   "gpus": [gpu(0, "held", job="7"), gpu(1, "drained", util=0.0)]},
                   {"name": ODD, "alive": False, "seen_s_ago": 90.0, "gpus": [gpu(0, "dead", name=ODD)]}],
         "totals": {"gpus": 2, "held": 1, "util_pct": 25.0, "frag": 0.5},
         "usage": {"teams": [{"team": "vision", "gpus": 2, "gpus_pending": 4}, {"team": ODD, "gpus": 0,
@@ -86,7 +86,10 @@ def test_the_families_their_types_and_their_samples(monkeypatch):
                                                      ("dispatch_jobs_pending", (("class", "low"),)): 0.0}
     gpus = values(fams["dispatch_node_gpus"])
     assert gpus[("dispatch_node_gpus", (("node", "n1"), ("state", "held")))] == 1.0
-    assert gpus[("dispatch_node_gpus", (("node", ODD), ("state", "dead")))] == 1.0 and len(gpus) == 8
+    assert gpus[("dispatch_node_gpus", (("node", "n1"), ("state", "drained")))] == 1.0  # free, but drained
+    assert gpus[("dispatch_node_gpus", (("node", "n1"), ("state", "free")))] == 0.0
+    assert gpus[("dispatch_node_gpus", (("node", ODD), ("state", "dead")))] == 1.0
+    assert len(gpus) == 2 * 5  # every state of every node, zeros included
     util = values(fams["dispatch_gpu_utilization_ratio"])
     assert util[("dispatch_gpu_utilization_ratio", (("gpu", "0"), ("node", "n1")))] == 0.5
     assert values(fams["dispatch_gpu_memory_total_bytes"])[
