@@ -18,7 +18,9 @@ No agents run: preempted jobs stay `preempting`, as on a cluster whose agents ar
 them, so every cycle also searches for victims for the blocked high and critical jobs.
 
     python scripts/bench/realcycle.py [--sizes 10000x1000,100000x1000] [--repeats 5] [--json F]
-                                      [--profile F]   (the steady cycles' cProfile in F.<size>, the cold one's in F.<size>.cold)
+                                      [--profile F]
+(--profile F: the steady cycles' cProfile in F.<size>, the churn cycles' in F.<size>.churn, the cold
+one's in F.<size>.cold)
 """
 
 from __future__ import annotations
@@ -69,13 +71,13 @@ def child(args: dict) -> dict:
     sched = Scheduler(client, ns, timing=Timing(node_timeout_s=86400.0))  # the default lease
     sched.lease.keep()  # renewed from its side thread, as Scheduler.run does
     out = {}
-    profiler = None
+    profilers = {}
     if args.get("profile"):
         import cProfile
 
-        profiler = cProfile.Profile()
+        profilers = {"steady": cProfile.Profile(), "churn": cProfile.Profile()}
     with bl.phase_times(sched) as phases:
-        cold = profiler is not None and __import__("cProfile").Profile()
+        cold = bool(profilers) and __import__("cProfile").Profile()
         if cold:
             cold.enable()
         cold_s, _ = bl.timed(sched.cycle)
@@ -92,18 +94,19 @@ def child(args: dict) -> dict:
                     before(client, ns, rng, gen)
                 phases.clear()
                 n0 = bl.commands_executed(client)
-                if profiler is not None and name == "steady":
-                    profiler.enable()
+                if profilers:
+                    profilers[name].enable()
                 dt, plan = bl.timed(sched.cycle)
-                if profiler is not None:
-                    profiler.disable()
+                if profilers:
+                    profilers[name].disable()
                 commands.append(bl.commands_executed(client) - n0)
                 times.append(dt * 1000)
                 splits.append(bl.breakdown_ms(phases, dt))
             out.update({f"{name}_ms": bl.median(times), f"{name}_max_ms": max(times),
                         f"{name}_breakdown_ms": bl.median_each(splits), f"{name}_commands": bl.median(commands)})
-    if profiler is not None:
-        profiler.dump_stats(args["profile"])
+    if profilers:
+        profilers["steady"].dump_stats(args["profile"])
+        profilers["churn"].dump_stats(args["profile"] + ".churn")
     rss_now, rss_peak = bl.rss_mb()
     out.update(rss_base_mb=rss_base, rss_peak_mb=rss_peak, pending=len(sched.mirror.backlog))
     return out
