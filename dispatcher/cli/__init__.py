@@ -129,9 +129,9 @@ def exit_words(code: int | None) -> str:
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join(fmt.format(*map(str, r)).rstrip() for r in [header] + rows)
+    from .columns import table
+
+    return table(rows, header)
 
 
 def _setup_logging(debug: bool) -> None:

@@ -14,12 +14,13 @@ import click
 
 from ..core import errors
 from ..core.arrays import label
-from . import _table, common, exit_words, json_flag
+from . import common, exit_words, json_flag
 from ..clock import now_ms
 from ..core.errors import InvalidRequestError
 from ..store.naming import record_id
 from ..core.units import age
 from ..auth.identity import current_user
+from .columns import column_options, pick, table
 from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_options, folded, needs_some, resolve,
                      say_not_found, selection)
 
@@ -31,9 +32,10 @@ from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_opt
 @click.option("--limit", default=SHOWN, show_default=True, type=click.IntRange(1, 10**7),
               help="The most pending jobs listed (the oldest); a line says how many more there are.")
 @filter_options
+@column_options
 @json_flag
 @common
-def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as_json):
+def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fields, noheader, as_json):
     """Pending and running jobs, oldest first (-u, --state, --name, --team to filter)."""
     from ..store import keys
     from ..store import stats as published
@@ -87,11 +89,13 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, as
                      gpus, where, age(waited), ran, reason if len(reason) <= 90 else reason[:89] + "…",
                      shlex.join(j["command"]).replace("\n", "\\n")])  # one line a job
     header = ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "TIME", "REASON", "COMMAND"]
-    click.echo(_table(cut_last(rows, header), header))
-    if more > 0:
-        click.echo(f"... {_more(more, limit)}")
+    rows, header = pick(rows, header, fields)
+    if rows or not noheader:
+        click.echo(table(cut_last(rows, header), header, noheader))
+    if more > 0:  # (--noheader: stdout holds rows only, for a script's loop)
+        click.echo(f"... {_more(more, limit)}", err=noheader)
     for line in report(ctx.client, ctx.ns):
-        click.echo(line)
+        click.echo(line, err=noheader)
     say_missing(missing)
 
 

@@ -100,7 +100,7 @@ def cut_last(rows: list[list], header: list[str]) -> list[list]:
     import shutil
     import sys
 
-    if not rows or not sys.stdout.isatty():
+    if not rows or header[-1] != "COMMAND" or not sys.stdout.isatty():
         return rows
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header) - 1)]
     room = max(20, shutil.get_terminal_size().columns - sum(widths) - 2 * (len(header) - 1))

@@ -43,3 +43,21 @@ def test_a_requeued_job_waits_submit_to_first_start_and_a_cancel_in_its_grace_is
     assert forced.stdout == (f"{stubborn}: forced preemption sent to its node; it is being cancelled "
                              f"({reason[len('cancelling ('):-1]}): it ends cancelled, not requeued\n"), forced.stdout
     cli.wait_for(lambda: cli.show(stubborn)["state"] == "cancelled", timeout=15, what="the job to end cancelled")
+
+
+def test_queue_prints_the_columns_a_script_asks_for_without_a_header(cli):
+    """squeue -h -O jobid,state: `dispatch queue -o id,state --noheader` prints rows alone, ready for a
+    shell loop; the line saying how many more there are goes to stderr; an unknown column is one error line."""
+    first, second, third = (cli.submit("--name", f"s{i}", "--", "true") for i in range(3))
+    both = cli.run("queue", "-o", "ID,name", "--limit", "2")
+    assert both.stdout.splitlines()[0].split() == ["ID", "NAME"]
+    p = cli.run("queue", "--format", "id,state", "--noheader", "--limit", "2")
+    assert [line.split() for line in p.stdout.splitlines()] == [[first, "pending"], [second, "pending"]], p.stdout
+    assert p.stderr.startswith("... and 1 more pending jobs (the oldest 2 are listed") and \
+        len(p.stderr.splitlines()) == 1, p.stderr
+    assert cli.run("queue", "-o", "state,id", "--noheader", "-u", "nobody-here").stdout == ""
+    bad = cli.run("queue", "-o", "id,colour", check=False)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
+    assert "no column 'colour'; the columns are id,name,user" in bad.stderr, bad.stderr
+    assert cli.run("queue", "-o", " , ", check=False).returncode == 2
+    assert [line.split()[0] for line in cli.run("queue", "--noheader").stdout.splitlines()] == [first, second, third]

@@ -1,0 +1,49 @@
+"""A listing's columns chosen by name and its header left out, for scripts (squeue's -O/--Format and
+-h/--noheader): `dispatch queue -o id,state --noheader` prints two columns, nothing else on stdout."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+
+
+def column_options(fn):
+    """-o/--format COLS and --noheader; the command gets `fields` (a tuple, empty for every column) and
+    `noheader`."""
+
+    @functools.wraps(fn)
+    def with_columns(*args, fields: str | None = None, **kwargs):
+        chosen = tuple(f.strip().upper() for f in (fields or "").split(",") if f.strip())
+        if fields is not None and not chosen:
+            raise click.BadParameter("name one column or more, comma-separated (id,state,node)",
+                                     param_hint="--format")
+        return fn(*args, fields=chosen, **kwargs)
+
+    with_columns = click.option("--noheader", is_flag=True,
+                                help="No header line; what is not a row (N more, notes) goes to stderr.")(with_columns)
+    return click.option("-o", "--format", "fields", metavar="COLS",
+                        help="Only these columns, in this order: comma-separated names from the header "
+                             "(id,state,node; any case).")(with_columns)
+
+
+def pick(rows: list[list], header: list[str], fields: tuple[str, ...]) -> tuple[list[list], list[str]]:
+    """The rows and header cut to `fields` (all when empty); an unknown name is a one-line usage error."""
+    if not fields:
+        return rows, header
+    unknown = [f for f in fields if f not in header]
+    if unknown:
+        raise click.BadParameter(f"no column {unknown[0].lower()!r}; the columns are "
+                                 f"{','.join(h.lower() for h in header)}", param_hint="--format")
+    at = [header.index(f) for f in fields]
+    return [[r[i] for i in at] for r in rows], [header[i] for i in at]
+
+
+def table(rows: list[list], header: list[str], noheader: bool = False) -> str:
+    """Columns as wide as their widest cell, two spaces apart; without the header line if asked."""
+    shown = rows if noheader else [header] + rows
+    if not shown:
+        return ""
+    widths = [max(len(str(r[i])) for r in shown) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(fmt.format(*map(str, r)).rstrip() for r in shown)
