@@ -1,7 +1,7 @@
-"""Carrying out a node's control commands (dispatcher/store/control.py): cancel, preempt, shrink.
+"""Carrying out a node's control commands (dispatcher/store/control.py): cancel, preempt, shrink, time.
 
-Each stops its attempt for its reason (Running.stop_as, workers/running.py); its end is recorded
-by that reason (workers/outcomes.py)."""
+Each of the first three stops its attempt for its reason (Running.stop_as, workers/running.py); its end
+is recorded by that reason (workers/outcomes.py). time moves a running attempt's --time timer."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def handle(sup, entry_id, cmd: dict) -> None:
             log.info("job %s: stopping (%s); killed now by a forced %s from %s", job_id, run.stopping.value, kind,
                      cmd.get("by", "a user"))
         return
+    elif kind == "time":  # `dispatch update --time` of a running job: its timer moved, from its start as before
+        limit = cmd.get("time_s")  # (a number of seconds, or None: control.malformed checked it)
+        sup.time_limit(run, None if limit is None else float(limit))
+        log.info("job %s: its time limit is now %s", job_id, f"{limit:.0f}s" if run.spec.time_limit_s else "none")
     elif kind in ("preempt", "shrink") and not _marked_preempting(sup, run):
         log.warning("control %s for job %s: its record is not marked preempting at epoch %d; ignored",
                     kind, job_id, run.epoch)

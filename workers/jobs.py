@@ -95,14 +95,13 @@ class Supervisor:
         copy = self._copy_output if run.tty is None else run.tty.copy_output  # a pipe, or a PTY (workers/tty.py)
         reader = threading.Thread(target=copy, args=(run, log_path), name=f"log-{run.job_id}", daemon=True)
         reader.start()
-        limit = self._time_limit(run)
+        self.time_limit(run)
         code = run.proc.wait()
         ended_alone = not run.stopping  # (not a cancel's, preemption's or fence's end)
         if ended_alone:  # reaped: kept on disk (keeper.KEEP_ENDS_S), so that neither a kill -9 of this agent
             # before its outcome is written nor a server that loses the write makes it run again
             keep_exit(self.work_dir, run.job_id, run.epoch, code, now_ms(), run.stamp)
-        if limit is not None:
-            limit.cancel()
+        self.time_limit(run, keep=False)
         proctrack.stop_leftovers(run.attempt, run.spec.grace_s)
         reader.join(5.0)  # the output pipe closes with the last process that held it
         self._forget_pid(run.job_id, run.epoch)
@@ -279,16 +278,22 @@ class Supervisor:
             hit(signal.SIGKILL)
         threading.Thread(target=go, name=f"kill-{run.job_id}", daemon=True).start()
 
-    def _time_limit(self, run: Running) -> threading.Timer | None:
+    def time_limit(self, run: Running, limit_s: float | None | bool = False, keep: bool = True) -> None:
         """With --time: the timer that stops the attempt (TIMEOUT) at its limit, counted from its start (as
-        Slurm's: the job runs its whole limit, then has its --grace); None without one."""
-        limit = run.spec.time_limit_s
-        if not limit:
-            return None
-        timer = threading.Timer(max(0.0, run.started + limit - time.monotonic()), self._time_up, (run,))
-        timer.name, timer.daemon = f"time-{run.job_id}", True
-        timer.start()
-        return timer
+        Slurm's: the job runs its whole limit, then has its --grace). `limit_s` (None: no limit) replaces
+        the spec's (`dispatch update --time` of a running job); keep=False: no timer any more (its end)."""
+        with self.lock:
+            if limit_s is not False:
+                run.spec = run.spec.filled(time_limit_s=limit_s)
+            if run.time_limit is not None:
+                run.time_limit.cancel()
+            run.time_limit = None
+            limit = run.spec.time_limit_s if keep else None
+            if limit:
+                timer = threading.Timer(max(0.0, run.started + limit - time.monotonic()), self._time_up, (run,))
+                timer.name, timer.daemon = f"time-{run.job_id}", True
+                run.time_limit = timer
+                timer.start()
 
     def _time_up(self, run: Running) -> None:
         """The checkpoint signal now (the limit); SIGKILL to what is left its --grace later (Slurm's KillWait)."""

@@ -1,6 +1,6 @@
 """Commands that change pending jobs, as Slurm's `scontrol hold/release/update`: hold and release keep
-them out of scheduling until released; update changes their priority, estimate or time limit
-(registered lazily in cli/__init__.py; the store's side is store/pending.py)."""
+them out of scheduling until released; update changes their priority, estimate or time limit (and a
+running job's time limit) (registered lazily in cli/__init__.py; the store's side is store/pending.py)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def release(ctx, job_ids, users, states, names, teams):
 @common
 def update(ctx, job_ids, priority, est, time, begin, users, states, names, teams):
     """Change pending jobs' priority, estimate, time limit or earliest start (by id, range or filter); a
-    running job keeps what it started with."""
+    running job's time limit too, counted from its start (cut below what it has run, it stops now)."""
     from ..begin import parse_begin
     from ..core.updates import amended
     from ..store.pending import update_job

@@ -90,7 +90,7 @@ class InvalidStateError(DispatcherError):
 
     #: What to do instead, for the mistakes users make most: (operation, state) -> hint.
     HINTS = {("requeue", "running"): "`dispatch preempt --force` stops it and puts it back in the queue",
-             ("update", "running"): "only a pending job can be changed",
+             ("update", "running"): "a running job's --time can be changed, the rest only while it is pending",
              ("hold", "running"): "only a pending job can be held; `dispatch preempt` sends it back to the queue"}
 
     def __init__(self, job_id: str, state: str, operation: str, hint: str | None = None):

@@ -9,6 +9,9 @@ from .spec import check_options
 #: The flags update takes (Slurm's `scontrol update` on a pending job: Priority, TimeLimit, StartTime, and the
 #: estimate dispatch plans with). "begin" is an instant (ms, in digits) already: dispatcher/begin.py reads the text.
 UPDATABLE = ("priority", "est", "time", "begin")
+#: What may change on a running job too (scontrol update TimeLimit= of a running job): its node's agent
+#: moves the attempt's timer, counted from its start as before.
+ON_RUNNING = ("time",)
 
 
 def amended(spec: JobSpec, changes: dict) -> JobSpec:

@@ -1,4 +1,4 @@
-"""The control channel: a durable command stream per node (preempt, cancel, shrink).
+"""The control channel: a durable command stream per node (preempt, cancel, shrink, time).
 
 Commands are XADDed to keys.node_control and read by the node agent through the
 consumer group "agents" with its node name as consumer, so a command sent while
@@ -29,7 +29,7 @@ log = logging.getLogger("dispatch.control")
 GROUP = "agents"
 #: Commands kept per node stream (older ones are trimmed; all are long carried out by then).
 STREAM_MAXLEN = 10_000
-COMMANDS = ("preempt", "cancel", "shrink")
+COMMANDS = ("preempt", "cancel", "shrink", "time")  # time: a running job's new --time (store/pending.py)
 #: The stream field a command is stored under.
 FIELD = b"c"
 
@@ -133,6 +133,10 @@ def malformed(cmd) -> None:
             raise ValueError(f"{name} {cmd.get(name)!r} is not text")
     if not isinstance(cmd.get("keep_wait", True), bool):
         raise ValueError(f"keep_wait {cmd.get('keep_wait')!r} is not true or false")
+    limit = cmd.get("time_s")
+    if limit is not None and (not isinstance(limit, (int, float)) or isinstance(limit, bool)
+                              or not 0 < limit < 10**12):
+        raise ValueError(f"time_s {limit!r} is not a time limit in seconds")
 
 
 def drop(client, ns: str, node: str, entry_id, reason: str) -> None:

@@ -1,16 +1,18 @@
 """Changes to a pending job after its submit, as Slurm's `scontrol hold/release/update`: hold and
 release (lua/hold.lua) and update (priority, estimate, time limit). Each moves the job's epoch on
 (hold, update) so that a plan made before it cannot place the job as it was, and puts the job in the
-changed set so the scheduler's mirror reads it again."""
+changed set so the scheduler's mirror reads it again. A running job's time limit changes too: its
+spec, and a "time" command to each node it runs on, whose agent moves its timer (workers/commands.py);
+its epoch stays, as it is the attempt's."""
 
 from __future__ import annotations
 
 from ..core.errors import InvalidStateError, JobNotFound
-from ..core.updates import amended
-from . import keys
+from ..core.updates import ON_RUNNING, amended
+from . import control, keys
 from .codec import decode_spec, encode_spec
 from .connect import text
-from .job_record import read_fields
+from .job_record import gang_ranks, read_fields
 from .scripts import Outcome
 
 
@@ -68,23 +70,29 @@ def update_job(client, ns: str, job_id: str, changes: dict, *, sealed=None) -> s
         while True:
             try:
                 pipe.watch(key)
-                state, raw, epoch = pipe.hmget(key, "state", "spec", "epoch")
+                state, raw, epoch, node, gang = pipe.hmget(key, "state", "spec", "epoch", "node", "gang")
                 if state is None:
                     raise JobNotFound(job_id)
-                if text(state) != "pending":
+                running = text(state) == "running" and set(changes) <= set(ON_RUNNING)
+                if text(state) != "pending" and not running:
                     raise InvalidStateError(job_id, text(state), "update")
                 old = decode_spec(raw, key=f"job {job_id}")
                 new = amended(old, changes)
                 stored = encode_spec(new, job_id)
                 pipe.multi()
-                fields = {"spec": stored, "epoch": int(text(epoch) or 0) + 1}
+                fields = {"spec": stored} if running else {"spec": stored, "epoch": int(text(epoch) or 0) + 1}
                 if sealed is not None:
                     fields["seal"] = sealed(job_id, stored)
                 pipe.hset(key, mapping=fields)
-                if "est" in changes:
-                    pipe.hdel(key, "plan_est_s")
-                pipe.sadd(keys.jobs_changed(ns), job_id)
-                pipe.publish(keys.events(ns), b"update")
+                if running:  # (its nodes, rank 0 first: a gang's ranks each keep a timer)
+                    for where in dict.fromkeys([n for n, _ in gang_ranks(text(gang))] or [text(node)]):
+                        control.send(pipe, ns, where, {"type": "time", "job": job_id, "epoch": int(text(epoch)),
+                                                       "time_s": new.time_limit_s})
+                else:
+                    if "est" in changes:
+                        pipe.hdel(key, "plan_est_s")
+                    pipe.sadd(keys.jobs_changed(ns), job_id)
+                    pipe.publish(keys.events(ns), b"update")
                 pipe.execute()
                 return _said(old, new)
             except redis.WatchError:

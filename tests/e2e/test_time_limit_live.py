@@ -71,3 +71,27 @@ def test_every_rank_of_a_gang_is_stopped_at_its_time_limit_and_the_gang_fails_on
     assert len(j["attempts"]) == 1 and j["lost"] == 0, j["attempts"]
     assert sorted((tmp_path / "stopped").read_text().split()) == ["0", "1"]  # each rank had its signal
     assert {n.name: n.alloc for n in read_nodes(client, cli.ns)[0]} == {"h1": {}, "h2": {}}
+
+
+def test_a_running_jobs_time_limit_can_be_cut_or_lengthened_and_its_node_keeps_to_the_new_one(cli, client):
+    """scontrol update TimeLimit= on a running job: `dispatch update --time` moves the limit its node
+    counts from the job's start: cut below what it has run, the job is stopped now (TIMEOUT); lengthened,
+    it runs past its old limit and succeeds. Only --time changes while it runs."""
+    cli.start("worker", "--node", "n1", "--fake-gpus", "2xA100-40GB", **FAST)
+    cli.start("scheduler", **FAST)
+    cut = cli.submit("--gpus", "1", "--time", "10m", "--grace", "1s", "--", "sh", "-c",
+                     SLEEPER.format(trap='trap "exit 0" TERM'))
+    lengthened = cli.submit("--gpus", "1", "--time", "3s", "--", "sh", "-c", "sleep 5; echo done")
+    for job in (cut, lengthened):
+        cli.wait_for(lambda: read_job(client, cli.ns, job)["state"] == "running", what=f"job {job} to run")
+    assert cli.run("update", lengthened, "--time", "1h").stdout == f"{lengthened}: updated: time 3s -> 1h\n"
+    refused = cli.run("update", cut, "--time", "1s", "--priority", "high", check=False)
+    assert refused.returncode != 0 and "a running job's --time can be changed" in refused.stderr, refused.stderr
+    assert cli.run("update", cut, "--time", "1s").stdout == f"{cut}: updated: time 10m -> 1s\n"
+
+    j = final(cli, client, cut)
+    assert (j["state"], j["reason"]) == ("failed", "time limit 1s reached (--time); stopped (exit code 0)"), j
+    assert ran_s(j) < 8, j["attempts"]
+    j = final(cli, client, lengthened)
+    assert (j["state"], j["time_limit_s"], j["epoch"]) == ("succeeded", 3600.0, 1), j
+    assert "done" in cli.run("logs", lengthened).stdout

@@ -280,9 +280,10 @@ WILD = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 63, 2 ** 63 - 1), s
                  st.binary(max_size=6), st.lists(st.integers(-5, 5000), max_size=3))
 COMMANDS = st.one_of(
     st.binary(max_size=12),
-    st.fixed_dictionaries({"type": st.sampled_from(["preempt", "cancel", "shrink", "kill", ""]) | WILD},
+    st.fixed_dictionaries({"type": st.sampled_from(["preempt", "cancel", "shrink", "time", "kill", ""]) | WILD},
                           optional={"job": st.sampled_from(["1", "1:log", "", "x" * 65]) | WILD, "epoch": WILD,
-                                    "mode": WILD, "keep": WILD, "by": WILD, "reason": WILD, "keep_wait": WILD}
+                                    "mode": WILD, "keep": WILD, "by": WILD, "reason": WILD, "keep_wait": WILD,
+                                    "time_s": WILD}
                           ).map(lambda d: msgpack.packb(d, use_bin_type=True)),
 )
 
