@@ -43,7 +43,9 @@ def handle(sup, entry_id, cmd: dict) -> None:
         return
     elif kind == "time":  # `dispatch update --time` of a running job: its timer moved, from its start as before
         limit = cmd.get("time_s")  # (a number of seconds, or None: control.malformed checked it)
-        sup.time_limit(run, None if limit is None else float(limit))
+        with sup.lock:
+            run.spec = run.spec.filled(time_limit_s=None if limit is None else float(limit))
+        sup.time_limit(run)
         log.info("job %s: its time limit is now %s", job_id, f"{limit:.0f}s" if run.spec.time_limit_s else "none")
     elif kind in ("preempt", "shrink") and not _marked_preempting(sup, run):
         log.warning("control %s for job %s: its record is not marked preempting at epoch %d; ignored",

@@ -278,13 +278,11 @@ class Supervisor:
             hit(signal.SIGKILL)
         threading.Thread(target=go, name=f"kill-{run.job_id}", daemon=True).start()
 
-    def time_limit(self, run: Running, limit_s: float | None | bool = False, keep: bool = True) -> None:
-        """With --time: the timer that stops the attempt (TIMEOUT) at its limit, counted from its start (as
-        Slurm's: the job runs its whole limit, then has its --grace). `limit_s` (None: no limit) replaces
-        the spec's (`dispatch update --time` of a running job); keep=False: no timer any more (its end)."""
+    def time_limit(self, run: Running, keep: bool = True) -> None:
+        """With --time: the timer that stops the attempt (TIMEOUT) at its spec's limit, counted from its
+        start (as Slurm's: the job runs its whole limit, then has its --grace); set again when the limit
+        changes (`dispatch update --time`, workers/commands.py). keep=False: no timer any more (its end)."""
         with self.lock:
-            if limit_s is not False:
-                run.spec = run.spec.filled(time_limit_s=limit_s)
             if run.time_limit is not None:
                 run.time_limit.cancel()
             run.time_limit = None

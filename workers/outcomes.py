@@ -10,8 +10,11 @@ from __future__ import annotations
 import logging
 import signal
 
+import redis
+
 from dispatcher.auth.identity import seal_attempt
 from dispatcher.clock import now_ms
+from dispatcher.core.errors import signal_name
 from dispatcher.core.model import CANCELLED, FAILED, PENDING, SUCCEEDED
 from dispatcher.core.units import span
 from dispatcher.store import keys
@@ -24,14 +27,29 @@ log = logging.getLogger("dispatch.agent")
 
 
 def record_end(sup, run: Running, code: int) -> None:
-    """Record the end of `run`, whose main process exited with `code`, on `sup` (the Supervisor)."""
+    """Record the end of `run`, whose main process exited with `code`, on `sup` (the Supervisor).
+    Should describing the end fail before anything is written (a bug, never Redis), the attempt still
+    ends, as failed with what went wrong: dropped, it would read as lost and run again."""
     if not run.stopping and code == -signal.SIGKILL and fenced_epoch(sup.work_dir, run.job_id) == run.epoch:
         run.stop_as(Stopping.FENCED)  # killed by the node's keeper (workers/keeper.py)
-    ENDINGS[run.stopping](sup, run, code)
+    run.end_sent = False
+    try:
+        ENDINGS[run.stopping](sup, run, code)
+    except Exception as e:
+        if run.end_sent or _is_io(e):  # written, or waiting in the outbox; or Redis itself: reconcile's
+            raise
+        log.exception("job %s: its end could not be described; recorded as failed", run.job_id)
+        _end(sup, run, FAILED, code, f"ended with exit code {code}; dispatch could not record why "
+                                     f"({type(e).__name__}: {e}): a bug to report")
+
+
+def _is_io(e: Exception) -> bool:
+    return isinstance(e, (redis.exceptions.RedisError, OSError))
 
 
 def _end(sup, run: Running, state: str, code, reason: str, **kw) -> None:
     """Supervisor.finish of this attempt; a gang's rank says which rank ended (lua/finish.lua)."""
+    run.end_sent = True  # (finish keeps it in the outbox if Redis does not take it)
     sup.finish(run.job_id, run.epoch, state, code, reason, rank=run.rank, **kw)
 
 
@@ -99,7 +117,7 @@ def _hung(sup, run: Running, code: int) -> None:
 
 def _timed_out(sup, run: Running, code: int) -> None:
     """Its --time ran out (Slurm's TIMEOUT): the job fails, whatever its exit; not requeued, not retried."""
-    how = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
+    how = f"exit code {code}" if code >= 0 else f"killed by {signal_name(-code)}"
     _end(sup, run, FAILED, code, f"time limit {span(run.spec.time_limit_s)} reached (--time); stopped ({how})")
 
 
@@ -120,11 +138,11 @@ def _exited(sup, run: Running, code: int) -> None:
     if code == 0:
         _end(sup, run, SUCCEEDED, 0, "", spec=run.spec)  # into its run history
     elif run.rank is not None:
-        how = f"exit code {code}" if code > 0 else f"signal {signal.Signals(-code).name}"
+        how = f"exit code {code}" if code > 0 else signal_name(-code)
         _end(sup, run, PENDING, code, f"rank {run.rank} on {sup.node} ended ({how}); attempt lost",
                    **lost_attempt(run.spec))
     elif code < 0:  # a SIGKILL too: every one dispatch sends is for a reason (ENDINGS), so this one was not
-        _end(sup, run, FAILED, code, f"killed by signal {signal.Signals(-code).name}"
+        _end(sup, run, FAILED, code, f"killed by signal {signal_name(-code)}"
              + (UNSENT_KILL if code == -signal.SIGKILL else ""), fail_retries=run.spec.fail_retries)
     else:  # (within its --retry-failed, finish.lua puts it back in the queue)
         _end(sup, run, FAILED, code, f"exit code {code}", fail_retries=run.spec.fail_retries)

@@ -32,9 +32,18 @@ _SIGNALS = ("HUP", "INT", "QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "KILL", "
             "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS")
 
 
+#: glibc's real-time signals, named as `kill -l` names them: SIGRTMIN (34) to SIGRTMAX (64).
+_RTMIN, _RTMAX = 34, 64
+
+
 def signal_name(number: int) -> str:
-    """'SIGKILL' for 9; 'signal 77' for a number no signal has."""
-    return f"SIG{_SIGNALS[number - 1]}" if 0 < number <= len(_SIGNALS) else f"signal {number}"
+    """'SIGKILL' for 9, 'SIGRTMIN+6' for 40; 'signal 77' for a number no signal has."""
+    if 0 < number <= len(_SIGNALS):
+        return f"SIG{_SIGNALS[number - 1]}"
+    if _RTMIN <= number <= _RTMAX:
+        up, down = number - _RTMIN, _RTMAX - number
+        return "SIGRTMIN" + (f"+{up}" if up else "") if up <= down + 1 else "SIGRTMAX" + (f"-{down}" if down else "")
+    return f"signal {number}"
 
 
 def exit_fields(code: int | None) -> dict:

@@ -100,3 +100,16 @@ def test_a_job_that_fails_runs_again_within_its_retry_failed_and_wait_waits_for_
     shown = cli.show(broken)
     assert (shown["state"], shown["exit_code"], shown["failures"], shown["reason"]) == ("failed", 3, 2, "exit code 3")
     assert shown["attempts"][0]["reason"] == "exit code 3; run again (failure 1 of 1 --retry-failed allows)"
+
+
+def test_a_job_killed_by_a_realtime_signal_fails_once_with_the_signals_name_and_is_not_rerun(cli, tmp_path):
+    cli.start("worker", "--node", "n1", "--fake-gpus", "1xA100-40GB")
+    cli.start("scheduler")
+    ran = tmp_path / "ran"
+    job = cli.submit("--retries", "3", "--", "sh", "-c", f"echo ran >> {ran}; kill -40 $$")  # SIGRTMIN+6
+    p = cli.run("wait", job, "--timeout", "30", check=False)
+    assert (p.returncode, p.stderr.strip()) == (128 + 40, f"{job}: failed: killed by signal SIGRTMIN+6")
+    shown = cli.show(job)
+    assert (shown["state"], shown["exit_code"], shown["attempt"], shown["signal"]) == ("failed", -40, 0, "SIGRTMIN+6")
+    time.sleep(1)
+    assert ran.read_text() == "ran\n"

@@ -102,9 +102,9 @@ def test_agents_outlive_redis_killed_three_times_during_submits(cli, tmp_path, o
     client.close()
     assert [a.poll() for a in agents] == [None, None, None], "an agent exited on a Redis outage"
     for n in ("a", "b", "c"):  # three outages of ~4 s each: a line when heartbeats fail, one when they are back
-        (path,) = cli.home.glob(f"worker-{n}-*.log")
-        log = path.read_text()
-        assert 1 <= log.count("heartbeat failed") <= 3 and log.count("heartbeat works again after") >= 1, log[-3000:]
+        (path,) = cli.home.glob(f"worker-{n}-*.log")  # (none for an outage that redis-py's own retries of a
+        log = path.read_text()  # beat outlasted: up to 10 tries, 1 s apart at most, within the one call)
+        assert log.count("heartbeat failed") == log.count("heartbeat works again after") <= 3, log[-3000:]
     for j in jobs:
         ended = [r for r in attempts(out, j) if r["ended"]]
         assert len(ended) == 1, (j, attempts(out, j))

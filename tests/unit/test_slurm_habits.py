@@ -61,6 +61,8 @@ def test_the_signal_names_the_pure_core_knows_are_the_os_signal_modules():
 
     assert [signal_name(n) for n in range(1, 32)] == [signal.Signals(n).name for n in range(1, 32)]
     assert signal_name(77) == "signal 77"
+    rt = {34: "SIGRTMIN", 40: "SIGRTMIN+6", 49: "SIGRTMIN+15", 50: "SIGRTMAX-14", 64: "SIGRTMAX"}  # as `kill -l`
+    assert {n: signal_name(n) for n in rt} == rt and signal_name(33) == "signal 33"
     assert exit_fields(-9) == {"exit_status": 137, "signal": "SIGKILL"}
     assert exit_fields(3) == {"exit_status": 3, "signal": None} and exit_fields(None)["exit_status"] is None
 

@@ -96,3 +96,48 @@ def test_a_cancel_sent_again_past_the_grace_of_the_first_kills_the_job_now():
     run.stopping_since = time.monotonic() - 3  # its grace is over and it is still here
     commands.handle(sup, "1-2", cancel)
     assert kills[-1] == (0, signal.SIGKILL)
+
+
+class _Recorder:
+    """The one part of a Supervisor that record_end writes through: finish (here, a list)."""
+
+    def __init__(self, fails=None):
+        self.node, self.work_dir, self.fails, self.finished = "n1", "/nonexistent", fails, []
+
+    def finish(self, job_id, epoch, state, code, reason, **kw):
+        self.finished.append((job_id, epoch, state, code, reason))
+        if self.fails:
+            raise self.fails
+
+
+def test_an_end_that_cannot_be_described_is_still_recorded_as_failed_never_dropped_to_run_again(monkeypatch):
+    import redis
+    import pytest
+
+    from workers import outcomes
+
+    def broken(sup, run, code):
+        raise ValueError("no name for it")
+
+    monkeypatch.setitem(outcomes.ENDINGS, Stopping.NO, broken)
+    sup = _Recorder()
+    outcomes.record_end(sup, running(), 3)
+    [(job, epoch, state, code, reason)] = sup.finished
+    assert (job, epoch, state, code) == ("j1", 3, "failed", 3)
+    assert reason == "ended with exit code 3; dispatch could not record why (ValueError: no name for it): a bug to report"
+
+    def redis_away(sup, run, code):  # Redis itself: the attempt stays the agent's, reconcile's later
+        raise redis.exceptions.ConnectionError("gone")
+
+    monkeypatch.setitem(outcomes.ENDINGS, Stopping.NO, redis_away)
+    sup = _Recorder()
+    with pytest.raises(redis.exceptions.ConnectionError):
+        outcomes.record_end(sup, running(), 3)
+    assert sup.finished == []
+
+    sup = _Recorder(fails=ValueError("bad keyword"))  # finish was reached: its outbox has it, not written twice
+    cancelled = running()
+    cancelled.stop_as(Stopping.CANCEL, {"reason": "cancelled by ann"})
+    with pytest.raises(ValueError):
+        outcomes.record_end(sup, cancelled, -15)
+    assert sup.finished == [("j1", 3, "cancelled", -15, "cancelled by ann")]
