@@ -157,6 +157,7 @@ COMMANDS = {
     "why": "dispatcher.cli.explain:why", "eta": "dispatcher.cli.explain:eta", "decisions": "dispatcher.cli.explain:decisions",
     "policy": "dispatcher.cli.policy:policy", "top": "dispatcher.cli.ops:top", "scheduler": "dispatcher.cli.ops:scheduler",
     "worker": "dispatcher.cli.ops:worker", "dashboard": "dispatcher.cli.ops:dashboard", "up": "dispatcher.cli.ops:up",
+    "down": "dispatcher.cli.down:down",
     "auth": "dispatcher.cli.login:auth", "login": "dispatcher.cli.login:login",
     "simulate": "dispatcher.cli.lab:simulate", "history": "dispatcher.cli.lab:history",
     "report": "dispatcher.cli.lab:report", "tune": "dispatcher.cli.lab:tune",

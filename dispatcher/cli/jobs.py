@@ -46,11 +46,15 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
 
     sel = selection(job_ids, users, states, names, teams)
     missing: list[str] = []  # (ids that name no job: one line each after the table, exit 4, as squeue -j)
+    if as_json and fields:
+        raise InvalidRequestError("-o/--format picks the table's columns; --json gives every field: use one of "
+                                  "them", field="--format")
     jobs = resolve(ctx.client, ctx.ns, sel, include_final=show_all or bool(sel.states - set(STATE_GROUPS["active"])),
-                   limit=limit, missing=missing)
+                   limit=limit + 1, missing=missing)  # (one more: whether the cut falls inside an array)
     pending = [j for j in jobs if j["state"] == "pending"]
     more = len(pending) - limit if sel.ids or sel.filtered else \
-        (tolerant(lambda: ctx.client.zcard(keys.jobs_pending(ctx.ns)), 0) or 0) - len(pending)
+        (tolerant(lambda: ctx.client.zcard(keys.jobs_pending(ctx.ns)), 0) or 0) - min(len(pending), limit)
+    cut_arrays = {j["array_of"] for j in pending[limit:] if j["array_of"]}  # shown as 12_[0-2,…]
     if len(pending) > limit:
         cut = {j["id"] for j in pending[limit:]}
         jobs = [j for j in jobs if j["id"] not in cut]
@@ -62,7 +66,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
     now = time.time()
     rows = []
     rest = published.read(ctx.client, ctx.ns)["rest_reason"] or ""  # why the jobs the last cycle did not reach wait
-    shown = [(label(j), j, [j]) for j in jobs] if expand else folded(jobs)
+    shown = [(label(j), j, [j]) for j in jobs] if expand else folded(jobs, cut_arrays)
     firsts = read_first_attempts(ctx.client, ctx.ns, [j["id"] for _, j, _ in shown if j["attempt"]])  # (requeued,
     # preempted or lost before: WAIT counts to their first start)
     for row_id, j, group in shown:
@@ -83,8 +87,10 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
         if len(group) > 1 and all(g["hold"] for g in group):  # every element held: released by the array's id
             reason = reason.replace(f"(dispatch release {label(j)})", f"(dispatch release {j['array_of']})")
         classes = "|".join(dict.fromkeys(g["priority"] for g in group))  # (an array's elements updated apart)
-        ran = age(now - j["started_at"]) if j["state"] in ("running", "preempting") and j["started_at"] and \
-            len(group) == 1 else "-"  # squeue's TIME: this attempt's so far
+        ran = "-" if len(group) > 1 or not j["started_at"] else age(now - j["started_at"]) \
+            if j["state"] in ("running", "preempting") else age(j["finished_at"] - j["started_at"]) \
+            if j["state"] in STATE_GROUPS["done"] and j["finished_at"] else "-"  # squeue's TIME: this attempt's
+        # so far; an ended job's (-t all): its last attempt's, as sacct's Elapsed
         rows.append([row_id, j["name"] or "-", j["user"], classes, counts(group) if len(group) > 1 else j["state"],
                      gpus, where, age(waited), ran, reason if len(reason) <= 90 else reason[:89] + "…",
                      shlex.join(j["command"]).replace("\n", "\\n")])  # one line a job
@@ -276,7 +282,7 @@ def logs(ctx, job_id, follow, rank, tail):
         for n, element in enumerate(elements):
             click.echo(f"{chr(10) if n else ''}==> {label(element)} <==")
             sys.stdout.flush()
-            _print_log(ctx, element, tail, rank)
+            _print_log(ctx, read_job(ctx.client, ctx.ns, element["id"]), tail, rank)  # (its whole record)
         return
     if rank >= max(1, len(job["ranks"]), job["nodes"]) and not ctx.client.exists(keys.job_log(ctx.ns, job_id, rank)):
         # (a gang larger than any node, between attempts, has no ranks listed: the output they left counts)
@@ -352,7 +358,7 @@ def progress(step):
 @click.command()
 @click.argument("job_ids", nargs=-1, metavar="[JOB|LOW-HIGH]...")
 @click.option("--timeout", default=None, metavar="DURATION",
-              help="Give up after this long (90s, 15m, 3h; exit 5).")
+              help="Give up after this long (90s, 15m, 3h; exit 5). 0: look once, without waiting.")
 @filter_options
 @common
 def wait(ctx, job_ids, timeout, users, states, names, teams):
@@ -366,7 +372,7 @@ def wait(ctx, job_ids, timeout, users, states, names, teams):
     from ..core.units import parse_duration
     from ..store.connect import ride_out_within
 
-    timeout_s = None if timeout is None else parse_duration(timeout, flag="--timeout")
+    timeout_s = None if timeout is None else parse_duration(timeout, flag="--timeout", zero=True)
     sel = needs_some(selection(job_ids, users, states, names, teams), "wait for")
     missing: list[str] = []  # (ids that name no job: said first, the rest waited for, exit 4 unless one failed)
 

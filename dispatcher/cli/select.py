@@ -167,10 +167,11 @@ def named(message: str, job: dict) -> str:
     return re.sub(rf"\bjob {re.escape(job['id'])}\b", lambda _: f"job {label(job)}", message)
 
 
-def folded(jobs: list[dict]) -> list[tuple[str, dict, list[dict]]]:
+def folded(jobs: list[dict], cut=frozenset()) -> list[tuple[str, dict, list[dict]]]:
     """Queue rows: (the ID shown, the job a row is about, the jobs it stands for). An array is one row,
     12_[0-99%8], where its first element listed was, about its oldest pending element (else its
-    first); every other job is its own row."""
+    first); every other job is its own row. An array of `cut` (some of its pending elements left out
+    by queue's --limit) shows it: 12_[0-2,…]."""
     from ..core.arrays import ranges
 
     members: dict[str, list[dict]] = {}
@@ -185,7 +186,8 @@ def folded(jobs: list[dict]) -> list[tuple[str, dict, list[dict]]]:
             group = members[j["array_of"]]
             cap = f"%{j['array_limit']}" if j["array_limit"] else ""
             about = next((g for g in group if g["state"] == "pending"), j)
-            rows.append((f"{j['array_of']}_[{ranges(g['array_index'] for g in group)}{cap}]", about, group))
+            more = ",…" if j["array_of"] in cut else ""
+            rows.append((f"{j['array_of']}_[{ranges(g['array_index'] for g in group)}{more}{cap}]", about, group))
     return rows
 
 

@@ -67,8 +67,9 @@ from ..auth.identity import caller_dir, current_user
 @click.option("--hold", "-H", "held", is_flag=True,
               help="Submit the job held (Slurm's sbatch --hold): it waits until `dispatch release`.")
 @click.option("--env", "env", multiple=True, metavar="K=V", help="Environment variable for the job (repeatable).")
-@click.option("--cwd", default=None, metavar="DIR",
-              help="Working directory on the node (default: the current one; a relative one is taken from it).")
+@click.option("--cwd", "--chdir", "-D", "cwd", default=None, metavar="DIR",
+              help="Working directory on the node (default: the current one; a relative one is taken from it; "
+                   "sbatch's --chdir, -D).")
 @click.option("--from", "from_file", default=None, type=click.File("r"), metavar="FILE.jsonl",
               help="Submit many jobs, one JSON object per line ({\"command\": [...], \"gpus\": 2, ...}; "
                    "the flags give defaults); all or nothing. '-' reads standard input.")

@@ -190,7 +190,7 @@ class UpAlreadyRunning(DispatcherError):
         where = f"pid {pid}" if pid else "pid unknown"
         if url:  # (its password masked, whichever record it came from)
             where += f", server {masked_url(url)}"
-        how = f"kill {pid} or Ctrl-C in its terminal" if pid else "Ctrl-C in its terminal"
+        how = f"`dispatch down` (or kill {pid}, Ctrl-C in its terminal)" if pid else "Ctrl-C in its terminal"
         super().__init__(f"`dispatch up` already runs on state dir {state_dir} ({where}); stop it with {how}, "
                          "or give this one its own DISPATCH_HOME")
         self.state_dir, self.pid, self.url = state_dir, pid, url

@@ -4,7 +4,7 @@ notification of its end (`submit --notify`, task-spooler's TS_ONFINISH, Slurm's 
 `--output PATTERN` names a file on the job's node that its output (stdout and stderr together) is
 appended to as it runs: `%j` the job's id, `%A` its array's id (the job's own outside an array), `%a`
 its index in the array (empty outside one), `%u` its user, `%x` its name (the command's first word
-when it has none), `%n` the node, `%r` a gang's rank (0 for a one-node job), `%%` a `%`. A relative
+when it has none), `%n` and `%N` the node (Slurm's %N), `%r` a gang's rank (0 for a one-node job), `%%` a `%`. A relative
 pattern is relative to the job's working directory.
 
 `--notify CMD|URL`: an `http://` or `https://` URL gets a JSON POST of the job's end (end_body); anything
@@ -25,7 +25,7 @@ from .errors import InvalidRequestError
 from .model import JobSpec
 
 #: The letters a pattern may use after `%`.
-LETTERS = "jaAuxnr%"
+LETTERS = "jaAuxnNr%"
 MAX_PATTERN = 1024
 MAX_NOTIFY = 4096
 _ESCAPE = re.compile(r"%(.?)", re.S)
@@ -42,7 +42,7 @@ def parse_output(text) -> str:
     for letter in _ESCAPE.findall(pattern):
         if not letter or letter not in LETTERS:
             what = f"%{letter}" if letter else "a % at the end"
-            raise InvalidRequestError(f"--output {pattern}: {what} is not one of %j %a %A %u %x %n %r %% "
+            raise InvalidRequestError(f"--output {pattern}: {what} is not one of %j %a %A %u %x %n %N %r %% "
                                       f"(%% for a literal %)", field="--output")
     return pattern
 
@@ -51,7 +51,7 @@ def expand(pattern: str, spec: JobSpec, job_id: str, node: str, rank: int = 0) -
     """The pattern with its letters filled in for this job on `node` (its rank), relative to the job's cwd."""
     values = {"j": job_id, "A": spec.array_of or job_id, "a": "" if spec.array_index is None else str(spec.array_index),
               "u": spec.user, "x": spec.name or (spec.command[0].rpartition("/")[2] if spec.command else ""),
-              "n": node, "r": str(rank), "%": "%"}
+              "n": node, "N": node, "r": str(rank), "%": "%"}
     path = _ESCAPE.sub(lambda m: values[m.group(1)], pattern)
     if not path.startswith("/") and spec.cwd:
         path = f"{spec.cwd.rstrip('/')}/{path}"

@@ -58,6 +58,9 @@ class Selection:
 def expand_ids(args) -> list[str]:
     """Job ids as given, ranges `60-66` and an array's elements `12_[1-3,7]` spelled out, order kept, no repeats."""
     out: dict[str, None] = {}
+    for arg in args:  # (a blank one is an unset variable's, `requeue "$JOB"`: never "every job")
+        if not any(pieces(arg)):
+            raise InvalidRequestError(f"an empty job id ({arg!r}); give job ids (7, 60-66, 12_[1-3])", field="JOB")
     for arg in split(args):
         elements = _ELEMENTS.fullmatch(arg)
         if elements:

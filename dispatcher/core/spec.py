@@ -116,8 +116,8 @@ def _gigabytes(value, flag: str, *, hi: float) -> float:
 
 def _label(value: str, flag: str) -> str:
     if value and not _NAME.match(value):
-        raise InvalidRequestError(
-            f"{flag}: {value!r} may hold only letters, digits and _.@+- (at most 64)", field=flag)
+        shown = repr(value) if len(value) <= 80 else f"{value[:60]!r}... ({len(value)} characters)"
+        raise InvalidRequestError(f"{flag}: {shown} may hold only letters, digits and _.@+- (at most 64)", field=flag)
     return value
 
 

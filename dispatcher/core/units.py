@@ -87,8 +87,9 @@ def parse_time_limit(text: str, *, flag: str = "--time") -> float:
                                   f"Slurm's 30 (minutes), 1:00:00 or 2-12:00", field=flag)
     else:
         return parse_duration(t, flag=flag)
-    if not value > 0:
-        raise InvalidRequestError(f"{flag}: duration must be positive, got {text!r}", field=flag)
+    if not value > 0:  # (Slurm's --time 0 is no limit: here that is UNLIMITED, or no --time)
+        raise InvalidRequestError(f"{flag}: duration must be positive, got {text!r}"
+                                  + ("; no limit is UNLIMITED (or no --time)" if flag == "--time" else ""), field=flag)
     return value
 
 

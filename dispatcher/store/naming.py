@@ -71,10 +71,13 @@ def record_id(client, ns: str, given: str) -> str:
     record (JobNotFound if the array has no such element); any other text as it is, for its reader to
     find or not (an array's id is its first element's record)."""
     if element_name(given) is None:
-        if len(expand_ids([given])) > 1:  # (a range, a list, an array's elements)
+        spelled = expand_ids([given])
+        if len(spelled) > 1:  # (a range, a list, an array's elements)
             raise InvalidRequestError(f"{given} names several jobs; this command takes one (`dispatch queue -t all "
                                       f"{given}` lists them)", field="JOB")
-        return given
+        if spelled[0] != given:  # one element as queue shows it, 12_[5]
+            return record_id(client, ns, spelled[0])
+        return str(int(given)) if given.isdigit() else given  # (0012: job 12, as 12_05 is 12_5)
     ids = named_jobs(client, ns, [given])[given]
     if not ids:
         raise JobNotFound(given)

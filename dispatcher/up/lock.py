@@ -98,12 +98,12 @@ def _live_up_in_server_file() -> dict | None:
     """server.json's record if another `dispatch up` that still runs wrote it."""
     info = read_server_file()
     pid = info.get("pid") if info else None
-    if isinstance(pid, int) and pid != os.getpid() and pid_alive(pid) and _looks_like(pid, "up"):
+    if isinstance(pid, int) and pid != os.getpid() and pid_alive(pid) and looks_like(pid, "up"):
         return info
     return None
 
 
-def _looks_like(pid: int, command: str) -> bool:
+def looks_like(pid: int, command: str) -> bool:
     """Whether `pid` still runs `dispatch <command>` (the child an earlier `up` started), not a
     process that reused its pid."""
     args = cmdline(pid)
@@ -135,7 +135,7 @@ def clear_leftovers(previous: dict, data_dir: Path) -> None:
     lock (embedded.data_dir_server), recorded or not."""
     for part, key, command in (("scheduler", "scheduler_pid", "scheduler"), ("node agent", "agent_pid", "worker")):
         pid = previous.get(key)
-        if isinstance(pid, int) and pid_alive(pid) and _looks_like(pid, command):
+        if isinstance(pid, int) and pid_alive(pid) and looks_like(pid, command):
             _stop(pid, part, 30.0, lambda pid=pid: not pid_alive(pid) or not cmdline(pid))  # zombies: gone
     pid = data_dir_server(data_dir)
     if pid is not None and pid > 0:

@@ -85,6 +85,20 @@ def test_show_and_logs_of_an_arrays_id_tell_of_every_element_not_only_the_first(
     assert refused.returncode == 2 and f"dispatch logs -f {array}_0" in refused.stderr
 
 
+def test_logs_of_an_array_whose_elements_have_not_all_started_says_so_for_each(cli):
+    # an element not started yet (pending, held, or cancelled while pending) made `logs ARRAY` an internal error
+    array = cli.submit("--array", "0-2", "--", "true")  # no node: no element starts
+    cli.run("hold", f"{array}_1")
+    cli.run("cancel", f"{array}_2")
+    shown = cli.run("logs", array)
+    assert shown.stdout == f"==> {array}_0 <==\n\n==> {array}_1 <==\n\n==> {array}_2 <==\n"
+    assert shown.stderr.splitlines() == [f"[dispatch: job {array}_0 has not started yet: no output; -f waits for it]",
+                                         f"[dispatch: job {array}_1 has not started yet: no output; -f waits for it]",
+                                         f"[dispatch: job {array}_2 cancelled without starting: no output]"]
+    one = cli.run("show", "--json", f"{array}_[1]")  # one element as queue shows it, and as cancel takes it
+    assert json.loads(one.stdout)["array_index"] == 1
+
+
 def test_logs_of_a_job_cancelled_before_it_started_says_it_never_ran(cli):
     job = cli.submit("--", "true")  # no node: it never starts
     cli.run("cancel", job)

@@ -157,3 +157,27 @@ def test_an_arrays_elements_are_named_12_5_in_what_cancel_hold_and_wait_print(cl
     assert cli.run("cancel", array).stdout.splitlines() == [f"{array}_0: cancelled", f"{array}_1: cancelled"]
     waited = cli.run("wait", array, check=False)
     assert [line.split(":")[0] for line in waited.stderr.splitlines()] == [f"{array}_0", f"{array}_1"]
+
+
+@pytest.mark.parametrize("command", ["requeue", "cancel", "hold", "queue", "history", "show", "logs", "why", "wait"])
+def test_a_blank_job_id_is_refused_never_taken_for_every_job(cli, command):
+    # `dispatch requeue "$JOB"` with JOB unset requeued every ended job of the cluster
+    done = cli.submit("--", "true")
+    cli.run("cancel", done)
+    for blank in ("", " ", ","):
+        one_line(cli.run(command, blank, check=False), errors.InvalidRequestError.exit_code, "an empty job id")
+    assert cli.show(done)["state"] == "cancelled"
+
+
+def test_a_job_id_with_leading_zeros_is_that_job_as_in_a_range(cli):
+    job = cli.submit("--", "true")
+    assert cli.show(f"00{job}")["id"] == job
+
+
+def test_wait_with_timeout_0_looks_once_as_a_poll(cli):
+    pending = cli.submit("--", "true")  # no node: it never starts
+    done = cli.submit("--", "true")
+    cli.run("cancel", done)
+    p = cli.run("wait", pending, "--timeout", "0", check=False)
+    assert (p.returncode, p.stderr.strip()) == (errors.EXIT_TIMEOUT, f"dispatch: not done after 0s: job {pending} (pending)")
+    assert cli.run("wait", done, "--timeout", "0", check=False).returncode == errors.EXIT_FAILED  # (cancelled: 1)

@@ -25,7 +25,7 @@ def test_a_requeued_job_waits_submit_to_first_start_and_a_cancel_in_its_grace_is
     time.sleep(3)  # was: WAIT counted from submit to the latest start, 3s and more
     cli.run("requeue", done)
     assert cli.run("wait", done, "--timeout", "30").returncode == 0
-    assert row(cli, done)[7:9] == ["0s", "-"], row(cli, done)
+    assert row(cli, done)[7:9] == ["0s", "0s"], row(cli, done)  # TIME: its last attempt's run (sacct's Elapsed)
 
     stubborn = cli.submit("--gpus", "0", "--grace", "30s", "--", "sh", "-c", "trap '' TERM; while true; do sleep 1; done")
     cli.wait_for(lambda: cli.show(stubborn)["state"] == "running", what="the job to run")

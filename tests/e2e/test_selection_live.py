@@ -81,3 +81,16 @@ def test_a_filter_reaches_past_the_oldest_thousand_and_queue_says_how_many_it_di
     bob = json.loads(cli.run("queue", "-u", "bob", "--json").stdout)
     assert [j["user"] for j in bob] == ["bob"], "the 1,002nd job is found by its user"
     assert cli.run("cancel", "-u", "bob").stdout.strip() == f"{bob[0]['id']}: cancelled"
+
+
+def test_an_array_that_queues_limit_cuts_is_shown_cut_not_as_if_it_ended_there(cli):
+    first = cli.submit("--", "true")  # no node: every job stays pending
+    array = cli.submit("--hold", "--array", "0-4", "--", "true")
+    for args in (["--limit", "3"], ["--limit", "3", "-u", cli.show(first)["user"]]):  # read to the limit, or all
+        rows = cli.run("queue", *args).stdout.splitlines()
+        assert [r.split()[0] for r in rows[1:3]] == [first, f"{array}_[0-1,…]"], rows
+        assert "2 held" in rows[2] and rows[-1].startswith("... and 3 more pending jobs"), rows
+    whole = cli.run("queue").stdout.splitlines()
+    assert whole[2].split()[0] == f"{array}_[0-4]" and "5 held" in whole[2], whole
+    both = cli.run("queue", "--json", "-o", "id", check=False)
+    assert both.returncode == 2 and "--json gives every field" in both.stderr and both.stdout == "", both

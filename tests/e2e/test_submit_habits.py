@@ -13,6 +13,8 @@ def test_slurms_short_flags_and_sizes_with_units_are_taken(cli):
     shown = cli.show(job)
     assert (shown["name"], shown["cpus"], shown["time_limit_s"], shown["mem_gb"], shown["gpu_mem_gb"]) == \
         ("train", 2, 1800, 4.0, 0.5), shown
+    assert cli.show(cli.submit("-D", "/tmp", "--", "true"))["cwd"] == "/tmp"  # sbatch's --chdir
+    assert cli.show(cli.submit("--chdir", "/var", "--", "true"))["cwd"] == "/var"
     for bad in ("4X", "G", "-1G"):
         p = cli.run("submit", "--mem", bad, "--", "true", check=False)
         assert p.returncode == 2 and p.stderr.startswith("dispatch: error: --mem: ") and \

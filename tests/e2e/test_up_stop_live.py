@@ -102,3 +102,23 @@ def test_a_double_ctrl_c_requeues_a_job_slow_to_stop_without_counting_it_lost(up
     assert shown["lost"] == 0 and shown["state"] == "running", shown
     assert [a["outcome"] for a in shown["attempts"]] == ["requeued"], shown["attempts"]
     assert "agent stopped; requeued" in shown["attempts"][0]["reason"], shown["attempts"]
+
+
+def test_dispatch_down_stops_the_up_of_its_state_dir_its_job_back_in_the_queue_and_a_second_down_is_a_no_op(ups):
+    up = ups.start("up1")
+    ups.wait_running(up)
+    script = f'echo "start $DISPATCH_JOB_ID $DISPATCH_ATTEMPT" >> {ups.runs_file}; sleep 300'
+    job = ups.run("submit", "--", "sh", "-c", script).stdout.strip()
+    ups.wait_for(lambda: ups.counts()[("start", job)], what=f"job {job} to start")
+
+    down = ups.run("down", "--now")
+    assert down.returncode == 0 and down.stdout == f"dispatch up (pid {up.pid}) stopped\n", (down, ups.logs())
+    assert up.wait(10) == 0 and _lock_free(ups)
+    again = ups.run("down")  # as `systemctl stop` of a stopped unit: nothing to do, no error
+    assert again.returncode == 0 and "nothing to stop" in again.stderr and again.stdout == "", again
+
+    up2 = ups.start("up2")
+    ups.wait_running(up2)  # the job was put back, not lost: it runs again under the next `up`
+    ups.wait_for(lambda: ups.counts()[("start", job)] >= 2, timeout=60, what=f"job {job} to run again")
+    shown = json.loads(ups.run("show", job, "--json").stdout)
+    assert shown["lost"] == 0 and [a["outcome"] for a in shown["attempts"]] == ["requeued"], shown

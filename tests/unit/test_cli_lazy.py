@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from dispatcher.cli import COMMANDS, cli
 
-EVERY_COMMAND = ["attach", "auth", "cancel", "checkpointed", "dashboard", "decisions", "drain", "eta", "history", "hold", "login", "logs", "nodes", "notebook",
+EVERY_COMMAND = ["attach", "auth", "cancel", "checkpointed", "dashboard", "decisions", "down", "drain", "eta", "history", "hold", "login", "logs", "nodes", "notebook",
                  "policy", "preempt", "progress", "quarantine", "queue", "release", "report", "requeue", "resume", "scheduler", "shell", "show", "simulate", "submit", "top", "tune", "up", "update", "wait",
                  "why", "worker"]
 

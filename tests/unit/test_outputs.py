@@ -19,6 +19,7 @@ def spec(**kw):
     ("%j.out", "/home/ada/run/42.out"),
     ("%u/%x.log", "/home/ada/run/ada/python.log"),  # no --name: the command's first word
     ("%n-r%r.txt", "/home/ada/run/gpu7-r0.txt"),
+    ("%N.out", "/home/ada/run/gpu7.out"),  # Slurm's %N: the node's name
     ("100%%-%j", "/home/ada/run/100%-42"),
     ("/scratch/%u/%j", "/scratch/ada/42"),
     ("plain.txt", "/home/ada/run/plain.txt"),

@@ -58,6 +58,12 @@ def test_every_bad_field_is_refused_with_its_flag(field, kwargs):
     assert e.value.field == field
 
 
+def test_a_long_bad_name_is_said_in_part_not_echoed_whole():
+    with pytest.raises(InvalidRequestError) as e:
+        build_spec(command=["true"], user="alice", submit_ms=1, name="x y" * 2000)
+    assert len(str(e.value)) < 200 and "(6000 characters)" in str(e.value)
+
+
 def test_a_spec_survives_the_codec():
     spec = build_spec(command=["python", "train.py", "--lr", "0.1"], user="alice", submit_ms=123, job_id="7",
                       name="train", team="vision", env=["A=1", "B=x=y"], gpus=2, gpu_type="A100|H100",

@@ -62,7 +62,7 @@ def test_a_job_without_time_has_no_limit():
     ({"time": ""}, "--time: empty; give a duration"),
     ({"time": "1:2:3:4"}, "--time: '1:2:3:4' is not a duration"),
     ({"time": "0:00:00"}, "--time: duration must be positive"),
-    ({"time": "0"}, "--time: duration must be positive"),
+    ({"time": "0"}, "--time: duration must be positive, got '0'; no limit is UNLIMITED (or no --time)"),
     ({"time": "-5m"}, "--time: '-5m' is not a duration"),
     ({"time": 0}, "--time: 0 is out of range; allowed 1s to 11574d (about 31 years)"),
     ({"time": "1d1d"}, "--time: '1d1d' is not a duration"),  # each unit once, largest first
