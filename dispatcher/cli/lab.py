@@ -162,7 +162,7 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
     from ..store.ended import read_history
 
     since_ms = None
-    if since:
+    if since is not None:  # ('' too: an empty value is refused, never taken for no window)
         now = time.time()
         since_ms = int(max(0.0, now - seconds_ago(since, now, flag="--since")) * 1000)  # (before 1970: all)
     ids = set(sel.ids) if sel is not None else set()  # a job's id, 12_5, or an array's id (all its elements)

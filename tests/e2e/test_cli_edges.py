@@ -181,3 +181,7 @@ def test_wait_with_timeout_0_looks_once_as_a_poll(cli):
     p = cli.run("wait", pending, "--timeout", "0", check=False)
     assert (p.returncode, p.stderr.strip()) == (errors.EXIT_TIMEOUT, f"dispatch: not done after 0s: job {pending} (pending)")
     assert cli.run("wait", done, "--timeout", "0", check=False).returncode == errors.EXIT_FAILED  # (cancelled: 1)
+
+
+def test_an_empty_since_is_refused_not_taken_for_no_window(cli):
+    one_line(cli.run("history", "--since", "", check=False), errors.InvalidRequestError.exit_code, "--since: ''")
