@@ -97,10 +97,11 @@ class Supervisor:
         reader.start()
         self.time_limit(run)
         code = run.proc.wait()
+        run.ended_ms = now_ms()  # its end's time, whatever delays the record (its output's last copy, Redis)
         ended_alone = not run.stopping  # (not a cancel's, preemption's or fence's end)
         if ended_alone:  # reaped: kept on disk (keeper.KEEP_ENDS_S), so that neither a kill -9 of this agent
             # before its outcome is written nor a server that loses the write makes it run again
-            keep_exit(self.work_dir, run.job_id, run.epoch, code, now_ms(), run.stamp)
+            keep_exit(self.work_dir, run.job_id, run.epoch, code, run.ended_ms, run.stamp)
         self.time_limit(run, keep=False)
         proctrack.stop_leftovers(run.attempt, run.spec.grace_s)
         reader.join(5.0)  # the output pipe closes with the last process that held it
@@ -110,7 +111,7 @@ class Supervisor:
         except Exception as e:
             log.warning("job %s: could not record its last checkpoint (%s)", run.job_id, e)
         try:  # it stays in `running` until its outcome is written (or queued): reconcile must not take it
-            if run.unsent:
+            if run.unsent:  # (kept in memory if the disk is full too: outbox.add)
                 self.outbox.add("log", run.job_id, run.epoch, bytes(run.unsent), run.rank or 0)
             outcomes.record_end(self, run, code)
             for entry_id in run.acks:

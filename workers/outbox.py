@@ -19,12 +19,15 @@ rerun elsewhere is refused.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
 import time
 from pathlib import Path
 
 import msgpack
+
+log = logging.getLogger("dispatch.agent")
 
 
 def own_ends(work_dir: Path) -> list[tuple[str, int, int, int]]:
@@ -65,20 +68,31 @@ class Outbox:
             self._entries.append((path, entry))
 
     def add(self, *entry) -> None:
-        """Keep `entry` (a tuple of plain values and bytes) on disk, fsynced, and in memory."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        """Keep `entry` (a tuple of plain values and bytes) on disk, fsynced, and in memory. A disk that
+        refuses it (full, read-only) costs the copy on disk only: the entry is kept in memory all the
+        same, replayed once Redis takes it (lost only if this agent stops first)."""
         path = self.dir / f"{next(self._seq):020d}.entry"
         tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(msgpack.packb(list(entry), use_bin_type=True))
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
-        fd = os.open(self.dir, os.O_RDONLY)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(msgpack.packb(list(entry), use_bin_type=True))
+                f.flush()
+                os.fsync(f.fileno())
+            tmp.replace(path)
+            fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            try:
+                tmp.unlink(missing_ok=True)  # (what was written of it)
+            except OSError:
+                pass
+            log.warning("job %s: its %s is kept in memory only, the disk refuses %s (%s); it is written to "
+                        "Redis once Redis takes it", entry[1] if len(entry) > 1 else "?", entry[0], self.dir,
+                        e.strerror or e)
         with self.lock:
             self._entries.append((path, entry))
 
@@ -89,7 +103,10 @@ class Outbox:
     def done(self, path: Path) -> None:
         with self.lock:
             self._entries = [(p, e) for p, e in self._entries if p != path]
-        path.unlink(missing_ok=True)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:  # (kept in memory only; or a disk gone read-only: a replay again is fenced, harmless)
+            pass
 
     def attempts(self) -> set[tuple[str, int]]:
         """(job id, epoch) of every attempt with an entry waiting."""

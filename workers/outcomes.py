@@ -50,6 +50,8 @@ def _is_io(e: Exception) -> bool:
 def _end(sup, run: Running, state: str, code, reason: str, **kw) -> None:
     """Supervisor.finish of this attempt; a gang's rank says which rank ended (lua/finish.lua)."""
     run.end_sent = True  # (finish keeps it in the outbox if Redis does not take it)
+    if run.ended_ms:
+        kw.setdefault("at_ms", run.ended_ms)
     sup.finish(run.job_id, run.epoch, state, code, reason, rank=run.rank, **kw)
 
 

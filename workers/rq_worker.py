@@ -10,6 +10,8 @@ stop the agent, and `dispatch up` killed it after its own 60 s.
 
 from __future__ import annotations
 
+import time
+
 from rq import SimpleWorker
 
 #: How long the command listener waits per read: the longest a stop waits for it.
@@ -56,5 +58,16 @@ class AgentWorker(SimpleWorker):
         """As RQ's (2.x, 3.x), with LISTEN_S for the listener's wait."""
         self.pubsub = self.connection.pubsub()
         self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
-        handler = getattr(self, "_pubsub_exception_handler", None)  # (an RQ without one: none)
-        self.pubsub_thread = self.pubsub.run_in_thread(sleep_time=LISTEN_S, daemon=True, exception_handler=handler)
+        self.pubsub_thread = self.pubsub.run_in_thread(sleep_time=LISTEN_S, daemon=True,
+                                                       exception_handler=self._listener_error)
+
+    def _listener_error(self, exc: Exception, pubsub, thread) -> None:
+        """A Redis error in the command listener (dispatch sends it no command): wait and listen again, as
+        RQ's own handler does for a lost connection only; any other (a MISCONF of a full disk) ended the
+        thread with a traceback in the agent's log."""
+        import redis
+
+        if not isinstance(exc, redis.exceptions.RedisError):
+            raise exc
+        self.log.debug("Worker %s: command listener: %s; listening again in 2 s", self.name, exc)
+        time.sleep(2.0)

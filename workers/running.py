@@ -83,6 +83,7 @@ class Running:
     progress_at: float = 0.0  # when progress was last seen (a rank's file, or any rank's via Redis), time.time()
     started: float = field(default_factory=time.monotonic)  # its process's start, as --time counts it
     time_limit: threading.Timer | None = field(default=None, repr=False)  # what stops it at its --time (jobs.py)
+    ended_ms: int = 0  # when its main process ended (jobs.py watch): the outcome's time
     end_sent: bool = False  # its outcome went to finish (Redis, or the outbox): outcomes.record_end
     tty: object = field(default=None, repr=False)  # an interactive job's PTY and its relay (workers/tty.Terminal)
     owner: tuple[int, int] | None = None  # (uid, gid) its files are created as (jobenv.owner_of); None: the agent's

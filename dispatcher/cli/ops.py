@@ -373,7 +373,8 @@ def up(ctx, node, port, fsync, dashboard_port, no_dashboard, shared, socket_path
             web = _serve_dashboard(ctx, "127.0.0.1", dashboard_port, allow_cancel, alerts,
                                    access_key=_kept_key(), record_url=True, allowed_hosts=allowed_hosts)
         except errors.ConfigError as e:  # a taken port costs the page, not the cluster
-            click.echo(f"dispatch: warning: no dashboard: {e} (--dashboard-port 0 takes any free one)", err=True)
+            click.echo(f"dispatch: warning: no dashboard: {str(e).replace('--port', '--dashboard-port', 1)} "
+                       "(--dashboard-port 0 takes any free one)", err=True)
             return None
         threading.Thread(target=web.serve_forever, name="dashboard", daemon=True).start()
         return web

@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from .. import clock
 from ..begin import waits_for
-from ..core.plan import PendingJob, RunningJob, Snapshot, pieces
+from ..core.plan import PendingJob, RunningJob, Snapshot
 from ..core.errors import MalformedRecord
 from ..core.memo import gc_paused
 from ..policy.backlog import Backlog
@@ -35,7 +35,7 @@ from ..store.codec import decode_node_info, node_timeout_s
 from ..store.nodes import NodeRecord, read_changed_infos, read_drains, read_infos
 from ..store.dependencies import HELD, READY, judge_all
 from ..store.quarantine import ACTIVE, NAME, Entry, job_entry
-from ..store.snapshot import BATCH, OnHold, ReadResult, Strays, node_views, pending_only, read_jobs
+from ..store.snapshot import BATCH, OnHold, ReadResult, Strays, ViewsMemo, pending_only, read_jobs
 from ..store.spec_cache import SpecCache
 
 log = logging.getLogger("dispatch.store")
@@ -57,6 +57,7 @@ class Mirror:
         self.cursor: tuple[str, int] | None = None  # the last change-feed entry read (store/feed.py)
         self.nodes_fresh = False  # node records read whole since the last invalidate()
         self._nodes: dict[str, tuple[bytes, NodeRecord]] = {}  # name -> (raw info, decoded)
+        self._views = ViewsMemo()  # the snapshot's running pieces and node views, kept while they hold
         self.changed = 0  # jobs reread by the last refresh
         self.bad: dict[str, str] = {}  # unusable records met since the last sync
         self.stray: list[Entry] = []  # bad index entries met since the last sync (quarantine.py)
@@ -106,8 +107,8 @@ class Mirror:
         self.refresh(now_ms=now_ms)
         nodes = self._read_nodes(all_nodes)
         live = [n for n in nodes if n.alive(now_ms, node_timeout_s)]
-        running = pieces(self.running.values())  # a gang as one entry per node
-        snap = Snapshot(self.backlog, running, node_views(live, running))
+        running, views = self._views.get(live, self.running.values())  # a gang as one entry per node
+        snap = Snapshot(self.backlog, running, views)
         bad, self.bad = self.bad, {}
         stray, self.stray = tuple(self.stray), []
         aside, self.aside = tuple(self.aside), []

@@ -137,6 +137,7 @@ class EmbeddedServer:
         self.die_with_parent = die_with_parent
         self.aclfile, self.password = aclfile, password
         self.proc: subprocess.Popen | None = None
+        self._log_from = 0  # where this start's lines begin in server.log
 
     @property
     def pid(self) -> int | None:
@@ -180,12 +181,26 @@ class EmbeddedServer:
             args += ["--appendonly", "yes", "--appendfsync", self.fsync]
         else:
             args += ["--appendonly", "no"]
+        log = self.data_dir / "server.log"
+        self._log_from = log.stat().st_size if log.exists() else 0  # (this start's lines: _why_exited)
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=(lock,),
                                      preexec_fn=die_with_parent() if self.die_with_parent else None)
         data = str(self.proc.pid).encode()
         os.pwrite(lock, data, 0)
         os.ftruncate(lock, len(data))
+
+    def _why_exited(self) -> str:
+        """': <its last warning>' from what this start wrote to server.log (a port taken: 'Could not create
+        server TCP listening socket 127.0.0.1:6390: bind: Address already in use'), else ''."""
+        try:
+            with open(self.data_dir / "server.log", "rb") as f:
+                f.seek(self._log_from)
+                lines = f.read(65536).decode("utf-8", "replace").splitlines()
+        except OSError:
+            return ""
+        said = [line.split(" # ", 1)[1].strip() for line in lines if " # " in line]
+        return f": {said[-1][:200]}" if said else ""
 
     def _take_from_orphans(self, lock: int, timeout_s: float = 5.0) -> bool:
         """The lock is held, but maybe only by what a killed server forked (an AOF rewrite child,
@@ -213,7 +228,7 @@ class EmbeddedServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise ConfigError(f"embedded server exited with code {self.proc.returncode}; "
+                raise ConfigError(f"embedded server exited with code {self.proc.returncode}{self._why_exited()}; "
                                   f"see {self.data_dir / 'server.log'}", key="server")
             if self._answers():
                 return self

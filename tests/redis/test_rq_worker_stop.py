@@ -50,3 +50,21 @@ def test_a_stop_the_agent_took_before_rq_put_in_its_handlers_stops_the_worker_be
         for s, handler in kept.items():
             signal.signal(s, handler)
     assert worker.stop_asked
+
+
+def test_a_redis_error_in_the_command_listener_is_waited_out_not_a_thread_ending_in_a_traceback(client, ns,
+                                                                                                 monkeypatch):
+    # a full disk's MISCONF ended RQ's listener thread with a traceback in the agent's log
+    import pytest
+    import redis
+
+    from workers import rq_worker
+
+    naps = []
+    monkeypatch.setattr(rq_worker.time, "sleep", naps.append)
+    worker = AgentWorker([Queue(f"{ns}.q", connection=client)], connection=client, name=f"{ns}.worker")
+    misconf = redis.exceptions.ResponseError("MISCONF Errors writing to the AOF file: No space left on device")
+    worker._listener_error(misconf, None, None)  # returns: the thread listens again
+    assert naps == [2.0]
+    with pytest.raises(ValueError):  # not Redis's: as RQ's handler, the thread ends
+        worker._listener_error(ValueError("a bug"), None, None)
