@@ -68,6 +68,11 @@ def wait_for_rank0(sup, job_id: str, epoch: int, spec, not_started, deadline_s: 
         time.sleep(0.1)
 
 
+def one_node_env(sup, gpus) -> dict:
+    """--nodes 1: a gang of one node, told the same variables (a multi-node script tried on one node)."""
+    return env(sup, 0, [(sup.node, list(gpus))], f"{sup.address}:{free_port(sup.address)}")
+
+
 def env(sup, rank: int, ranks, where: str) -> dict:
     """What every rank is told: torchrun's, DeepSpeed's and Accelerate's variables, and dispatch's."""
     addresses = read_addresses(sup.client, sup.ns, [name for name, _ in ranks])

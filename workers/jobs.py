@@ -338,8 +338,8 @@ class Supervisor:
         """A gang's rank stops with its gang: once the job is stopping (another rank ended, its node
         died, or the gang is preempted), with the checkpoint signal and grace as a preemption; once
         it is cancelled, as a cancel (the command reaches rank 0's node only)."""
-        if rec["cancel_ms"] and run.stop_as(Stopping.CANCEL):
-            self.stop_run(run, run.spec.grace_s)
+        if rec["cancel_ms"] and run.stopping is not Stopping.CANCEL and run.stop_as(Stopping.CANCEL):
+            self.stop_run(run, run.spec.grace_s)  # (once: each beat sees the cancel, a signal a beat broke torchrun)
         elif rec["state"] == "preempting" and run.stop_as(Stopping.GANG):
             self.stop_run(run, run.spec.grace_s, run.checkpoint_signal)
 

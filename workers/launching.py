@@ -142,6 +142,8 @@ def _start(sup, job_id: str, epoch: int, spec: JobSpec, record: dict, rank: int 
         where = gang.announce(sup, job_id, epoch) if rank == 0 else \
             gang.wait_for_rank0(sup, job_id, epoch, spec, NotStarted)
         env.update(gang.env(sup, rank, record["ranks"], where))
+    elif spec.nodes == 1:  # (--nodes 1 --gpus-per-node G: no rank 0 to meet, the same variables)
+        env.update(gang.one_node_env(sup, record["gpus"]))
     identity, cwd = _identity(sup, spec, env)
     try:
         log_path, progress = _private_files(sup, job_id, ckpt, identity)

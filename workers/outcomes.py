@@ -141,8 +141,10 @@ def _exited(sup, run: Running, code: int) -> None:
         _end(sup, run, SUCCEEDED, 0, "", spec=run.spec)  # into its run history
     elif run.rank is not None:
         how = f"exit code {code}" if code > 0 else signal_name(-code)
-        _end(sup, run, PENDING, code, f"rank {run.rank} on {sup.node} ended ({how}); attempt lost",
-                   **lost_attempt(run.spec))
+        if code == -signal.SIGKILL:
+            how += ", " + UNSENT_KILL.strip(" ()")  # (out of memory, most likely)
+        _end(sup, run, PENDING, code, f"rank {run.rank} on {sup.node} ended ({how}); attempt lost", own_code=True,
+             **lost_attempt(run.spec))
     elif code < 0:  # a SIGKILL too: every one dispatch sends is for a reason (ENDINGS), so this one was not
         _end(sup, run, FAILED, code, f"killed by signal {signal_name(-code)}"
              + (UNSENT_KILL if code == -signal.SIGKILL else ""), fail_retries=run.spec.fail_retries)

@@ -73,7 +73,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
         waited = queue_wait({**j, "attempts": firsts.get(j["id"], ())})  # submit to its first start, as report's
         if waited is None and j["submitted_at"]:  # never started: to its placement or end, else to now
             waited = (j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
-        gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] > 1 else  # a gang; one of whole nodes as it runs
+        gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] else  # a gang; one of whole nodes as it runs
                 f"{len(j['ranks'])}x{len(j['ranks'][0][1])}" if len(j["ranks"]) > 1 else _held(j)) \
             + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")  # a gang: nodes x GPUs per node
         where = "+".join(n + (f":{','.join(map(str, g))}" if g else "") for n, g in j["ranks"] or

@@ -200,6 +200,10 @@ def _failed(job_id: str, rec: dict, text: str, *, started: bool) -> None:
         raise NotebookFailed(f"job {job_id} was cancelled before JupyterLab {'was ready' if started else 'started'}")
     if started:
         raise NotebookFailed(f"JupyterLab in job {job_id} exited; see dispatch logs {job_id}")
+    said = next((line for line in text.splitlines() if line.startswith("dispatch notebook: no free port")), None)
+    if said is not None:  # (the launcher's own words; not jupyterlab missing)
+        raise NotebookFailed(f"JupyterLab did not start in job {job_id}: {said[len('dispatch notebook: '):]}; "
+                             "give --port-range a range with a free port on that node")
     raise NotebookFailed(f"JupyterLab did not start in job {job_id}: install jupyterlab in the job's environment "
                          "(pip install jupyterlab on the node's PATH, or --python PATH of a venv that has it)")
 

@@ -180,6 +180,7 @@ class FinishArgs:
     fail_retries: int | None = None  # for a failed attempt: the job's --retry-failed (within it, it runs again)
     run_prefix: str = _JOB_RUN[0]  # the run-time histogram an end is observed in (store/counters.py)
     run_bounds: str = _JOB_RUN[1]
+    own_code: bool = False  # exit_code is the job's own end (a rank killed by a signal dispatch did not send)
 
     def argv(self) -> list:
         return [_arg(getattr(self, f.name)) for f in fields(self)]
@@ -254,14 +255,15 @@ class Scripts:
 
     def finish(self, job_id, node, epoch, state, exit_code, now_ms, reason="", *, preempted=False,
                keep_wait=True, checkpointable=False, lost_retries=None, fence="", spec=None, rank=None,
-               for_gang=False, launch_failed=False, fail_retries=None, client=None):
+               for_gang=False, launch_failed=False, fail_retries=None, own_code=False, client=None):
         """End the job (state succeeded/failed/cancelled) or requeue it (state 'pending'): DONE, STALE or
         NOT_LEADER. `lost_retries`: the attempt was lost with its node; the job's retry budget. `fence`:
         the leading scheduler's lease value, for its requeues of dead nodes' jobs. `spec`: the job's
         JobSpec, given by its agent; a success is then recorded in the run history of its fingerprint
         and of its user (dispatcher/core/predict.py). `rank`: a gang's rank whose end this is (`node` is
         its node); `for_gang`: it only stopped because its gang stops; `launch_failed`: its node could not start
-        it, a lost attempt all the same; `fail_retries`: a failure's --retry-failed (lua/finish.lua says the rest)."""
+        it, a lost attempt all the same; `fail_retries`: a failure's --retry-failed; `own_code`: exit_code is the
+        job's own, kept if it fails for its lost attempts (lua/finish.lua says the rest)."""
         from ..core.predict import KEPT_PER_FINGERPRINT, KEPT_PER_USER, fingerprint
 
         ns = self.ns
@@ -275,7 +277,7 @@ class Scripts:
             kept_per_fingerprint=KEPT_PER_FINGERPRINT if record else None, kept_per_user=KEPT_PER_USER,
             est_s=None if not record or spec.est_s is None else float(spec.est_s),
             rank=None if rank is None else int(rank), for_gang=for_gang, launch_failed=launch_failed,
-            fail_retries=None if not fail_retries else int(fail_retries))
+            fail_retries=None if not fail_retries else int(fail_retries), own_code=own_code)
         return self._call(
             "finish", [keys.job(ns, job_id), keys.node_alloc(ns, node), keys.jobs_active(ns), keys.jobs_pending(ns),
                        keys.job_attempts(ns, job_id), keys.scheduler_leader(ns), keys.jobs_changed(ns), *history,

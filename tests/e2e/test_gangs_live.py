@@ -87,15 +87,44 @@ def test_a_rank_that_fails_stops_the_other_and_the_gang_reruns_as_one_lost_attem
     assert told(tmp_path, 0, 1) and told(tmp_path, 1, 1)
 
 
-def test_cancel_stops_every_rank(cli, client, tmp_path):
+def test_a_gang_of_one_node_is_told_what_a_multi_node_script_reads(cli, client, tmp_path):
+    # `--nodes 1` (a torchrun script tried on one node) got none of them: `torchrun --nnodes $NNODES` failed
     start_hosts(cli, client)
     cli.start("scheduler", **FAST)
-    job = cli.submit("--nodes", "2", "--gpus-per-node", "1", "--env", f"OUT={tmp_path}", "--", "sh", "-c",
-                     RANK.format(body="sleep 120"))
+    job = cli.submit("--nodes", "1", "--gpus-per-node", "2", "--env", f"OUT={tmp_path}", "--", "sh", "-c",
+                     RANK.format(body="sleep 3"))
+    cli.wait_for(lambda: told(tmp_path, 0), timeout=30, what="the job to start")
+    assert cli.run("queue", "-o", "gpus", "--noheader", job).stdout.split() == ["1x2"]
+    got = told(tmp_path, 0)
+    assert (got["NNODES"], got["NODE_RANK"], got["WORLD_SIZE"], got["GPUS_PER_NODE"]) == ("1", "0", "2", "2"), got
+    assert got["MASTER_ADDR"] in HOSTS.values() and int(got["MASTER_PORT"]) > 0, got
+    assert cli.run("wait", job, "--timeout", "30").returncode == 0
+
+
+def test_a_gang_whose_rank_the_oom_killer_kills_fails_with_137_as_a_one_node_job(cli, client, tmp_path):
+    start_hosts(cli, client)
+    cli.start("scheduler", **FAST)
+    body = 'if [ "$NODE_RANK" = 1 ]; then kill -9 $$; fi; sleep 60'  # as the kernel's OOM killer
+    job = cli.submit("--nodes", "2", "--gpus-per-node", "1", "--retries", "0", "--grace", "1",
+                     "--env", f"OUT={tmp_path}", "--", "sh", "-c", RANK.format(body=body))
+    p = cli.run("wait", job, "--timeout", "60", check=False)
+    assert p.returncode == 137 and "rank 1 on h2 ended (SIGKILL, not sent by dispatch: out of memory" in p.stderr, p
+    assert cli.show(job)["exit_code"] == -9
+
+
+def test_cancel_stops_every_rank_with_one_signal_each_then_its_grace(cli, client, tmp_path):
+    start_hosts(cli, client)
+    cli.start("scheduler", **FAST)
+    # each rank outlives SIGTERM, counting it: was one a heartbeat, all through the grace (torchrun's own
+    # shutdown, broken by the next one, left a traceback in the job's log)
+    body = 'trap "echo TERM >> $OUT/term$NODE_RANK" TERM; while true; do sleep 0.2; done'
+    job = cli.submit("--nodes", "2", "--gpus-per-node", "1", "--grace", "4s", "--env", f"OUT={tmp_path}", "--",
+                     "sh", "-c", RANK.format(body=body))
     cli.wait_for(lambda: told(tmp_path, 0) and told(tmp_path, 1), timeout=30, what="both ranks to start")
     assert cli.run("cancel", job).stdout == f"{job}: cancel sent to its nodes\n"  # (every rank's)
     cli.wait_for(lambda: state_of(client, cli.ns, job) == "cancelled", timeout=30, what="the gang to be cancelled")
     assert {n.name: n.alloc for n in read_nodes(client, cli.ns)[0]} == {"h1": {}, "h2": {}}
+    assert [(tmp_path / f"term{rank}").read_text() for rank in (0, 1)] == ["TERM\n", "TERM\n"]
 
 
 def test_a_gang_with_no_progress_past_its_hang_timeout_is_restarted_with_that_reason(cli, client, tmp_path):

@@ -137,6 +137,24 @@ def test_no_jupyterlab_or_no_such_python_is_one_line_saying_what_to_do(cli, clie
     cli.wait_for(lambda: holders(cli) == {"n1": {0: None}}, what="the GPU to be free")
 
 
+def test_a_port_range_with_no_free_port_is_said_so_not_taken_for_a_missing_jupyterlab(cli, client, tmp_path):
+    import socket
+
+    start_node(cli, tmp_path)
+    taken = socket.socket()
+    taken.bind((ADDRESS, 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        got = cli.run("notebook", "--gpus", "1", "--port-range", f"{port}-{port}", check=False, timeout=60)
+    finally:
+        taken.close()
+    last = got.stderr.strip().splitlines()[-1]
+    assert got.returncode == 1 and re.fullmatch(
+        rf"dispatch: error: JupyterLab did not start in job \d+: no free port in {port}-{port} on {ADDRESS}; "
+        r"give --port-range a range with a free port on that node", last), got.stderr
+
+
 @pytest.mark.parametrize("command", [("notebook", "--no-wait"), ("shell",)])
 def test_a_session_no_node_could_ever_hold_is_warned_of_as_submit_warns(cli, client, command):
     cli.start("worker", "--node", "n1", "--fake-gpus", "2xA100-40GB")

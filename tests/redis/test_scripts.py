@@ -144,7 +144,7 @@ def test_finish_args_are_in_the_order_of_the_scripts_header():
                       keep_wait=False, checkpointable=True, lost_retries=2, fence="", kept_per_fingerprint=None,
                       kept_per_user=50, est_s=1.5)
     assert args.argv() == ["7", 3, "pending", "", 5, "r", "1", "0", "1", 2, "", "", 50, "1.5", "", "0", "0", "",
-                           *counters.script_histogram("job_run", "class")]
+                           *counters.script_histogram("job_run", "class"), "0"]
 
 
 def test_every_outcome_a_script_header_lists_is_named():
@@ -195,16 +195,17 @@ def test_a_gang_ends_rank_by_rank_and_its_first_failure_is_what_it_ends_as(clien
     assert client.hgetall(keys.node_alloc(ns, "n1")) == {}
 
 
-@pytest.mark.parametrize("code, kept", [(3, 3), (-9, None)])
-def test_a_gang_out_of_retries_fails_with_its_ranks_own_exit_code(client, ns, code, kept):
+@pytest.mark.parametrize("code, own, kept", [(3, True, 3), (-9, True, -9), (-9, False, None)])
+def test_a_gang_out_of_retries_fails_with_its_ranks_own_exit_code(client, ns, code, own, kept):
     # a rank that exited 3 every time: the job fails with 3 (`dispatch wait` exits 3, as Slurm's step), not
-    # with no code at all; a rank killed by a signal keeps it in its attempt only
+    # with no code at all; so does a rank the kernel's OOM killer killed (137, as a one-node job); a signal
+    # dispatch sent (a hang's kill) stays in its attempt only
     s = Scripts(client, ns)
     job_id = gang_job(client, ns)
     epoch = s.commit_gang(job_id, [("n1", (0, 1)), ("n2", (0, 1))], 0, now_ms())
     assert s.mark_running(job_id, epoch, now_ms(), 1) == Outcome.DONE
     assert s.finish(job_id, "n2", epoch, "pending", code, now_ms(), "rank 1 ended", rank=1,
-                    lost_retries=0) == Outcome.DONE
+                    lost_retries=0, own_code=own) == Outcome.DONE
     assert s.finish(job_id, "n1", epoch, "pending", -15, now_ms(), "stopped with its gang", rank=0,
                     for_gang=True) == Outcome.DONE
     j = read_job(client, ns, job_id)

@@ -25,6 +25,8 @@
 -- ARGV[18] "" normally; for a failed attempt, the job's --retry-failed: within it (counted in `failures`)
 --   the job goes back to the queue instead of failing
 -- ARGV[19] the run-time histogram's field prefix ("job_run|class=")   ARGV[20] its bounds, seconds, "a,b,..."
+-- ARGV[21] "1" if ARGV[4] is the job's own end (a gang's rank killed by a signal nobody in dispatch sent):
+--   a job that fails for its lost attempts keeps it, as it keeps a rank's own exit status
 -- A gang's rank frees its own GPUs. Its first end that is no success (and not ARGV[16]) is what the gang
 -- ends as (gang_end): the job is marked preempting, and the agents of the other ranks stop theirs (each
 -- sees the mark at its next check). The last rank's end ends the job as that first end said.
@@ -76,7 +78,7 @@ if gang ~= '' and (ARGV[15] or '') ~= '' then
   local left = redis.call('HINCRBY', KEYS[1], 'ranks_left', -1)
   local first = f[9]
   if not first and ARGV[3] ~= 'succeeded' and ARGV[16] ~= '1' then
-    first = cmsgpack.pack({ARGV[3], ARGV[4], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]})
+    first = cmsgpack.pack({ARGV[3], ARGV[4], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[21] or ''})
     redis.call('HSET', KEYS[1], 'gang_end', first)
   end
   if left > 0 then
@@ -89,7 +91,7 @@ if gang ~= '' and (ARGV[15] or '') ~= '' then
   end
   if first then
     local e = cmsgpack.unpack(first)
-    A[3], A[4], A[6], A[7], A[8], A[9], A[10] = e[1], e[2], e[3], e[4], e[5], e[6], e[7]
+    A[3], A[4], A[6], A[7], A[8], A[9], A[10], A[21] = e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8] or ''
   elseif ARGV[16] == '1' then  -- every rank stopped for the gang: a preemption, else the gang's requeue
     A[3], A[4], A[10] = 'pending', '', ''
     if f[10] then A[6], A[7] = f[11] or ('preempted by ' .. f[10]), '1' else A[6], A[7] = 'its gang stopped', '0' end
@@ -147,7 +149,7 @@ if lost then
     -- (the attempt keeps the signal dispatch or the node's loss gave it; the job keeps an exit code of its
     -- own: a gang's rank that exited 3 each time fails the job with 3, as Slurm's step)
     new_state = 'failed'
-    if not (tonumber(code) and tonumber(code) > 0) then code = '' end
+    if not (tonumber(code) and (tonumber(code) > 0 or A[21] == '1')) then code = '' end
     reason = reason .. '; gave up after ' .. n .. ' lost attempts (retries ' .. A[10] .. ')'
   end
 end
