@@ -8,9 +8,10 @@ of the attempt is a batch job's: its cgroup and session (proctrack.py), fencing,
 of the pipe's) reads the master side, coalescing what comes within COALESCE_S (a program that prints fast
 costs one XADD per batch, not per byte), and writes each batch to the job's log file, its log stream and
 the out-stream in one round trip; the input relay XREAD-BLOCKs on the in-stream and writes keystrokes to
-the PTY and resizes to it (TIOCSWINSZ, which sends the foreground program SIGWINCH). With no keystroke for
-the job's --idle-timeout the relay ends the session (SIGHUP, as a hung-up terminal; SIGKILL after the
-grace). The stream protocol: dispatcher/store/tty.py.
+the PTY and resizes to it (TIOCSWINSZ, which sends the foreground program SIGWINCH). With no keystroke and
+no output for the job's --idle-timeout (`dispatch shell -- python train.py` printing its progress is at
+work, not idle) the relay ends the session (SIGHUP, as a hung-up terminal; SIGKILL after the grace).
+The stream protocol: dispatcher/store/tty.py.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class Terminal:
             set_size(self.master, *(streams.last_size(sup.client, sup.ns, job_id) or (24, 80)))
         except Exception as e:  # Redis away: the default size; the next resize puts it right
             log.warning("job %s: terminal size unknown (%s)", job_id, e)
-        self.last_input = time.monotonic()
+        self.last_activity = time.monotonic()
         self.done = threading.Event()
         self.seen: dict = {}  # under identity: each client's last entry number (store.tty.input_ok)
 
@@ -121,6 +122,7 @@ class Terminal:
             node_log = f  # (None once the disk refuses it: the session goes on)
             screen = bytearray()  # output the terminal stream has not taken yet (a server restarting)
             while (data := self._batch()):
+                self.last_activity = time.monotonic()  # output is activity too: a session at work is not idle
                 if node_log is not None:
                     node_log = outputs.write(sup, run, node_log, data, f"its log file {log_path}")
                 run.unsent += data
@@ -168,9 +170,10 @@ class Terminal:
                 after = entry_id
                 if sup.verifier is None or streams.input_ok(sup.verifier, run.spec.user, self.job_id, f, self.seen):
                     self._apply(f)
-            if idle and time.monotonic() - self.last_input > idle and run.proc.poll() is None \
+            if idle and time.monotonic() - self.last_activity > idle and run.proc.poll() is None \
                     and run.stop_as(Stopping.IDLE_SESSION):
-                log.warning("job %s: no keystroke for %.0fs (--idle-timeout); ending the session", self.job_id, idle)
+                log.warning("job %s: no keystroke or output for %.0fs (--idle-timeout); ending the session",
+                            self.job_id, idle)
                 sup.stop_run(run, run.spec.grace_s, signal.SIGHUP)
 
     def _apply(self, f: dict) -> None:
@@ -179,7 +182,7 @@ class Terminal:
                 data = memoryview(f.get(b"d", b""))
                 while data and not self.done.is_set():
                     data = data[os.write(self.master, data):]
-                self.last_input = time.monotonic()
+                self.last_activity = time.monotonic()
             elif f.get(b"k") == b"size":
                 set_size(self.master, int(f[b"rows"]), int(f[b"cols"]))
         except (OSError, KeyError, ValueError) as e:

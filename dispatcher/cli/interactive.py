@@ -42,7 +42,7 @@ SCREENFUL = 4096
 @click.command(context_settings={"ignore_unknown_options": False, "allow_interspersed_args": False})
 @resources(priority="high", session=True)
 @click.option("--idle-timeout", default="1h", metavar="DURATION", show_default=True,
-              help="End the session after this long with no keystroke (0: never); as --time: 90s, 15m, 30 "
+              help="End the session after this long with no keystroke and no output (0: never); as --time: 90s, 15m, 30 "
                    "(a bare number is minutes), 1:00:00.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 @common

@@ -85,7 +85,7 @@ class JobSpec:
     begin_ms: int = 0
     #: An interactive session (`dispatch shell`, workers/tty.py): "shell" (the user's shell, with fallbacks on
     #: the node) or "command" (the command given), run on a PTY whose terminal is carried through Redis; "" a
-    #: batch job. idle_timeout_s: with no keystroke for this long the agent ends the session (None: never).
+    #: batch job. idle_timeout_s: with no keystroke and no output for this long the agent ends the session (None: never).
     interactive: str = ""
     idle_timeout_s: float | None = None
     #: An element of a job array (--array, core/arrays.py): the array's id (its first element's), this

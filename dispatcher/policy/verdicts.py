@@ -96,8 +96,10 @@ class NeverFit:
             return f"needs {need}; no live node is registered"
         best = max((v for v, _ in self.groups), key=lambda v: (self.fit.usable_count(spec, v), v.cpus, v.name))
         k = self.fit.usable_count(spec, best)
+        whole = f", nor whole nodes together: {self.whole_gpus(spec)} GPUs on all of them" \
+            if self.gangs and spec.gpus > k and not spec.share else ""  # (larger than any node: an auto gang's)
         return (f"needs {need}; no live node could ever hold it (largest: {best.name} with {k} "
-                f"matching GPUs, {best.cpus} CPUs, {best.mem_gb:g} GB RAM)")
+                f"matching GPUs, {best.cpus} CPUs, {best.mem_gb:g} GB RAM){whole}")
 
 
 def drained_note(drained: list[NodeView], spec: JobSpec, fit: GpuMemo) -> str:

@@ -190,6 +190,15 @@ def test_a_client_killed_outright_while_it_waits_gets_no_session_started_for_nob
     assert job["started_at"] is None
 
 
+def test_a_session_that_prints_is_at_work_not_idle(node, client):
+    # `dispatch shell -- python train.py`, printing its progress with nobody typing, was ended as idle
+    t = Term(node, "shell", "--idle-timeout", "2s", "--", "sh", "-c", "for i in 1 2 3 4 5; do echo step $i; sleep 1; done")
+    t.expect(rb"step 5", timeout=20)
+    assert t.exit_code() == 0
+    job = ended(node, client, only_job(client, node.ns))
+    assert job["state"] == "succeeded", job
+
+
 def test_an_untouched_session_ends_at_its_idle_timeout(node, client):
     t = Term(node, "shell", "--idle-timeout", "2s", *BASH)
     t.expect(PROMPT)

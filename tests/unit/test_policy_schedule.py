@@ -125,8 +125,11 @@ def test_the_critical_job_takes_the_only_free_a100_before_the_high_one():
     (make_job("big").gpus(1).mem(512).priority("critical"),
      [make_node("n1").gpus(2, "A100", 40).mem(256)],
      ["512 GB RAM", "256 GB RAM"]),
+    (make_job("big").gpus(6).priority("critical"),  # larger than any node, and than all of them whole
+     [make_node("n1").gpus(2, "A100", 40), make_node("n2").gpus(2, "A100", 40)],
+     ["6xGPU", "2 matching GPUs", "nor whole nodes together: 4 GPUs on all of them"]),
 ], ids=["two_a100s_on_a_one_a100_cluster", "an_h100_on_an_a100_cluster", "100gb_gpus_on_an_80gb_cluster",
-        "more_cpus_than_any_node", "more_memory_than_any_node"])
+        "more_cpus_than_any_node", "more_memory_than_any_node", "more_gpus_than_all_whole_nodes"])
 def test_a_job_no_node_could_ever_hold_gets_no_fit_ever_and_blocks_nobody(never, nodes, needles):
     other = make_job("small").gpus(1).priority("low")
     plan = plan_of([never, other], nodes)
