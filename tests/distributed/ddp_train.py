@@ -188,4 +188,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # past destroy_process_group, the interpreter's teardown can race gloo's own threads: a rank whose work
+    # was done and saved aborted ("terminate called without an active exception", SIGABRT) on a loaded
+    # machine, and torchrun failed the node; nothing is left to do, so the process ends here
+    os._exit(code)
