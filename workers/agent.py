@@ -78,7 +78,9 @@ class NodeAgent:
     def __init__(self, client, ns: str, name: str, probe, *, cpus: int | None = None,
                  mem_gb: float | None = None, work_dir: Path, timing: Timing | None = None, url: str = "",
                  run_as_user: bool = False, verifier=None, kill_zombies: bool = False, allow_root_jobs: bool = False,
-                 address: str | None = None, checkpoints: Path | None = None):
+                 address: str | None = None, checkpoints: Path | None = None, stop: threading.Event | None = None):
+        """`stop`: the event the caller's SIGINT/SIGTERM handler sets until run() puts in its own (a stop
+        that came while the agent was made or looked for another agent of its node is not lost)."""
         self.timing = (timing or Timing()).check()
         # every call fails within socket_s, so a silent partition shows well inside fence_s
         client = clone(client, socket_timeout=self.timing.socket_s, socket_connect_timeout=self.timing.socket_s)
@@ -92,7 +94,7 @@ class NodeAgent:
         self.peak_memory = usage.PeakMemory(client, ns, probe, self.supervisor)
         self.idle = idle.IdleWatch(client, ns, name, self.supervisor, self.scripts,
                                    heartbeat_s=self.timing.heartbeat_s)
-        self._stop = threading.Event()
+        self._stop = stop if stop is not None else threading.Event()
         self.hurry = threading.Event()  # a second stop signal: kill the jobs now (still requeued)
         self._last_facts = None  # schedule_facts of the last heartbeat Redis took
         self._last_beat = time.monotonic()  # when the last heartbeat Redis took was sent

@@ -211,7 +211,7 @@ def _run_agent(ctx, node, opts: dict, verifier=None):
     _stop_on_signals(stop)
     agent = _when_server_answers(ctx, stop, lambda: _identity_matches(ctx, verifier, "node agent") or NodeAgent(
         ctx.client, ctx.ns, node, probe, cpus=opts["cpus"], mem_gb=opts["mem_gb"], work_dir=work_dir, timing=timing,
-        url=ctx.url, run_as_user=opts["run_as_user"], verifier=verifier, kill_zombies=opts["kill_zombies"],
+        url=ctx.url, run_as_user=opts["run_as_user"], verifier=verifier, kill_zombies=opts["kill_zombies"], stop=stop,
         allow_root_jobs=opts["allow_root_jobs"], address=opts["address"], checkpoints=opts["checkpoint_root"]))
     agent.run()
 

@@ -68,3 +68,28 @@ def test_a_redis_error_in_the_command_listener_is_waited_out_not_a_thread_ending
     assert naps == [2.0]
     with pytest.raises(ValueError):  # not Redis's: as RQ's handler, the thread ends
         worker._listener_error(ValueError("a bug"), None, None)
+
+
+def test_a_sigterm_while_the_agent_starts_and_retries_stops_it(cli, client, ns):
+    # the agent looks for another agent of its node before its RQ worker starts, retrying while Redis refuses
+    # (here its user lacks HMGET); a SIGTERM then set an event of the command's that nothing read, and the
+    # agent ran on: `dispatch up` stopped in the same window waited its whole 60 s, then killed it
+    import signal
+    import subprocess
+    from urllib.parse import urlsplit
+
+    user = f"{ns}-agent"
+    client.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@connection", "+hget")
+    try:
+        url = f"redis://{user}:pw@{urlsplit(cli.url).netloc.rpartition('@')[2]}/0"
+        agent = cli.start("worker", "--fake-gpus", "1xA100-40GB", "--node", "n1", DISPATCH_REDIS_URL=url)
+        cli.wait_for(lambda: "no other agent runs this node" in "".join(p.read_text() for p in cli.home.glob("*.log")),
+                     what="the agent to retry its first look at its node")
+        agent.send_signal(signal.SIGTERM)
+        try:
+            code = agent.wait(20)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the agent did not stop on SIGTERM while it retried") from None
+        assert code == 0
+    finally:
+        client.execute_command("ACL", "DELUSER", user)
