@@ -47,6 +47,8 @@ class Stopping(str, Enum):
 
 
 _BUT_STALE = frozenset({Stopping.CANCEL, Stopping.FENCED, Stopping.STALE})
+#: The reasons that void the copy itself, which apply to one that already ended too.
+_VOID = frozenset({Stopping.FENCED, Stopping.STALE})
 
 #: From each reason, the reasons it may become.
 NEXT: dict[Stopping, frozenset[Stopping]] = {
@@ -91,6 +93,10 @@ class Running:
     _stopping: Stopping = field(default=Stopping.NO, init=False)
     stopping_since: float = field(default=0.0, init=False)  # when it was first asked to stop, time.monotonic
 
+    def ended(self) -> bool:
+        """Whether its main process has ended (and been reaped)."""
+        return self.proc is not None and self.proc.returncode is not None
+
     @property
     def checkpoint_signal(self) -> signal.Signals:
         """The signal that asks this job to checkpoint (its --checkpoint-signal)."""
@@ -103,8 +109,10 @@ class Running:
 
     def stop_as(self, why: Stopping, command: dict | None = None) -> bool:
         """Stop it for `why` (and carry out `command`) if NEXT allows that change; False, and nothing
-        changed, if it does not."""
-        if why not in NEXT[self._stopping]:
+        changed, if it does not, or if its process has ended on its own: that end is its outcome (a job
+        that exited 0 just before its agent stopped is not requeued to run again). Only what says the copy
+        itself is void (stale, fenced) still applies then."""
+        if why not in NEXT[self._stopping] or (self.ended() and why not in _VOID):
             return False
         if not self._stopping:
             self.stopping_since = time.monotonic()

@@ -42,6 +42,19 @@ def test_a_fenced_copy_becomes_stale_once_its_epoch_moved_but_is_never_fenced_tw
     assert run.stop_as(Stopping.STALE)
 
 
+def test_an_attempt_whose_process_ended_on_its_own_keeps_that_end_but_may_still_be_void():
+    # a job exited 0 just before its agent stopped; stop_all then marked it requeued while its end was being
+    # recorded, and it ran again. Its own end stands; only stale or fenced (the copy is void) still apply.
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    for why in set(Stopping) - {Stopping.NO}:
+        run = Running("j1", 3, proc=proc, spec=None, ckpt_dir=None)
+        assert run.stop_as(why) is (why in (Stopping.STALE, Stopping.FENCED)), why
+
+
 def test_every_reason_has_an_ending_and_the_values_are_the_old_strings():
     assert set(ENDINGS) == set(Stopping) == set(NEXT)
     assert [s.value for s in Stopping] == ["", "cancel", "stale", "requeue", "preempt", "shrink", "fenced", "gang",
