@@ -108,8 +108,14 @@ def drained_note(drained: list[NodeView], spec: JobSpec, fit: GpuMemo) -> str:
     queue`'s short column shows it."""
     piece = spec.filled(gpus=spec.gpus_per_node) if spec.nodes >= 2 else spec
     hit = [v for v in drained if fit.fits_ever(piece, v)]
-    said = "".join(f"{v.name} is drained" + (f": {v.drained}" if v.drained else "") + "; " for v in hit[:3])
+    said = "".join(f"{v.name} is {_drain_state(v)}" + (f": {v.drained}" if v.drained else "") + "; " for v in hit[:3])
     return said + (f"{len(hit) - 3} more drained nodes could hold it; " if len(hit) > 3 else "")
+
+
+def _drain_state(v: NodeView) -> str:
+    """"draining" while jobs still hold some of a drained node, as `dispatch nodes` says; then "drained"."""
+    held = len(v.free_gpus) < len(v.gpus) or v.free_cpus < v.cpus or v.free_mem_gb + 1e-9 < v.mem_gb
+    return "draining" if held else "drained"
 
 
 def blocked_reason(index: NodeIndex, spec: JobSpec, now_ms: int) -> tuple[Code, str]:

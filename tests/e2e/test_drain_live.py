@@ -64,7 +64,7 @@ def test_a_drained_node_finishes_its_job_takes_no_new_one_and_works_again_once_r
     third = held_job(cli, out)  # both nodes taken: one drained, one busy
     stays_pending(cli, client, third)
     why = cli.run("why", third).stdout
-    assert f"{busy} is drained: disk swap" in why, why
+    assert f"{busy} is draining: disk swap" in why, why
 
     let_go(out, first)  # the drained node's job ends as it would have
     cli.wait_for(lambda: read_job(client, cli.ns, first)["state"] == "succeeded", what="the first job to succeed")

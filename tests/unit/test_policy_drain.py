@@ -65,7 +65,7 @@ def test_no_preemption_makes_room_on_a_drained_node():
                make_job("top").priority("critical").running_on("b", 0, started_s_ago=3600)]
     plan = plan_of([make_job("urgent").gpus(1).priority("critical")], [a, b], running)
     assert not plan.preemptions and not plan.placements
-    assert verdict(plan, "urgent").reason.startswith("a is drained: disk swap; ")
+    assert verdict(plan, "urgent").reason.startswith("a is draining: disk swap; ")
     undrained = plan_of([make_job("urgent").gpus(1).priority("critical")], [replace(a, drained=None), b], running)
     assert [p.job_id for p in undrained.preemptions] == ["low"]  # the same cluster, not drained
 
