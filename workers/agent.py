@@ -273,8 +273,8 @@ class NodeAgent:
         self._stop.set()
         _StopOnSignal(self._stop, self.hurry)  # (RQ's handlers would exit at once: jobs left unrecorded)
         try:
-            if not self.superseded:  # (the node's record is another agent's now)
-                remove_node(self.client, self.ns, self.name)
+            if not self.superseded:  # (the node's record is another agent's now; or never this one's: refused)
+                remove_node(self.client, self.ns, self.name, self.claim)
         except Exception as e:
             log.warning("could not deregister node %s: %s", self.name, e)
         self.supervisor.stop_all(hurry=self.hurry)

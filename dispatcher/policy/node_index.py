@@ -43,10 +43,15 @@ class NodeIndex:
         self.start_max_free = self.max_free
 
     def hold(self, node: NodeState, resv: Reservation, rank: int, cpus: int, mem_gb: float) -> None:
-        """Put `resv` (of a job of class `rank` needing `cpus`, `mem_gb`) on `node`."""
+        """Put `resv` (of a job of class `rank` needing `cpus`, `mem_gb`) on `node`. Of what is free now it
+        holds back only what the jobs ending before its start will not give back (EASY: a job that runs
+        past the start may take CPUs and memory that are free then anyway)."""
         if node.resv is None:
             bisect.insort(self.held, node.idx)
-        node.resv, node.resv_rank, node.resv_cpus, node.resv_mem_gb = resv, rank, cpus, mem_gb
+        back = [r for r in node.releases if r.end_ms <= resv.start_ms]
+        node.resv, node.resv_rank = resv, rank
+        node.resv_cpus = max(0, cpus - sum(r.cpus for r in back))
+        node.resv_mem_gb = max(0.0, mem_gb - sum(r.mem_gb for r in back))
 
     def note_placed(self, node: NodeState, job_id: str) -> None:
         if not node.placed:

@@ -66,7 +66,7 @@ class NodeState:
     _first_end: int | None = None  # the earliest end_ms among `releases`, once asked
     resv: Reservation | None = None
     resv_rank: int = -1  # the class of the job holding `resv`: a higher class is not held back by it
-    resv_cpus: int = 0
+    resv_cpus: int = 0  # of the CPUs free now, those the reservation's job needs at its start (NodeIndex.hold)
     resv_mem_gb: float = 0.0
     placed: list[str] = field(default_factory=list)
     idx: int = 0  # its place in name order (ties go to the first)
@@ -123,7 +123,7 @@ class NodeState:
         return gpus
 
     def room(self, spec: JobSpec, now_ms: int) -> bool:
-        """CPUs and memory; a reservation also holds the CPUs/memory its job needs."""
+        """CPUs and memory; a reservation also holds what its job needs at its start of what is free now."""
         cpus, mem = self.cpus, self.mem_gb
         if not self.backfills(spec, now_ms):
             cpus -= min(self.resv_cpus, self.cpus)

@@ -93,14 +93,29 @@ def node_agent(client, ns: str, name: str) -> str:
     return text(client.hget(keys.node(ns, name), "agent"))
 
 
-def remove_node(client, ns: str, name: str) -> None:
-    """A node agent leaving cleanly: it stops being offered work at once."""
-    pipe = client.pipeline(transaction=True)
-    pipe.zrem(keys.nodes_heartbeat(ns), name)
-    pipe.hdel(keys.node(ns, name), "info", "agent")
-    pipe.sadd(keys.nodes_changed(ns), name)
-    pipe.publish(keys.events(ns), b"node")
-    pipe.execute()
+def remove_node(client, ns: str, name: str, agent: str) -> bool:
+    """Node agent `agent` leaving cleanly: its node stops being offered work at once. Only while the
+    node's record names that agent (one MULTI watched on it): an agent refused because another runs the
+    node, or one that was taken over, leaves the live one's node be. False if it did."""
+    import redis
+
+    node = keys.node(ns, name)
+    with client.pipeline(transaction=True) as pipe:
+        for _ in range(5):  # (another write to the node's record between the look and the MULTI: again)
+            try:
+                pipe.watch(node)
+                if text(pipe.hget(node, "agent")) != agent:
+                    return False
+                pipe.multi()
+                pipe.zrem(keys.nodes_heartbeat(ns), name)
+                pipe.hdel(node, "info", "agent")
+                pipe.sadd(keys.nodes_changed(ns), name)
+                pipe.publish(keys.events(ns), b"node")
+                pipe.execute()
+                return True
+            except redis.WatchError:
+                continue
+    return False
 
 
 def drain(client, ns: str, name: str, reason: str, by: str, now_ms: int) -> Drain | None:

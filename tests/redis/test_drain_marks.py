@@ -19,7 +19,7 @@ def test_a_heartbeat_and_a_clean_agent_exit_leave_the_mark_and_a_new_scheduler_h
     beat(client, ns)
     assert drain(client, ns, "n1", "  disk\nswap ", "ops", 1234) is None  # the reason is one line
     beat(client, ns)  # the agent's next heartbeat, and a restarted agent's first
-    remove_node(client, ns, "n1")
+    remove_node(client, ns, "n1", "")
     beat(client, ns)
     (node,), _ = read_nodes(client, ns)
     assert node.drain == Drain("disk swap", "ops", 1234)

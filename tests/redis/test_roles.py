@@ -73,7 +73,7 @@ def lab(server):
     admin = connect(server.login("admin"))
     admin.flushall()
     logins = {r: connect(server.login(r)) for r in roles.ROLES}
-    write_heartbeat(admin, NS, "n1", [], 8, 32.0, 1000)
+    write_heartbeat(admin, NS, "n1", [], 8, 32.0, 1000, agent="vm:/var/lib/dispatch/n1")
     (job,) = write_jobs(admin, NS, [build_spec(command=["true"], user="alice", submit_ms=1000, gpus=0)])
     assert Scripts(admin, NS).commit_placement(job, "n1", [], 0, 2000) == 1
     append_log(admin, NS, job, b"hello\n")
@@ -199,7 +199,7 @@ def test_an_agent_writes_what_agents_write_through_its_scripts(lab):
     assert scripts.finish(job, "n1", 1, "succeeded", 0, 4000) == 1
     agent.set(keys.job_exit(NS, job), "1 0 4000")
     agent.xadd(keys.requests(NS), {"id": "r2", "kind": "job-submit"})  # a job's follow-up, relayed
-    remove_node(agent, NS, "n1")
+    assert remove_node(agent, NS, "n1", "vm:/var/lib/dispatch/n1")
     assert admin.hget(keys.job(NS, job), "state") == b"succeeded"
 
 

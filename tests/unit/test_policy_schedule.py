@@ -337,6 +337,22 @@ def test_a_job_blocked_by_cpus_reserves_from_when_the_cpus_free_up():
     assert v.code is Code.NO_FIT_NOW and "starting in ~100 s" in v.reason, f"BIG: {v.code} ({v.reason})"
 
 
+def test_a_job_past_the_reservation_takes_cpus_that_are_free_at_its_start_anyway():
+    # R holds 6 of 8 CPUs and GPU 1 until +100 s; BIG reserves both GPUs and 4 CPUs from then. LONG has no
+    # estimate (it runs past +100 s): it may not take the reserved GPUs, but its 1 CPU leaves BIG 1 + 6 = 7
+    # CPUs at its start. Holding BIG's 4 CPUs out of the 2 free now kept LONG waiting for nothing.
+    node = make_node("n1").gpus(2, "A100", 40).cpus(8).held(1, cpus=6)
+    running = make_job("R").gpus(1).cpus(6).est(100).user("rita").running_on("n1", 1)
+    big = make_job("BIG").gpus(2).cpus(4).priority("high").est(600)
+    long = make_job("LONG").gpus(0).cpus(1)
+    plan = plan_of([big, long], [node], [running])
+    assert [(r.job_id, r.start_ms - NOW_MS) for r in plan.reservations] == [("BIG", 100_000)], plan.reservations
+    assert placed(plan) == {"LONG": ("n1", ())}, plan.verdicts
+    whole = make_job("BIG").gpus(2).cpus(8).priority("high").est(600)  # BIG needs every CPU at its start
+    plan = plan_of([whole, long], [node], [running])
+    assert plan.reservations and not placed(plan), plan.verdicts
+
+
 @pytest.mark.parametrize("reserve_min_gpus, want", [(2, "BIG"), (1, "S1")],
                          ids=["reserve_min_gpus_2_leaves_it_to_the_big_one", "by_default_easy_gives_it_to_the_best_score"])
 def test_a_stream_of_better_scored_one_gpu_jobs_does_not_keep_the_reservation_from_a_four_gpu_job(
