@@ -17,7 +17,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from ..core.plan import NodeView, PendingJob, RunningJob, Snapshot
+from ..core.plan import Code, NodeView, PendingJob, RunningJob, Snapshot
 from ..core.model import JobSpec
 from ..policy import Backlog, schedule
 from ..policy.preemption import preemptible_below
@@ -389,10 +389,10 @@ class Engine:
             self.starts.append((now, p.job_id, p.node, p.gpus, p.rank))
             self.push(now + job.restore_s + job.work_left_s, FINISH, p.job_id, job.token)
         busy = self.total_gpus - sum(len(f) for f in self.free.values())
-        head = next((v for v in sorted(plan.verdicts, key=lambda v: v.rank) if v.rank), None)
+        never = {v.job_id for v in plan.verdicts if v.code is Code.NO_FIT_EVER}
         frag = 0
-        if head is not None and self.pending:
-            frag = sum(len(f) for f in self.free.values())  # free GPUs the best waiting job cannot use
+        if any(job_id not in never for job_id in self.pending):  # (whatever the policy says of its ranks)
+            frag = sum(len(f) for f in self.free.values())  # free GPUs while a job that could run waits
         self.timeline.append((now, len(self.pending), busy, frag))
         if freed:
             self.cycle(now)

@@ -36,6 +36,14 @@ def test_fragmentation_stays_a_share_when_a_job_that_fits_never_starts():
     assert 0.0 <= m["utilization"] <= 1.0 and m["utilization"] == 0.125
 
 
+def test_fragmentation_is_the_schedules_not_the_policys_ranking():
+    # every policy runs a (1 GPU, 100 s) then b (2 GPUs) at 100 s: one GPU idles 99 s while b waits. Only the
+    # policies that rank their verdicts were charged for it (fifo, las: 0.0), so --compare ranked them on it.
+    trace = [TraceJob("a", 0, "u", 1, 100, (), "normal"), TraceJob("b", 1, "u", 2, 10, (), "normal")]
+    out = run(trace, [resolve(p) for p in ("fifo", "fifo-easy", "las", "dispatch")], gpus=2)["policies"]
+    assert {name: m["fragmentation"] for name, m in out.items()} == dict.fromkeys(out, round(99 / (2 * 110), 4))
+
+
 def test_a_job_held_back_by_the_policy_is_not_blamed_on_the_cluster():
     out = run(HIGH_THEN_NORMAL, [LANE])
     note = note_of("lane", out)
