@@ -83,13 +83,20 @@ def _err(key: str, msg: str) -> ConfigError:
     return ConfigError(f"{key}: {msg}", key=key)
 
 
-def _number(value, key: str, *, lo: float = 0.0, integer: bool = False):
+#: The largest weight or class step: scores add terms of up to 100 times their weights, and weights near
+#: the float limit made them inf and nan (a score of nan ranks nothing). Only ratios between weights matter.
+MAX_WEIGHT = 1e6
+
+
+def _number(value, key: str, *, lo: float = 0.0, hi: float = math.inf, integer: bool = False):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
         raise _err(key, f"must be {'a whole number' if integer else 'a number'} >= {lo:g}, got {value!r}")
     if not math.isfinite(value):  # nan compares false with everything: a score of nan ranks nothing
         raise _err(key, f"must be a finite number >= {lo:g}, got {value!r}")
     if value < lo:
         raise _err(key, f"must be >= {lo:g}, got {value!r}")
+    if value > hi:
+        raise _err(key, f"must be at most {hi:g} (only the ratios between weights matter), got {value!r}")
     return value
 
 
@@ -153,7 +160,7 @@ def _profile(raw: dict, key: str, base: PolicyConfig) -> PolicyConfig:
         off = v is False or str(v).strip().lower() == "never"
         changes["reserve_longest_wait"] = None if off else float(_number(v, f"{key}.reserve_longest_wait"))
     if "class_step" in raw:
-        changes["class_step"] = float(_number(raw["class_step"], f"{key}.class_step"))
+        changes["class_step"] = float(_number(raw["class_step"], f"{key}.class_step", hi=MAX_WEIGHT))
     if "targets" in raw:  # each class's promise; its starvation bound is half of it unless given
         targets = _per_class(raw["targets"], f"{key}.targets")
         changes["targets_s"] = {**base.targets_s, **targets}
@@ -177,7 +184,7 @@ def _weights(w, key: str, base: PolicyConfig) -> dict[str, float]:
     for term, value in w.items():
         if term not in WEIGHT_TERMS:
             raise _err(f"{key}.weights.{term}", f"unknown term; known: {', '.join(WEIGHT_TERMS)}")
-        _number(value, f"{key}.weights.{term}")
+        _number(value, f"{key}.weights.{term}", hi=MAX_WEIGHT)
     weights = {**base.weights, **{k: float(v) for k, v in w.items()}}
     if sum(weights.values()) <= 0:
         raise _err(f"{key}.weights", "at least one weight must be above 0")

@@ -33,8 +33,11 @@ def test_a_lab_can_turn_within_class_preemption_off_and_move_the_tiers():
     ('[defaults]\naging_cap = inf\n', "finite"),
     ('[defaults]\nmin_run = nan\n', "finite"),
     ('[defaults]\nremaining_ref = "0s"\n', "above 0"),
+    # weights near the float limit passed, then made scores inf / inf = nan: the low job ranked first
+    ('[defaults]\nweights = { priority = 1e308, remaining = 1e308 }\n', "at most 1e+06"),
+    ('[defaults]\nclass_step = 1e300\n', "at most 1e+06"),
 ], ids=["unknown-mode", "tiers-out-of-order", "tiers-not-a-list", "nan-weight", "inf-cap", "nan-duration",
-        "zero-remaining-ref"])
+        "zero-remaining-ref", "huge-weights", "huge-class-step"])
 def test_a_bad_setting_is_one_clear_error(text, needle):
     with pytest.raises(ConfigError) as e:
         parse_policy(text)
