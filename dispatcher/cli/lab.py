@@ -57,7 +57,7 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
     from ..scheduler.policy_source import load_policy_file
     from ..sim.compare import simulate as run, table
     from ..sim.nodes import make_nodes
-    from ..sim.policies import resolve
+    from ..sim.policies import names_a_file, resolve
     from ..sim.workload import EstimateModel
 
     check_options(click.get_current_context(), suite, export_dir)
@@ -72,6 +72,10 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
         return
     save_s, restore_s = parse_ckpt_cost(ckpt_cost)
     estimates = EstimateModel.parse(est_error)  # a bad SPEC: one line before any run
+    from ..lab.report import check_file_path, check_path
+
+    if out_json:  # (before any run, as --plot: a long comparison is not lost to a typo)
+        check_file_path(out_json, "--out", "sim.json")
     if suite:
         from ..lab.suite_run import suite_card
 
@@ -87,10 +91,8 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
         jobs = [replace(j, submit_s=j.submit_s / time_scale) for j in jobs]
     nodes = make_nodes(nodes_spec, gpus, gpus_per_node)
     if plot:
-        from ..lab.report import check_path
-
         check_path(plot)
-    files = {n: load_policy_file(n)[0] for n in names if n.endswith(".toml")}
+    files = {n: load_policy_file(n)[0] for n in names if names_a_file(n)}
     policies = [resolve(n, files) for n in names]
     t0 = time.perf_counter()
     out = run(jobs, nodes, policies, estimates=estimates, make_rng=random.Random, seed=seed,

@@ -68,7 +68,7 @@ def policy_named(spec: str):
     """A built-in name, a policy file (.toml), or a JSON object of PolicyConfig fields that override
     the defaults (the search's candidates: '{"reservations": 2}')."""
     from ..scheduler.policy_source import load_policy_file
-    from ..sim.policies import SimPolicy, resolve
+    from ..sim.policies import SimPolicy, names_a_file, resolve
 
     if spec.startswith("{"):
         import json
@@ -78,7 +78,7 @@ def policy_named(spec: str):
 
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(spec).items()}
         return SimPolicy(spec, replace(PolicyConfig(), **fields), "a variant of the defaults")
-    if spec.endswith(".toml"):
+    if names_a_file(spec):
         return resolve(spec, {spec: load_policy_file(spec)[0]})
     return resolve(spec)
 

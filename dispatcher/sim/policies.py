@@ -69,6 +69,14 @@ def dispatch_policy(config: PolicyConfig | None = None) -> SimPolicy:
     return SimPolicy("dispatch", config or PolicyConfig(), "our policy (the live scheduler's default)")
 
 
+def names_a_file(name: str) -> bool:
+    """Whether --policy/--compare's `name` is a policy file: not a built-in name, and a .toml (any case) or
+    a file that is there (the live scheduler reads a policy file of any name)."""
+    import os
+
+    return name != "dispatch" and name not in BASELINES and (name.lower().endswith(".toml") or os.path.isfile(name))
+
+
 def resolve(name: str, policy_files: dict | None = None) -> SimPolicy:
     """A built-in name, or a policy file the live scheduler accepts (`policy_files`: path -> PolicySet,
     read by the caller; the file's time-of-day schedule runs on simulated time)."""
@@ -80,7 +88,7 @@ def resolve(name: str, policy_files: dict | None = None) -> SimPolicy:
         pset = policy_files[name]
         return SimPolicy(name, pset.profiles[pset.default_profile], f"policy file {name}", profiles=pset)
     raise ConfigError(f"unknown policy {name!r}; built in: dispatch, {', '.join(BASELINES)}, "
-                      f"or a policy file (.toml)", key="--policy")
+                      f"or the path of a policy file (.toml)", key="--policy")
 
 
 def estimates_for(policy: SimPolicy, requested: EstimateModel) -> EstimateModel:
