@@ -26,7 +26,8 @@ def test_a_shrunk_jobs_first_attempt_is_kept_with_its_start_and_its_gpus(client,
     assert restarted == epoch + 1 and scripts.mark_running(job_id, restarted, t + 21_000, 4243) == 1
     job = read_job(client, ns, job_id)
     (first,) = job["attempts"]
-    assert (first["attempt"], first["outcome"], first["node"], first["reason"]) == (0, "shrunk", "a", "shrunk to 0,3")
+    assert (first["attempt"], first["outcome"], first["node"], first["reason"]) == (0, "shrunk", "a",
+                                                                                   "shrunk to 2 of 4 GPUs (keeps GPUs 0,3)")
     assert first["started_at"] == t / 1000 and first["ended_at"] == (t + 20_000) / 1000
     assert queue_wait(job) == first["started_at"] - job["submitted_at"]  # not to the restart
     (span,) = attempt_spans(job)  # (the running attempt counts once it ends)
