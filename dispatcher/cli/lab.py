@@ -53,11 +53,11 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
     import random
     from dataclasses import replace
 
-    from ..lab.suite_run import read_trace
+    from ..lab.suite_run import names_a_file, read_trace
     from ..scheduler.policy_source import load_policy_file
     from ..sim.compare import simulate as run, table
     from ..sim.nodes import make_nodes
-    from ..sim.policies import names_a_file, resolve
+    from ..sim.policies import resolve
     from ..sim.workload import EstimateModel
 
     check_options(click.get_current_context(), suite, export_dir)
@@ -302,7 +302,7 @@ def tune(ctx, since, traces, nodes_spec, gpus, gpus_per_node, current, out, budg
     from . import _table
     from ..core.errors import ConnectionError as NoRedis, NoServer
     from ..lab.report import check_file_path
-    from ..lab.suite_run import read_trace
+    from ..lab.suite_run import names_a_file, read_trace
     from ..policy.render import diff_policies, render_policy
     from ..scheduler.policy_changes import named_policy
     from ..sim.nodes import make_nodes

@@ -68,7 +68,7 @@ def policy_named(spec: str):
     """A built-in name, a policy file (.toml), or a JSON object of PolicyConfig fields that override
     the defaults (the search's candidates: '{"reservations": 2}')."""
     from ..scheduler.policy_source import load_policy_file
-    from ..sim.policies import SimPolicy, names_a_file, resolve
+    from ..sim.policies import SimPolicy, resolve
 
     if spec.startswith("{"):
         import json
@@ -81,6 +81,14 @@ def policy_named(spec: str):
     if names_a_file(spec):
         return resolve(spec, {spec: load_policy_file(spec)[0]})
     return resolve(spec)
+
+
+def names_a_file(name: str) -> bool:
+    """Whether --policy/--compare's `name` is a policy file: not a built-in name, and a .toml (any case) or
+    a file that is there (the live scheduler reads a policy file of any name)."""
+    from ..sim.policies import BASELINES
+
+    return name != "dispatch" and name not in BASELINES and (name.lower().endswith(".toml") or Path(name).is_file())
 
 
 def simulate_one(workload: Workload, policy: str, *, estimates: str = "lognormal:1", seed: int = 1,

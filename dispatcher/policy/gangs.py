@@ -107,7 +107,10 @@ def _wait_nodes(c, spec: JobSpec, piece: JobSpec, terms: dict[str, float], ready
 
 def _judge(c, spec: JobSpec, reason: str, terms: dict[str, float], code: Code = Code.NO_FIT_NOW) -> None:
     """A gang that cannot start now: NO_FIT_NOW (RESERVED: only reservations it may not backfill hold
-    it back), saying so if it is starving (as Cycle.block)."""
+    it back), saying so if it is starving (as Cycle.block), and that it preempts nothing where a one-node job
+    of its class would (a critical gang on a cluster full of low work waited, its user told nothing)."""
+    if c.config.preemption and c.min_running_rank < spec.rank:
+        reason += "; a gang preempts no job: it waits for GPUs to come free"
     if c.starving(spec):
         reason = f"starving ({c.starving(spec)}); " + reason
     c.judge(spec, code, reason, terms)

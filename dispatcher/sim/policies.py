@@ -69,14 +69,6 @@ def dispatch_policy(config: PolicyConfig | None = None) -> SimPolicy:
     return SimPolicy("dispatch", config or PolicyConfig(), "our policy (the live scheduler's default)")
 
 
-def names_a_file(name: str) -> bool:
-    """Whether --policy/--compare's `name` is a policy file: not a built-in name, and a .toml (any case) or
-    a file that is there (the live scheduler reads a policy file of any name)."""
-    import os
-
-    return name != "dispatch" and name not in BASELINES and (name.lower().endswith(".toml") or os.path.isfile(name))
-
-
 def resolve(name: str, policy_files: dict | None = None) -> SimPolicy:
     """A built-in name, or a policy file the live scheduler accepts (`policy_files`: path -> PolicySet,
     read by the caller; the file's time-of-day schedule runs on simulated time)."""

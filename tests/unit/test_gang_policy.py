@@ -74,7 +74,8 @@ def test_a_blocked_gang_holds_its_nodes_and_a_short_job_backfills_around_it():
     v = verdict(plan, "g")
     assert v.code == Code.NO_FIT_NOW
     assert v.reason == ("needs 2 nodes with 8 free GPUs each (one GPU type); 1 has them now; n1 frees them "
-                        "in ~60 min; holds n1, n2 for it, to start in ~60 min")
+                        "in ~60 min; holds n1, n2 for it, to start in ~60 min; a gang preempts no job: it waits for "
+                        "GPUs to come free")  # (the high gang above a normal job: as a one-node job would not)
     short = next(p for p in plan.placements if p.job_id == "short")
     assert short.node == "n2" and "backfilled" in short.reason
     assert verdict(plan, "long").code == Code.RESERVED  # no estimate: it may not use what the gang holds
