@@ -259,7 +259,8 @@ def _identity(sup, spec: JobSpec, env: dict) -> tuple[dict, str | None]:
     except LookupError as e:
         raise NotStarted("failed", FAILED, f"refused by node {sup.node}: {e}") from e
     if cwd and not os.path.isdir(cwd):
-        raise NotStarted("failed", FAILED, f"working directory {cwd} does not exist on node {sup.node}")
+        what = "is not a directory" if os.path.exists(cwd) else "does not exist"
+        raise NotStarted("failed", FAILED, f"working directory {cwd} {what} on node {sup.node}")
     return identity, cwd
 
 

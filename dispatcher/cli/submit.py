@@ -5,6 +5,7 @@ checked there: a gang's --nodes, --gpus-per-node and --gpus against each other t
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 
@@ -107,8 +108,12 @@ def submit(ctx, from_file, command, held, dependency, wrap, **flags):
     now, here, me = now_ms(), caller_dir(), current_user()
     if from_file is not None and command:
         raise InvalidRequestError("give either a command or --from FILE, not both", field="--from")
+
     def build(request):
-        return spec_from_request(resolved(request, now), user=me, submit_ms=now, cwd=here)
+        spec = spec_from_request(resolved(request, now), user=me, submit_ms=now, cwd=here)
+        if spec.cwd and os.path.exists(spec.cwd) and not os.path.isdir(spec.cwd):  # (a typo that fails every run)
+            raise InvalidRequestError(f"--chdir {spec.cwd}: is a file, not a directory", field="--chdir")
+        return spec
 
     with gc_paused():
         if from_file is None:

@@ -15,6 +15,13 @@ _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _JOB_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 MAX_ENV = 256
+#: What dispatch sets in every attempt's environment (workers/jobenv.attempt_env), over any --env: one
+#: given was silently overridden (the job saw its own CUDA_VISIBLE_DEVICES, not the user's).
+SET_BY_DISPATCH = frozenset({
+    "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "DISPATCH_JOB_ID", "DISPATCH_EPOCH", "DISPATCH_NODE",
+    "DISPATCH_NODE_ADDRESS", "DISPATCH_AGENT", "DISPATCH_GPUS", "DISPATCH_ATTEMPT", "DISPATCH_CHECKPOINT_DIR",
+    "DISPATCH_RESUME", "DISPATCH_NAMESPACE", "DISPATCH_USER", "DISPATCH_JOB_SOCKET", "DISPATCH_JOB_CAP",
+    "DISPATCH_ARRAY_INDEX", "DISPATCH_ARRAY_ID", "DISPATCH_ARRAY_COUNT"})
 #: The most jobs one job may wait for.
 MAX_DEPENDENCIES = 64
 
@@ -33,6 +40,10 @@ def parse_env(pairs: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]
         key, sep, value = pair.partition("=")
         if not sep or not _ENV_KEY.match(key):
             raise InvalidRequestError(f"--env: {pair!r} is not KEY=VALUE", field="--env")
+        if key in SET_BY_DISPATCH:
+            hint = " (ask for GPUs with --gpus and --gpu-type)" if key.startswith("CUDA_") else ""
+            raise InvalidRequestError(f"--env: dispatch sets {key} for every job, over any given{hint}; leave it "
+                                      "out", field="--env")
         out.append((key, value))
     if len(out) > MAX_ENV:
         raise InvalidRequestError(f"--env: at most {MAX_ENV} variables", field="--env")

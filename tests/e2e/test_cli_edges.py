@@ -185,3 +185,14 @@ def test_wait_with_timeout_0_looks_once_as_a_poll(cli):
 
 def test_an_empty_since_is_refused_not_taken_for_no_window(cli):
     one_line(cli.run("history", "--since", "", check=False), errors.InvalidRequestError.exit_code, "--since: ''")
+
+
+def test_a_chdir_that_is_a_file_and_env_that_dispatch_sets_are_refused_at_submit(cli, tmp_path):
+    # -D runs.log was accepted, then every attempt failed with "does not exist" (it did, as a file);
+    # --env CUDA_VISIBLE_DEVICES=5 was accepted and silently overridden
+    (tmp_path / "runs.log").write_text("")
+    line = one_line(cli.run("submit", "-D", str(tmp_path / "runs.log"), "--", "pwd", check=False), 2, "--chdir")
+    assert "is a file, not a directory" in line, line
+    line = one_line(cli.run("submit", "--env", "CUDA_VISIBLE_DEVICES=5", "--", "true", check=False), 2, "--env")
+    assert "dispatch sets CUDA_VISIBLE_DEVICES" in line and "--gpus" in line, line
+    assert cli.run("queue", "-t", "all", "--noheader").stdout == ""  # nothing was submitted

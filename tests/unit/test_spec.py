@@ -170,3 +170,23 @@ def test_a_user_name_may_be_in_any_script_but_holds_no_space_colon_quote_or_newl
     for bad in (f"{user} x", f"{user}:x", f"{user}\n"):
         with pytest.raises(InvalidRequestError, match="--user"):
             spec_from_request({"command": ["x"], "user": bad}, user="u", submit_ms=1, cwd="/")
+
+
+def test_env_that_dispatch_sets_for_every_job_is_refused_not_silently_overridden(tmp_path):
+    # --env CUDA_VISIBLE_DEVICES=5 was accepted; the job then saw the GPUs it was given, the user never told
+    from pathlib import Path
+
+    from dispatcher.core.fields import SET_BY_DISPATCH
+    from workers.jobenv import attempt_env
+
+    for key in ("CUDA_VISIBLE_DEVICES", "DISPATCH_JOB_ID"):
+        with pytest.raises(InvalidRequestError, match=f"dispatch sets {key} for every job"):
+            build_spec(command=["true"], user="alice", submit_ms=1, env=[f"{key}=5"])
+    assert build_spec(command=["true"], user="alice", submit_ms=1, env=["DISPATCH_MINE=5"]).env == (("DISPATCH_MINE",
+                                                                                                       "5"),)
+    # the list is what an attempt's environment sets over the spec's, an array element's included
+    spec = build_spec(command=["true"], user="alice", submit_ms=1)
+    spec = dataclasses.replace(spec, array_index=0, array_of="7", array_count=2)
+    env = attempt_env({}, spec, job_id="7", epoch=1, node="n", address="a", agent="g", ns="d", gpu_list="0",
+                      attempt=0, ckpt=Path(tmp_path), socket_path="s", cap="c")
+    assert set(env) == SET_BY_DISPATCH
