@@ -4,8 +4,8 @@ Definitions (seconds unless named otherwise):
 - JCT = end - submit.  Queueing delay = JCT - the job's true duration: all the time
   it was not making progress (waiting, and checkpoint save/restore after preemptions).
 - makespan = last end - first submit.  utilization = busy GPU-time / (GPUs x makespan).
-- fragmentation = GPU-time that was free while the best-ranked waiting job could not
-  start, / (GPUs x makespan): GPUs free but unusable by the head job. Both it and
+- fragmentation = GPU-time that was free while a job that could ever run waited, / (GPUs x
+  makespan): GPUs free but unused by the queue, whatever the policy ranks. Both it and
   utilization count the timeline up to the makespan's end only (a job that never starts
   keeps ticks going after the last end), so each is a share from 0 to 1.
 - jain_fairness = Jain's index over users' mean slowdowns (JCT / duration): 1 is equal.
@@ -17,6 +17,8 @@ finished: no p99 wait of them) is None, not 0: a policy that finished nothing mu
 
 from __future__ import annotations
 
+import math
+
 import statistics
 from collections import defaultdict
 
@@ -24,11 +26,13 @@ from ..core.model import PRIORITIES
 
 
 def pct(values, q: float) -> float:
-    """The q-th percentile by nearest rank (q in 0..100); 0 for no values."""
+    """The q-th percentile by nearest rank (q in 0..100): the smallest value with at least q% of the values
+    at or below it; 0 for no values. (Not a rounded position: round() halves to even, so the p50 of four
+    values was the upper middle one and of two the lower.)"""
     if not values:
         return 0.0
     v = sorted(values)
-    return v[min(len(v) - 1, max(0, int(round(q / 100.0 * (len(v) - 1)))))]
+    return v[min(len(v) - 1, max(0, math.ceil(q / 100.0 * len(v) - 1e-9) - 1))]
 
 
 def jain(values) -> float | None:
