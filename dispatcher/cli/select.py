@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from ..core.arrays import label
+from ..core.arrays import is_number, label
 from ..core.errors import InvalidRequestError
 from ..core.selection import STATE_GROUPS, Selection, selection  # noqa: F401 (the commands import them here)
 
@@ -67,7 +67,7 @@ def not_found(ids: list[str]) -> list[str]:
 
     def split(i: str) -> tuple[str, int] | None:  # "34_8" -> ("34_", 8), "38" -> ("", 38)
         head, _, n = i.rpartition("_")
-        return (head + "_" if head else "", int(n)) if n.isdigit() and (not head or head.isdigit()) else None
+        return (head + "_" if head else "", int(n)) if is_number(n) and (not head or is_number(head)) else None
 
     runs: list[list[str]] = []
     for i in ids:

@@ -78,10 +78,16 @@ def first_ids(specs, ids) -> dict[str, str]:
     return out
 
 
+def is_number(text: str) -> bool:
+    """Whether `text` could be a job's record id or an index: ASCII digits, at most 18 of them (str.isdigit
+    takes '²' and '١', which int() refuses or reads as 1, and int() refuses 4,301 digits: an internal error)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
 def element_name(text: str) -> tuple[str, int] | None:
     """'12_5' -> ('12', 5): element 5 of array 12; None for anything else."""
     head, sep, tail = str(text).partition("_")
-    if sep and head.isdigit() and tail.isdigit():
+    if sep and is_number(head) and is_number(tail):
         return head, int(tail)
     return None
 

@@ -17,9 +17,9 @@ STATE_GROUPS = {"active": ("pending", "assigned", "running", "preempting"),
                 "done": ("succeeded", "failed", "cancelled"), "all": STATES}
 #: The most ids one range may stand for (`1-1000000` is a typo, not a request).
 MAX_RANGE = 100_000
-_RANGE = re.compile(r"(\d+)-(\d+)")
+_RANGE = re.compile(r"(\d+)-(\d+)", re.ASCII)
 #: Elements of an array as queue shows them and scancel takes them: 12_[1-3,7] (a cap, %8, is ignored).
-_ELEMENTS = re.compile(r"(\d+)_\[([^\]]*)\]")
+_ELEMENTS = re.compile(r"(\d+)_\[([^\]]*)\]", re.ASCII)
 _OUTSIDE_BRACKETS = re.compile(r",(?![^\[]*\])")
 
 

@@ -7,7 +7,7 @@ ids to the pending and all-jobs indexes with lua/submit.lua, in one MULTI/EXEC.
 
 from __future__ import annotations
 
-from ..core.arrays import NEW, element_name, first_ids, label
+from ..core.arrays import NEW, element_name, first_ids, is_number, label
 from ..core.errors import DispatcherError, InvalidRequestError, JobNotFound, MalformedRecord, exit_fields
 from ..core.model import FINAL_STATES, JobSpec
 from ..core.outputs import is_url, output_path
@@ -272,7 +272,7 @@ def read_named(client, ns: str, ids, *, missing: list | None = None) -> list[dic
     others are read (as scancel does with a list); an id that cannot name a job (`abc`) is still
     JobNotFound, before anything is read."""
     if missing is not None:
-        bad = next((i for i in ids if not (i.isdigit() or element_name(i))), None)
+        bad = next((i for i in ids if not (is_number(i) or element_name(i))), None)
         if bad is not None:
             raise JobNotFound(bad)
     names = named_jobs(client, ns, ids)

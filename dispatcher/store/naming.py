@@ -6,7 +6,7 @@ dashboard's job page and its cancel)."""
 
 from __future__ import annotations
 
-from ..core.arrays import element_name
+from ..core.arrays import element_name, is_number
 from ..core.errors import InvalidRequestError, JobNotFound, MalformedRecord
 from ..core.selection import expand_ids
 from ..core.model import JobSpec
@@ -77,7 +77,7 @@ def record_id(client, ns: str, given: str) -> str:
                                       f"{given}` lists them)", field="JOB")
         if spelled[0] != given:  # one element as queue shows it, 12_[5]
             return record_id(client, ns, spelled[0])
-        return str(int(given)) if given.isdigit() else given  # (0012: job 12, as 12_05 is 12_5)
+        return str(int(given)) if is_number(given) else given  # (0012: job 12, as 12_05 is 12_5)
     ids = named_jobs(client, ns, [given])[given]
     if not ids:
         raise JobNotFound(given)

@@ -19,7 +19,7 @@ import threading
 import time
 
 from ..clock import now_ms
-from ..core.arrays import element_name, label
+from ..core.arrays import element_name, is_number, label
 from ..core.errors import InvalidRequestError, JobNotFound, MalformedRecord
 from ..core.model import FINAL_STATES, PRIORITIES
 from ..core.selection import Selection, selection
@@ -62,7 +62,7 @@ def conditions(q: str) -> list[list]:
     out = []
     for kind, value in words(q):
         alts: list = []
-        if kind in ("", "id") and (value.isdigit() or element_name(value)):
+        if kind in ("", "id") and (is_number(value) or element_name(value)):
             out.append([value])  # an id-shaped word is the id (name:12 for a name with 12 in it)
             continue
         if kind in ("", "user"):

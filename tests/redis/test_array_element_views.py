@@ -2,6 +2,8 @@
 it so too, and take that name: `why`, `eta`, the dashboard's job page and its cancel. (They answered
 "job 14", the element's record id that appears nowhere in `queue`, and the dashboard said 404.)"""
 
+import pytest
+
 from dispatcher.clock import now_ms
 from dispatcher.core.arrays import NEW
 from dispatcher.core.spec import build_spec
@@ -44,3 +46,20 @@ def test_why_an_arrays_id_says_which_element_answers_and_how_many_others_there_a
     assert said.startswith(f"job {head}_0 (arr, ann, normal): pending\n"), said
     assert f"job {head} is an array of 6 jobs: this is its element {head}_0" in said and "the 5 others" in said
     assert "\n" not in heading(recorded(client, ns, head)["job"], f"{head}_0")  # named as the element: no note
+
+
+def test_an_id_of_other_digits_names_no_job_in_the_dashboard_and_the_cli_alike(client, ns):
+    # '²' passed str.isdigit and then failed int(): an internal error in the CLI, a 500 from /api/job/²; a
+    # 5,000-digit id failed int()'s limit; '١' (Arabic-Indic 1) showed job 1 but `cancel ١` said no such job
+    from urllib.parse import quote
+
+    from dispatcher.core.errors import JobNotFound
+    from dispatcher.store.jobs import read_named
+
+    head, _, _ = array(client, ns)
+    app = create_app(Board(client, ns), allow_cancel=True).test_client()
+    for bad in ("²", "①", "١", "１", f"{head}_²", "9" * 5000):
+        got = app.get(f"/api/job/{quote(bad)}")
+        assert got.status_code == 404 and got.is_json, (bad, got.status_code)
+        with pytest.raises(JobNotFound):  # (cancel, hold, release: an id that cannot name a job, one line)
+            read_named(client, ns, [bad], missing=[])
