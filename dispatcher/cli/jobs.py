@@ -58,6 +58,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
     if len(pending) > limit:
         cut = {j["id"] for j in pending[limit:]}
         jobs = [j for j in jobs if j["id"] not in cut]
+    published.fill_rest_reason(ctx.client, ctx.ns, jobs)
     if as_json:  # (the list stays a list: the cut is said on stderr, where a script's reader sees it)
         click.echo(json.dumps(jobs, indent=1))
         if more > 0:
@@ -65,7 +66,6 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
         return say_missing(missing)
     now = time.time()
     rows = []
-    rest = published.read(ctx.client, ctx.ns)["rest_reason"] or ""  # why the jobs the last cycle did not reach wait
     shown = [(label(j), j, [j]) for j in jobs] if expand else folded(jobs, cut_arrays)
     firsts = read_first_attempts(ctx.client, ctx.ns, [j["id"] for _, j, _ in shown if j["attempt"]])  # (requeued,
     # preempted or lost before: WAIT counts to their first start)
@@ -83,7 +83,6 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
             where = ",".join(dict.fromkeys(active)) or "-"
         reason = j["reason"] if j["state"] in ("pending", "failed", "cancelled") else \
             f"cancelling ({cancel_sent(j)})" if j["cancel_requested"] else ""  # (Slurm's CG)
-        reason = reason or (rest if j["state"] == "pending" else "")
         if len(group) > 1 and all(g["hold"] for g in group):  # every element held: released by the array's id
             reason = reason.replace(f"(dispatch release {label(j)})", f"(dispatch release {j['array_of']})")
         classes = "|".join(dict.fromkeys(g["priority"] for g in group))  # (an array's elements updated apart)
@@ -127,8 +126,10 @@ def _held(j: dict) -> str:
 def show(ctx, job_id, as_json):
     """One job in full."""
     from ..store.jobs import read_job
+    from ..store.stats import fill_rest_reason
 
     job = read_job(ctx.client, ctx.ns, record_id(ctx.client, ctx.ns, job_id))
+    fill_rest_reason(ctx.client, ctx.ns, [job])
     elements = _array_elements(ctx, job_id, job)
     if elements:  # an array's id: its first element's record, and how all of them stand
         job["array_states"] = dict(Counter(e["state"] for e in elements))

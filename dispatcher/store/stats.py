@@ -44,6 +44,16 @@ def publish(pipe, ns: str, fields: dict, reservations=None, queue: dict | None =
     pipe.hset(keys.scheduler_stats(ns), mapping=out)
 
 
+def fill_rest_reason(client, ns: str, jobs: list[dict]) -> None:
+    """A pending job the last cycle did not reach has no reason of its own: the cycle's one for all such
+    jobs (rest_reason), in these job views, as `queue` showed it (its --json and `show` had none)."""
+    if any(j["state"] == "pending" and not j["reason"] for j in jobs):
+        rest = text(tolerant(lambda: client.hget(keys.scheduler_stats(ns), "rest_reason"), None) or b"")
+        for j in jobs:
+            if j["state"] == "pending" and not j["reason"]:
+                j["reason"] = rest
+
+
 def read(client, ns: str) -> dict:
     """{field: value} of what the leader published ({} if nothing yet); `reservations` a list of
     {job, node, gpus, start_ms}."""

@@ -196,3 +196,14 @@ def test_a_chdir_that_is_a_file_and_env_that_dispatch_sets_are_refused_at_submit
     line = one_line(cli.run("submit", "--env", "CUDA_VISIBLE_DEVICES=5", "--", "true", check=False), 2, "--env")
     assert "dispatch sets CUDA_VISIBLE_DEVICES" in line and "--gpus" in line, line
     assert cli.run("queue", "-t", "all", "--noheader").stdout == ""  # nothing was submitted
+
+
+def test_a_job_the_cycle_did_not_reach_has_its_reason_in_json_and_show_as_in_the_table(cli, client):
+    # `queue` showed the cycle's reason for the jobs it did not reach; `queue --json` and `show` had ''
+    from dispatcher.clock import now_ms
+
+    job = cli.submit("--", "true")
+    client.hset(keys.scheduler_stats(cli.ns), mapping={"at_ms": now_ms(), "rest_reason": "no GPU free anywhere"})
+    (listed,) = json.loads(cli.run("queue", "--json").stdout)
+    assert listed["reason"] == cli.show(job)["reason"] == "no GPU free anywhere"
+    assert "no GPU free anywhere" in cli.run("queue").stdout and "no GPU free anywhere" in cli.run("show", job).stdout
