@@ -6,7 +6,7 @@ and applies the Plan the way the live planner and node agents would: placements 
 preemptions hold the victim's GPUs for the checkpoint save and requeue it with its progress kept, forced
 ones requeue it at once with its progress lost. A job resumed from a checkpoint pays the restore time.
 
-`Engine.from_snapshot` goes on from a live cluster's state instead of a trace (sim/forecast.py: `dispatch
+`forecast.engine_from` goes on from a live cluster's state instead of a trace (sim/forecast.py: `dispatch
 eta`); `run(until_s=, watch=)` stops early and can be called again.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from ..core.plan import Code, NodeView, PendingJob, RunningJob, Snapshot
@@ -90,7 +89,9 @@ class Engine:
         self.rng = rng  # a random.Random, seeded by the caller; only lognormal estimates draw from it
         self.nodes = {n: gpus for n, gpus in nodes}
         self.free = {n: set(g.index for g in gpus) for n, gpus in nodes}
-        self.cpus, self.mem = cpus_per_node, mem_per_node_gb
+        # each node's CPUs and memory, and what of them is free (a forecast's nodes: their own; trace jobs ask none)
+        self.size = dict.fromkeys(self.nodes, (cpus_per_node, mem_per_node_gb))
+        self.room = {n: [cpus_per_node, mem_per_node_gb] for n in self.nodes}
         self.total_gpus = sum(len(g) for g in self.nodes.values())
         self.history = HistoryPredictor()
         self.jobs: dict[str, SimJob] = {}
@@ -126,50 +127,6 @@ class Engine:
         self._acted = False  # the last cycle started or stopped a job
         self._ticks: set[float] = set()  # when the ticks this engine pushed and has not yet popped fall
 
-    @classmethod
-    def from_snapshot(cls, snapshot: Snapshot, now_s: float, work_s: dict[str, float], config, *,
-                      name: str = "forecast", ckpt_save_s: float = 30.0) -> "Engine":
-        """An engine that goes on from a cluster's state at `now_s` (seconds on the snapshot's clock):
-        its nodes with what is free on them now (blocked GPUs never come back), its running jobs, each
-        ending `work_s[id]` seconds from now (a stopping one is requeued after `ckpt_save_s` with that
-        much left), and its pending jobs, each running `work_s[id]` once started. The policy is told
-        the estimates the specs carry. Nothing else arrives. The snapshot is not changed."""
-        engine = cls([], [(v.name, v.gpus) for v in snapshot.nodes], config, name=name,
-                     estimates=EstimateModel("given"), ckpt_save_s=ckpt_save_s, ckpt_restore_s=0.0, tick_s=None)
-        for v in snapshot.nodes:
-            engine.free[v.name] = set(v.free_gpus)
-
-        def admit(spec: JobSpec, since_s: float) -> SimJob:
-            work = work_s[spec.id]
-            trace = TraceJob(spec.id, spec.submit_ms / 1000.0, spec.user, spec.gpus, work, spec.gpu_types,
-                             spec.priority)
-            engine.jobs[spec.id] = SimJob(trace, spec, work, since_s)
-            return engine.jobs[spec.id]
-
-        pieces: dict[str, list[RunningJob]] = defaultdict(list)
-        for r in snapshot.running:
-            if r.node in engine.nodes:  # a dead node's jobs hold nothing the policy could use
-                pieces[r.spec.id].append(r)
-        for job_id, views in pieces.items():
-            r = views[0]
-            job = admit(r.spec, r.spec.submit_ms / 1000.0)
-            job.node_gpus = [(v.node, v.gpus) for v in views]
-            job.started_s = job.run_start_s = job.first_start_s = r.started_ms / 1000.0
-            job.preemptions, job.last_preempted_s = (1, r.preempted_ms / 1000.0) if r.preempted_ms else (0, 0.0)
-            job.attained_gpu_s, job.state = r.attained_gpu_s, "stopping" if r.stopping else "running"
-            job.preempted_for = r.preempted_for
-            engine.running[job_id] = job
-            engine.view_running(job)
-            if r.stopping:
-                engine.push(now_s + ckpt_save_s, SAVED, job_id, job.token)
-            else:
-                engine.push(now_s + job.work_left_s, FINISH, job_id, job.token)
-        for p in snapshot.pending:
-            job = admit(p.spec, p.wait_from_ms / 1000.0)
-            job.attempts, job.attained_gpu_s = p.attempt, p.attained_gpu_s
-            engine.push(now_s, ARRIVE, p.spec.id, 0)
-        return engine
-
     def push(self, t: float, kind: int, job_id: str, token: int) -> None:
         self.seq += 1
         self._to_happen += kind != TICK
@@ -178,7 +135,7 @@ class Engine:
     # -- estimates ------------------------------------------------------------------------------
     def estimate(self, job: SimJob) -> float | None:
         kind = self.estimates.kind
-        if kind == "given":  # what the spec carries (from_snapshot: the live estimate)
+        if kind == "given":  # what the spec carries (forecast.engine_from: the live estimate)
             return job.spec.est_s
         if kind == "oracle":  # the truth: how long its next attempt will run, a resumed one's restore included
             return max(1.0, job.work_left_s + (self.ckpt_restore_s if job.preemptions else 0.0))
@@ -311,7 +268,7 @@ class Engine:
     def release(self, job: SimJob, now: float) -> None:
         for node, gpus in job.node_gpus:
             self.free[node] |= set(gpus)
-            self.dirty.add(node)
+            self.take(node, job.spec, -1)
         ran = max(0.0, now - job.run_start_s)
         job.attained_gpu_s += ran * job.spec.gpus
         job.node_gpus = []
@@ -338,10 +295,16 @@ class Engine:
                        job.attained_gpu_s, preempted_for=job.preempted_for if job.state == "stopping" else "")
             for node, gpus in job.node_gpus]
 
+    def take(self, node: str, spec: JobSpec, sign: int) -> None:
+        """A piece of `spec` on `node` takes (1) or gives back (-1) its CPUs and memory there."""
+        self.room[node][0] -= sign * spec.cpus
+        self.room[node][1] -= sign * spec.mem_gb
+        self.dirty.add(node)
+
     def snapshot(self, now_ms: int) -> Snapshot:
-        for name in self.dirty:  # only nodes whose free GPUs changed get a new view
-            self.node_views[name] = NodeView(name, self.nodes[name], self.cpus, self.mem,
-                                             tuple(sorted(self.free[name])), self.cpus, self.mem)
+        for name in self.dirty:  # only nodes whose free GPUs, CPUs or memory changed get a new view
+            self.node_views[name] = NodeView(name, self.nodes[name], *self.size[name], tuple(sorted(self.free[name])),
+                                             *self.room[name])
         self.dirty.clear()
         running = tuple(r for views in self.views_of_running.values() for r in views)
         return Snapshot(self.pending, running, tuple(self.node_views.values()))
@@ -374,7 +337,7 @@ class Engine:
             pieces = [(p.node, p.gpus)] + list(p.extra)
             for node, gpus in pieces:
                 self.free[node] -= set(gpus)
-                self.dirty.add(node)
+                self.take(node, job.spec, 1)
             job.node_gpus = pieces
             job.state = "running"
             job.token += 1

@@ -1,6 +1,6 @@
 """Start-time forecasts: the simulator run forward from a cluster's state (`dispatch eta`, `dispatch why`).
 
-From a snapshot (the live one, or a replay's), the engine (engine.Engine.from_snapshot) goes on
+From a snapshot (the live one, or a replay's), the engine (engine_from) goes on
 under the policy in force: running jobs end when their estimate says (`est_s`, the live
 `plan_est_s`, less the time run so far; past it, by PAST_ESTIMATE; without one, the policy's
 `unknown_remaining_s`, as the policy itself assumes), pending jobs run for their estimate,
@@ -18,11 +18,14 @@ half as many cycles as the plain run.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from ..core.plan import PendingJob, Snapshot
+from ..core.model import JobSpec
+from ..core.plan import PendingJob, RunningJob, Snapshot
 from ..policy import PolicyConfig
-from .engine import TICK, Engine
+from .engine import ARRIVE, FINISH, SAVED, TICK, Engine, SimJob
+from .workload import EstimateModel, TraceJob
 
 #: How far ahead a forecast looks.
 HORIZON_S = 7 * 86400.0
@@ -100,6 +103,51 @@ def work_left(snapshot: Snapshot, now_ms: int, config: PolicyConfig, past_estima
     return out
 
 
+def engine_from(snapshot: Snapshot, now_s: float, work_s: dict[str, float], config, *,
+                name: str = "forecast", ckpt_save_s: float = 30.0) -> Engine:
+    """An engine that goes on from a cluster's state at `now_s` (seconds on the snapshot's clock):
+    its nodes with what is free on them now (blocked GPUs never come back), its running jobs, each
+    ending `work_s[id]` seconds from now (a stopping one is requeued after `ckpt_save_s` with that
+    much left), and its pending jobs, each running `work_s[id]` once started. The policy is told
+    the estimates the specs carry. Nothing else arrives. The snapshot is not changed."""
+    engine = Engine([], [(v.name, v.gpus) for v in snapshot.nodes], config, name=name,
+                 estimates=EstimateModel("given"), ckpt_save_s=ckpt_save_s, ckpt_restore_s=0.0, tick_s=None)
+    for v in snapshot.nodes:  # (what runs there is counted out of what is free)
+        engine.free[v.name] = set(v.free_gpus)
+        engine.size[v.name], engine.room[v.name] = (v.cpus, v.mem_gb), [v.free_cpus, v.free_mem_gb]
+
+    def admit(spec: JobSpec, since_s: float) -> SimJob:
+        work = work_s[spec.id]
+        trace = TraceJob(spec.id, spec.submit_ms / 1000.0, spec.user, spec.gpus, work, spec.gpu_types,
+                         spec.priority)
+        engine.jobs[spec.id] = SimJob(trace, spec, work, since_s)
+        return engine.jobs[spec.id]
+
+    pieces: dict[str, list[RunningJob]] = defaultdict(list)
+    for r in snapshot.running:
+        if r.node in engine.nodes:  # a dead node's jobs hold nothing the policy could use
+            pieces[r.spec.id].append(r)
+    for job_id, views in pieces.items():
+        r = views[0]
+        job = admit(r.spec, r.spec.submit_ms / 1000.0)
+        job.node_gpus = [(v.node, v.gpus) for v in views]
+        job.started_s = job.run_start_s = job.first_start_s = r.started_ms / 1000.0
+        job.preemptions, job.last_preempted_s = (1, r.preempted_ms / 1000.0) if r.preempted_ms else (0, 0.0)
+        job.attained_gpu_s, job.state = r.attained_gpu_s, "stopping" if r.stopping else "running"
+        job.preempted_for = r.preempted_for
+        engine.running[job_id] = job
+        engine.view_running(job)
+        if r.stopping:
+            engine.push(now_s + ckpt_save_s, SAVED, job_id, job.token)
+        else:
+            engine.push(now_s + job.work_left_s, FINISH, job_id, job.token)
+    for p in snapshot.pending:
+        job = admit(p.spec, p.wait_from_ms / 1000.0)
+        job.attempts, job.attained_gpu_s = p.attempt, p.attained_gpu_s
+        engine.push(now_s, ARRIVE, p.spec.id, 0)
+    return engine
+
+
 def predict_start(snapshot: Snapshot, job_id: str, now_ms: int, config: PolicyConfig, *,
                   until_s: float = HORIZON_S, work: dict[str, float] | None = None,
                   max_cycles: int | None = None) -> Start:
@@ -107,7 +155,7 @@ def predict_start(snapshot: Snapshot, job_id: str, now_ms: int, config: PolicyCo
     most `until_s` ahead and simulating at most `max_cycles` policy cycles (`Start.cycles`: how many ran)."""
     work = work_left(snapshot, now_ms, config) if work is None else work
     now_s = now_ms / 1000.0
-    engine = Engine.from_snapshot(snapshot, now_s, work, config)
+    engine = engine_from(snapshot, now_s, work, config)
     engine.coalesce = lambda t: t + _late_by(t - now_s)
     ahead = TICK_S
     while ahead <= until_s:  # the live scheduler's tick: cooldowns, minimum runs and starvation bounds expire

@@ -27,6 +27,20 @@ def test_a_two_gpu_job_starts_when_the_two_gpus_it_waits_for_are_released_and_on
     assert f.change == "--gpus 1" and f.change_start.at_ms == NOW_MS and f.change_start.node == "n2", f
 
 
+def test_a_job_waits_for_cpus_and_memory_as_for_gpus():
+    # two GPUs free but every CPU held by a CPU-only job until +90 s: `eta` said "now" while `why` said
+    # "0 CPUs free" (the forecast's nodes had a million CPUs and no memory limit); then the same for memory
+    cpu = make_job("c").gpus(0).cpus(4).est(90).running_on("n1")
+    snap = snapshot(pending=[make_job("j").gpus(1).est(30)], running=[cpu],
+                    nodes=[make_node("n1").gpus(2).cpus(4).held(cpus=4)])
+    f = forecast(snap, "j", NOW_MS, CONFIG)
+    assert (f.start.at_ms - NOW_MS, f.start.after) == (90_000, ("c",)), f.start
+    mem = make_job("m").gpus(0).cpus(1).mem(60).est(120).running_on("n1")
+    snap = snapshot(pending=[make_job("j").gpus(1).mem(8).est(30)], running=[mem],
+                    nodes=[make_node("n1").gpus(2).cpus(8).mem(64).held(cpus=1, mem_gb=60)])
+    assert forecast(snap, "j", NOW_MS, CONFIG).start.at_ms - NOW_MS == 120_000
+
+
 def test_a_job_that_fits_now_starts_now_and_no_change_is_offered():
     snap = snapshot(pending=[make_job("j").gpus(1)], nodes=[make_node("n1").gpus(2)])
     f = forecast(snap, "j", NOW_MS, CONFIG)
