@@ -19,7 +19,7 @@ from ..core.errors import MalformedRecord
 from ..core.model import FAILED
 from . import keys
 from .codec import decode_spec
-from .connect import text
+from .connect import text, tolerant
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,16 @@ def queue_fields(pipe, ns: str, job_id: str, selection: tuple[str, ...]) -> None
 def values(selection: tuple[str, ...], reply) -> dict:
     """The reply to queue_fields as {name: typed value} (the spec stays bytes: decode it once, where used)."""
     return {n: parse(n, v) for n, v in zip(selection, reply)}
+
+
+def placed_on(client, ns: str, node: str) -> list[str]:
+    """The active jobs placed on `node`, GPUs or none (the node's allocation names only GPU holders):
+    one pipeline over the active index."""
+    ids = [text(i) for i in tolerant(lambda: client.zrange(keys.jobs_active(ns), 0, -1), []) or []]
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hget(keys.job(ns, job_id), "node")
+    return [job_id for job_id, at in zip(ids, pipe.execute(raise_on_error=False)) if at == node.encode()]
 
 
 def read_fields(client, ns: str, job_id: str, selection: tuple[str, ...]) -> dict:

@@ -3,7 +3,7 @@ mark, CPUs and memory, each GPU (model, utilization, memory, the jobs and users 
 blocking it), the jobs running there and the scheduler's recent decisions about it.
 
 Reads one node: its heartbeat record, its allocation and drain mark (store/nodes.read_node), the records
-of the jobs holding its GPUs and the decision log (at most its DECISIONS_KEPT newest entries); never
+of the jobs placed there (the active index's node fields: a CPU-only job holds no GPU) and the decision log (at most its DECISIONS_KEPT newest entries); never
 the rest of the cluster. Read-only.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..clock import now_ms
 from ..store.decisions import read_decisions
+from ..store.job_record import placed_on
 from ..store.jobs import read_jobs
 from ..store.nodes import holder_ids, read_node
 
@@ -29,7 +30,8 @@ def node_view(client, ns: str, name: str, node_timeout_s: float) -> dict:
     now = now_ms()
     n = read_node(client, ns, name)
     held = holders_of(n.alloc)
-    jobs = {j["id"]: j for j in read_jobs(client, ns, sorted({j for ids in held.values() for j in ids}))}
+    on_node = {j for ids in held.values() for j in ids} | set(placed_on(client, ns, name))  # (CPU-only jobs too)
+    jobs = {j["id"]: j for j in read_jobs(client, ns, sorted(on_node))}
     alive = bool(n.seen_ms) and n.alive(now, node_timeout_s)
     gpus = []
     for g in n.gpus:

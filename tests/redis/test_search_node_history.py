@@ -122,6 +122,13 @@ def test_a_node_page_reads_one_node(client, ns, jobs):
     assert v["gpus"][0]["jobs"] == [jobs[0]] and v["gpus"][0]["users"] == ["alice"]
     assert v["gpus"][1]["blocked"] == "pid 99 (python)"
     assert [(j["id"], j["gpus"], j["state"]) for j in v["jobs"]] == [(jobs[0], [0], "running")]
+    # a job holding no GPU there (CPUs only) is on the page and in its CPUs: it was missing from both
+    (cpu_only,) = write_jobs(client, ns, [build_spec(command=["true"], user="bob", gpus=0, cpus=3, submit_ms=t)])
+    assert scripts.mark_running(cpu_only, scripts.commit_placement(cpu_only, "n1", (), 0, t), t, 4243) == 1
+    before = dump_all(client, ns)
+    v = node_view(client, ns, "n1", 10.0)
+    assert [(j["id"], j["gpus"]) for j in v["jobs"]] == [(jobs[0], [0]), (cpu_only, [])]
+    assert v["cpus_used"] == 4 and [g["state"] for g in v["gpus"]] == ["held", "blocked"]
     dead = node_view(client, ns, "n2", 10.0)
     assert not dead["alive"] and dead["seen_s_ago"] >= 119 and dead["gpus"][0]["state"] == "dead"
     with pytest.raises(NotFoundError):
