@@ -159,7 +159,7 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
 
     from ..sim.workload import TraceJob
     from ..core.arrays import label
-    from ..core.accounting import work_s
+    from ..core.accounting import first_start, work_s
     from ..lab.window import seconds_ago
     from ..store.ended import read_history
 
@@ -180,10 +180,11 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
                                                                    "team": r["team"], "name": r["name"],
                                                                    "array_of": r["array_of"],
                                                                    "array_index": r["array_index"],
-                                                                   "ran": bool(r["started_at"]),
-                                                                   # (epoch seconds; submit_time_s is the trace's)
+                                                                   "ran": first_start(r) is not None,
+                                                                   # (epoch seconds; submit_time_s is the trace's;
+                                                                   # started_at: its first attempt's start)
                                                                    "submitted_at": r["submitted_at"],
-                                                                   "started_at": r["started_at"],
+                                                                   "started_at": first_start(r),
                                                                    "finished_at": r["finished_at"], "node": r["node"]}
             for j, r in zip(jobs, found)]
     return jobs, rows

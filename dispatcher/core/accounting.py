@@ -110,10 +110,16 @@ def work_s(job: dict) -> float:
     return end - start
 
 
+def first_start(job: dict) -> float | None:
+    """When its first attempt started (a job preempted, requeued or lost since has no start of its own
+    until it runs again); None if it never started."""
+    starts = [a["started_at"] for a in job.get("attempts") or () if a.get("started_at") is not None]
+    return min(starts) if starts else job.get("started_at")
+
+
 def queue_wait(job: dict) -> float | None:
     """Submit to the first attempt's start; None for a job that never started."""
-    starts = [a["started_at"] for a in job.get("attempts") or () if a.get("started_at") is not None]
-    first = min(starts) if starts else job.get("started_at")
+    first = first_start(job)
     if first is None or job.get("submitted_at") is None:
         return None
     return max(0.0, first - job["submitted_at"])

@@ -90,8 +90,10 @@ def read_history(client, ns: str, since_ms: int | None = None, *, ran_only: bool
     """Jobs submitted from `since_ms` on that ran to an end (succeeded, failed, or cancelled while they
     ran: with start and finish times), oldest first; without `ran_only`, those that ended without
     starting too (a command that could not start, a failed dependency, cancelled while pending)."""
-    views, _ = read_ended(client, ns, submitted_since_ms=since_ms)
-    return [j for j in views if j["finished_at"] and (j["started_at"] or not ran_only)]
+    from ..core.accounting import first_start
+
+    views, _ = read_ended(client, ns, submitted_since_ms=since_ms)  # (ran: in any attempt, a preempted one too)
+    return [j for j in views if j["finished_at"] and (first_start(j) is not None or not ran_only)]
 
 
 def read_accounting(client, ns: str, since_ms: int, until_ms: int) -> dict:

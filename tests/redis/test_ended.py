@@ -63,3 +63,22 @@ def test_ended_jobs_that_share_a_submit_time_come_in_numeric_id_order_not_as_tex
         cancel_job(s, client, ns, job_id, now_ms())
     assert any(len(i) > len(ids[0]) for i in ids)  # ('10' sorts before '2' as text)
     assert [v["id"] for v in read_ended(client, ns)[0]] == ids
+
+
+def test_a_job_preempted_then_cancelled_while_pending_ran_in_history_and_its_csv(client, ns):
+    # it ran 5 minutes, was preempted, then cancelled in the queue: history said RAN '-' and started_at None
+    # while billing the 5 minutes (duration_s 300), and its --csv (the trace simulate replays) left it out
+    from dispatcher.cli.lab import history_rows
+
+    t = now_ms()
+    (job,) = write_jobs(client, ns, [build_spec(command=["true"], user="carol", submit_ms=t - 400_000, gpus=1)])
+    scripts = Scripts(client, ns)
+    epoch = scripts.commit_placement(job, "n1", (0,), 0, t - 390_000)
+    assert scripts.mark_running(job, epoch, t - 390_000, 4242) == 1
+    assert scripts.finish(job, "n1", epoch, "pending", None, t - 90_000, "preempted (forced) by job 26",
+                          preempted=True) == 1
+    cancel_job(scripts, client, ns, job, now_ms())
+    for ran_only in (False, True):
+        _, (row,) = history_rows(client, ns, None, ran_only=ran_only)
+        assert (row["state"], row["ran"], row["started_at"], row["duration_s"]) == (
+            "cancelled", True, (t - 390_000) / 1000, 300.0), row
