@@ -17,6 +17,7 @@ Costs O(classes x OLDEST_KEPT + users + held jobs + the jobs the cycle judged).
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 
 from ..core.model import PRIORITIES
@@ -39,8 +40,10 @@ def queue_summary(backlog, held: dict, on_hold: dict, reasons: dict[str, tuple],
     held_by_class, held_gpus = Counter(), Counter()
     by_user, gpus_by_user = Counter(backlog.by_user), Counter(backlog.gpus_by_user)
     said: dict[str, Counter] = {c: Counter() for c in PRIORITIES}
+    held_of: dict[str, list] = {c: [] for c in PRIORITIES}
     for p in (*held.values(), *on_hold.values()):
         spec = p.spec
+        held_of.setdefault(spec.priority, []).append(p)
         held_by_class[spec.priority] += 1
         held_gpus[spec.priority] += spec.gpus
         by_user[(spec.user, spec.team)] += 1
@@ -63,6 +66,9 @@ def queue_summary(backlog, held: dict, on_hold: dict, reasons: dict[str, tuple],
         classes[c] = {"pending": pending, "held": n_held,
                       "gpus_pending": backlog.gpus_by_class.get(c, 0) + held_gpus[c],
                       "oldest": [[p.wait_from_ms, p.spec.id, p.attempt] for p in backlog.oldest(c, OLDEST_KEPT)],
+                      # (held jobs too, apart: the dashboard's page of a class lists them after the others)
+                      "held_oldest": [[p.wait_from_ms, p.spec.id, p.attempt] for p in heapq.nsmallest(
+                          OLDEST_KEPT, held_of.get(c, ()), key=lambda p: (p.wait_from_ms, p.spec.id))],
                       "reasons": [[r, n] for r, n in counted.most_common(REASONS_KEPT)]}
     return {"classes": classes,
             "users": [[u, t, n, gpus_by_user[(u, t)]] for (u, t), n in by_user.items()],

@@ -97,6 +97,7 @@ def _queue(raw) -> dict:
         try:
             classes[c] = {"pending": int(v["pending"]), "held": int(v["held"]), "gpus_pending": int(v["gpus_pending"]),
                           "oldest": [(int(o[0]), str(o[1])) for o in v["oldest"]],
+                          "held_oldest": [(int(o[0]), str(o[1])) for o in v.get("held_oldest") or ()],
                           # (the ones that ran before: a requeued job's pending spell starts at its last end)
                           "reran": [str(o[1]) for o in v["oldest"] if len(o) > 2 and int(o[2]) > 0],
                           "reasons": [(str(r), int(n)) for r, n in v["reasons"]]}

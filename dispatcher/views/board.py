@@ -282,7 +282,7 @@ class Board:
         """One page of the pending (or active) jobs; each job's full record, its wait and why it waits.
         Pending jobs of every class are paged through the pending index, oldest first (as `dispatch
         queue`); of one class, through the oldest the leader listed of it (scheduler/summary.OLDEST_KEPT),
-        longest wait first, `total` counting them all. Running jobs: highest class first."""
+        longest wait first, then the oldest of its held ones, `total` counting them all. Running jobs: highest class first."""
         c = self._read.get()[0]
         now, per = c["now_ms"], max(1, min(per, 200))
         if state == "pending" and not cls:
@@ -293,8 +293,9 @@ class Board:
             chosen = [(int(t) if math.isfinite(t) else now, j) for j, t in got if valid_name(j)]
         else:
             if state == "pending":
-                k = c["queue"]["classes"].get(cls) or {}
-                rows, total = list(k.get("oldest", [])), k.get("pending", 0)
+                k = c["queue"]["classes"].get(cls) or {}  # (held ones after the others, as the class row counts)
+                rows = list(k.get("oldest", [])) + list(k.get("held_oldest", []))
+                total = k.get("pending", 0) + k.get("held", 0)
             else:
                 jobs = [r for r in c["running"] if not cls or r.spec.priority == cls]
                 rows, total = [(r.started_ms, r.spec.id) for r in jobs], len(jobs)

@@ -413,3 +413,24 @@ def test_every_pending_job_is_in_one_class_row_and_one_user_row_held_ones_too(cl
     hold_job(scripts, client, ns, on_hold, "release", "carol", now_ms())
     assert counts()[0] == {"normal": (3, 1, 10), "low": (1, 1, 2)}
     sched.lease.release()
+
+
+def test_the_page_of_a_class_lists_its_held_jobs_after_the_others_as_its_row_counts_them(client, ns):
+    # the class row said 10 pending (held ones counted), its page listed 4 (held ones left out)
+    from dispatcher.scheduler.loop import Scheduler
+    from dispatcher.store.scripts import Scripts
+
+    t = now_ms()
+    ids = write_jobs(client, ns, [build_spec(command=["true"], user="u", submit_ms=t - 1000 * (5 - i), gpus=1,
+                                             priority="low") for i in range(5)])
+    scripts = Scripts(client, ns)
+    for job in ids[:2]:
+        assert scripts.hold(job, "hold", "u") == 1
+    sched = Scheduler(client, ns)
+    sched.cycle()
+    sched.lease.release()
+    board = Board(client, ns)
+    (row,) = [c for c in board.overview()["classes"] if c["class"] == "low"]
+    page = board.queue_page("pending", "low", per=50)
+    assert row["pending"] == page["total"] == len(page["jobs"]) == 5, (row, page["total"])
+    assert [j["id"] for j in page["jobs"]] == ids[2:] + ids[:2]  # the held ones last, oldest first
