@@ -92,7 +92,7 @@ def _wait_nodes(c, spec: JobSpec, piece: JobSpec, terms: dict[str, float], ready
     if c.may_reserve(spec):
         c.resv_tries += 1
         got = node_reservations(spec, piece, c.index.nodes, c.now)
-        if got is not None:
+        if got is not None and c.worth_holding(spec, got[0]):
             start, held = got
             for node, resv, _ in held:
                 c.index.hold(node, resv, spec.rank, spec.cpus, spec.mem_gb)
@@ -167,7 +167,7 @@ def _start(c, spec: JobSpec, picks: list[tuple[NodeState, tuple[int, ...]]], ter
 def _reserve_whole(c, spec: JobSpec) -> int | None:
     """Hold the whole nodes of Cycle `c` that come free first; returns when the gang could start."""
     got = gang_reservations(spec, c.index.nodes, c.now)
-    if got is None:
+    if got is None or not c.worth_holding(spec, got[0]):
         return None
     start, held = got
     for node, resv in held:

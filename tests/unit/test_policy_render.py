@@ -15,7 +15,7 @@ from dispatcher.policy.render import diff_policies, file_key, render_policy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy.toml"
 #: The settings a policy file cannot hold (the simulator's and tests' own knobs).
-NOT_IN_FILES = {"head_of_line", "gang_across_nodes"}
+NOT_IN_FILES = {"head_of_line", "gang_across_nodes", "hold_unknown_starts"}  # (the baselines')
 
 
 def _changed(name: str, value):

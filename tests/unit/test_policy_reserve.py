@@ -58,8 +58,8 @@ def test_a_policy_file_sets_the_reserve_and_writes_it_back():
 def test_a_reservation_behind_a_job_with_no_estimate_says_when_it_ends_not_in_24_hours():
     nodes = [make_node("n1").gpus(1).held(0)]
     running = [make_job("hog").gpus(1).est(None).running_on("n1", 0)]
-    plan = schedule(snapshot(pending=[make_job("next").gpus(1)], running=running, nodes=nodes), now_ms=NOW_MS,
-                    config=PolicyConfig())
+    plan = schedule(snapshot(pending=[make_job("next").gpus(1).priority("high")], running=running, nodes=nodes),
+                    now_ms=NOW_MS, config=PolicyConfig())
     (v,) = plan.verdicts
     assert "holds a reservation on n1 GPUs [0] starting when the jobs holding them end (one has no estimate " \
            "left)" in v.reason, v.reason
@@ -68,3 +68,24 @@ def test_a_reservation_behind_a_job_with_no_estimate_says_when_it_ends_not_in_24
     (v,) = schedule(snapshot(pending=[make_job("next").gpus(1)], running=timed, nodes=nodes), now_ms=NOW_MS,
                     config=PolicyConfig()).verdicts
     assert "holds a reservation on n1 GPUs [0] starting in ~10 min" in v.reason, v.reason
+
+
+def test_a_normal_job_with_no_estimate_holds_no_reservation_whose_start_nobody_can_tell_unless_it_starves():
+    # without estimates nothing may backfill such a reservation: a normal 32-GPU job held a whole 32-GPU
+    # cluster's GPUs idle as they came free, through 1,480 cycles (average JCT 1.9x FIFO's on the Philly week's
+    # first 400 jobs with no --est); high and critical work, and a starving job, still hold one
+    nodes = [make_node("n1").gpus(2).held(0)]
+    running = [make_job("hog").gpus(1).est(None).running_on("n1", 0)]
+    for job, held in ((make_job("big").gpus(2), False), (make_job("big").gpus(2).priority("high"), True),
+                      (make_job("big").gpus(2).waited(200 * 3600), True)):  # (normal starves after 90 h)
+        plan = schedule(snapshot(pending=[job, make_job("small").gpus(1)], running=running, nodes=nodes),
+                        now_ms=NOW_MS, config=PolicyConfig())
+        assert bool(plan.reservations) is held, plan
+        assert ("small" in {p.job_id for p in plan.placements}) is not held, plan  # the free GPU: used, or held
+    timed = [make_job("hog").gpus(1).est(600).running_on("n1", 0)]  # a start that can be told: EASY as before
+    plan = schedule(snapshot(pending=[make_job("big").gpus(2)], running=timed, nodes=nodes), now_ms=NOW_MS,
+                    config=PolicyConfig())
+    assert [r.start_ms - NOW_MS for r in plan.reservations] == [600_000]
+    plan = schedule(snapshot(pending=[make_job("big").gpus(2).est(3600)], running=running, nodes=nodes),
+                    now_ms=NOW_MS, config=PolicyConfig())  # a job with an estimate of its own: as before
+    assert len(plan.reservations) == 1
