@@ -57,6 +57,8 @@ def report(overview: dict, queue: dict, width: int, rows: int = 12) -> str:
                    ("id", "name", "user", "class", "GPUs", "wait", "why"),
                    [(j["id"], j["name"] or "-", j["user"], j["priority"], j["gpus_requested"], age(j["wait_s"]),
                      j["reason"] or "no reason recorded yet") for j in queue["jobs"]], right=frozenset({0, 4, 5}))
+    if queue["total"] > len(queue["jobs"]):  # (12 rows shown of 272: said, as queue says "N more")
+        lines.append(f"... {queue['total'] - len(queue['jobs']):,} more (dispatch queue --state pending lists them)")
     lines += _node_lines(b["nodes"])
     lines += _gpu_rows(b["nodes"])
     lines += table("Latest decisions", ("time", "job", "where", "score", "why"),

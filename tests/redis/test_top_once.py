@@ -87,3 +87,16 @@ def test_top_once_marks_a_stale_scheduler_as_the_page_and_why_do(cli, client):
     client.hset(keys.scheduler_stats(cli.ns), "at_ms", now_ms() - 52_000)  # its last cycle, had it stopped then
     said = header()
     assert re.fullmatch(r"STALE \(scheduler's last cycle 5\ds ago: is it running\?\)", said), said
+
+
+def test_top_once_says_how_many_pending_jobs_it_left_out(cli, client):
+    # 12 rows under "Pending ... (272; ...)" and nothing more: a job missing with no hint
+    a_node_and_a_job(cli, client)
+    write_jobs(client, cli.ns, [build_spec(command=["true"], user="zoe", gpus=1, submit_ms=now_ms())
+                                for _ in range(39)])
+    out = cli.run("top", "--once").stdout
+    shown = re.search(r"Pending, oldest first, as dispatch queue \((\d+);", out)
+    more = re.search(r"\.\.\. (\d+) more \(dispatch queue --state pending lists them\)", out)
+    assert shown and int(shown.group(1)) == 40 and more, out
+    rows = out.split(shown.group(0))[1].split(more.group(0))[0]
+    assert int(more.group(1)) + sum(1 for line in rows.splitlines() if re.match(r"\s*\d+ ", line)) == 40, out
