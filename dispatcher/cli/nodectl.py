@@ -62,6 +62,11 @@ def nodes(ctx, free, as_json):
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
+    from ..store.dependencies import element_names
+    from ..store.nodes import holder_ids
+
+    holders = {g["job"]: holder_ids(g["job"]) for n in out for g in n["gpus"] if g["job"]}
+    names = element_names(ctx.client, ctx.ns, {i for ids in holders.values() for i in ids})  # (an element: 12_5)
     rows = []
     for n in out:
         kinds = sorted({g["name"].replace("NVIDIA ", "") for g in n["gpus"]})
@@ -69,7 +74,8 @@ def nodes(ctx, free, as_json):
             sum(1 for g in n["gpus"] if g["job"] is None and not g["blocked"])  # (a dead or drained node: none)
         blocked = sum(1 for g in n["gpus"] if g["blocked"])
         state = n["state"] + (f", {blocked} GPU blocked" if blocked else "")
-        held = ",".join(f"{g['index']}:{g['job'].lstrip('~')}" for g in n["gpus"] if g["job"])  # GPU:job(s)
+        held = ",".join(f"{g['index']}:" + "+".join(names.get(i, i) for i in holders[g["job"]])
+                        for g in n["gpus"] if g["job"])  # GPU:job(s), as queue names them
         rows.append([n["name"], state, f"{free}/{len(n['gpus'])}", ",".join(kinds) or "-",
                      n["cpus"], f"{n['mem_gb']:g}", f"{n['seen_s_ago']:g}s", held or "-"])
     click.echo(_table(rows, ["NODE", "STATE", "FREE", "GPU TYPES", "CPUS", "MEM_GB", "SEEN", "HELD BY (GPU:JOB)"]))

@@ -63,3 +63,18 @@ def test_an_id_of_other_digits_names_no_job_in_the_dashboard_and_the_cli_alike(c
         assert got.status_code == 404 and got.is_json, (bad, got.status_code)
         with pytest.raises(JobNotFound):  # (cancel, hold, release: an id that cannot name a job, one line)
             read_named(client, ns, [bad], missing=[])
+
+
+def test_nodes_names_the_elements_holding_its_gpus_as_queue_does(cli, client):
+    # HELD BY said 0:33,1:34 (record ids no list shows) where queue said 33_0 and 33_1
+    from dispatcher.core.model import GpuInfo
+    from dispatcher.store.nodes import write_heartbeat
+    from dispatcher.store.scripts import Scripts
+
+    head, second, _ = array(client, cli.ns)
+    write_heartbeat(client, cli.ns, "n1", [GpuInfo(i, "NVIDIA A100-40GB", 40.0) for i in range(2)], 8, 64.0, now_ms())
+    scripts = Scripts(client, cli.ns)
+    for gpu, job in enumerate((head, second)):
+        assert scripts.commit_placement(job, "n1", (gpu,), 0, now_ms()) > 0
+    (row,) = [line for line in cli.run("nodes").stdout.splitlines() if line.startswith("n1 ")]
+    assert row.split()[-1] == f"0:{head}_0,1:{head}_1", row
