@@ -36,7 +36,9 @@ def why(ctx, job_id, fresh, timeout_s, as_json):
     if o:
         total = sum(out["weights"].values()) or 1.0
         if o.get("terms"):
-            parts = " + ".join(f"{k} {v:.1f}x{out['weights'].get(k, 0):g}" for k, v in o["terms"].items())
+            terms = {**o["terms"], **{k: 0.0 for k, w in out["weights"].items() if w and k not in o["terms"]}}
+            parts = " + ".join(f"{k} {v:.1f}x{out['weights'].get(k, 0):g}" for k, v in terms.items())  # (fit: 0
+            # until it is placed; the divisor counts every weight, so the line adds up as shown)
             click.echo(f"  score {o['score']:.1f} = ({parts}) / {total:g}")
         if o.get("rank"):  # (a recorded verdict's rank is of the queue it was judged in, not of today's)
             of = f" when judged at {time.strftime('%H:%M:%S', time.localtime(o['since']))}; {out['pending']} " \

@@ -113,3 +113,23 @@ def test_why_shows_the_reservations_that_concern_the_job_not_every_one_in_the_cl
             assert [(r["job"], r["node"]) for r in out["reservations"]] == [(job, own)], out["reservations"]
     anyone = submit(client, ns, gpus=1, est="10m")
     assert {r["job"] for r in recorded(client, ns, anyone)["reservations"]} == {on_a100, on_v100}
+
+
+def test_why_shows_a_score_line_that_adds_up_as_written(cli, client):
+    # the fit term (0 until placed) was left out while the divisor counted its weight: 69.0 = (...) / 0.455
+    # with the listed weights summing to 0.445
+    import re
+
+    beat(client, cli.ns, "n1", gpus=2)
+    cli.submit("--gpus", "2", "--", "true")
+    job = cli.submit("--gpus", "2", "--", "true")  # (the first takes the node: it waits)
+    sched = Scheduler(client, cli.ns)
+    sched.cycle()
+    sched.lease.release()
+    out = cli.run("why", job).stdout
+    line = next((x for x in out.splitlines() if x.strip().startswith("score ")), out)
+    m = re.fullmatch(r"\s*score ([\d.]+) = \((.*)\) / ([\d.e-]+)", line)
+    parts = [re.fullmatch(r"(\w+) ([\d.]+)x([\d.e-]+)", p.strip()).groups() for p in m.group(2).split(" + ")]
+    weights = sum(float(w) for _, _, w in parts)
+    assert "fit" in [k for k, _, _ in parts] and abs(weights - float(m.group(3))) < 1e-6, line
+    assert abs(sum(float(v) * float(w) for _, v, w in parts) / weights - float(m.group(1))) < 0.1, line
