@@ -37,8 +37,7 @@ from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_opt
 @common
 def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fields, noheader, as_json):
     """Pending and running jobs, oldest first (-u, --state, --name, --team to filter)."""
-    from ..store import keys
-    from ..store import stats as published
+    from ..store import keys, stats as published
     from ..core.accounting import queue_wait
     from ..store.quarantine import report
     from ..store.connect import tolerant
@@ -99,8 +98,9 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
         click.echo(table(cut_last(rows, header), header, noheader))
     if more > 0:  # (--noheader: stdout holds rows only, for a script's loop)
         click.echo(f"... {_more(more, limit)}", err=noheader)
-    for line in report(ctx.client, ctx.ns):
-        click.echo(line, err=noheader)
+    notes = [(x, noheader) for x in report(ctx.client, ctx.ns)]  # (a stale scheduler's word: always on stderr)
+    for line, err in notes + [(x, True) for x in pending and published.stale_lines(ctx.client, ctx.ns)]:
+        click.echo(line, err=err)
     say_missing(missing)
 
 

@@ -44,6 +44,34 @@ def publish(pipe, ns: str, fields: dict, reservations=None, queue: dict | None =
     pipe.hset(keys.scheduler_stats(ns), mapping=out)
 
 
+#: The scheduler's figures older than this are stale (its last cycle: is it running?): the page greys
+#: out, `top` and `why` say STALE; or older than STALE_TICKS of its ticks, where a tick is that long.
+STALE_S = 10.0
+STALE_TICKS = 3
+
+
+def is_stale(age_s: float | None, tick_s: float) -> bool:
+    """Whether the scheduler's figures of this age (s; None: none yet) are stale, its tick `tick_s`."""
+    return age_s is None or age_s > max(STALE_S, STALE_TICKS * tick_s)
+
+
+def stale_lines(client, ns: str) -> list[str]:
+    """`dispatch queue`'s word on the pending jobs' reasons when the scheduler that wrote them has not run a
+    cycle for longer than is_stale allows (why, top and the page said STALE; queue said nothing)."""
+    import time
+
+    from ..clock import now_ms
+    from ..config import Timing
+
+    at = text(tolerant(lambda: client.hget(keys.scheduler_stats(ns), "at_ms"), None) or b"")
+    if not (at.isascii() and at.isdigit()) or not is_stale((now_ms() - int(at)) / 1000.0, Timing.from_env().tick_s):
+        return []  # (none yet: a cluster starting, or one with no scheduler on purpose)
+    age_s = (now_ms() - int(at)) / 1000.0
+    when = time.strftime("%H:%M:%S", time.localtime(int(at) / 1000))
+    return [f"dispatch: the reasons are from the scheduler's cycle at {when}, {age_s:.0f}s ago: is it running? "
+            "(dispatch top)"]
+
+
 def fill_rest_reason(client, ns: str, jobs: list[dict]) -> None:
     """A pending job the last cycle did not reach has no reason of its own: the cycle's one for all such
     jobs (rest_reason), in these job views, as `queue` showed it (its --json and `show` had none)."""

@@ -18,7 +18,8 @@ from collections import Counter
 
 from .alerts import evaluate
 from .capacity import capacity
-from .fresh import Fresh, PerRead, is_stale
+from ..store.stats import is_stale
+from .fresh import Fresh, PerRead
 from .gzipped import Tail, gzip_join
 from ..clock import now_ms
 from ..config import Timing
@@ -28,7 +29,7 @@ from ..core.model import FINAL_STATES, PRIORITIES
 from ..policy.score import dominant_share
 from ..store import cluster, keys
 from ..store import stats as published
-from ..store.connect import text, tolerant
+from ..store.connect import tolerant
 from ..store.decisions import read_decisions
 from ..store.naming import record_id
 from ..store.jobs import index_window, read_jobs, read_log_tail
@@ -145,7 +146,7 @@ class Board:
 
     @staticmethod
     def as_of_now(view: dict, tick_s: float) -> dict:
-        """`now` and the scheduler's figures with their age, and whether that is stale (fresh.is_stale:
+        """`now` and the scheduler's figures with their age, and whether that is stale (stats.is_stale:
         the page greys out, top says so), as of this call."""
         s, now = view["scheduler"], time.time()
         age_s = round(now - s["at"], 1) if s["at"] else None

@@ -26,7 +26,7 @@ from ..scheduler.policy_source import policy_in_force
 from ..store.decisions import read_decisions
 from ..store import stats as published
 from ..store.jobs import read_job
-from .fresh import is_stale
+from ..store.stats import is_stale
 
 
 def recorded(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:

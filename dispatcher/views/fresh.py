@@ -21,17 +21,6 @@ from ..core.memo import gc_paused
 #: The longest a caller waits for a read another one started; past it the caller is answered an error
 #: (the dashboard's 503: "Redis failed"), and the next caller starts a read of its own.
 WAIT_S = 15.0
-#: The scheduler's figures older than this are stale (its last cycle: is it running?): the page greys
-#: out, `top` and `why` say STALE; or older than STALE_TICKS of its ticks, where a tick is that long.
-STALE_S = 10.0
-STALE_TICKS = 3
-
-
-def is_stale(age_s: float | None, tick_s: float) -> bool:
-    """Whether the scheduler's figures of this age (s; None: none yet) are stale, its tick `tick_s`."""
-    return age_s is None or age_s > max(STALE_S, STALE_TICKS * tick_s)
-
-
 class _Read:
     __slots__ = ("started", "took", "done", "value", "error")
 

@@ -79,7 +79,7 @@ def report(overview: dict, queue: dict, width: int, rows: int = 12) -> str:
 
 
 def stale_words(s: dict) -> str:
-    """The header's word on a scheduler whose figures are stale (board: fresh.is_stale): what follows is
+    """The header's word on a scheduler whose figures are stale (board: stats.is_stale): what follows is
     as of then."""
     return f"STALE (scheduler's last cycle {age(s['age_s'])} ago: is it running?)"
 

@@ -207,3 +207,15 @@ def test_a_job_the_cycle_did_not_reach_has_its_reason_in_json_and_show_as_in_the
     (listed,) = json.loads(cli.run("queue", "--json").stdout)
     assert listed["reason"] == cli.show(job)["reason"] == "no GPU free anywhere"
     assert "no GPU free anywhere" in cli.run("queue").stdout and "no GPU free anywhere" in cli.run("show", job).stdout
+
+
+def test_queue_says_when_its_reasons_come_from_a_scheduler_that_stopped_cycling(cli, client):
+    # why, top and the page said STALE; queue showed the last cycle's reasons as if current
+    from dispatcher.clock import now_ms
+
+    cli.submit("--", "true")
+    client.hset(keys.scheduler_stats(cli.ns), mapping={"at_ms": now_ms() - 120_000, "rest_reason": "no GPU free"})
+    p = cli.run("queue")
+    assert "no GPU free" in p.stdout and "s ago: is it running? (dispatch top)" in p.stderr, p
+    client.hset(keys.scheduler_stats(cli.ns), "at_ms", now_ms())
+    assert cli.run("queue").stderr == ""
