@@ -147,8 +147,9 @@ def heading(job: dict, given: str) -> str:
     """`dispatch why`'s first line: the job as people name it (an array's element as 12_5), its owner,
     class, state and where it runs; for an array's id (`why 12`: its first element), which element
     answers and how many others the array has."""
+    ranks = job.get("ranks") or ([[job["node"], job["gpus"]]] if job["node"] else [])  # (a gang: every rank)
     line = (f"job {label(job)} ({job['name'] or 'no name'}, {job['user']}, {job['priority']}): {job['state']}"
-            + (f" on {job['node']} GPUs {job['gpus']}" if job["node"] else ""))
+            + (" on " + " and ".join(f"{node} GPUs {list(gpus)}" for node, gpus in ranks) if ranks else ""))
     if job["array_of"] and given == job["array_of"] and job["array_count"] > 1:
         line += (f"\n  job {given} is an array of {job['array_count']} jobs: this is its element {label(job)}; "
                  f"`dispatch why {given}_N` answers for element N, `dispatch queue --expand {given}` lists the "

@@ -78,3 +78,13 @@ def test_nodes_names_the_elements_holding_its_gpus_as_queue_does(cli, client):
         assert scripts.commit_placement(job, "n1", (gpu,), 0, now_ms()) > 0
     (row,) = [line for line in cli.run("nodes").stdout.splitlines() if line.startswith("n1 ")]
     assert row.split()[-1] == f"0:{head}_0,1:{head}_1", row
+
+
+def test_why_of_a_running_gang_names_every_rank_where_it_runs():
+    # `why` of a running gang said "running on n1 GPUs [0, 1]": rank 0 only, while show listed every rank
+    job = {"id": "7", "name": "ddp", "user": "ann", "priority": "normal", "state": "running", "node": "n1",
+           "gpus": [0, 1], "ranks": [["n1", [0, 1]], ["n2", [0, 1]]], "array_of": "", "array_index": None,
+           "array_count": 0}
+    assert heading(job, "7") == "job 7 (ddp, ann, normal): running on n1 GPUs [0, 1] and n2 GPUs [0, 1]"
+    one = {**job, "ranks": []}
+    assert heading(one, "7") == "job 7 (ddp, ann, normal): running on n1 GPUs [0, 1]"
