@@ -236,8 +236,10 @@ def main() -> None:
         click.echo(f"dispatch: error: {message}{hint}", err=True)
         sys.exit(e.exit_code)
     except DispatcherError as e:
-        if debug:
-            raise
+        if debug:  # the traceback, then the line and the exit status as without --debug (2 stays 2)
+            import traceback
+
+            traceback.print_exc()
         if isinstance(e, errors.ConnectionError):  # (a server that cannot write answers: no restart to wait for)
             from ..store.connect import cannot_write
 

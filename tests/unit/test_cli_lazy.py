@@ -53,3 +53,8 @@ def test_every_command_and_subcommand_takes_debug_as_the_internal_error_line_ask
     got = subprocess.run([sys.executable, "-m", "dispatcher", "policy", "check", "/nonexistent.toml", "--debug"],
                          capture_output=True, text=True)
     assert "No such option" not in got.stderr and got.returncode != 0, got.stderr
+    # --debug adds the traceback and keeps the exit status (it was 1, a crash's, for a refused file: 2)
+    assert "Traceback" in got.stderr and got.stderr.splitlines()[-1].startswith("dispatch: error: "), got.stderr
+    plain = subprocess.run([sys.executable, "-m", "dispatcher", "policy", "check", "/nonexistent.toml"],
+                           capture_output=True, text=True)
+    assert got.returncode == plain.returncode, (got.returncode, plain.returncode)
