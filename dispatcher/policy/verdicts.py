@@ -141,8 +141,9 @@ def blocked_reason(index: NodeIndex, spec: JobSpec, now_ms: int) -> tuple[Code, 
     if best is None:
         return Code.NO_FIT_NOW, f"needs {need}; no node has room now"
     total = index.fit.usable_count(spec, best.view)
-    return Code.NO_FIT_NOW, (f"needs {need}; best node {best.view.name} has {best_free} of {total} "
-                             f"matching GPUs free, {best.cpus} CPUs free")
+    gpus = f"{best_free} of {total} matching GPUs free, " if spec.gpus else ""  # (a CPU-only job: its CPUs alone)
+    mem = f", {best.mem_gb:g} GB memory free" if spec.mem_gb else ""
+    return Code.NO_FIT_NOW, f"needs {need}; best node {best.view.name} has {gpus}{best.cpus} CPUs free{mem}"
 
 
 def reserved_for(r: Reservation, spec: JobSpec, now_ms: int) -> str:

@@ -244,6 +244,13 @@ def test_cpu_only_jobs_respect_cpus_and_memory_held_by_running_jobs():
     assert set(placed(plan)) == {"fits"}, f"placed {placed(plan)}, want only 'fits'"
 
 
+def test_a_cpu_only_job_waiting_for_cpus_is_told_of_cpus_and_memory_not_gpus():
+    # "best node n1 has 0 of 4 matching GPUs free, 0 CPUs free" for a --gpus 0 job: only the CPUs applied
+    node = make_node("n1").gpus(4).cpus(4).mem(64).held(cpus=4, mem_gb=10)
+    plan = plan_of([make_job("c").gpus(0).cpus(2).mem(8)], [node])
+    assert verdict_of(plan, "c").reason.endswith("best node n1 has 0 CPUs free, 54 GB memory free"), plan.verdicts
+
+
 # --- EASY backfill ---------------------------------------------------------------------
 
 def backfill_case(small_est_s, started_s_ago=0.0, running_est_s=100.0):
