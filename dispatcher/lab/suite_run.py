@@ -131,7 +131,10 @@ def run(workloads: list[Workload], policies: list[str], *, processes: int | None
 def _named(workloads: str | None, traces_dir, seed: int) -> list[Workload]:
     from ..core.errors import InvalidRequestError
 
-    names = [n.strip() for n in workloads.split(",") if n.strip()] if workloads else None
+    names = [n.strip() for n in workloads.split(",")] if workloads else None
+    if names and ("" in names or len(set(names)) < len(names)):  # (as --compare: a typo, not a shorter list)
+        raise InvalidRequestError(f"--workloads: {workloads!r} names an empty or the same week twice; name each "
+                                  "week once, e.g. lab,sweeps", field="--workloads")
     ws = load_workloads(traces_dir, seed, names)
     if names:
         missing = sorted(set(names) - {w.name for w in ws})

@@ -291,3 +291,10 @@ def test_a_policy_file_of_any_name_the_live_scheduler_reads_is_read_here_too(tmp
         assert code == 0 and f"{tmp_path / name} " in printed, err
     code, printed, err = dispatch(monkeypatch, capsys, "simulate", t1, "--gpus", 4, "--policy", tmp_path / "none")
     assert code == 2 and "unknown policy" in err and "the path of a policy file" in err, err
+
+
+@pytest.mark.parametrize("weeks", ["daytime,daytime", "daytime,,pretrain"])
+def test_a_week_named_twice_or_an_empty_name_is_refused_as_compare_refuses_them(monkeypatch, capsys, weeks):
+    # the suite ran the week once, silently
+    code, printed, err = dispatch(monkeypatch, capsys, "simulate", "--suite", "--workloads", weeks)
+    assert code == 2 and printed == "" and "--workloads" in err and "twice" in err, err
