@@ -10,12 +10,36 @@ stop the agent, and `dispatch up` killed it after its own 60 s.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from rq import SimpleWorker
 
 #: How long the command listener waits per read: the longest a stop waits for it.
 LISTEN_S = 1.0
+#: RQ logs an ERROR at each try while the server is away (every 2 s here): one a minute is said.
+SAY_AWAY_EVERY_S = 60.0
+
+
+class _SeldomAway(logging.Filter):
+    """Lets RQ's "could not connect to Redis instance ... retrying" through once per SAY_AWAY_EVERY_S (an
+    outage filled the agent's log with one ERROR line every 2 s); every other record as it is."""
+
+    def __init__(self):
+        super().__init__()
+        self.said = -SAY_AWAY_EVERY_S
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "could not connect to Redis instance" not in str(record.msg):
+            return True
+        now = time.monotonic()
+        if now - self.said < SAY_AWAY_EVERY_S:
+            return False
+        self.said = now
+        return True
+
+
+logging.getLogger("rq.worker").addFilter(_SeldomAway())
 
 
 class AgentWorker(SimpleWorker):

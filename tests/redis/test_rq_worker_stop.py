@@ -93,3 +93,24 @@ def test_a_sigterm_while_the_agent_starts_and_retries_stops_it(cli, client, ns):
         assert code == 0
     finally:
         client.execute_command("ACL", "DELUSER", user)
+
+
+def test_rqs_retry_error_while_the_server_is_away_is_said_once_a_minute(monkeypatch):
+    # an outage filled the agent's log with "rq.worker ERROR ... could not connect ... retrying" every 2 s
+    import logging
+
+    from workers import rq_worker
+
+    clock = [1000.0]
+    monkeypatch.setattr(rq_worker.time, "monotonic", lambda: clock[0])
+    seldom = rq_worker._SeldomAway()
+
+    def record(msg):
+        return logging.LogRecord("rq.worker", logging.ERROR, "", 0, msg, (), None)
+    away = "Worker %s: could not connect to Redis instance: %s retrying in %d seconds..."
+    said = []
+    for _ in range(40):  # 80 s of tries, one every 2 s
+        said.append(seldom.filter(record(away)))
+        clock[0] += 2.0
+    assert said.count(True) == 2 and said[0] and said[30]
+    assert seldom.filter(record("Worker %s: found an unhandled exception, quitting..."))
