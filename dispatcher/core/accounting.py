@@ -111,15 +111,20 @@ def work_s(job: dict) -> float:
 
 
 def first_start(job: dict) -> float | None:
-    """When its first attempt started (a job preempted, requeued or lost since has no start of its own
-    until it runs again); None if it never started."""
-    starts = [a["started_at"] for a in job.get("attempts") or () if a.get("started_at") is not None]
-    return min(starts) if starts else job.get("started_at")
+    """When it first ran: its own start, or a preempted (or shrunk) attempt's, which surely ran (a job
+    preempted and then cancelled in the queue has no start of its own); None if neither. (An attempt record's
+    start is its assignment where the command could not start: not a run.)"""
+    ran = [a["started_at"] for a in job.get("attempts") or ()
+           if a.get("outcome") in ("preempted", "shrunk") and a.get("started_at") is not None]
+    if job.get("started_at") is not None:
+        ran.append(job["started_at"])
+    return min(ran) if ran else None
 
 
 def queue_wait(job: dict) -> float | None:
     """Submit to the first attempt's start; None for a job that never started."""
-    first = first_start(job)
+    starts = [a["started_at"] for a in job.get("attempts") or () if a.get("started_at") is not None]
+    first = min(starts) if starts else job.get("started_at")
     if first is None or job.get("submitted_at") is None:
         return None
     return max(0.0, first - job["submitted_at"])
