@@ -112,7 +112,7 @@ class Supervisor:
             log.warning("job %s: could not record its last checkpoint (%s)", run.job_id, e)
         try:  # it stays in `running` until its outcome is written (or queued): reconcile must not take it
             if run.unsent:  # (kept in memory if the disk is full too: outbox.add)
-                self.outbox.add("log", run.job_id, run.epoch, bytes(run.unsent), run.rank or 0)
+                self.outbox.add("log", run.job_id, run.epoch, run.unsent_bytes(), run.rank or 0)
             outcomes.record_end(self, run, code)
             for entry_id in run.acks:
                 control.ack(self.client, self.ns, self.node, entry_id)
@@ -134,7 +134,8 @@ class Supervisor:
         """The job's output, into its node-side log file and its log stream: what comes within LOG_BATCH_S
         of the last write to the stream goes with the next one, as one entry (a job that prints a line at
         a time costs the server a write per batch, not per line). What Redis does not take waits (up to
-        1 MiB, the newest kept) and goes with the next batch, or into the outbox."""
+        UNSENT_MAX, the newest kept; what is cut is said where it was) and goes with the next batch, or into
+        the outbox."""
         out, copy = run.proc.stdout, outputs.start(self, run, log_path)  # its --output file (workers/outputs.py)
         more, sent_at = select.poll(), 0.0
         more.register(out.fileno(), select.POLLIN)
@@ -148,8 +149,7 @@ class Supervisor:
                     node_log = outputs.write(self, run, node_log, chunk, f"its log file {log_path}")
                 if copy is not None:
                     copy = outputs.write(self, run, copy, chunk)
-                run.unsent += chunk
-                del run.unsent[:-(1 << 20)]
+                run.keep_unsent(chunk)
                 wait_s = sent_at + LOG_BATCH_S - time.monotonic()
                 if len(run.unsent) < LOG_CHUNK and wait_s > 0 and more.poll(wait_s * 1000):
                     continue  # more output already: it goes in the same entry
@@ -162,8 +162,8 @@ class Supervisor:
 
     def _send_output(self, run: Running) -> None:
         try:
-            append_log(self.client, self.ns, run.job_id, bytes(run.unsent), rank=run.rank or 0)
-            run.unsent.clear()
+            append_log(self.client, self.ns, run.job_id, run.unsent_bytes(), rank=run.rank or 0)
+            run.sent()
         except Exception as e:  # kept for the next batch, or for the outbox at the end
             log.warning("job %s: log write failed: %s", run.job_id, e)
 

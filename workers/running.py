@@ -22,6 +22,9 @@ from dispatcher.core.model import JobSpec
 
 from . import proctrack
 
+#: The most output of one attempt kept for its log stream while Redis does not take it (its newest).
+UNSENT_MAX = 16 << 20
+
 #: A job touches this file in its DISPATCH_CHECKPOINT_DIR to report a checkpoint
 #: (the same as running `dispatch checkpointed`).
 CHECKPOINT_FILE = "CHECKPOINTED"
@@ -79,7 +82,8 @@ class Running:
     thread: threading.Thread | None = field(default=None, repr=False)
     gpus: tuple[int, ...] = ()  # the GPUs it was given (CUDA_VISIBLE_DEVICES)
     attempt: proctrack.Attempt | None = None  # what finds all of its processes
-    unsent: bytearray = field(default_factory=bytearray, repr=False)  # output Redis did not take yet
+    unsent: bytearray = field(default_factory=bytearray, repr=False)  # output Redis did not take yet (keep_unsent)
+    unsent_cut: int = 0  # bytes of it cut while Redis was away: said in the stream where they were
     rank: int | None = None  # a gang's rank on this node (None: a one-node job)
     progress_file: Path | None = None  # $DISPATCH_PROGRESS_FILE: a line per step the job reports
     progress_at: float = 0.0  # when progress was last seen (a rank's file, or any rank's via Redis), time.time()
@@ -92,6 +96,29 @@ class Running:
     stamp: int = 0  # its job's submit time (ms): which job a kept end is of (keeper.keep_exit)
     _stopping: Stopping = field(default=Stopping.NO, init=False)
     stopping_since: float = field(default=0.0, init=False)  # when it was first asked to stop, time.monotonic
+
+    def keep_unsent(self, data: bytes) -> None:
+        """Output for the log stream that Redis has not taken yet: up to UNSENT_MAX bytes, the newest; what
+        is cut is counted (a heavy writer through a server's restart lost a block of its output from the
+        middle of `dispatch logs`, silently, where 1 MiB was kept)."""
+        self.unsent += data
+        over = len(self.unsent) - UNSENT_MAX
+        if over > 0:
+            del self.unsent[:over]
+            self.unsent_cut += over
+
+    def unsent_bytes(self) -> bytes:
+        """What goes to the stream next: a line saying what was cut, where it was, then the output kept."""
+        if not self.unsent_cut:
+            return bytes(self.unsent)
+        note = (f"\n[dispatch: {self.unsent_cut:,} bytes of output were cut here: Redis was away while the job "
+                f"wrote them; the job's log file on its node keeps them all]\n")
+        return note.encode() + bytes(self.unsent)
+
+    def sent(self) -> None:
+        """The stream took unsent_bytes()."""
+        self.unsent.clear()
+        self.unsent_cut = 0
 
     def ended(self) -> bool:
         """Whether its main process has ended (and been reaped)."""

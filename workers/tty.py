@@ -125,16 +125,15 @@ class Terminal:
                 self.last_activity = time.monotonic()  # output is activity too: a session at work is not idle
                 if node_log is not None:
                     node_log = outputs.write(sup, run, node_log, data, f"its log file {log_path}")
-                run.unsent += data
-                del run.unsent[:-(1 << 20)]
+                run.keep_unsent(data)
                 screen += data
                 del screen[:-(1 << 20)]
                 try:
                     pipe = sup.client.pipeline(transaction=False)
-                    append_log(sup.client, sup.ns, self.job_id, bytes(run.unsent), pipe=pipe)
+                    append_log(sup.client, sup.ns, self.job_id, run.unsent_bytes(), pipe=pipe)
                     streams.add_output(pipe, sup.ns, self.job_id, bytes(screen))
                     pipe.execute()
-                    run.unsent.clear()
+                    run.sent()
                     screen.clear()
                 except Exception as e:  # the log and the screen keep it for the next batch (the log: or the outbox)
                     log.warning("job %s: terminal output write failed: %s", self.job_id, e)

@@ -154,3 +154,19 @@ def test_an_end_that_cannot_be_described_is_still_recorded_as_failed_never_dropp
     with pytest.raises(ValueError):
         outcomes.record_end(sup, cancelled, -15)
     assert sup.finished == [("j1", 3, "cancelled", -15, "cancelled by ann")]
+
+
+def test_output_redis_does_not_take_is_kept_to_a_cap_and_what_is_cut_is_said_where_it_was(monkeypatch):
+    # a heavy writer through a server's restart lost a block from the middle of `dispatch logs`, silently:
+    # 1 MiB was kept, the rest dropped without a word
+    from workers import running as running_module
+
+    monkeypatch.setattr(running_module, "UNSENT_MAX", 10)
+    run = running()
+    run.keep_unsent(b"0123456")
+    assert run.unsent_bytes() == b"0123456" and run.unsent_cut == 0
+    run.keep_unsent(b"789abcdef")  # 16 bytes: the oldest 6 are cut
+    said = run.unsent_bytes()
+    assert said.endswith(b"\n6789abcdef") and b"[dispatch: 6 bytes of output were cut here" in said, said
+    run.sent()
+    assert run.unsent_bytes() == b"" and run.unsent_cut == 0
