@@ -240,6 +240,10 @@ def main() -> None:
             import traceback
 
             traceback.print_exc()
+        if isinstance(e, errors.NoServer):
+            from .down import up_without_record
+
+            e = up_without_record(e)
         if isinstance(e, errors.ConnectionError):  # (a server that cannot write answers: no restart to wait for)
             from ..store.connect import cannot_write
 

@@ -53,6 +53,8 @@ def down(now, timeout):
         except UpAlreadyRunning:
             time.sleep(0.2)
             continue
+        while not _exited(pid) and time.monotonic() < deadline:  # (its lock goes a moment before it does: a
+            time.sleep(0.05)  # script's `kill -0 $UP_PID` after down found it still there)
         click.echo(f"dispatch up (pid {pid}) stopped")
         return
     raise click.exceptions.Exit(_late(pid, timeout))
@@ -69,7 +71,34 @@ def _signal(pid: int, sig: int) -> None:
                           key="up") from None
 
 
+def _exited(pid: int) -> bool:
+    """Whether process `pid` has ended (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _late(pid: int, timeout: str) -> int:
     click.echo(f"dispatch: error: `dispatch up` (pid {pid}) is still stopping after {timeout} (jobs in their "
                f"grace, or a slow server); `dispatch down --now` kills its jobs at once", err=True)
     return 1
+
+
+def up_without_record(e):
+    """NoServer, said better where a `dispatch up` holds this state directory but its server.json is gone
+    (removed by hand: commands said "no server: start one with dispatch up", which then refused, as one
+    runs); `e` itself else."""
+    from ..config import state_dir
+    from ..core.errors import NoServer
+    from ..up.lock import UpLock
+
+    try:
+        UpLock(state_dir()).refuse_if_held()
+    except UpAlreadyRunning as running:
+        return NoServer(f"`dispatch up` (pid {running.pid}) runs on state dir {state_dir()}, but its record "
+                        "server.json there is gone: restart it (dispatch down, then dispatch up), or pass --redis URL")
+    except OSError:
+        pass
+    return e

@@ -143,8 +143,9 @@ class NoServer(DispatcherError):
 
     exit_code = EXIT_CONNECT
 
-    def __init__(self):
-        super().__init__("no server: start one with `dispatch up`, or pass --redis URL / set DISPATCH_REDIS_URL")
+    def __init__(self, message: str = ""):
+        super().__init__(message or "no server: start one with `dispatch up`, or pass --redis URL / set "
+                                    "DISPATCH_REDIS_URL")
 
 
 class ServerRestarting(DispatcherError):

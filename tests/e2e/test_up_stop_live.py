@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +114,11 @@ def test_dispatch_down_stops_the_up_of_its_state_dir_its_job_back_in_the_queue_a
 
     down = ups.run("down", "--now")
     assert down.returncode == 0 and down.stdout == f"dispatch up (pid {up.pid}) stopped\n", (down, ups.logs())
+    try:  # stopped when down says so: ended (a zombie this test has not reaped yet), not a moment later
+        state = (Path("/proc") / str(up.pid) / "stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        state = "gone"
+    assert state in ("Z", "gone"), state
     assert up.wait(10) == 0 and _lock_free(ups)
     again = ups.run("down")  # as `systemctl stop` of a stopped unit: nothing to do, no error
     assert again.returncode == 0 and "nothing to stop" in again.stderr and again.stdout == "", again
@@ -122,3 +128,16 @@ def test_dispatch_down_stops_the_up_of_its_state_dir_its_job_back_in_the_queue_a
     ups.wait_for(lambda: ups.counts()[("start", job)] >= 2, timeout=60, what=f"job {job} to run again")
     shown = json.loads(ups.run("show", job, "--json").stdout)
     assert shown["lost"] == 0 and [a["outcome"] for a in shown["attempts"]] == ["requeued"], shown
+
+
+def test_commands_name_the_running_up_whose_server_record_was_removed(ups):
+    # `rm server.json` under a running up: every command said "no server: start one with dispatch up",
+    # which then refused because one runs
+    up = ups.start("up1")
+    ups.wait_running(up)
+    (ups.home / "server.json").unlink()
+    p = ups.run("queue")
+    line = _one_line(p.stderr)
+    assert p.returncode == errors.EXIT_CONNECT and f"`dispatch up` (pid {up.pid}) runs" in line, line
+    assert "server.json there is gone" in line and "dispatch down" in line, line
+    assert ups.run("down").returncode == 0 and up.wait(30) == 0
