@@ -179,11 +179,12 @@ class Supervisor:
             self.outbox.add("finish", job_id, epoch, state, exit_code, reason, kw)
             raise
 
-    def _write_outcome(self, job_id, epoch, state, exit_code, reason, *, at_ms, **kw) -> None:
+    def _write_outcome(self, job_id, epoch, state, exit_code, reason, *, at_ms, say=True, **kw) -> bool:
         ok = self.scripts.finish(job_id, self.node, epoch, state, exit_code, at_ms, reason, **kw)
         self.client.publish(keys.events(self.ns), b"finish")
-        if ok != Outcome.DONE:
+        if ok != Outcome.DONE and say:
             log.warning("job %s: outcome %s refused (epoch %d is stale)", job_id, state, epoch)
+        return ok == Outcome.DONE
 
     def flush_outbox(self) -> None:
         """Write what waited for Redis, oldest first; stops at the first Redis error. An entry that
@@ -192,19 +193,26 @@ class Supervisor:
 
         while (first := self.outbox.first()) is not None:
             path, entry = first
+            took = None
             try:
-                self._replay(*entry)
+                took = self._replay(*entry)
             except (redis.exceptions.RedisError, OSError):
                 raise
             except Exception as e:
                 log.error("outbox entry %s cannot be replayed (%s); set aside", path.name, e)
                 path.rename(path.with_suffix(".unreadable"))
+                self.outbox.done(path)
+                continue
             self.outbox.done(path)
-            log.info("job %s: %s recorded after Redis came back", entry[1], entry[0])
+            if took is False:  # (the keeper recorded that end meanwhile, or the job moved on: not a failure)
+                log.info("job %s: its %s, kept while Redis was away, was recorded already or is stale; dropped",
+                         entry[1], entry[0])
+            else:
+                log.info("job %s: %s recorded after Redis came back", entry[1], entry[0])
             if entry[0] == "finish" and entry[3] in FINAL_STATES:  # its --notify, which could not read it then
                 outputs.tell_end(self, entry[1])
 
-    def _replay(self, kind, job_id, epoch, *rest) -> None:
+    def _replay(self, kind, job_id, epoch, *rest) -> bool | None:
         if kind == "log":  # (an entry of an older agent has no rank: rank 0's)
             append_log(self.client, self.ns, job_id, rest[0], rank=rest[1] if len(rest) > 1 else 0)
         elif kind == "running":
@@ -214,7 +222,7 @@ class Supervisor:
             kw = dict(kw)
             if kw.get("spec") is not None:
                 kw["spec"] = decode_spec(kw["spec"], key="outbox spec")
-            self._write_outcome(job_id, epoch, state, exit_code, reason, **kw)
+            return self._write_outcome(job_id, epoch, state, exit_code, reason, say=False, **kw)
         else:
             raise ValueError(f"unknown kind {kind!r}")
 
