@@ -74,10 +74,10 @@ class PolicyConfig:
     reserve_longest_wait: float | None = None
     #: What the policy assumes for a running job with no estimate, or one past its estimate.
     unknown_remaining_s: float = 86400.0
-    #: Whether a reservation whose start nobody can tell (a job holding what it needs has no estimate
-    #: left) is held for a normal or low job with no estimate that is not starving (Cycle.worth_holding).
-    #: EASY holds it (fifo-easy); off, average JCT with no estimates on the Philly week's first 400 jobs
-    #: on 32 GPUs went 1.9x -> 0.60x FIFO, and the suite (with estimates) decides as before.
+    #: Whether whole nodes whose start nobody can tell (a job holding them has no estimate left) are held
+    #: for a normal or low gang with no estimate that is not starving (Cycle.worth_holding). EASY holds
+    #: them (fifo-easy); off, average JCT with no estimates on the Philly week's first 400 jobs on 32 GPUs
+    #: went 1.9x -> 0.59x FIFO, and the suite (with estimates) decides as before.
     hold_unknown_starts: bool = False
     #: Per class: the wait a job of the class is promised not to exceed (`dispatch why` says how far it is).
     targets_s: dict[str, float] = field(default_factory=_default_targets)

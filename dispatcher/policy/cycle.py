@@ -135,12 +135,14 @@ class Cycle:
         self.index.refresh(node)
 
     def worth_holding(self, spec: JobSpec, start_ms: int) -> bool:
-        """Is a reservation for `spec` from `start_ms` worth what it idles? One whose start nobody can tell
-        (a job holding what it needs has no estimate left), for a job with no estimate of its own, only if it
-        is high or critical work (short promises) or starving. Where jobs carry no estimates (none given,
-        no history to predict from) nothing may backfill such a hold, so it idled every GPU it held for as
-        long as better-scored jobs kept jumping its job: a normal 32-GPU job held a 32-GPU cluster through
-        1,480 cycles (Philly's first 400 jobs with no estimates: average JCT 1.9x FIFO's, 0.60x with this)."""
+        """Is a gang's hold on whole nodes from `start_ms` worth what it idles (gangs.py)? One whose start
+        nobody can tell (a job holding what it needs has no estimate left), for a gang with no estimate of
+        its own, only if it is high or critical work (short promises) or starving. Where jobs carry no
+        estimates (none given, no history to predict from) nothing may backfill such a hold, so it idled
+        every GPU of its nodes for as long as better-scored jobs kept jumping it: a normal 32-GPU job held
+        a 32-GPU cluster through 1,480 cycles (Philly's first 400 jobs with no estimates: average JCT 1.9x
+        FIFO's; 0.59x with this). A one-node job keeps EASY's hold: it idles a node's share at most, and
+        without it a 2-GPU job starved behind a stream of 1-GPU jobs (the mission's seed case)."""
         return start_ms < unknown_end_ms(self.now, self.config) or self.config.hold_unknown_starts \
             or spec.est_s is not None or spec.rank >= JUMPS or bool(self.starving(spec))
 
@@ -314,7 +316,7 @@ class Cycle:
                 and (spec.gpus >= self.config.reserve_min_gpus or self.starving(spec)) and self.may_reserve(spec):
             self.resv_tries += 1
             resv = reserve(spec, self.index.fitting(spec), self.now)
-            if resv is not None and self.worth_holding(spec, resv.start_ms):
+            if resv is not None:
                 self.hold_reservation(self.index.by_name[resv.node], resv, spec.rank, spec.cpus, spec.mem_gb)
                 when = "when the jobs holding them end (one has no estimate left)" \
                     if resv.start_ms == unknown_end_ms(self.now, self.config) else \

@@ -70,22 +70,23 @@ def test_a_reservation_behind_a_job_with_no_estimate_says_when_it_ends_not_in_24
     assert "holds a reservation on n1 GPUs [0] starting in ~10 min" in v.reason, v.reason
 
 
-def test_a_normal_job_with_no_estimate_holds_no_reservation_whose_start_nobody_can_tell_unless_it_starves():
-    # without estimates nothing may backfill such a reservation: a normal 32-GPU job held a whole 32-GPU
-    # cluster's GPUs idle as they came free, through 1,480 cycles (average JCT 1.9x FIFO's on the Philly week's
-    # first 400 jobs with no --est); high and critical work, and a starving job, still hold one
-    nodes = [make_node("n1").gpus(2).held(0)]
-    running = [make_job("hog").gpus(1).est(None).running_on("n1", 0)]
-    for job, held in ((make_job("big").gpus(2), False), (make_job("big").gpus(2).priority("high"), True),
-                      (make_job("big").gpus(2).waited(200 * 3600), True)):  # (normal starves after 90 h)
+def test_a_normal_gang_with_no_estimate_holds_no_nodes_whose_start_nobody_can_tell_unless_it_starves():
+    # without estimates nothing may backfill such a hold: a normal 32-GPU job held a whole 32-GPU cluster's
+    # GPUs idle as they came free, through 1,480 cycles (average JCT 1.9x FIFO's on the Philly week's first 400
+    # jobs with no --est); high and critical gangs, and a starving one, still hold them; a one-node job still
+    # holds its GPUs (EASY's seed case: a 2-GPU job is not starved by a stream of 1-GPU jobs)
+    nodes = [make_node("n1").gpus(2).held(0), make_node("n2").gpus(2).held(0)]
+    running = [make_job(f"hog{i}").gpus(1).est(None).running_on(f"n{i}", 0) for i in (1, 2)]
+    for job, held in ((make_job("big").gpus(4), False), (make_job("big").gpus(4).priority("high"), True),
+                      (make_job("big").gpus(4).waited(200 * 3600), True)):  # (normal starves after 90 h)
         plan = schedule(snapshot(pending=[job, make_job("small").gpus(1)], running=running, nodes=nodes),
                         now_ms=NOW_MS, config=PolicyConfig())
         assert bool(plan.reservations) is held, plan
-        assert ("small" in {p.job_id for p in plan.placements}) is not held, plan  # the free GPU: used, or held
-    timed = [make_job("hog").gpus(1).est(600).running_on("n1", 0)]  # a start that can be told: EASY as before
-    plan = schedule(snapshot(pending=[make_job("big").gpus(2)], running=timed, nodes=nodes), now_ms=NOW_MS,
+        assert ("small" in {p.job_id for p in plan.placements}) is not held, plan  # a free GPU: used, or held
+    pair = schedule(snapshot(pending=[make_job("pair").gpus(2), make_job("small").gpus(1)], running=running[:1],
+                             nodes=nodes[:1]), now_ms=NOW_MS, config=PolicyConfig())
+    assert [r.job_id for r in pair.reservations] == ["pair"] and not pair.placements, pair  # one node: held
+    timed = [make_job(f"hog{i}").gpus(1).est(600).running_on(f"n{i}", 0) for i in (1, 2)]  # a start told: as before
+    plan = schedule(snapshot(pending=[make_job("big").gpus(4)], running=timed, nodes=nodes), now_ms=NOW_MS,
                     config=PolicyConfig())
-    assert [r.start_ms - NOW_MS for r in plan.reservations] == [600_000]
-    plan = schedule(snapshot(pending=[make_job("big").gpus(2).est(3600)], running=running, nodes=nodes),
-                    now_ms=NOW_MS, config=PolicyConfig())  # a job with an estimate of its own: as before
-    assert len(plan.reservations) == 1
+    assert {r.start_ms - NOW_MS for r in plan.reservations} == {600_000}
