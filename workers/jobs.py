@@ -304,7 +304,7 @@ class Supervisor:
 
     def _time_up(self, run: Running) -> None:
         """The checkpoint signal now (the limit); SIGKILL to what is left its --grace later (Slurm's KillWait)."""
-        if run.proc.returncode is None and run.stop_as(Stopping.TIMEOUT):
+        if run.stop_as(Stopping.TIMEOUT):  # (not once its process has ended: Running.stop_as)
             log.warning("job %s: --time %.0fs ran out; %s now, SIGKILL in %.0fs", run.job_id,
                         run.spec.time_limit_s, run.checkpoint_signal.name, run.spec.grace_s)
             self.stop_run(run, run.spec.grace_s, run.checkpoint_signal)

@@ -18,7 +18,6 @@ finished: no p99 wait of them) is None, not 0: a policy that finished nothing mu
 from __future__ import annotations
 
 import math
-
 import statistics
 from collections import defaultdict
 

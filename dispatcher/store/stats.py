@@ -64,9 +64,11 @@ def stale_lines(client, ns: str) -> list[str]:
     from ..config import Timing
 
     at = text(tolerant(lambda: client.hget(keys.scheduler_stats(ns), "at_ms"), None) or b"")
-    if not (at.isascii() and at.isdigit()) or not is_stale((now_ms() - int(at)) / 1000.0, Timing.from_env().tick_s):
+    if not (at.isascii() and at.isdigit()):
         return []  # (none yet: a cluster starting, or one with no scheduler on purpose)
     age_s = (now_ms() - int(at)) / 1000.0
+    if not is_stale(age_s, Timing.from_env().tick_s):
+        return []
     when = time.strftime("%H:%M:%S", time.localtime(int(at) / 1000))
     return [f"dispatch: the reasons are from the scheduler's cycle at {when}, {age_s:.0f}s ago: is it running? "
             "(dispatch top)"]
