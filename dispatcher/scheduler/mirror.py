@@ -278,7 +278,7 @@ class Mirror:
         if not jobs:
             return []
         waiting = [p.spec for p in jobs if p.spec.after or p.spec.after_any]
-        verdicts = judge_all(self.client, self.ns, waiting) if waiting else {}
+        verdicts = judge_all(self.client, self.ns, waiting, self.cache.specs) if waiting else {}
         released = []
         for p in jobs:
             verdict, why = verdicts.get(p.spec.id, (READY, ""))

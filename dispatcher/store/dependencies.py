@@ -55,40 +55,52 @@ def _failed(spec: JobSpec, states: dict[str, tuple[str, str]]) -> str | None:
 def judge(spec: JobSpec, states: dict[str, tuple[str, str]], names=None) -> tuple[str, str]:
     """(READY | HELD | DOOMED, why) for a job with dependencies, given their states (read_states).
     `names`: how to call a dependency in the reason (an array's element: `12_5`), else by its id."""
+    names = names or {}
     dep = _failed(spec, states)
     if dep is not None:
         state, why = states.get(dep, ("", ""))
         what = f"{state}: {why}" if state else "no longer exists"
-        return DOOMED, f"dependency job {(names or {}).get(dep, dep)} {what}"
+        return DOOMED, f"dependency job {names.get(dep, dep)} {what}"
     succeed = [(d, states[d][0]) for d in spec.after if states[d][0] != "succeeded"]
     end = [(d, s) for d in spec.after_any for s in [states.get(d, ("", ""))[0]] if s and s not in FINAL_STATES]
-    waiting = [f"{_listed(items)} to {verb}" for items, verb in ((succeed, "succeed"), (end, "end")) if items]
+    waiting = [f"{_listed(items, names)} to {verb}" for items, verb in ((succeed, "succeed"), (end, "end")) if items]
     if waiting:
         return HELD, "waits for " + ", ".join(waiting)
     return READY, ""
 
 
-def _listed(items: list[tuple[str, str]]) -> str:
-    """[(id, state)] -> 'job 12 (running), jobs 13-40 (pending)': by state, in the order first met."""
+def _listed(items: list[tuple[str, str]], names: dict[str, str]) -> str:
+    """[(id, state)] -> 'job 12 (running), jobs 13-40 (pending)': by state, in the order first met; an
+    array's elements by their names, 'jobs 12_[0-3] (pending)'."""
     by_state: dict[str, list[str]] = {}
     for dep, state in items:
-        by_state.setdefault(state, []).append(dep)
+        by_state.setdefault(state, []).append(names.get(dep, dep))
     return ", ".join(f"{'job' if len(ids) == 1 else 'jobs'} {_ids(ids)} ({state})" for state, ids in by_state.items())
 
 
 def _ids(ids: list[str]) -> str:
-    """Job ids as ranges (13-40), at most LISTED runs of them."""
+    """Job ids as ranges (13-40), elements of one array as Slurm writes them (12_[0-3]), at most LISTED
+    runs of them."""
     if all(i.isdigit() for i in ids):
         return ranges(map(int, ids), LISTED, steps=False)
+    arrays = {i.partition("_")[0] for i in ids}
+    if len(arrays) == 1 and all(i.partition("_")[2].isdigit() for i in ids):
+        indices = [int(i.partition("_")[2]) for i in ids]
+        return ids[0] if len(ids) == 1 else f"{arrays.pop()}_[{ranges(indices, LISTED, steps=False)}]"
     return ",".join(ids[:LISTED]) + (f" and {len(ids) - LISTED} more" if len(ids) > LISTED else "")
 
 
-def judge_all(client, ns: str, specs) -> dict[str, tuple[str, str]]:
+def judge_all(client, ns: str, specs, known=None) -> dict[str, tuple[str, str]]:
     """judge() for each of these specs, their dependencies' states read in one round trip (and, only
-    when one failed, how a failed array element is called: one more)."""
-    states = read_states(client, ns, {d for s in specs for d in (*s.after, *s.after_any)})
-    failed = {d for d in (_failed(s, states) for s in specs) if d is not None}
-    names = element_names(client, ns, failed) if failed else {}
+    when one failed, how a failed array element is called: one more). `known`: job id -> spec of the
+    jobs the caller holds (the queue's), which name the array elements waited for (12_5) without a read."""
+    deps = {d for s in specs for d in (*s.after, *s.after_any)}
+    states = read_states(client, ns, deps)
+    names = {d: f"{k.array_of}_{k.array_index}" for d in deps for k in [(known or {}).get(d)]
+             if k is not None and k.array_of and k.array_index is not None}
+    failed = {d for d in (_failed(s, states) for s in specs) if d is not None} - names.keys()
+    if failed:
+        names.update(element_names(client, ns, failed))
     return {s.id: judge(s, states, names) for s in specs}
 
 

@@ -267,7 +267,7 @@ def read_snapshot(client, ns: str, now_ms: int, node_timeout_s: float, cache: Sp
             (pending_jobs if isinstance(job, PendingJob) else running).append(job)
     cache.keep_only(ids)
     pending_jobs = restamped(pending_jobs, cache)
-    held = held_back(client, ns, pending_jobs, now_ms)
+    held = held_back(client, ns, pending_jobs, now_ms, cache.specs)
     pending_jobs = [p for p in pending_jobs if p.spec.id not in held]
     running = pieces(running)  # a gang as one entry per node
     return ReadResult(Snapshot(tuple(pending_jobs), running, node_views(live, running)), epochs, nodes,
@@ -283,14 +283,14 @@ def restamped(pending: list[PendingJob], cache: SpecCache) -> list[PendingJob]:
             for p in pending]
 
 
-def held_back(client, ns: str, pending, now_ms: int) -> dict[str, str]:
+def held_back(client, ns: str, pending, now_ms: int, known) -> dict[str, str]:
     """Of these pending jobs, those whose --begin time has not come, and those whose dependencies are not met
-    (or failed), with why (as the scheduler's mirror holds them)."""
+    (or failed), with why (as the scheduler's mirror holds them). `known`: job id -> spec of the jobs read."""
     early = {p.spec.id: waits_for(p.spec.begin_ms) for p in pending if p.spec.begin_ms > now_ms}
     waiting = [p.spec for p in pending if (p.spec.after or p.spec.after_any) and p.spec.id not in early]
     if not waiting:
         return early
-    return {**early, **{job_id: why for job_id, (verdict, why) in judge_all(client, ns, waiting).items()
+    return {**early, **{job_id: why for job_id, (verdict, why) in judge_all(client, ns, waiting, known).items()
                         if verdict != READY}}
 
 

@@ -67,8 +67,7 @@ def test_after_an_array_waits_for_every_element_and_fails_as_soon_as_one_fails(c
     lines = tmp_path / "jobs.jsonl"  # --from: the same reading of an array's id
     lines.write_text(json.dumps({"command": ["true"], "after_any": array}) + "\n")
     assert cli.show(cli.run("submit", "--from", str(lines)).stdout.strip())["after_any"] == elements
-    held = (f"blocked (held): waits for job {elements[0]} (running), jobs {elements[1]}-{elements[3]} (pending) "
-            "to succeed")
+    held = f"blocked (held): waits for job {array}_0 (running), jobs {array}_[1-3] (pending) to succeed"
     cli.wait_for(lambda: held in cli.run("why", after).stdout, timeout=30, what="why to say what it waits for")
     ends_too = held.replace("blocked (held): ", "").replace("to succeed", "to end")
     cli.wait_for(lambda: cli.show(cleanup)["reason"] == ends_too, timeout=10, what="the --after-any job's reason")

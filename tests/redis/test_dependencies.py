@@ -138,14 +138,14 @@ def test_after_an_array_waits_for_every_element_and_fails_when_one_fails(client,
     run_to_end(client, ns, elements[1])
     assert placed(sched.cycle()) == set()
     job = read_job(client, ns, then)
-    assert job["reason"] == f"waits for jobs {elements[2]}-{elements[3]} (assigned) to succeed"
+    assert job["reason"] == f"waits for jobs {array}_[2-3] (assigned) to succeed"  # elements by name, not id
     assert explain(client, ns, then)["outcome"] == {"code": "held", "reason": job["reason"], "rank": None}
 
     run_to_end(client, ns, elements[2], "failed", 3)
     assert placed(sched.cycle()) == set()
     job = read_job(client, ns, then)  # failed at once, while element 3 still runs
     assert job["state"] == "failed" and job["reason"] == f"dependency job {array}_2 failed: exit code 3"
-    assert read_job(client, ns, cleanup)["reason"] == f"waits for job {elements[3]} (assigned) to end"
+    assert read_job(client, ns, cleanup)["reason"] == f"waits for job {array}_3 (assigned) to end"
     run_to_end(client, ns, elements[3])
     assert placed(sched.cycle()) == {cleanup}
 
@@ -183,6 +183,11 @@ def test_a_held_reason_lists_ranges_by_state_and_stays_short(client, ns):
     odd = [int(e) for e in elements[1::2]]
     assert verdict == HELD and why == (f"waits for jobs {elements[1]},{plain} (pending) to succeed, jobs "
                                        + ",".join(map(str, odd[:6])) + " and 4 more (pending) to end")
+    known = {e: decode_spec(read_fields(client, ns, e, ("spec",))["spec"]) for e in elements}
+    (verdict, why), = judge_all(client, ns, [spec], known).values()  # the queue's specs name the elements
+    array = elements[0]
+    assert why == (f"waits for jobs {array}_1,{plain} (pending) to succeed, jobs {array}_[1,3,5,7,9,11 and 4 more] "
+                   "(pending) to end")
 
 
 def test_a_dependency_list_past_the_most_is_refused(client, ns, monkeypatch):
