@@ -30,7 +30,7 @@ from .fit import GpuMemo, choose_gpus, fit_score
 from .gangs import place_gang
 from .node_index import NodeIndex
 from .nodes import JUMPS, NodeState, Release, end_ms, unknown_end_ms
-from .preemption import VictimSearch
+from .preemption import VictimSearch, free_from
 from .reservations import reserve
 from .score import dominant_share, fairness_term, static_terms, weighted
 from .teams import Teams
@@ -322,9 +322,23 @@ class Cycle:
                     if resv.start_ms == unknown_end_ms(self.now, self.config) else \
                     within(max(0, resv.start_ms - self.now) / 1000)  # (not 'in ~24 h', the policy's stand-in)
                 reason += f"; holds a reservation on {resv.node} GPUs {list(resv.gpus)} starting {when}"
+                reason += self._preempts_later(spec, resv)
         if self.starving(spec):
             reason = f"starving ({self.starving(spec)}); " + reason
         self.judge(spec, code, reason, terms)
+
+    def _preempts_later(self, spec: JobSpec, resv) -> str:
+        """What a job that may preempt, but none yet, will preempt on its reserved GPUs once a job there is
+        past its minimum run time or cooldown: its start is then, not the reservation's."""
+        if not (self.config.preemption and self.may_preempt(spec)):
+            return ""
+        v = self.victims.protected(spec, resv.node, resv.gpus, self.now, self.attained(spec))
+        if v is None:
+            return ""
+        why = "its minimum run time" if v.started_ms + self.config.min_run_s * 1000 >= free_from(v, self.config) \
+            else "its cooldown after a preemption"
+        return (f"; may preempt job {v.spec.id} there {within(max(0, free_from(v, self.config) - self.now) / 1000)}, "
+                f"at the end of {why}")
 
     def preempt_for(self, spec: JobSpec) -> list[Preemption] | None:
         """Choose victims for blocked `spec` on the node where they cost least; reserve what they free.

@@ -62,6 +62,14 @@ def standing(v: RunningJob, now_ms: int, config: PolicyConfig) -> float:
     return v.spec.rank
 
 
+def free_from(v: RunningJob, config: PolicyConfig) -> int:
+    """When `v`'s minimum run time and its cooldown after a preemption are both over (ms)."""
+    until = v.started_ms + int(config.min_run_s * 1000)
+    if v.preempted_ms:
+        until = max(until, v.preempted_ms + int(config.preempt_cooldown_s * 1000))
+    return until
+
+
 def preemptible_below(v: RunningJob, now_ms: int, config: PolicyConfig, standing_: float | None = None) -> float | None:
     """The strength a blocked job needs to preempt `v` this cycle, as far as it depends on `v` alone:
     None if nothing may (minimum run, cooldown); -inf if it is already stopping. A cheap bound for
@@ -351,6 +359,20 @@ class VictimSearch:
             if got is not None and (best is None or (got[0], node.view.name) < best[0]):
                 best = ((got[0], node.view.name), node, got[1])
         return None if best is None else best[1:]
+
+    def protected(self, spec: JobSpec, node: str, gpus, now_ms: int, attained_gpu_s: float) -> RunningJob | None:
+        """Of the jobs holding `gpus` on `node`, the first whose minimum run time or cooldown alone keeps
+        it from being preempted for `spec` (the one free soonest), or None: what a blocked job that
+        reserved those GPUs may preempt later, said in its verdict."""
+        config, first = self.config, None
+        for r in self.running_on.get(node, ()):
+            if r.stopping or r.spec.share or not set(r.gpus) & set(gpus):
+                continue
+            until = free_from(r, config)
+            if until > now_ms and victim_mode(spec, r, until, config, False, attained_gpu_s) is not None \
+                    and (first is None or until < free_from(first, config)):
+                first = r
+        return first
 
     def stop(self, node: str, victims: list[Preemption]) -> list[int]:
         """Mark `victims` on `node` stopping; returns the GPUs coming back there (those of jobs already

@@ -137,6 +137,8 @@ def test_a_job_inside_its_minimum_run_time_or_cooldown_is_never_the_only_victim(
         # only the ordinary reservation: when v ends (no estimate: unknown_remaining_s 86400 s from now)
         assert plan.reservations == (Reservation("c", "n1", (0,), NOW_MS + 86_400_000),), \
             f"reservations {plan.reservations}"
+        end = "minimum run time" if preempted_s_ago is None else "cooldown after a preemption"  # each 1 s from now
+        assert v.reason.endswith(f"; may preempt job v there in ~1 s, at the end of its {end}"), v.reason
 
 
 @pytest.mark.parametrize("started_s_ago, preempted_s_ago, allowed", PROTECTION, ids=PROTECTION_IDS)
