@@ -42,7 +42,7 @@ def why(ctx, job_id, fresh, timeout_s, as_json):
             click.echo(f"  score {o['score']:.1f} = ({parts}) / {total:g}")
         if o.get("rank"):  # (a recorded verdict's rank is of the queue it was judged in, not of today's)
             of = f" when judged at {time.strftime('%H:%M:%S', time.localtime(o['since']))}; {out['pending']} " \
-                 "pending now" if o.get("since") else f" of {out['pending']} pending"
+                 "ranked now" if o.get("since") else f" of {out['pending']} ranked"  # (held jobs are not)
             click.echo(f"  rank {o['rank']}{of}, profile {out['profile']!r} "
                        f"({out['policy_source']}), {out['live_nodes']} live nodes")
         if o["code"] == "would_start":

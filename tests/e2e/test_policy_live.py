@@ -89,7 +89,7 @@ def test_why_gives_score_terms_rank_and_the_decision_that_started_a_job(cli):
     assert not out["fresh"] and o["rank"] == 1 and set(o["terms"]) >= {"priority", "wait", "remaining"}
     assert "best node n1 has 0 of 1 matching GPUs free" in o["reason"] and out["as_of"]["stale"] is False
     text = cli.run("why", waiting).stdout
-    assert "score" in text and "rank 1 when judged at " in text and "; 1 pending now" in text, text
+    assert "score" in text and "rank 1 when judged at " in text and "; 1 ranked now" in text, text
     assert "as of the scheduler's last cycle" in text, text
     text = cli.run("why", hog).stdout
     assert "running on n1" in text and "decision" in text and "best fit on n1" in text, text
