@@ -180,8 +180,8 @@ def cancel(ctx, job_ids, users, states, names, teams):
     missing: list[str] = []  # ids that name no job: one error line each, the others cancelled (as scancel)
     jobs = [j for j in resolve(ctx.client, ctx.ns, sel, include_final=False, missing=missing)
             if not (sel.filtered and is_final(j["state"]))]
-    act_each(ctx, "cancel", jobs, lambda job_id: cancel_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms()),
-             said_of_cancel, missing=missing)
+    by = f"cancelled by {current_user()}"  # (as the leader says it of a signed cancel)
+    act_each(ctx, "cancel", jobs, lambda i: cancel_job(ctx.scripts, ctx.client, ctx.ns, i, now_ms(), by), said_of_cancel, missing=missing)
 
 
 def _more(more: int, limit: int) -> str:

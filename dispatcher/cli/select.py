@@ -132,17 +132,30 @@ def act_each(ctx, kind: str, jobs: list[dict], local, say=lambda outcome, job: s
         if kind != "cancel":  # (a cancel of an ended job is no refusal: each would say "already cancelled")
             refused = refused or click.exceptions.Exit(InvalidStateError.exit_code)
     signed = jobs and identity_on(ctx.client, ctx.ns)
-    for job in jobs:
-        job_id = job["id"]
+    said: dict[int, tuple[str, bool]] = {}  # place in `jobs` -> (its line, an error)
+    for k in _order(kind, jobs):
+        job = jobs[k]
         try:
-            outcome = act_signed(ctx.client, ctx.ns, kind, current_user(), job_id, **extra) if signed else local(job_id)
+            outcome = act_signed(ctx.client, ctx.ns, kind, current_user(), job["id"], **extra) if signed \
+                else local(job["id"])
         except (InvalidStateError, NotFoundError, NotAllowed, InvalidRequestError) as e:
-            click.echo(f"dispatch: error: {named(str(e), job)}", err=True)
+            said[k] = (f"dispatch: error: {named(str(e), job)}", True)
             refused = refused or click.exceptions.Exit(e.exit_code)
             continue
-        click.echo(f"{label(job)}: {say(outcome, job)}")  # (an array's element as 12_5)
+        said[k] = (f"{label(job)}: {say(outcome, job)}", False)  # (an array's element as 12_5)
+    for k in range(len(jobs)):  # in the order given
+        click.echo(said[k][0], err=said[k][1])
     if refused is not None:
         raise refused
+
+
+def _order(kind: str, jobs: list[dict]) -> list[int]:
+    """The order act_each acts in: as given; a cancel newest first, so that a job waiting for another it
+    names (`--after-any`: a job waits only for older ones) is cancelled before the end of the one it waits
+    for could start it (`cancel 7 8` started job 8, a clean-up step of 7, as 7 was cancelled)."""
+    if kind != "cancel":
+        return list(range(len(jobs)))
+    return sorted(range(len(jobs)), key=lambda k: -int(jobs[k]["id"]) if str(jobs[k]["id"]).isdigit() else 0)
 
 
 #: Past this many jobs of a list that had ended, act_each says so in one line rather than a line each.

@@ -107,3 +107,16 @@ def test_a_refusal_exits_with_the_same_code_as_without_identity(cli, lab):
     for verb in (["hold"], ["release"], ["update", "--priority", "low"]):
         p = cli.run(*verb, job, check=False, **alice)
         assert p.returncode == errors.EXIT_FAILED and "is succeeded; cannot" in p.stderr, (verb, p.returncode, p.stderr)
+
+
+def test_a_job_and_its_clean_up_step_cancelled_together_never_start_the_step(cli, lab, tmp_path):
+    alice = as_user(lab, "alice")
+    for k in range(4):  # (the old order, the job first, started the step 4 times in 5: the leader placed it
+        ran = tmp_path / f"ran{k}"  # between the two signed cancels)
+        parent = cli.run("submit", "--hold", "--", "true", **alice).stdout.strip()
+        step = cli.run("submit", "--after-any", parent, "--", "touch", str(ran), **alice).stdout.strip()
+        given = [parent, step] if k % 2 == 0 else ["-u", "alice"]  # by ids, and by a filter
+        p = cli.run("cancel", *given, **alice)
+        assert p.stdout.splitlines() == [f"{parent}: cancelled", f"{step}: cancelled"], p.stdout  # (as given)
+        job = cli.wait_for(lambda: cli.show(step)["state"] == "cancelled" and cli.show(step), what="the cancel")
+        assert not job["started_at"] and not ran.exists() and job["reason"] == "cancelled by alice", job

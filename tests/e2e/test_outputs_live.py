@@ -13,6 +13,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from dispatcher.auth.identity import current_user
+
 from dispatcher.store import keys
 from dispatcher.store.jobs import append_log, read_job
 from dispatcher.store.scripts import log_append
@@ -122,7 +124,7 @@ def test_a_notify_url_is_posted_the_end_as_json_also_for_a_job_cancelled_while_p
     assert bodies[done] == {"job_id": done, "state": "succeeded", "exit_code": 0, "exit_status": 0, "signal": None,
                             "reason": "", "name": "fine"}
     assert bodies[waiting] == {"job_id": waiting, "state": "cancelled", "exit_code": None, "exit_status": None,
-                               "signal": None, "reason": "cancelled by user", "name": "never"}
+                               "signal": None, "reason": f"cancelled by {current_user()}", "name": "never"}
     assert cli.show(waiting)["notified"] == "scheduler" and cli.show(waiting)["notified_at"]
 
 
