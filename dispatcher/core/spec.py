@@ -11,6 +11,7 @@ import functools
 import math
 import re
 
+from .command import checked_command
 from .errors import InvalidRequestError
 from .fields import env_pairs, parse_job_ids, refuse_empty, utf8, with_caller
 from .gpuspec import MAX_GPU_MEM_GB
@@ -24,7 +25,6 @@ _NAME = re.compile(r"^[\w.@+-]{1,64}\Z")  # \w: letters and digits of any script
 #: Bounds that keep one record small and sane.
 MAX_GPUS = 1024
 MAX_CPUS = 4096
-MAX_COMMAND_BYTES = 64 * 1024
 #: A gang's bounds: nodes (--nodes) and GPUs on each (--gpus-per-node, at most 64); its total within MAX_GPUS.
 MAX_NODES = 1024
 #: The longest duration a request may give (--est, --time, --hang-timeout): about 31 years.
@@ -334,22 +334,7 @@ def build_spec(*, command, user: str, submit_ms: int, job_id: str = "", name="",
 
 def _filled(template: JobSpec, command, name, submit_ms: int, job_id: str = "") -> JobSpec:
     """The template filled with one job's command, name, time and id, all checked."""
-    if isinstance(command, (str, bytes)) or not isinstance(command, (list, tuple, type(None))):
-        raise InvalidRequestError("the command must be a list of arguments, e.g. ['python', 'train.py']",
-                                  field="COMMAND")
-    command = tuple(a if type(a) is str else str(a) for a in (command or ()))
-    if not command or not command[0].strip():
-        raise InvalidRequestError("no command given; put it after --, e.g. dispatch submit -- python train.py"
-                                  if not command else f"the program to run is {command[0]!r}; name one, e.g. "
-                                  "dispatch submit -- python train.py", field="COMMAND")
-    try:
-        size = len("\0".join(command).encode()) - len(command) + 1  # one encode for all the arguments
-    except UnicodeEncodeError:
-        for arg in command:
-            utf8(arg, "COMMAND")  # names the argument that is not UTF-8
-        raise
-    if size > MAX_COMMAND_BYTES:
-        raise InvalidRequestError(f"the command is longer than {MAX_COMMAND_BYTES} bytes", field="COMMAND")
+    command = checked_command(command)
     spec = template.filled(id=job_id, command=command, name=_label(str(name or ""), "--name"),
                            submit_ms=int(submit_ms))
     return spec  # (its packed size, at most MAX_SPEC_BYTES, is checked as it is encoded: store.codec.encode_spec)

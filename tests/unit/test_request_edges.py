@@ -96,6 +96,16 @@ def test_an_empty_argument_after_the_program_is_still_an_argument():
     assert request({"command": ["echo", ""]}).command == ("echo", "")
 
 
+@pytest.mark.parametrize("arg, shown", [({"a": 1}, '{"a": 1}'), (None, "null"), (True, "true"), ([1], "[1]")])
+def test_a_command_argument_that_is_no_text_is_refused_not_run_as_pythons_repr(arg, shown):
+    with pytest.raises(InvalidRequestError) as e:  # (a --from line's ["echo", {"a": 1}, null] ran `echo {'a': 1} None`)
+        spec_from_request({"command": ["echo", arg]}, user="u", submit_ms=0, cwd="/")
+    assert str(e.value) == f"the command's arguments must be text or numbers, got {shown}"
+    from pathlib import Path
+    spec = spec_from_request({"command": ["train", 3, 0.5, Path("/data")]}, user="u", submit_ms=0, cwd="/")
+    assert spec.command == ("train", "3", "0.5", "/data")  # (the Python API's numbers and paths, as text)
+
+
 def test_an_update_of_time_takes_slurms_forms_and_any_limit_whatever_the_grace():
     job = request({"grace": "1s"})
     assert amended(job, {"time": "10s"}).time_limit_s == 10.0
