@@ -12,7 +12,7 @@ This module holds the group, main() and the helpers the subcommands share. The
 subcommands live by area in cli/submit.py (submit alone: the command run most, kept
 small; its request flags in cli/flags.py, shared with shell and notebook), cli/jobs.py (the
 commands that look at or act on jobs; which jobs a command means, ids, ranges, arrays and
-filters, in cli/select.py), cli/explain.py (why, eta, decisions), cli/pending.py (hold, release, update), cli/requeue.py, cli/interactive.py (shell,
+filters, in cli/select.py), cli/logs.py, cli/explain.py (why, eta, decisions), cli/pending.py (hold, release, update), cli/requeue.py, cli/interactive.py (shell,
 attach), cli/notebook.py, cli/nodectl.py (nodes, drain, resume), cli/policy.py (the policy
 group), cli/ops.py (top, the long-running parts), cli/login.py (login, the auth group) and
 cli/lab.py (simulate, history, report, tune); the group imports only the module of the command
@@ -152,7 +152,7 @@ COMMANDS = {
     "progress": "dispatcher.cli.jobs:progress",
     "hold": "dispatcher.cli.pending:hold", "release": "dispatcher.cli.pending:release",
     "update": "dispatcher.cli.pending:update", "requeue": "dispatcher.cli.requeue:requeue",
-    "logs": "dispatcher.cli.jobs:logs", "wait": "dispatcher.cli.jobs:wait", "nodes": "dispatcher.cli.nodectl:nodes",
+    "logs": "dispatcher.cli.logs:logs", "wait": "dispatcher.cli.jobs:wait", "nodes": "dispatcher.cli.nodectl:nodes",
     "drain": "dispatcher.cli.nodectl:drain", "resume": "dispatcher.cli.nodectl:resume",
     "why": "dispatcher.cli.explain:why", "eta": "dispatcher.cli.explain:eta", "decisions": "dispatcher.cli.explain:decisions",
     "policy": "dispatcher.cli.policy:policy", "top": "dispatcher.cli.ops:top", "scheduler": "dispatcher.cli.ops:scheduler",

@@ -120,3 +120,13 @@ def test_a_range_over_many_ended_jobs_says_so_in_one_line_not_one_each(cli):
     p = cli.run("cancel", f"{ids[0]}-{live}")
     assert p.returncode == 0 and p.stdout.splitlines() == [
         f"5 of these jobs had ended already ({ids[0]}-{ids[-1]}): nothing to cancel there", f"{live}: cancelled"], p
+
+
+def test_queue_all_says_when_older_ended_jobs_are_not_looked_at(cli):
+    ids = [cli.submit("--", "true") for _ in range(4)]  # no node: pending, then cancelled
+    cli.run("cancel", f"{ids[0]}-{ids[-1]}")
+    p = cli.run("queue", "--all", "--limit", "2", "-o", "id")
+    assert p.stdout.split()[1:4] == ids[1:]  # the latest 3 (the window is one past --limit)
+    assert "... and older ended jobs: --all looks at the latest 3 jobs (--limit N; -t all lists every one" in p.stdout
+    assert cli.run("queue", "-t", "all", "-o", "id", "--noheader").stdout.split() == ids
+    assert "older" not in cli.run("queue", "--all", "-o", "id").stdout  # (all of them in the window)
