@@ -1,4 +1,5 @@
-"""Carrying out a node's control commands (dispatcher/store/control.py): cancel, preempt, shrink, time.
+"""Carrying out a node's control commands (dispatcher/store/control.py): cancel, preempt, shrink, time,
+requeue.
 
 Each of the first three stops its attempt for its reason (Running.stop_as, workers/running.py); its end
 is recorded by that reason (workers/outcomes.py). time moves a running attempt's --time timer."""
@@ -12,6 +13,9 @@ import time
 from dispatcher.store import control, job_record
 
 from .running import Stopping
+
+#: The longest grace a requeue gives a job (its checkpoint signal, then SIGKILL), as an agent's stop.
+STOP_S = 10.0
 
 log = logging.getLogger("dispatch.agent")
 
@@ -55,6 +59,9 @@ def handle(sup, entry_id, cmd: dict) -> None:
         if kind == "cancel":
             run.stop_as(Stopping.CANCEL, cmd)
             sup.stop_run(run, run.spec.grace_s)
+        elif kind == "requeue":  # as at this agent's own stop (Supervisor.stop_all)
+            run.stop_as(Stopping.REQUEUE, cmd)
+            sup.stop_run(run, min(run.spec.grace_s, STOP_S))
         elif cmd.get("mode") == "forced":
             run.stop_as(Stopping.PREEMPT, cmd)
             sup.stop_run(run, 0, signal.SIGKILL)

@@ -79,11 +79,11 @@ NOT_AGAIN = "; an interactive session is not run again (dispatch shell starts a 
 
 
 def _requeued(sup, run: Running, code: int) -> None:
+    why = run.command.get("reason") or f"node {sup.node} agent stopped"  # (a requeue command's: up stopped)
     if run.spec.interactive:
-        _end(sup, run, FAILED, code, f"node {sup.node} agent stopped" + NOT_AGAIN)
+        _end(sup, run, FAILED, code, why + NOT_AGAIN)
         return
-    _end(sup, run, PENDING, None, f"node {sup.node} agent stopped; requeued",
-               checkpointable=run.spec.checkpointable)
+    _end(sup, run, PENDING, None, f"{why}; requeued", checkpointable=run.spec.checkpointable)
 
 
 def _preempted(sup, run: Running, code: int) -> None:

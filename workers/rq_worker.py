@@ -17,6 +17,8 @@ from rq import SimpleWorker
 
 #: How long the command listener waits per read: the longest a stop waits for it.
 LISTEN_S = 1.0
+#: How long the worker's wait for work lasts at most (AgentWorker.dequeue_timeout).
+WAKE_S = 1
 #: RQ logs an ERROR at each try while the server is away (every 2 s here): one a minute is said.
 SAY_AWAY_EVERY_S = 60.0
 
@@ -43,6 +45,12 @@ logging.getLogger("rq.worker").addFilter(_SeldomAway())
 
 
 class AgentWorker(SimpleWorker):
+    #: The longest RQ's wait for work (BLMOVE) lasts before its loop comes round again (RQ's: 405 s). A
+    #: SIGTERM the kernel hands to another of the agent's threads does not interrupt the main thread's
+    #: wait, and Python runs its handler only when that wait returns: `dispatch up` then waited its whole
+    #: 60 s for an idle agent to stop, and killed it.
+    dequeue_timeout = WAKE_S
+
     #: Its longest wait between tries while the server is away (RQ's is 60 s): a job placed here as the
     #: server came back waited up to a minute, its GPUs held, for its launch to be read.
     max_connection_wait_time = 2.0

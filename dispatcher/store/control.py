@@ -1,4 +1,4 @@
-"""The control channel: a durable command stream per node (preempt, cancel, shrink, time).
+"""The control channel: a durable command stream per node (preempt, cancel, shrink, time, requeue).
 
 Commands are XADDed to keys.node_control and read by the node agent through the
 consumer group "agents" with its node name as consumer, so a command sent while
@@ -29,7 +29,9 @@ log = logging.getLogger("dispatch.control")
 GROUP = "agents"
 #: Commands kept per node stream (older ones are trimmed; all are long carried out by then).
 STREAM_MAXLEN = 10_000
-COMMANDS = ("preempt", "cancel", "shrink", "time")  # time: a running job's new --time (store/pending.py)
+#: time: a running job's new --time (store/pending.py); requeue: back to the queue as at its agent's stop
+#: (`dispatch up` stopping its server, requeue_active)
+COMMANDS = ("preempt", "cancel", "shrink", "time", "requeue")
 #: The stream field a command is stored under.
 FIELD = b"c"
 
@@ -87,6 +89,29 @@ def cancel(scripts, client, ns: str, job_id: str, now_ms: int, reason: str) -> O
             send(pipe, ns, now["node"], {"type": "cancel", "job": job_id, "epoch": now["epoch"], "reason": reason})
 
     return Outcome(client.transaction(attempt, job)[0])
+
+
+def requeue_active(client, ns: str, reason: str) -> list[tuple[str, int]]:
+    """Ask the agent of each rank of every active job to stop it and put it back in the queue, as the
+    agent's own stop does (its checkpoint signal, SIGKILL after its grace or 10 s; not a lost attempt):
+    what `dispatch up` does before its embedded server stops, for the jobs of agents beside it, which
+    would otherwise lose their server, kill their jobs and count the attempt lost. Returns the (job id,
+    epoch) asked."""
+    ids = [i.decode() for i in client.zrange(keys.jobs_active(ns), 0, -1)]
+    fields = ("state", "node", "epoch", "gang")
+    read = client.pipeline(transaction=False)
+    for job_id in ids:
+        job_record.queue_fields(read, ns, job_id, fields)
+    asked, pipe = [], client.pipeline(transaction=False)
+    for job_id, reply in zip(ids, read.execute(raise_on_error=False)):
+        v = None if isinstance(reply, Exception) else job_record.values(fields, reply)
+        if v is None or v["state"] not in ACTIVE_STATES or not v["node"] or v["epoch"] is None:
+            continue
+        for node in dict.fromkeys([v["node"], *(r.partition(":")[0] for r in (v["gang"] or "").split(";") if r)]):
+            send(pipe, ns, node, {"type": "requeue", "job": job_id, "epoch": v["epoch"], "reason": reason})
+        asked.append((job_id, v["epoch"]))
+    pipe.execute()
+    return asked
 
 
 def read(client, ns: str, node: str, *, pending: bool, block_ms: int = 1000, count: int = 100):

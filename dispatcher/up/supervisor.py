@@ -40,6 +40,7 @@ from .. import config
 from .embedded import EmbeddedServer, die_with_parent, free_port, port_free
 from ..core.errors import EXIT_NO_GPU, EXIT_USAGE, ConfigError, DispatcherError, UpStopped, masked_url
 from .aof import AofWatch, path_id
+from .beside import requeue_beside, wait_requeued
 from .lock import UpLock, clear_leftovers
 from .secure import Secure
 from .watchdog import SchedulerWatch
@@ -364,8 +365,12 @@ class Up:
             self.logins.stop()
         if self.server is not None or self.children:
             self.record("stopping")
+        asked = None
         for child, timeout_s in zip(self.children, (15.0, 60.0)):
             child.stop(timeout_s, more)
+            if child is self.children[0] and self.server is not None:  # the scheduler stopped: nothing is placed
+                asked = requeue_beside(child.env["DISPATCH_REDIS_URL"], self.ns)  # (before the server goes)
+        wait_requeued(asked, self.ns, more)
         if dashboard is not None:
             dashboard.shutdown()
         if self.server is not None:

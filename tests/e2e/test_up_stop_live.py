@@ -102,7 +102,7 @@ def test_a_double_ctrl_c_requeues_a_job_slow_to_stop_without_counting_it_lost(up
     shown = json.loads(ups.run("show", job, "--json").stdout)
     assert shown["lost"] == 0 and shown["state"] == "running", shown
     assert [a["outcome"] for a in shown["attempts"]] == ["requeued"], shown["attempts"]
-    assert "agent stopped; requeued" in shown["attempts"][0]["reason"], shown["attempts"]
+    assert shown["attempts"][0]["reason"] == "dispatch up stopped (its server with it); requeued", shown["attempts"]
 
 
 def test_dispatch_down_stops_the_up_of_its_state_dir_its_job_back_in_the_queue_and_a_second_down_is_a_no_op(ups):
@@ -141,3 +141,31 @@ def test_commands_name_the_running_up_whose_server_record_was_removed(ups):
     assert p.returncode == errors.EXIT_CONNECT and f"`dispatch up` (pid {up.pid}) runs" in line, line
     assert "server.json there is gone" in line and "dispatch down" in line, line
     assert ups.run("down").returncode == 0 and up.wait(30) == 0
+
+
+def test_dispatch_down_requeues_the_jobs_of_an_agent_beside_up_with_their_checkpoint_signal(ups):
+    up = ups.start("up1")
+    ups.wait_running(up)
+    log = open(ups.home / "beside.log", "wb")  # as the README's "another agent beside a `dispatch up`"
+    beside = subprocess.Popen(DISPATCH + ["worker", "--node", "gpu-08", "--fake-gpus", "2xA100-40GB", "--secret-file",
+                                          str(ups.home / "secret"), "--allow-root-jobs"],
+                              env=_env(ups.home), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    ups.procs.append(beside)
+    ups.wait_for(lambda: "gpu-08" in ups.run("nodes").stdout, what="the agent beside up")
+    script = (f'trap "echo term $DISPATCH_JOB_ID >> {ups.runs_file}; exit 1" TERM; '
+              f'echo "start $DISPATCH_JOB_ID $DISPATCH_ATTEMPT $DISPATCH_NODE" >> {ups.runs_file}; sleep 300 & wait')
+    job = ups.run("submit", "--gpus", "2", "--retries", "0", "--", "sh", "-c", script).stdout.strip()
+    other = ups.run("submit", "--gpus", "2", "--retries", "0", "--", "sh", "-c", script).stdout.strip()
+    ups.wait_for(lambda: ups.counts()[("start", job)] and ups.counts()[("start", other)], what="both jobs to start")
+    assert {line.split()[3] for line in ups.runs_file.read_text().splitlines()} == {"box", "gpu-08"}
+
+    assert ups.run("down").returncode == 0 and up.wait(10) == 0
+    ends = ups.runs_file.read_text()
+    assert f"term {job}" in ends and f"term {other}" in ends, ends  # each got its checkpoint signal, before down
+    # returned; not killed by its agent's keeper when the server went (the old way: SIGKILL, a lost attempt)
+    up2 = ups.start("up2")
+    ups.wait_running(up2)
+    for j in (job, other):
+        shown = json.loads(ups.run("show", j, "--json").stdout)
+        assert shown["lost"] == 0 and [a["outcome"] for a in shown["attempts"]] == ["requeued"], shown
+        assert shown["attempts"][0]["reason"] == "dispatch up stopped (its server with it); requeued", shown
