@@ -29,12 +29,14 @@ UNLISTED = ("unlisted",)
 
 
 def end_ms(spec: JobSpec, start_ms: int, now_ms: int, config: PolicyConfig) -> int:
-    """When a job started at `start_ms` will likely end; past its estimate it is unknown."""
-    if spec.est_s is not None:
+    """When a job started at `start_ms` will likely end; past its estimate it is unknown. Never past its
+    --time and --grace (a hard limit: the agent stops it there), whatever its estimate says."""
+    end = unknown_end_ms(now_ms, config)
+    if spec.est_s is not None and start_ms + int(spec.est_s * 1000) > now_ms:
         end = start_ms + int(spec.est_s * 1000)
-        if end > now_ms:
-            return end
-    return unknown_end_ms(now_ms, config)
+    if spec.time_limit_s:
+        end = min(end, max(now_ms, start_ms + int((spec.time_limit_s + spec.grace_s) * 1000)))
+    return end
 
 
 def unknown_end_ms(now_ms: int, config: PolicyConfig) -> int:

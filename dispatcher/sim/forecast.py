@@ -84,7 +84,7 @@ def _late_by(ahead_s: float) -> float:
 def work_left(snapshot: Snapshot, now_ms: int, config: PolicyConfig, past_estimate: str = PAST_ESTIMATE) -> dict[str, float]:
     """Seconds each job still runs, as the forecast assumes: a pending job its whole estimate, a
     running job the rest of its estimate; one past its estimate, or without one, by `past_estimate`
-    (PAST_ESTIMATES). Without an estimate: the policy's unknown_remaining_s."""
+    (PAST_ESTIMATES). Without an estimate: the policy's unknown_remaining_s. At most to its --time."""
     out = {}
     for r in snapshot.running:
         left = r.remaining_s(now_ms)
@@ -100,6 +100,10 @@ def work_left(snapshot: Snapshot, now_ms: int, config: PolicyConfig, past_estima
     for p in snapshot.pending:
         est = p.spec.est_s
         out[p.spec.id] = config.unknown_remaining_s if est is None else max(1.0, est)
+    for job, ran_s in [(r.spec, max(0.0, now_ms - r.started_ms) / 1000.0) for r in snapshot.running] + \
+            [(p.spec, 0.0) for p in snapshot.pending]:
+        if job.time_limit_s:  # never past its --time and --grace, a hard limit (policy/nodes.end_ms)
+            out[job.id] = min(out[job.id], max(0.0, job.time_limit_s + job.grace_s - ran_s))
     return out
 
 

@@ -144,3 +144,17 @@ def test_a_sessions_idle_timeout_reads_as_its_time_limit_does():
                                            ("1h30m", 5400.0)])
 def test_an_estimate_takes_slurms_colon_and_day_forms_and_a_bare_number_stays_seconds(value, seconds):
     assert request(est=value).est_s == seconds
+
+
+def test_a_running_jobs_time_limit_bounds_when_its_gpus_come_back_in_a_reservation():
+    from tests.builders import NOW_MS, make_job, plan_of, verdict_of
+    from tests.preemption_builders import full_node, running_job
+
+    # no estimate: its end was unknown (24 h away), though --time 60 and --grace 5 stop it 45 s from now
+    limited = running_job("lim", "normal", 0, 1, started_s_ago=20, checkpointable=False, time_limit_s=60.0, grace_s=5.0)
+    plan = plan_of([make_job("w").gpus(2)], [full_node("n1", 2)], [limited])
+    assert [r.start_ms for r in plan.reservations] == [NOW_MS + 45_000]
+    assert verdict_of(plan, "w").reason.endswith("holds a reservation on n1 GPUs [0, 1] starting in ~45 s")
+    longer = running_job("est", "normal", 0, 1, started_s_ago=20, checkpointable=False, est_s=30.0, time_limit_s=600.0)
+    plan = plan_of([make_job("w").gpus(2)], [full_node("n1", 2)], [longer])  # (an estimate inside the limit holds)
+    assert [r.start_ms for r in plan.reservations] == [NOW_MS + 10_000]
