@@ -19,6 +19,9 @@ def elastic_count(c, spec: JobSpec) -> tuple[JobSpec, str]:
     most one node holds. Returns the job as it will be placed or held (that count, its run time as the
     estimate) and why."""
     best, notes, options = None, [], counts(spec)
+    cap = c.teams.limit(spec.team)  # a count past its team's limit never starts: not one to wait for
+    if cap is not None and any(g <= cap for g in options):
+        options = [g for g in options if g <= cap]
     for g in options:
         trial = replace(spec, gpus=g, min_gpus=None, est_s=run_time(spec, g))
         run_s = trial.est_s if trial.est_s is not None else c.config.unknown_remaining_s

@@ -66,6 +66,11 @@ class Teams:
             self.coming[spec.id] = (spec.team, spec.gpus)
             self.coming_to[spec.team] += spec.gpus
 
+    def limit(self, team: str) -> int | None:
+        """The most GPUs the team may hold at once (its limit_gpus), or None."""
+        q = self.config.teams.get(team)
+        return None if q is None else q.limit_gpus
+
     def check(self, spec: JobSpec, free_gpus: int) -> tuple[Code, str] | None:
         """Why a team rule (or its array's cap) keeps `spec` from starting now (with `free_gpus` free in the
         cluster), or None."""

@@ -80,3 +80,15 @@ def test_with_no_count_reservable_it_waits_with_what_one_node_holds_not_as_a_gan
     v = verdict_of(plan, "e")
     assert "no count could start" in v.reason and "needs 8xGPU" in v.reason, v.reason
     assert "whole nodes" not in v.reason  # 16 GPUs would be a gang across nodes: it never asked for --nodes
+
+
+def test_an_elastic_job_takes_no_more_than_its_teams_limit_rather_than_wait_for_ever():
+    from dataclasses import replace as with_
+    from dispatcher.policy import PolicyConfig
+    from dispatcher.policy.config import TeamQuota
+
+    config = with_(PolicyConfig(), teams={"vision": TeamQuota(limit_gpus=3)})
+    job = make_job("e").elastic(1, 4).est(HOUR)._set(team="vision")  # 1, 2 or 4 (powers of two)
+    plan = plan_of([job], [make_node("n1").gpus(8)], config=config)
+    (p,) = plan.placements  # 4 finished soonest, but the team may hold 3 at most: it waited with all 8 idle
+    assert len(p.gpus) == 2 and "elastic: 2 GPUs finish soonest" in p.reason and "4 starts" not in p.reason, p.reason
