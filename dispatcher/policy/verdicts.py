@@ -96,8 +96,13 @@ class NeverFit:
             return f"needs {need}; no live node is registered"
         best = max((v for v, _ in self.groups), key=lambda v: (self.fit.usable_count(spec, v), v.cpus, v.name))
         k = self.fit.usable_count(spec, best)
-        whole = f", nor whole nodes together: {self.whole_gpus(spec)} GPUs on all of them" \
-            if self.gangs and spec.gpus > k and not spec.share else ""  # (larger than any node: an auto gang's)
+        whole = ""
+        if spec.nodes == 1 and spec.gpus > k:  # (never an auto gang)
+            whole = "; a session runs on one node" if spec.interactive else "; --nodes 1 asks for one node"
+        elif self.gangs and spec.gpus > k and not spec.share:  # (larger than any node: an auto gang's)
+            n = self.whole_gpus(spec)
+            whole = f", nor whole nodes together: {n} GPUs on all of them" if n else \
+                ", nor whole nodes together: no node has only GPUs it may use"
         return (f"needs {need}; no live node could ever hold it (largest: {best.name} with {k} "
                 f"matching GPUs, {best.cpus} CPUs, {best.mem_gb:g} GB RAM){whole}")
 

@@ -151,3 +151,16 @@ def test_a_running_gang_is_never_shrunk_to_make_room():
     plan = plan_of([make_job("urgent").gpus(2).priority("critical")], nodes[:1],
                    [alone.running_on("n1", 0, 1, 2, 3, started_s_ago=600)])
     assert [(p.job_id, p.mode) for p in plan.preemptions] == [("e", "shrink")]  # one node: shrunk, as before
+
+
+def test_a_session_or_a_mixed_node_is_never_told_whole_nodes_could_hold_it():
+    from tests.builders import make_job, make_node, plan_of, verdict_of
+
+    nodes = [make_node(f"n{i}").gpus(2) for i in range(3)]  # 6 GPUs on whole nodes: a batch job of 4 runs as a gang
+    session = make_job("s").gpus(4)._set(interactive="shell", nodes=1, gpus_per_node=4)
+    reason = verdict_of(plan_of([session], nodes), "s").reason  # (it said "nor whole nodes together: 6 GPUs")
+    assert reason.endswith("matching GPUs, 32 CPUs, 256 GB RAM); a session runs on one node"), reason
+    mixed = [make_node("vm").gpus(4, "A100").gpus(2, "V100", 16.0)]
+    reason = verdict_of(plan_of([make_job("v").gpus(3, "V100")], mixed), "v").reason  # (it said "0 GPUs on all")
+    assert reason.endswith("vm with 2 matching GPUs, 32 CPUs, 256 GB RAM), nor whole nodes together: no node has "
+                           "only GPUs it may use"), reason
