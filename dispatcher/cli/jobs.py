@@ -22,7 +22,7 @@ from ..core.units import age
 from ..auth.identity import current_user
 from .columns import column_options, pick, table
 from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_options, folded, needs_some, resolve,
-                     say_not_found, selection)
+                     say_not_found, selection, named as as_named)
 
 
 @click.command()
@@ -72,7 +72,8 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
         waited = queue_wait({**j, "attempts": firsts.get(j["id"], ())})  # submit to its first start, as report's
         if waited is None and j["submitted_at"]:  # never started: to its placement or end, else to now
             waited = (j["assigned_at"] or j["finished_at"] or now) - j["submitted_at"]
-        gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] else  # a gang; one of whole nodes as it runs
+        gpus = (f"{j['nodes']}x{j['gpus_per_node']}" if j["nodes"] > 1 else  # a gang (a session, --nodes 1: one
+                # node's count); one of whole nodes as it runs
                 f"{len(j['ranks'])}x{len(j['ranks'][0][1])}" if len(j["ranks"]) > 1 else _held(j)) \
             + (f"x{'|'.join(j['gpu_types'])}" if j["gpu_types"] else "")  # a gang: nodes x GPUs per node
         where = "+".join(n + (f":{','.join(map(str, g))}" if g else "") for n, g in j["ranks"] or
@@ -227,10 +228,14 @@ def preempt(ctx, job_id, force):
 
     named, job_id = job_id, record_id(ctx.client, ctx.ns, job_id)  # (12_5: element 5 of array 12)
     job = read_job(ctx.client, ctx.ns, job_id)  # JobNotFound (exit 4) here, as every command, not from the leader
-    if identity_on(ctx.client, ctx.ns):
-        mode = act_signed(ctx.client, ctx.ns, "preempt", current_user(), job_id, force=force)
-    else:
-        mode = preempt_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms(), force=force, by=f"operator {current_user()}")
+    try:
+        if identity_on(ctx.client, ctx.ns):
+            mode = act_signed(ctx.client, ctx.ns, "preempt", current_user(), job_id, force=force)
+        else:
+            mode = preempt_job(ctx.scripts, ctx.client, ctx.ns, job_id, now_ms(), force=force, by=f"operator {current_user()}")
+    except errors.DispatcherError as e:  # (said of 12_5, as it was named, not of its record's id)
+        click.echo(f"dispatch: error: {as_named(str(e), job)}", err=True)
+        sys.exit(e.exit_code)
     being = f"; it is being cancelled ({cancel_sent(job)}): it ends cancelled, not requeued" \
         if job["cancel_requested"] else ""  # (finish.lua keeps a cancel asked while it ran)
     click.echo(f"{named}: {mode} preemption sent to its {_nodes(job)}{being}")
