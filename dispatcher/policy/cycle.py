@@ -30,10 +30,11 @@ from .fit import GpuMemo, choose_gpus, fit_score
 from .gangs import place_gang
 from .node_index import NodeIndex
 from .nodes import JUMPS, NodeState, Release, end_ms, unknown_end_ms
-from .preemption import VictimSearch, free_from
+from .preemption import free_from
 from .reservations import reserve
 from .score import dominant_share, fairness_term, static_terms, weighted
 from .teams import Teams
+from .victims import VictimSearch
 from .verdicts import blocked_reason, drained_note, lower_score_reason, no_fit_now, starving_why, took_its_room
 
 
@@ -289,6 +290,7 @@ class Cycle:
         if spec.share:
             for g in chosen:
                 node.shared[g] = node.shared.get(g, 0.0) + spec.gpu_mem_gb
+            node.shared_now.update(chosen)
         self.index.take(node, chosen)
         node.cpus -= spec.cpus
         node.mem_gb -= spec.mem_gb
@@ -357,7 +359,7 @@ class Cycle:
         self.preemptions.extend(victims)
         self.teams.on_the_way(spec)
         released = self.victims.stop(node.view.name, victims)
-        coming = [g for g in released if self.fit.gpu_usable(spec, node.view, g) and g not in node.shared]
+        coming = [g for g in released if self.fit.gpu_usable(spec, node.view, g) and g not in node.shared_now]
         gpus = self.fit.usable(spec, node.view, sorted(node.free)) + [g for g in coming if g not in node.free]
         resv = Reservation(spec.id, node.view.name, tuple(sorted(gpus[: spec.gpus])), self.now)
         # on the node even where it passed a lower class's reservation: a short job that could backfill

@@ -71,6 +71,7 @@ class NodeState:
     resv_cpus: int = 0  # of the CPUs free now, those the reservation's job needs at its start (NodeIndex.hold)
     resv_mem_gb: float = 0.0
     placed: list[str] = field(default_factory=list)
+    shared_now: set = field(default_factory=set)  # GPUs a --share job was placed on this cycle (not preemptible)
     idx: int = 0  # its place in name order (ties go to the first)
     group: tuple | None = UNLISTED  # its NodeIndex.groups key, None while special (see NodeIndex.regroup)
     counted: tuple[int, int] = (-1, -1)  # (free, open) GPUs as counted in NodeIndex's histograms

@@ -14,7 +14,8 @@ Pure. A running job V may be preempted for a blocked job P when
   bound when it started: a job that starved its way to the GPUs keeps them
   against its own class (as Tiresias promotes starving jobs), else a large job
   under least-attained-service would start and be preempted again forever;
-- V does not share its GPUs (preempting one sharer frees no whole GPU);
+- V does not share its GPUs, or every job sharing a GPU with it may be preempted too: the sharers
+  of one GPU are one option, all or none (preempting one sharer frees no whole GPU);
 - V is checkpointable (graceful: checkpoint signal, grace period, SIGKILL), or
   may be killed outright (forced): it opted in with --preemptible, or P is at
   least `forced_min_gap` classes above it;
@@ -35,9 +36,7 @@ cheap bound says it could make room and beat the best found so far.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, replace
-from itertools import accumulate
 
 from ..core.plan import Preemption, RunningJob
 from ..core.model import JobSpec
@@ -111,9 +110,36 @@ class _Option:
     release: tuple[int, ...]  # GPUs usable by the preemptor that this option frees
     lost_gpu_s: float
     standing: float
+    also: tuple[RunningJob, ...] = ()  # the other sharers of its GPU, stopped with it
+    modes: tuple[str, ...] = ()  # with `also`: each sharer's own mode, `job`'s first (`mode`: forced if one is)
 
     def cost(self) -> tuple:
         return (self.standing, self.mode == "forced", self.lost_gpu_s, len(self.release), self.job.spec.id)
+
+    def each(self) -> list["_Option"]:
+        """One option a job: a sharer's group as each of its sharers, in its own mode."""
+        if not self.also:
+            return [self]
+        return [replace(self, job=j, mode=m, also=(), modes=()) for j, m in zip((self.job, *self.also), self.modes)]
+
+    def jobs(self) -> tuple[RunningJob, ...]:
+        return (self.job, *self.also)
+
+    def room(self) -> tuple[int, float]:
+        """The CPUs and memory it gives back (a shrink: none)."""
+        if self.mode == "shrink":
+            return 0, 0.0
+        return sum(j.spec.cpus for j in self.jobs()), sum(j.spec.mem_gb for j in self.jobs())
+
+
+def shared_gpus(running: list[RunningJob]) -> dict[int, list[RunningJob]]:
+    """GPU -> the --share jobs on it (an exclusive job never shares a GPU)."""
+    out: dict[int, list[RunningJob]] = {}
+    for r in running:
+        if r.spec.share:
+            for g in r.gpus:
+                out.setdefault(g, []).append(r)
+    return out
 
 
 def past_starvation(spec: JobSpec, now_ms: int, config: PolicyConfig) -> bool:
@@ -135,11 +161,12 @@ def lost_gpu_s(r: RunningJob, now_ms: int) -> float:
 
 
 def victim_mode(p: JobSpec, v: RunningJob, now_ms: int, config: PolicyConfig, reclaim: bool,
-                p_attained_gpu_s: float = 0.0) -> str | None:
-    """'graceful', 'forced' or None: may `v` be preempted for `p`, and how."""
+                p_attained_gpu_s: float = 0.0, *, shared: bool = False) -> str | None:
+    """'graceful', 'forced' or None: may `v` be preempted for `p`, and how. A sharer only with `shared`
+    (as one of all the sharers of its GPU: one alone frees no whole GPU)."""
     gap = outranks(p, p_attained_gpu_s, v, now_ms, config)
-    if v.stopping or v.spec.share or not (gap > 0 or (reclaim and p.rank >= v.spec.rank)):
-        return None  # a sharing job frees no whole GPU: its neighbours stay
+    if v.stopping or (v.spec.share and not shared) or not (gap > 0 or (reclaim and p.rank >= v.spec.rank)):
+        return None
     if (now_ms - v.started_ms) / 1000.0 < config.min_run_s:
         return None
     if p.rank <= v.spec.rank and started_starving(v, config):
@@ -159,34 +186,39 @@ def _enough(p: JobSpec, have: set, cpus: int, mem: float) -> bool:
 
 def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: list[int], free_cpus: int,
                    free_mem_gb: float, now_ms: int, config: PolicyConfig, reclaimable,
-                   p_attained_gpu_s: float = 0.0, *, fit: GpuMemo, gangs=frozenset()) -> tuple[tuple, list] | None:
+                   p_attained_gpu_s: float = 0.0, *, fit: GpuMemo, gangs=frozenset(),
+                   pinned=frozenset()) -> tuple[tuple, list] | None:
     """The cheapest victims on one node, as (cost, [Preemption]); None if no set lets `p` start.
 
     `free_usable` are the node's free GPUs `p` may use; `reclaimable(v)` says whether
     v's team is borrowing from a team `p` belongs to; `fit` is the cycle's GpuMemo; `gangs`: the
-    ids of jobs running on several nodes (gang_ids), never shrunk.
+    ids of jobs running on several nodes (gang_ids), never shrunk; `pinned`: GPUs a --share job was
+    placed on this cycle (their sharers free nothing).
     """
-    stopping = [r for r in running if r.stopping and not r.spec.share]
-    have = set(free_usable) | {g for r in stopping for g in r.gpus if fit.gpu_usable(p, node, g)}
+    stopping = [r for r in running if r.stopping]
+    coming = {g for r in stopping if not r.spec.share for g in r.gpus} | \
+        {g for g, group in shared_gpus(running).items() if all(r.stopping for r in group)}
+    have = set(free_usable) | {g for g in coming if fit.gpu_usable(p, node, g)}
     cpus = free_cpus + sum(r.spec.cpus for r in stopping)
     mem = free_mem_gb + sum(r.spec.mem_gb for r in stopping)
     if _enough(p, have, cpus, mem):
         return (), []  # the room is already coming back: nothing more to stop
 
-    options = _options(p, node, running, cpus, now_ms, config, reclaimable, p_attained_gpu_s, fit, gangs)
+    options = _options(p, node, running, cpus, now_ms, config, reclaimable, p_attained_gpu_s, fit, gangs, pinned)
     got = _pick(p, options, have, cpus, mem)
     if got is None:
         return None
     chosen, have, cpus, mem = got
     chosen, have = _drop_unneeded(p, chosen, have, cpus, mem)
-    preemptions = [_preemption(p, o, now_ms, config, p_attained_gpu_s) for o in chosen]
+    preemptions = list({x.job_id: x for o in chosen for one in o.each()
+                        for x in [_preemption(p, one, now_ms, config, p_attained_gpu_s)]}.values())
     cost = (max(o.standing for o in chosen), sum(o.mode == "forced" for o in chosen),
             sum(o.lost_gpu_s for o in chosen), max(0, len(have) - p.gpus))
     return cost, preemptions
 
 
 def _options(p: JobSpec, node, running: list[RunningJob], cpus: int, now_ms: int, config: PolicyConfig,
-             reclaimable, p_attained_gpu_s: float, fit: GpuMemo, gangs) -> list[_Option]:
+             reclaimable, p_attained_gpu_s: float, fit: GpuMemo, gangs, pinned=frozenset()) -> list[_Option]:
     """Every way of preempting one running job for `p` (a shrink where one may do: never a gang's),
     cheapest first."""
     options = []
@@ -202,6 +234,13 @@ def _options(p: JobSpec, node, running: list[RunningJob], cpus: int, now_ms: int
             spare = min(len(r.gpus) - r.spec.min_gpus, len(usable_gpus))
             options.append(_Option(r, "shrink", usable_gpus[-spare:], lost, holds))
         options.append(_Option(r, mode, usable_gpus, lost, holds))
+    for g, group in shared_gpus(running).items():  # the sharers of a GPU: all of them, or none
+        group = [r for r in group if not r.stopping]
+        modes = [victim_mode(p, r, now_ms, config, reclaimable(r), p_attained_gpu_s, shared=True) for r in group]
+        if group and None not in modes and g not in pinned and fit.gpu_usable(p, node, g):
+            options.append(_Option(group[0], "forced" if "forced" in modes else "graceful", (g,),
+                                   sum(lost_gpu_s(r, now_ms) for r in group),
+                                   max(standing(r, now_ms, config) for r in group), tuple(group[1:]), tuple(modes)))
     options.sort(key=_Option.cost)
     return options
 
@@ -230,9 +269,7 @@ def _pick(p: JobSpec, options: list[_Option], have: set, cpus: int, mem: float):
             o = _Option(o.job, "shrink", release, o.lost_gpu_s, o.standing)
         chosen.append(o)
         have |= set(release)
-        if o.mode != "shrink":
-            cpus += o.job.spec.cpus
-            mem += o.job.spec.mem_gb
+        cpus, mem = cpus + o.room()[0], mem + o.room()[1]
     if not _enough(p, have, cpus, mem):
         return None
     return chosen, have, cpus, mem
@@ -242,8 +279,7 @@ def _drop_unneeded(p: JobSpec, chosen: list[_Option], have: set, cpus: int, mem:
     """Drop victims that turned out unnecessary, most expensive first; returns (chosen, have)."""
     for o in sorted(chosen, key=_Option.cost, reverse=True):
         rest_have = have - set(o.release)
-        rest_cpus = cpus - (o.job.spec.cpus if o.mode != "shrink" else 0)
-        rest_mem = mem - (o.job.spec.mem_gb if o.mode != "shrink" else 0)
+        rest_cpus, rest_mem = cpus - o.room()[0], mem - o.room()[1]
         if _enough(p, rest_have, rest_cpus, rest_mem):
             chosen.remove(o)
             have, cpus, mem = rest_have, rest_cpus, rest_mem
@@ -265,123 +301,3 @@ def _preemption(p: JobSpec, o: _Option, now_ms: int, config: PolicyConfig, p_att
     else:
         why = f"job {p.id} outranks it by {config.preempt_by}"
     return Preemption(j.spec.id, j.node, o.mode, tuple(gave), p.id, f"{why}: {what}", keep, round(o.lost_gpu_s, 1))
-
-
-def gang_ids(running_on: dict[str, list[RunningJob]]) -> frozenset[str]:
-    """The jobs running on several nodes (gangs: one RunningJob per node, of the same spec), and those
-    asked with --nodes."""
-    first: dict[str, str] = {}
-    gangs = set()
-    for node, jobs in running_on.items():
-        for r in jobs:
-            if r.spec.nodes >= 2 or first.setdefault(r.spec.id, node) != node:
-                gangs.add(r.spec.id)
-    return frozenset(gangs)
-
-
-class VictimSearch:
-    """One cycle's search for where a blocked job's preemption costs least (choose_victims per node).
-
-    Cheap bounds per node skip most of them: weaker_gpus (what every job the preemptor outranks
-    there would free) and victim_floor (the least the highest standing among its victims could be,
-    so the search stops once no node left can beat the best). Both are kept per node until a
-    preemption there changes its jobs (stop)."""
-
-    def __init__(self, running_on: dict[str, list[RunningJob]], config: PolicyConfig):
-        self.running_on, self.config = running_on, config
-        self.gangs = gang_ids(running_on)
-        self._tables: dict[str, tuple[list, list, list]] = {}  # node -> _table
-
-    def _table(self, node: str, now_ms: int) -> tuple[list, list, list]:
-        """What the bounds need of `node`'s (unshared) jobs, in one pass, kept until stop(): the sorted
-        strengths from which each may be preempted with the GPUs they add up to (weaker_gpus), and
-        the sorted (standing, GPUs), those stopping first (victim_floor)."""
-        got = self._tables.get(node)
-        if got is None:
-            below, floor, config = [], [], self.config
-            for r in self.running_on[node]:
-                if r.spec.share:
-                    continue
-                n = len(r.gpus)
-                s = float("-inf") if r.stopping else standing(r, now_ms, config)
-                floor.append((s, n))
-                if (b := preemptible_below(r, now_ms, config, s)) is not None:  # (-inf if stopping)
-                    below.append((b, n))
-            below.sort()
-            floor.sort()
-            got = self._tables[node] = ([b for b, _ in below], list(accumulate(n for _, n in below)), floor)
-        return got
-
-    def weaker_gpus(self, node: str, strength: float, now_ms: int) -> int:
-        """An upper bound on the GPUs preemption could free on `node` for a job of `strength`: those of
-        the running jobs it outranks (outranking is standing < strength under every preempt_by), and of
-        those already stopping (their GPUs are coming back)."""
-        below, cum, _ = self._table(node, now_ms)
-        i = bisect.bisect_left(below, strength)
-        return cum[i - 1] if i else 0
-
-    def victim_floor(self, node, spec: JobSpec, now_ms: int) -> float:
-        """A lower bound of the highest standing among the victims any preemption for `spec` on `node`
-        needs (choose_victims' cost[0]): the standing at which the node's free GPUs, those of jobs
-        already stopping, and those of the weakest running jobs first add up to what `spec` asks
-        (-inf if no victim is needed; inf if no set of them would do)."""
-        have = len(node.free)
-        if have >= spec.gpus:
-            return float("-inf")
-        for level, n in self._table(node.view.name, now_ms)[2]:  # those stopping first
-            have += n
-            if have >= spec.gpus:
-                return level
-        return float("inf")
-
-    def cheapest(self, spec: JobSpec, nodes, now_ms: int, strength: float, attained_gpu_s: float,
-                 reclaimable):
-        """(node, [Preemption]) where victims for blocked `spec` cost least (ties: node name), or None.
-        `nodes`: the cycle's NodeStates `spec` could ever run on (NodeIndex.fitting); a node reserved
-        for another job is skipped unless `spec` passes its reservation."""
-        tried = []
-        for node in nodes:
-            if node.resv is not None and node.resv.job_id != spec.id and not node.passes(spec):
-                continue
-            if not self.config.teams and len(node.free) + self.weaker_gpus(node.view.name, strength, now_ms) \
-                    < spec.gpus:
-                continue  # even every job it outranks there would not make room
-            tried.append((self.victim_floor(node, spec, now_ms), node.idx, node))
-        tried.sort(key=lambda t: t[:2])
-        best = None
-        for floor, _, node in tried:
-            if best is not None and floor > (best[0][0][0] if best[0][0] else float("-inf")):
-                break  # no node left can beat the best: cost[0] is the victims' highest standing
-            free_usable = node.fit.usable(spec, node.view, sorted(node.free))
-            got = choose_victims(spec, node.view, self.running_on[node.view.name], free_usable, node.cpus,
-                                 node.mem_gb, now_ms, self.config, reclaimable, attained_gpu_s, fit=node.fit,
-                                 gangs=self.gangs)
-            if got is not None and (best is None or (got[0], node.view.name) < best[0]):
-                best = ((got[0], node.view.name), node, got[1])
-        return None if best is None else best[1:]
-
-    def protected(self, spec: JobSpec, node: str, gpus, now_ms: int, attained_gpu_s: float) -> RunningJob | None:
-        """Of the jobs holding `gpus` on `node`, the first whose minimum run time or cooldown alone keeps
-        it from being preempted for `spec` (the one free soonest), or None: what a blocked job that
-        reserved those GPUs may preempt later, said in its verdict."""
-        config, first = self.config, None
-        for r in self.running_on.get(node, ()):
-            if r.stopping or r.spec.share or not set(r.gpus) & set(gpus):
-                continue
-            until = free_from(r, config)
-            if until > now_ms and victim_mode(spec, r, until, config, False, attained_gpu_s) is not None \
-                    and (first is None or until < free_from(first, config)):
-                first = r
-        return first
-
-    def stop(self, node: str, victims: list[Preemption]) -> list[int]:
-        """Mark `victims` on `node` stopping; returns the GPUs coming back there (those of jobs already
-        stopping, then the victims'; a shrink gives up only some)."""
-        self._tables.pop(node, None)
-        by_id = {p.job_id for p in victims}
-        on_node = self.running_on[node]
-        already = [g for r in on_node if r.stopping and not r.spec.share for g in r.gpus]
-        for i, r in enumerate(on_node):
-            if r.spec.id in by_id:
-                on_node[i] = replace(r, stopping=True)
-        return already + [g for p in victims for g in p.gpus]

@@ -96,6 +96,22 @@ def test_a_sharing_victim_is_not_preempted_while_another_sharer_keeps_its_gpu():
     assert plan.preemptions == (), f"preemptions {preempted(plan)}, want none; reservations {plan.reservations}"
 
 
+def test_a_critical_job_preempts_every_sharer_of_a_gpu_together_when_it_may_preempt_each():
+    # it waited for ever: a sharer was never a victim, whatever its class (--preemptible low jobs too)
+    running = [sharer("s1", "low"), sharer("s2", "low", checkpointable=False, preemptible=True)]
+    plan = plan_of([critical("c", 2)], [shared_gpu0_node(2.0)], running)
+    assert sorted((p.job_id, p.mode, p.gpus) for p in plan.preemptions) == [
+        ("s1", "graceful", (0,)), ("s2", "forced", (0,))], preempted(plan)
+    assert plan.reservations == (Reservation("c", "n1", (0, 1), NOW_MS),), f"reservations {plan.reservations}"
+    assert verdict_of(plan, "c").reason.count("preempting job s1 (graceful), job s2 (forced)") == 1
+
+
+def test_a_gpu_whose_sharers_are_all_stopping_counts_as_coming_back():
+    running = [sharer("s1", "low", stopping=True), sharer("s2", "low", stopping=True)]
+    plan = plan_of([critical("c", 2)], [shared_gpu0_node(2.0)], running)
+    assert plan.preemptions == () and plan.reservations == (Reservation("c", "n1", (0, 1), NOW_MS),), plan
+
+
 def test_a_sharing_victim_is_not_preempted_when_a_sharing_job_placed_this_cycle_holds_its_gpu_too():
     # h (high, starving, so picked first) shares GPU 0 with s this cycle; then c needs both GPUs
     pending = [make_job("h").gpus(1, mem_gb=1)._set(share=True).priority("high").waited(7300), critical("c", 2)]
