@@ -170,12 +170,13 @@ def predict_start(snapshot: Snapshot, job_id: str, now_ms: int, config: PolicyCo
     if job.first_start_s is None:
         return Start(None, cycles=engine.cycles)
     t, node, gpus = next((t, n, g) for t, j, n, g, _ in reversed(engine.starts) if j == job_id)
+    nodes = list(dict.fromkeys(n for n, _ in job.node_gpus or [(node, gpus)]))  # a gang: every rank's, rank 0 first
     where = {r.spec.id: r.node for r in snapshot.running}
     where.update((j, n) for _, j, n, _, _ in engine.starts)
     after = sorted((j.spec.id for j in engine.jobs.values()
-                    if j.end_s == t and where.get(j.spec.id) == node and j.spec.id != job_id),
+                    if j.end_s == t and where.get(j.spec.id) in nodes and j.spec.id != job_id),
                    key=lambda i: (len(i), i))
-    return Start(int(round(t * 1000)), node, tuple(gpus), tuple(after), engine.cycles)
+    return Start(int(round(t * 1000)), "+".join(nodes), tuple(gpus), tuple(after), engine.cycles)
 
 
 def what_ifs(spec) -> list[tuple[str, object]]:
