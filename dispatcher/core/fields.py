@@ -88,8 +88,9 @@ def parse_job_ids(value, flag: str) -> tuple[str, ...]:
                 raise InvalidRequestError(f"{flag}: {item!r} is not a job id{slurm}", field=flag)
             if one not in ids:
                 ids.append(one)
-    if len(ids) > MAX_DEPENDENCIES:
-        raise InvalidRequestError(f"{flag}: at most {MAX_DEPENDENCIES} jobs", field=flag)
+    if len(ids) > MAX_DEPENDENCIES:  # (a whole array: its id alone names every element, 12 for 12_[0-99])
+        raise InvalidRequestError(f"{flag}: {len(ids)} job ids given, at most {MAX_DEPENDENCIES} (an array's id "
+                                  "alone waits for every element of it)", field=flag)
     return tuple(ids)
 
 

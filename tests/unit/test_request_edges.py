@@ -106,6 +106,12 @@ def test_a_command_argument_that_is_no_text_is_refused_not_run_as_pythons_repr(a
     assert spec.command == ("train", "3", "0.5", "/data")  # (the Python API's numbers and paths, as text)
 
 
+def test_too_many_dependency_ids_say_how_many_and_that_an_arrays_id_names_them_all():
+    with pytest.raises(InvalidRequestError) as e:  # (it said "at most 64 jobs" of 48_[0-64])
+        spec_from_request({"command": ["true"], "after": "48_[0-64]"}, user="u", submit_ms=0, cwd="/")
+    assert str(e.value) == "--after: 65 job ids given, at most 64 (an array's id alone waits for every element of it)"
+
+
 def test_an_update_of_time_takes_slurms_forms_and_any_limit_whatever_the_grace():
     job = request({"grace": "1s"})
     assert amended(job, {"time": "10s"}).time_limit_s == 10.0
