@@ -119,12 +119,14 @@ def submit(ctx, from_file, command, held, dependency, wrap, **flags):
         if from_file is None:
             specs = request_jobs({**defaults, "command": list(command)}, build, "0")
         else:
-            specs = _from_lines(from_file, defaults, build)
+            specs, lines = _from_lines(from_file, defaults, build)
         inside = ctx._url_flag is None and jobside.in_job()
-        if inside:  # inside a job: through its node agent, as its user
-            ids = jobside.submit(specs, held)
-        else:
-            ids = submit_specs(ctx.client, ctx.ns, specs, me, held)
+        try:
+            ids = jobside.submit(specs, held) if inside else submit_specs(ctx.client, ctx.ns, specs, me, held)
+        except InvalidRequestError as e:  # (a dependency that names no job: said with its line, as the rest)
+            if from_file is None:
+                raise
+            raise InvalidRequestError(_with_line(str(e), from_file.name, specs, lines), field="--from") from None
     click.echo("\n".join(ids[i] for i, s in enumerate(specs) if not s.array_of or i == 0
                           or s.array_of != specs[i - 1].array_of))  # an array: its id (its first element's)
     if not inside:
@@ -139,7 +141,7 @@ def _from_lines(from_file, defaults: dict, build) -> list:
     A file that is not UTF-8 text, or that holds no job, is refused: nothing submitted is no success."""
     from ..core.arrays import request_jobs
 
-    specs, n = [], 0
+    specs, lines, n = [], [], 0
     try:
         for n, line in enumerate(from_file, 1):
             if not line.strip():
@@ -148,6 +150,7 @@ def _from_lines(from_file, defaults: dict, build) -> list:
                 request = json.loads(line)
                 specs += request_jobs({**defaults, **request} if isinstance(request, dict) else request,
                                       build, str(n))
+                lines += [n] * (len(specs) - len(lines))
             except json.JSONDecodeError as e:
                 raise InvalidRequestError(f"{from_file.name} line {n}: not JSON ({e.msg})", field="--from") from None
             except InvalidRequestError as e:
@@ -158,7 +161,17 @@ def _from_lines(from_file, defaults: dict, build) -> list:
     if not specs:
         raise InvalidRequestError(f"--from {from_file.name}: no jobs in it; give one JSON object a line, e.g. "
                                   '{"command": ["python", "train.py"], "gpus": 1}', field="--from")
-    return specs
+    return specs, lines
+
+
+def _with_line(message: str, name: str, specs: list, lines: list[int]) -> str:
+    """A refusal of the whole file, with the line of the first job whose dependencies it names."""
+    import re
+
+    for spec, n in zip(specs, lines):
+        if any(re.search(rf"\bjob {re.escape(d)}\b", message) for d in (*spec.after, *spec.after_any)):
+            return f"{name} line {n}: {message}"
+    return f"--from {name}: {message}"
 
 
 def warn_about_the_command(command: list[str], here: str) -> None:

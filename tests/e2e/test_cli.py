@@ -274,6 +274,9 @@ def test_submit_from_a_jsonl_file_is_all_or_nothing(cli, tmp_path):
     bad.write_text('{"command": ["true"]}\n{"command": ["true"], "gpus": "many"}\n')
     p = cli.run("submit", "--from", str(bad), check=False)
     assert p.returncode != 0 and "bad.jsonl line 2: --gpus" in p.stderr and "Traceback" not in p.stderr
+    bad.write_text('{"command": ["true"]}\n\n{"command": ["true"], "after": [424242]}\n')  # found as it is written
+    p = cli.run("submit", "--from", str(bad), check=False)
+    assert p.returncode != 0 and p.stderr == f"dispatch: error: {bad} line 3: --after: there is no job 424242\n", p.stderr
     assert len(cli.run("queue", "--all", "--json").stdout.split('"id"')) - 1 == 2  # nothing of bad.jsonl
 
 
