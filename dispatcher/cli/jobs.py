@@ -147,6 +147,10 @@ def show(ctx, job_id, as_json):
 
     attempts = job.pop("attempts", [])
     from ..core.predict import describe
+    from ..store.dependencies import element_names
+
+    waited = element_names(ctx.client, ctx.ns, {*job["after"], *job["after_any"]}) if job["after"] or \
+        job["after_any"] else {}  # (an array's element as 12_5, not by its record's id)
 
     job["prediction"] = describe(job["prediction"], job.pop("prediction_error"))
     for k, v in job.items():
@@ -162,6 +166,8 @@ def show(ctx, job_id, as_json):
             v = f"{counts(elements)} (show {job['id']}_N: one of them)"
         elif k == "exit_code" and v is not None and v < 0:  # (as wait exits and $? says; --json keeps -N)
             v = exit_words(v)
+        elif k in ("after", "after_any") and v:
+            v = ", ".join(waited.get(i, i) for i in v)
         elif k == "ranks" and v:  # a gang: every rank's node and GPUs
             v = ", ".join(f"rank {i} on {n} GPUs {g}" for i, (n, g) in enumerate(v))
         click.echo(f"{k:>16}: {v if v not in (None, '', []) else '-'}")
