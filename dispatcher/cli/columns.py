@@ -40,10 +40,19 @@ def pick(rows: list[list], header: list[str], fields: tuple[str, ...]) -> tuple[
 
 
 def table(rows: list[list], header: list[str], noheader: bool = False) -> str:
-    """Columns as wide as their widest cell, two spaces apart; without the header line if asked."""
-    shown = rows if noheader else [header] + rows
+    """Columns as wide as their widest cell on a terminal (a CJK letter takes two columns), two spaces
+    apart; without the header line if asked."""
+    shown = [[str(c) for c in r] for r in (rows if noheader else [header] + rows)]
     if not shown:
         return ""
-    widths = [max(len(str(r[i])) for r in shown) for i in range(len(header))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join(fmt.format(*map(str, r)).rstrip() for r in shown)
+    widths = [max(_width(r[i]) for r in shown) for i in range(len(header))]
+    return "\n".join("  ".join(c + " " * (w - _width(c)) for c, w in zip(r, widths)).rstrip() for r in shown)
+
+
+def _width(text: str) -> int:
+    """Terminal columns of `text`: two for a wide (East Asian) character, one for any other."""
+    if text.isascii():
+        return len(text)
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)

@@ -12,3 +12,10 @@ def test_a_job_of_no_gpus_is_placed_on_its_node_not_on_an_empty_gpu_list():
 def test_a_reservation_start_reads_as_eta_says_it_in_why_and_the_reasons():
     # why's reservation line and the policy's reasons said "~23h59m" and "~86400s from now", eta "in ~24 h 0 min"
     assert within(86_340) == "in ~23 h 59 min" and within(100) == "in ~100 s"
+
+
+def test_a_table_lines_up_wide_letters_by_the_columns_a_terminal_gives_them():
+    from dispatcher.cli.columns import table
+
+    lines = table([["1", "日本語名", "x"], ["2", "ab", "y"]], ["ID", "NAME", "C"]).splitlines()
+    assert lines == ["ID  NAME      C", "1   日本語名  x", "2   ab        y"]  # (each CJK letter is two columns)
