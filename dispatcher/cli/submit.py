@@ -133,6 +133,7 @@ def submit(ctx, from_file, command, held, dependency, wrap, **flags):
         sys.stdout.flush()
         warn_about_the_command(list(command), specs[0].cwd or here if specs else here)  # (where it runs: --cwd)
         warn_if_no_node_could_hold(ctx, specs, ids)
+        warn_if_past_a_team_limit(ctx, specs, ids)
         warn_if_a_dependency_failed(ctx, specs, ids)
 
 
@@ -240,6 +241,29 @@ def warn_if_no_node_could_hold(ctx, specs, ids) -> None:
                    "it stays queued until a node that can joins", err=True)
     if len(bad) > 3:
         click.echo(f"dispatch: warning: and {len(bad) - 3} more jobs that no registered node could hold", err=True)
+
+
+def warn_if_past_a_team_limit(ctx, specs, ids) -> None:
+    """A warning on stderr for a job that asks more GPUs (at its least) than its team may hold at once in
+    every profile of the policy in force: it waits until the limit is raised."""
+    if not any(s.team for s in specs):
+        return
+    from ..core.elastic import smallest
+    from ..core.errors import ConfigError
+    from ..policy.profiles import parse_policy
+    from ..store.policies import read_policy
+
+    try:
+        profiles = parse_policy(read_policy(ctx.client, ctx.ns).get("text") or "").profiles.values()
+    except ConfigError:  # (the scheduler says what is wrong with it)
+        return
+    for k, spec in enumerate(specs):
+        limits = [q.limit_gpus for c in profiles for q in [c.teams.get(spec.team)] if q and q.limit_gpus is not None]
+        if spec.team and len(limits) == len(profiles) and smallest(spec).gpus > max(limits):
+            click.echo(f"dispatch: warning: job {ids[k]} asks {smallest(spec).gpus} GPUs; team {spec.team} may hold "
+                       f"{max(limits)} at most (the policy's limit_gpus): it waits until the limit is raised",
+                       err=True)
+            return
 
 
 def warn_if_a_dependency_failed(ctx, specs, ids) -> None:

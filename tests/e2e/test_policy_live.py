@@ -123,6 +123,10 @@ def test_a_team_at_its_limit_waits_while_other_teams_run(cli, tmp_path):
     cli.wait_for(lambda: cli.show(a)["state"] == "running", what="the first vision job")
     out = json.loads(cli.run("why", b, "--json").stdout)
     assert out["outcome"]["code"] == "over_limit" and "limit of 1 GPUs" in out["outcome"]["reason"], out
+    p = cli.run("submit", "--team", "vision", "--gpus", "2", "--", "true")  # never under this limit: said at once
+    assert p.stderr == (f"dispatch: warning: job {p.stdout.strip()} asks 2 GPUs; team vision may hold 1 at most (the "
+                        "policy's limit_gpus): it waits until the limit is raised\n"), p.stderr
+    assert cli.run("submit", "--team", "vision", "--gpus", "1", "--", "true").stderr == ""
     cli.run("cancel", a, b)
 
 
