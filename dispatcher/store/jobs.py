@@ -390,8 +390,8 @@ def preempt_job(scripts, client, ns: str, job_id: str, now_ms: int, *, force: bo
     if job["state"] != "running":
         raise InvalidStateError(job_id, job["state"], "preempt")
     if not job["checkpointable"] and not force:
-        raise InvalidRequestError(f"job {job_id} is not checkpointable: preempting it loses its work; "
-                                  "add --force to kill and requeue it", field="--force")
+        raise InvalidRequestError(f"job {job_id} is not checkpointable: preempting it loses its work; add --force to "
+                                  "kill it (it goes back to the queue; a session ends)", field="--force")
     mode = "forced" if force else "graceful"
     if control.preempt(scripts, job["node"], job_id, job["epoch"], now_ms, by=by, mode=mode,
                        reason="dispatch preempt") != Outcome.DONE:
