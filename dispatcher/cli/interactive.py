@@ -190,16 +190,21 @@ class Session:
 
     # -- before the session starts -----------------------------------------------------------------
     def _wait_for_start(self, say_wait: bool) -> None:
+        """Until the session starts or ends; through a restart of the server (`dispatch up` stopped and
+        started again), as `wait` does: a client that quit then left its session to start for nobody."""
         from ..store import tty as streams
+        from ..store.connect import ride_out
+        from .jobs import server_away
 
         deadline, said = time.monotonic() + WAIT_NOTE_S, 0.0
         while self.result is None and not self.started.wait(0.05):
             if time.monotonic() - said > streams.WAIT_EVERY_S:  # still here: its node starts it for someone
                 said = time.monotonic()
-                streams.send_input(self.ctx.client, self.ctx.ns, self.job_id, "wait", signer=self.signer)
+                ride_out(lambda: streams.send_input(self.ctx.client, self.ctx.ns, self.job_id, "wait",
+                                                    signer=self.signer), on_wait=server_away)
             if say_wait and time.monotonic() > deadline:
                 say_wait = False
-                if self._state() == "pending":  # (not one placed, starting or failing to)
+                if ride_out(self._state, on_wait=server_away) == "pending":  # (not one placed, starting or failing to)
                     click.echo(f"waiting for a GPU: job {self.job_id} (dispatch why {self.job_id})", err=True)
 
     def _state(self) -> str:
