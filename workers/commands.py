@@ -59,9 +59,10 @@ def handle(sup, entry_id, cmd: dict) -> None:
         if kind == "cancel":
             run.stop_as(Stopping.CANCEL, cmd)
             sup.stop_run(run, run.spec.grace_s)
-        elif kind == "requeue":  # as at this agent's own stop (Supervisor.stop_all)
+        elif kind == "requeue":  # as at this agent's own stop (Supervisor.stop_all); forced: as its hurry
             run.stop_as(Stopping.REQUEUE, cmd)
-            sup.stop_run(run, min(run.spec.grace_s, STOP_S))
+            sup.stop_run(run, 0.0 if cmd.get("mode") == "forced" else min(run.spec.grace_s, STOP_S),
+                         signal.SIGKILL if cmd.get("mode") == "forced" else signal.SIGTERM)
         elif cmd.get("mode") == "forced":
             run.stop_as(Stopping.PREEMPT, cmd)
             sup.stop_run(run, 0, signal.SIGKILL)

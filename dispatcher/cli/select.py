@@ -150,12 +150,14 @@ def act_each(ctx, kind: str, jobs: list[dict], local, say=lambda outcome, job: s
 
 
 def _order(kind: str, jobs: list[dict]) -> list[int]:
-    """The order act_each acts in: as given; a cancel newest first, so that a job waiting for another it
-    names (`--after-any`: a job waits only for older ones) is cancelled before the end of the one it waits
-    for could start it (`cancel 7 8` started job 8, a clean-up step of 7, as 7 was cancelled)."""
+    """The order act_each acts in: as given; a cancel the pending jobs first, then the others, each newest
+    first. Nothing a cancel frees may start a job the same command cancels: a job waits only for older ones
+    (`cancel 7 8` started job 8, a clean-up step of 7, as 7 was cancelled), and a running job's GPUs may go
+    to a pending one (`cancel 109 106`, 106 preempted for 109, started 106 again)."""
     if kind != "cancel":
         return list(range(len(jobs)))
-    return sorted(range(len(jobs)), key=lambda k: -int(jobs[k]["id"]) if str(jobs[k]["id"]).isdigit() else 0)
+    return sorted(range(len(jobs)), key=lambda k: (jobs[k].get("state") != "pending",
+                                                   -int(jobs[k]["id"]) if str(jobs[k]["id"]).isdigit() else 0))
 
 
 #: Past this many jobs of a list that had ended, act_each says so in one line rather than a line each.

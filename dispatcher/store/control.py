@@ -91,12 +91,12 @@ def cancel(scripts, client, ns: str, job_id: str, now_ms: int, reason: str) -> O
     return Outcome(client.transaction(attempt, job)[0])
 
 
-def requeue_active(client, ns: str, reason: str) -> list[tuple[str, int]]:
+def requeue_active(client, ns: str, reason: str, *, now: bool = False) -> list[tuple[str, int]]:
     """Ask the agent of each rank of every active job to stop it and put it back in the queue, as the
     agent's own stop does (its checkpoint signal, SIGKILL after its grace or 10 s; not a lost attempt):
     what `dispatch up` does before its embedded server stops, for the jobs of agents beside it, which
-    would otherwise lose their server, kill their jobs and count the attempt lost. Returns the (job id,
-    epoch) asked."""
+    would otherwise lose their server, kill their jobs and count the attempt lost. With `now` (a second
+    Ctrl-C), SIGKILL at once, still requeued. Returns the (job id, epoch) asked."""
     ids = [i.decode() for i in client.zrange(keys.jobs_active(ns), 0, -1)]
     fields = ("state", "node", "epoch", "gang")
     read = client.pipeline(transaction=False)
@@ -108,7 +108,8 @@ def requeue_active(client, ns: str, reason: str) -> list[tuple[str, int]]:
         if v is None or v["state"] not in ACTIVE_STATES or not v["node"] or v["epoch"] is None:
             continue
         for node in dict.fromkeys([v["node"], *(r.partition(":")[0] for r in (v["gang"] or "").split(";") if r)]):
-            send(pipe, ns, node, {"type": "requeue", "job": job_id, "epoch": v["epoch"], "reason": reason})
+            send(pipe, ns, node, {"type": "requeue", "job": job_id, "epoch": v["epoch"], "reason": reason,
+                                  "mode": "forced" if now else "graceful"})
         asked.append((job_id, v["epoch"]))
     pipe.execute()
     return asked

@@ -16,8 +16,8 @@ log = logging.getLogger("dispatch.up")
 
 #: What the requeued jobs' records say ("...; requeued").
 REASON = "dispatch up stopped (its server with it)"
-#: How long `up` waits for them: the agents' 10 s grace at most, and a margin.
-WAIT_S = 15.0
+#: How long `up` waits for them: the agents' 10 s grace at most, and a margin; once hurried, at most HURRY_S.
+WAIT_S, HURRY_S = 15.0, 3.0
 
 
 def requeue_beside(url: str, ns: str):
@@ -35,24 +35,28 @@ def requeue_beside(url: str, ns: str):
 
 
 def wait_requeued(asked, ns: str, more, timeout_s: float = WAIT_S) -> None:
-    """Until every job asked has left its attempt (requeued, or ended meanwhile), `timeout_s` passed (an
-    agent that is gone), or more() says a second Ctrl-C hurries the stop."""
-    from ..store import job_record
+    """Until every job asked has left its attempt (requeued, or ended meanwhile), or `timeout_s` passed (an
+    agent that is gone). Once more() says a second Ctrl-C hurries the stop, the jobs still running are asked
+    again, to be killed at once (still requeued), and waited for HURRY_S at most."""
+    from ..store import control, job_record
 
     if not asked:
         return
     client, jobs = asked
-    deadline = time.monotonic() + timeout_s
-    while jobs and time.monotonic() < deadline and not more():
+    deadline, hurried = time.monotonic() + timeout_s, False
+    while jobs and time.monotonic() < deadline:
         try:
             pipe = client.pipeline(transaction=False)
             for job_id, _ in jobs:
                 job_record.queue_fields(pipe, ns, job_id, ("state", "epoch"))
             now = [job_record.values(("state", "epoch"), r) for r in pipe.execute()]
+            jobs = [(j, e) for (j, e), v in zip(jobs, now) if v["epoch"] == e and v["state"] in ("running", "preempting")]
+            if jobs and more() and not hurried:
+                hurried, deadline = True, min(deadline, time.monotonic() + HURRY_S)
+                control.requeue_active(client, ns, REASON, now=True)
         except Exception as e:
             log.warning("could not see the node agents' jobs requeued: %s", e)
             return
-        jobs = [(j, e) for (j, e), v in zip(jobs, now) if v["epoch"] == e and v["state"] in ("running", "preempting")]
         time.sleep(0.1)
     if jobs:
         log.warning("%d jobs of other node agents were still running as the server stopped (%s): their agents "

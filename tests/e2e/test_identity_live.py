@@ -120,3 +120,20 @@ def test_a_job_and_its_clean_up_step_cancelled_together_never_start_the_step(cli
         assert p.stdout.splitlines() == [f"{parent}: cancelled", f"{step}: cancelled"], p.stdout  # (as given)
         job = cli.wait_for(lambda: cli.show(step)["state"] == "cancelled" and cli.show(step), what="the cancel")
         assert not job["started_at"] and not ran.exists() and job["reason"] == "cancelled by alice", job
+
+
+def test_a_running_job_cancelled_with_pending_ones_never_gives_them_its_gpus(cli, lab, tmp_path):
+    alice = as_user(lab, "alice")
+    ran = tmp_path / "ran"
+    waiting = cli.run("submit", "--hold", "--gpus", "2", "--", "touch", str(ran), **alice).stdout.strip()
+    held = [cli.run("submit", "--hold", "--", "true", **alice).stdout.strip() for _ in range(3)]
+    running = cli.run("submit", "--gpus", "2", "--", "sleep", "60", **alice).stdout.strip()
+    cli.wait_for(lambda: cli.show(running)["state"] == "running", what="the running job")
+    cli.run("release", waiting, **alice)  # the oldest, pending behind it for the node's 2 GPUs
+    # (newest first, the running job's cancel came 4 signed requests before the waiting job's: it was placed)
+    p = cli.run("cancel", waiting, *held, running, **alice)
+    assert p.stdout.splitlines() == [f"{waiting}: cancelled", *(f"{h}: cancelled" for h in held),
+                                     f"{running}: cancel sent to its node"], p.stdout
+    job = cli.wait_for(lambda: cli.show(waiting)["state"] == "cancelled" and cli.show(waiting), what="the cancel")
+    assert not job["started_at"] and not job["attempts"] and not ran.exists(), job
+    cli.wait_for(lambda: cli.show(running)["state"] == "cancelled", what="the running job's end")

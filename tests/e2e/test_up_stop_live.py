@@ -17,7 +17,7 @@ import pytest
 
 from dispatcher.core import errors
 
-from .test_up_live import DISPATCH, UP, UpHarness, _env, _one_line, ups  # noqa: F401 (ups: the fixture)
+from .test_up_live import DISPATCH, UP, UpHarness, _env, _one_line, pid_alive, ups  # noqa: F401 (ups: the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -169,3 +169,32 @@ def test_dispatch_down_requeues_the_jobs_of_an_agent_beside_up_with_their_checkp
         shown = json.loads(ups.run("show", j, "--json").stdout)
         assert shown["lost"] == 0 and [a["outcome"] for a in shown["attempts"]] == ["requeued"], shown
         assert shown["attempts"][0]["reason"] == "dispatch up stopped (its server with it); requeued", shown
+
+
+def test_dispatch_down_now_kills_the_jobs_of_an_agent_beside_up_at_once_still_requeued(ups):
+    up = ups.start("up1")
+    ups.wait_running(up)
+    log = open(ups.home / "beside.log", "wb")
+    beside = subprocess.Popen(DISPATCH + ["worker", "--node", "gpu-08", "--fake-gpus", "2xA100-40GB", "--secret-file",
+                                          str(ups.home / "secret"), "--allow-root-jobs"],
+                              env=_env(ups.home), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    ups.procs.append(beside)
+    ups.wait_for(lambda: "gpu-08" in ups.run("nodes").stdout, what="the agent beside up")
+    stubborn = f'trap "" TERM; echo "start $DISPATCH_JOB_ID $$" >> {ups.runs_file}; while true; do sleep 0.2; done'
+    job = ups.run("submit", "--gpus", "2", "--grace", "60s", "--", "sh", "-c", stubborn).stdout.strip()
+    other = ups.run("submit", "--gpus", "2", "--grace", "60s", "--", "sh", "-c", stubborn).stdout.strip()
+    ups.wait_for(lambda: ups.counts()[("start", job)] and ups.counts()[("start", other)], what="both jobs to start")
+    pids = [int(line.split()[2]) for line in ups.runs_file.read_text().splitlines()]
+
+    t0 = time.monotonic()
+    assert ups.run("down", "--now").returncode == 0 and up.wait(10) == 0
+    took = time.monotonic() - t0
+    assert took < 8, took  # (not the 10 s a stop gives a job that ignores its TERM)
+    text = (ups.home / "up1.log").read_text()
+    assert "still running as the server stopped" not in text, text  # (it named jobs already requeued)
+    assert not [p for p in pids if pid_alive(p)], "a job of the agent beside up outlived `down --now`"
+    up2 = ups.start("up2")
+    ups.wait_running(up2)
+    for j in (job, other):
+        shown = json.loads(ups.run("show", j, "--json").stdout)
+        assert shown["lost"] == 0 and [a["outcome"] for a in shown["attempts"]] == ["requeued"], shown
