@@ -148,7 +148,7 @@ def _from_lines(from_file, defaults: dict, build) -> list:
             if not line.strip():
                 continue
             try:
-                request = json.loads(line)
+                request = json.loads(line, parse_constant=_not_json)
                 specs += request_jobs({**defaults, **request} if isinstance(request, dict) else request,
                                       build, str(n))
                 lines += [n] * (len(specs) - len(lines))
@@ -163,6 +163,11 @@ def _from_lines(from_file, defaults: dict, build) -> list:
         raise InvalidRequestError(f"--from {from_file.name}: no jobs in it; give one JSON object a line, e.g. "
                                   '{"command": ["python", "train.py"], "gpus": 1}', field="--from")
     return specs, lines
+
+
+def _not_json(word: str):
+    """NaN and Infinity, which Python's json takes and JSON has not."""
+    raise json.JSONDecodeError(f"{word} is no JSON number", word, 0)
 
 
 def _with_line(message: str, name: str, specs: list, lines: list[int]) -> str:

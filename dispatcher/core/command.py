@@ -4,6 +4,7 @@ Python API). Pure."""
 from __future__ import annotations
 
 import json
+import math
 
 from .errors import InvalidRequestError
 from .fields import utf8
@@ -37,7 +38,7 @@ def checked_command(command) -> tuple[str, ...]:
 def _argument(a) -> str:
     """A command's argument that is not text: a number or a path as its text; anything else (a JSON
     object, list, null or true in a --from line) is refused, not run as Python's repr of it."""
-    if isinstance(a, (int, float)) and not isinstance(a, bool):
+    if isinstance(a, int) and not isinstance(a, bool) or isinstance(a, float) and math.isfinite(a):
         return str(a)
     if hasattr(a, "__fspath__"):
         return str(a.__fspath__())

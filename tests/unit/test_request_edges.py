@@ -96,7 +96,8 @@ def test_an_empty_argument_after_the_program_is_still_an_argument():
     assert request({"command": ["echo", ""]}).command == ("echo", "")
 
 
-@pytest.mark.parametrize("arg, shown", [({"a": 1}, '{"a": 1}'), (None, "null"), (True, "true"), ([1], "[1]")])
+@pytest.mark.parametrize("arg, shown", [({"a": 1}, '{"a": 1}'), (None, "null"), (True, "true"), ([1], "[1]"),
+                                       (float("inf"), "Infinity"), (float("nan"), "NaN")])  # (1.5e400: inf)
 def test_a_command_argument_that_is_no_text_is_refused_not_run_as_pythons_repr(arg, shown):
     with pytest.raises(InvalidRequestError) as e:  # (a --from line's ["echo", {"a": 1}, null] ran `echo {'a': 1} None`)
         spec_from_request({"command": ["echo", arg]}, user="u", submit_ms=0, cwd="/")
