@@ -78,11 +78,18 @@ def _place_nodes(c, spec: JobSpec, terms: dict[str, float], why: str) -> bool:
                   if node.resv is not None and node.resv.job_id != spec.id and set(gpus) & set(node.resv.gpus)]
     left = best[0][0]
     terms["fit"] = 100.0 * (1 - left / max(1, sum(len(node.view.gpus) for node, _ in picks)))
-    text = f"{why}; a gang on {n} nodes, {g} GPUs each, best fit ({left} GPUs left free on them)"
+    text = f"{why}; a gang on {n} nodes ({_names(node for node, _ in picks)}), {g} GPUs each, best fit ({left} GPUs " \
+        "left free on them)"
     if backfilled:
         text += f"; backfilled: its estimate ends before job {backfilled[0]}'s reservation"
     _start(c, spec, picks, terms, text)
     return True
+
+
+def _names(nodes) -> str:
+    """A gang's nodes in its reason, rank 0's first: 'n2+n3' (the first 4, then '+N more')."""
+    names = [node.view.name for node in nodes]
+    return "+".join(names[:4]) + (f"+{len(names) - 4} more" if len(names) > 4 else "")
 
 
 def _wait_nodes(c, spec: JobSpec, piece: JobSpec, terms: dict[str, float], ready: int) -> None:
@@ -144,7 +151,7 @@ def _place_whole(c, spec: JobSpec, terms: dict[str, float], why: str) -> bool:
     terms["fit"] = 100.0
     nodes = chosen[done]
     _start(c, spec, [(node, tuple(sorted(node.free))) for node in nodes], terms,
-           f"{why}; a gang on {len(nodes)} whole nodes")
+           f"{why}; a gang on {len(nodes)} whole nodes ({_names(nodes)})")
     return True
 
 

@@ -35,7 +35,7 @@ def mixed_cluster():
 def test_a_gang_of_one_type_takes_nodes_of_one_family_best_fit_ranks_in_name_order():
     plan = plan_of([gang("g", 2, 4)], mixed_cluster())
     assert pieces(plan, "g") == [("a1", (4, 5, 6, 7)), ("a2", (0, 1, 2, 3))]  # only the A100s have two such nodes
-    assert "a gang on 2 nodes, 4 GPUs each, best fit (4 GPUs left free on them)" in plan.placements[0].reason
+    assert "a gang on 2 nodes (a1+a2), 4 GPUs each, best fit (4 GPUs left free on them)" in plan.placements[0].reason
 
 
 def test_a_gang_that_may_mix_types_takes_the_tightest_nodes_of_any_family():
@@ -129,7 +129,7 @@ def test_an_auto_gang_takes_whole_nodes_in_name_order_as_the_simulator_always_di
     nodes[1] = nodes[1].held(0)
     plan = plan_of([make_job("big").gpus(16)], nodes)
     assert pieces(plan, "big") == [("n1", tuple(range(8))), ("n3", tuple(range(8)))]
-    assert plan.placements[0].reason.endswith("a gang on 2 whole nodes")
+    assert plan.placements[0].reason.endswith("a gang on 2 whole nodes (n1+n3)")  # (rank 0's node first)
 
 
 def test_an_auto_gang_keeps_to_one_family_unless_it_may_mix():
