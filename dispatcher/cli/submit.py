@@ -264,8 +264,9 @@ def warn_if_past_a_team_limit(ctx, specs, ids) -> None:
         return
     for k, spec in enumerate(specs):
         limits = [q.limit_gpus for c in profiles for q in [c.teams.get(spec.team)] if q and q.limit_gpus is not None]
-        if spec.team and len(limits) == len(profiles) and smallest(spec).gpus > max(limits):
-            click.echo(f"dispatch: warning: job {ids[k]} asks {smallest(spec).gpus} GPUs; team {spec.team} may hold "
+        least = smallest(spec).gpus
+        if spec.team and len(limits) == len(profiles) and least > max(limits):
+            click.echo(f"dispatch: warning: job {ids[k]} asks {least} GPUs; team {spec.team} may hold "
                        f"{max(limits)} at most (the policy's limit_gpus): it waits until the limit is raised",
                        err=True)
             return

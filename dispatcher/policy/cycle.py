@@ -337,10 +337,10 @@ class Cycle:
         v = self.victims.protected(spec, resv.node, resv.gpus, self.now, self.attained(spec))
         if v is None:
             return ""
-        why = "its minimum run time" if v.started_ms + self.config.min_run_s * 1000 >= free_from(v, self.config) \
+        until = free_from(v, self.config)
+        why = "its minimum run time" if v.started_ms + self.config.min_run_s * 1000 >= until \
             else "its cooldown after a preemption"
-        return (f"; may preempt job {v.spec.id} there {within(max(0, free_from(v, self.config) - self.now) / 1000)}, "
-                f"at the end of {why}")
+        return f"; may preempt job {v.spec.id} there {within(max(0, until - self.now) / 1000)}, at the end of {why}"
 
     def preempt_for(self, spec: JobSpec) -> list[Preemption] | None:
         """Choose victims for blocked `spec` on the node where they cost least; reserve what they free.

@@ -142,6 +142,14 @@ def shared_gpus(running: list[RunningJob]) -> dict[int, list[RunningJob]]:
     return out
 
 
+def coming_back(running: list[RunningJob], shared: dict[int, list[RunningJob]] | None = None) -> set[int]:
+    """The GPUs of `running` (one node's) already on their way back: those of jobs stopping, and a shared
+    GPU once all its sharers are (`shared`: shared_gpus(running), where the caller has it)."""
+    shared = shared_gpus(running) if shared is None else shared
+    return {g for r in running if r.stopping and not r.spec.share for g in r.gpus} | \
+        {g for g, group in shared.items() if all(r.stopping for r in group)}
+
+
 def past_starvation(spec: JobSpec, now_ms: int, config: PolicyConfig) -> bool:
     bound = config.starvation_s.get(spec.priority)
     return bound is not None and (now_ms - spec.submit_ms) / 1000.0 > bound
@@ -196,15 +204,15 @@ def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: lis
     placed on this cycle (their sharers free nothing).
     """
     stopping = [r for r in running if r.stopping]
-    coming = {g for r in stopping if not r.spec.share for g in r.gpus} | \
-        {g for g, group in shared_gpus(running).items() if all(r.stopping for r in group)}
-    have = set(free_usable) | {g for g in coming if fit.gpu_usable(p, node, g)}
+    shared = shared_gpus(running)
+    have = set(free_usable) | {g for g in coming_back(running, shared) if fit.gpu_usable(p, node, g)}
     cpus = free_cpus + sum(r.spec.cpus for r in stopping)
     mem = free_mem_gb + sum(r.spec.mem_gb for r in stopping)
     if _enough(p, have, cpus, mem):
         return (), []  # the room is already coming back: nothing more to stop
 
-    options = _options(p, node, running, cpus, now_ms, config, reclaimable, p_attained_gpu_s, fit, gangs, pinned)
+    options = _options(p, node, running, shared, cpus, now_ms, config, reclaimable, p_attained_gpu_s, fit, gangs,
+                       pinned)
     got = _pick(p, options, have, cpus, mem)
     if got is None:
         return None
@@ -217,10 +225,11 @@ def choose_victims(p: JobSpec, node, running: list[RunningJob], free_usable: lis
     return cost, preemptions
 
 
-def _options(p: JobSpec, node, running: list[RunningJob], cpus: int, now_ms: int, config: PolicyConfig,
-             reclaimable, p_attained_gpu_s: float, fit: GpuMemo, gangs, pinned=frozenset()) -> list[_Option]:
-    """Every way of preempting one running job for `p` (a shrink where one may do: never a gang's),
-    cheapest first."""
+def _options(p: JobSpec, node, running: list[RunningJob], shared: dict[int, list[RunningJob]], cpus: int,
+             now_ms: int, config: PolicyConfig, reclaimable, p_attained_gpu_s: float, fit: GpuMemo, gangs,
+             pinned=frozenset()) -> list[_Option]:
+    """Every way of preempting one running job for `p` (a shrink where one may do: never a gang's), and
+    all the sharers of a GPU (`shared`: shared_gpus(running)), cheapest first."""
     options = []
     for r in running:
         mode = victim_mode(p, r, now_ms, config, reclaimable(r), p_attained_gpu_s)
@@ -234,7 +243,7 @@ def _options(p: JobSpec, node, running: list[RunningJob], cpus: int, now_ms: int
             spare = min(len(r.gpus) - r.spec.min_gpus, len(usable_gpus))
             options.append(_Option(r, "shrink", usable_gpus[-spare:], lost, holds))
         options.append(_Option(r, mode, usable_gpus, lost, holds))
-    for g, group in shared_gpus(running).items():  # the sharers of a GPU: all of them, or none
+    for g, group in shared.items():  # the sharers of a GPU: all of them, or none
         group = [r for r in group if not r.stopping]
         modes = [victim_mode(p, r, now_ms, config, reclaimable(r), p_attained_gpu_s, shared=True) for r in group]
         if group and None not in modes and g not in pinned and fit.gpu_usable(p, node, g):
@@ -269,7 +278,8 @@ def _pick(p: JobSpec, options: list[_Option], have: set, cpus: int, mem: float):
             o = _Option(o.job, "shrink", release, o.lost_gpu_s, o.standing)
         chosen.append(o)
         have |= set(release)
-        cpus, mem = cpus + o.room()[0], mem + o.room()[1]
+        back_cpus, back_mem = o.room()
+        cpus, mem = cpus + back_cpus, mem + back_mem
     if not _enough(p, have, cpus, mem):
         return None
     return chosen, have, cpus, mem
@@ -279,7 +289,8 @@ def _drop_unneeded(p: JobSpec, chosen: list[_Option], have: set, cpus: int, mem:
     """Drop victims that turned out unnecessary, most expensive first; returns (chosen, have)."""
     for o in sorted(chosen, key=_Option.cost, reverse=True):
         rest_have = have - set(o.release)
-        rest_cpus, rest_mem = cpus - o.room()[0], mem - o.room()[1]
+        back_cpus, back_mem = o.room()
+        rest_cpus, rest_mem = cpus - back_cpus, mem - back_mem
         if _enough(p, rest_have, rest_cpus, rest_mem):
             chosen.remove(o)
             have, cpus, mem = rest_have, rest_cpus, rest_mem

@@ -10,7 +10,8 @@ from itertools import accumulate
 from ..core.model import JobSpec
 from ..core.plan import Preemption, RunningJob
 from .config import PolicyConfig
-from .preemption import choose_victims, free_from, preemptible_below, shared_gpus, standing, victim_mode
+from .preemption import (choose_victims, coming_back, free_from, preemptible_below, shared_gpus, standing,
+                         victim_mode)
 
 
 def gang_ids(running_on: dict[str, list[RunningJob]]) -> frozenset[str]:
@@ -132,13 +133,9 @@ class VictimSearch:
         self._tables.pop(node, None)
         by_id = {p.job_id for p in victims}
         on_node = self.running_on[node]
-
-        def coming() -> set[int]:  # (a shared GPU once its last sharer stops)
-            return {g for r in on_node if r.stopping and not r.spec.share for g in r.gpus} | \
-                {g for g, group in shared_gpus(on_node).items() if all(r.stopping for r in group)}
-        already = coming()
+        already = coming_back(on_node)
         for i, r in enumerate(on_node):
             if r.spec.id in by_id:
                 on_node[i] = replace(r, stopping=True)
-        now = coming()
+        now = coming_back(on_node)  # (a shared GPU once its last sharer stops)
         return [*already, *(g for p in victims for g in p.gpus if p.keep_gpus or g in now)]
