@@ -134,6 +134,7 @@ class Backlog:
         self._starve: dict[str, list] = defaultdict(list)  # class -> heap of (submit_ms, id key, id)
         self.shapes: dict[tuple, set[str]] = defaultdict(set)  # shape -> ids
         self.team_gpus: Counter = Counter()
+        self.team_requests: Counter = Counter()  # (team, GPU types, GPU memory) -> pending jobs
         self.by_class: Counter = Counter()  # class -> pending jobs
         # what the operators' views show of the queue (scheduler/summary.py), kept as jobs come and go
         self.gpus_by_class: Counter = Counter()
@@ -204,6 +205,10 @@ class Backlog:
 
     def _count(self, spec: JobSpec, n: int) -> None:
         self.team_gpus[spec.team] += n * spec.gpus
+        request = (spec.team, spec.gpu_types, spec.gpu_mem_gb)
+        self.team_requests[request] += n
+        if not self.team_requests[request]:
+            del self.team_requests[request]
         self.by_class[spec.priority] += n
         self.gpus_by_class[spec.priority] += n * spec.gpus
         self.by_user[(spec.user, spec.team)] += n

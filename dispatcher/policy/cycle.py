@@ -50,6 +50,8 @@ class Cycle:
         self.running_on: dict[str, list[RunningJob]] = defaultdict(list)
         self.usage: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         self.teams = Teams(config)
+        if config.teams:
+            self.teams.gpu_kinds = tuple({(g.name, g.mem_total_gb): g for v in self.views for g in v.gpus}.values())
         self.min_running_rank = 99
         for r in snapshot.running:
             self.running_on[r.node].append(r)

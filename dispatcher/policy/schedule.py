@@ -81,7 +81,7 @@ def place_arrivals(c: Cycle, jobs, now_ms: int) -> Plan:
     never = NeverFit(c.views, c.config.gang_across_nodes, c.fit, c.drained)
     for p in sorted(jobs, key=lambda p: (-weighted(c.static(p.spec), c.w), p.spec.submit_ms, id_key(p.spec.id))):
         spec = p.spec
-        c.teams.demand[spec.team] += spec.gpus
+        c.teams.waiting(spec)
         if never.check(smallest(spec)):
             c.verdicts.append(Verdict(spec.id, *never.verdict(spec)))
             continue
@@ -103,6 +103,8 @@ def _walk(c: Cycle, backlog: Backlog, order) -> None:
     """One cycle's order: jobs that never fit set aside, the oldest starving jobs, with
     reserve_longest_wait the longest overdue, then the rest by Dominant Resource Fairness."""
     c.teams.demand.update(backlog.team_gpus)
+    for team, types, mem_gb in backlog.team_requests if c.config.teams else ():
+        c.teams.wants[team].add((types, mem_gb))
     excluded, n_never = _set_aside(c, backlog)
     _starving_first(c, backlog, order, excluded)
     if c.config.reserve_longest_wait is not None and c.config.reservations:

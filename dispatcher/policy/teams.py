@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from ..core.gpuspec import gpu_fits
 from ..core.model import JobSpec, priority_rank
 from ..core.plan import Code
 from .config import PolicyConfig
@@ -31,6 +32,12 @@ class Teams:
     #: ones): job id -> (team, GPUs); a team's GPUs on their way, which its guarantee counts as held
     coming: dict[str, tuple[str, int]] = field(default_factory=dict)
     coming_to: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # team -> GPUs coming
+    #: team -> the (GPU types, GPU memory) its waiting jobs ask for; and one GpuInfo of each (name, memory) of
+    #: GPU the cycle's nodes have: a guarantee holds GPUs back only from jobs that could take a kind its team
+    #: could use
+    wants: dict[str, set] = field(default_factory=lambda: defaultdict(set))
+    gpu_kinds: tuple = ()
+    _overlap: dict = field(default_factory=dict)
 
     def running(self, spec: JobSpec, gpus: int) -> None:
         """Count a job already running (holding `gpus` GPUs)."""
@@ -90,13 +97,32 @@ class Teams:
             return Code.OVER_LIMIT, (f"team {team} holds {self.used[team]} of its limit of {q.limit_gpus} GPUs; "
                                      f"this job needs {g} more")
         if g and self.used[team] + g > self.guarantee(team):
-            owed = {t: self.owed(t) for t in self.config.teams if t != team and self.owed(t)}
+            owed = {t: self.owed(t) for t in self.config.teams if t != team and self.owed(t) and self.competes(spec, t)}
             if owed and free_gpus - g < sum(owed.values()):
                 who = ", ".join(f"{t} needs {n}" for t, n in sorted(owed.items()))
                 return Code.HELD_FOR_TEAM, (f"team {team or '(none)'} would go past its guarantee of "
                                             f"{self.guarantee(team)} GPUs; the {free_gpus} free GPUs are held for "
                                             f"teams below their guarantee ({who})")
         return None
+
+    def competes(self, spec: JobSpec, team: str) -> bool:
+        """Could `spec` take a kind of GPU that some waiting job of `team` could use (any, if the cycle's
+        nodes are not known)?"""
+        key = (spec.gpu_types, spec.gpu_mem_gb, team)
+        got = self._overlap.get(key)
+        if got is None:
+            wants = self.wants.get(team)
+            got = self._overlap[key] = not wants or not self.gpu_kinds or any(
+                gpu_fits(spec.gpu_types, spec.gpu_mem_gb, g) and any(gpu_fits(t, m, g) for t, m in wants)
+                for g in self.gpu_kinds)
+        return got
+
+    def waiting(self, spec: JobSpec) -> None:
+        """`spec` waits: its GPUs count in its team's demand, its request among its team's wants."""
+        self.demand[spec.team] += spec.gpus
+        if spec.team in self.config.teams and (spec.gpu_types, spec.gpu_mem_gb) not in self.wants[spec.team]:
+            self.wants[spec.team].add((spec.gpu_types, spec.gpu_mem_gb))
+            self._overlap.clear()
 
     def take(self, spec: JobSpec) -> None:
         team, gpus = self.coming.pop(spec.id, (None, 0))

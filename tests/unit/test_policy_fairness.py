@@ -161,6 +161,29 @@ def test_a_team_below_its_guarantee_gets_free_gpus_before_others_borrow_them(a_j
         assert "a needs" in v.reason, f"reason {v.reason!r} does not say which team the GPUs are held for"
 
 
+@pytest.mark.parametrize("a_types, b_types, want_b", [
+    (("A100",), ("V100",), 4),  # a waits for A100s only: b's V100 jobs take every free V100
+    (("A100",), (), 2),         # b's jobs may take any GPU: as on one kind of GPU
+    ((), ("V100",), 2),         # a's jobs may take any GPU: so may b's V100 jobs
+    (("V100",), ("V100",), 2),  # the same type: as on one kind of GPU
+], ids=["gpus_the_team_cannot_use_are_not_held_for_it", "a_job_of_any_type_is_held",
+        "a_team_that_takes_any_type_holds_any", "the_same_type_is_held"])
+def test_a_guarantee_holds_gpus_only_from_jobs_that_could_take_the_teams_types(a_types, b_types, want_b):
+    # n1's 2 A100s are busy with team c's jobs, n2's 4 V100s free. Team a is owed 2 GPUs and waits with 2 jobs;
+    # b's 4 jobs rank first
+    config = PolicyConfig(teams={"a": TeamQuota(guarantee_gpus=2), "b": TeamQuota(guarantee_gpus=0)})
+    nodes = [make_node("n1").gpus(2, "A100").held(0, 1), make_node("n2").gpus(4, "V100", 16.0)]
+    running = [team_job(f"c{i}", "c", "cat").gpus(1, "A100").running_on("n1", i) for i in (0, 1)]
+    b = [team_job(f"b{i}", "b", "bob").gpus(1, *b_types).priority("high").waited(600 - i) for i in range(1, 5)]
+    a = [team_job(f"a{i}", "a", "ann").gpus(1, *a_types) for i in (1, 2)]
+    plan = plan_of(b + a, nodes, running, config=config)
+    got = set(placed(plan))
+    assert {f"b{i}" for i in range(1, 5)} & got == {f"b{i}" for i in range(1, want_b + 1)}, \
+        f"placed {sorted(got)}, want b1-b{want_b}; verdicts {plan.verdicts}"
+    for i in range(want_b + 1, 5):
+        assert verdict_of(plan, f"b{i}").code is Code.HELD_FOR_TEAM, f"b{i}: {verdict_of(plan, f'b{i}')}"
+
+
 # --- GPU sharing -----------------------------------------------------------------------
 
 def sharing(job_id: str, mem_gb: float):
