@@ -142,6 +142,14 @@ def policy_estimate(est_s: float | None, prediction: Prediction | None, ratio: f
     return prediction.duration_s if prediction is not None else None
 
 
+def within_limit(est_s: float | None, time_limit_s: float | None) -> float | None:
+    """The run time the policy plans with, never past the job's --time (the agent stops it there: as
+    Slurm's backfill plans with the time limit); a job with a limit and no estimate plans with its limit."""
+    if time_limit_s is None:
+        return est_s
+    return time_limit_s if est_s is None else min(est_s, time_limit_s)
+
+
 def describe(prediction: dict | None, error: dict | None) -> str:
     """`dispatch show`'s line for a job's prediction (job_view's `prediction` and `prediction_error`)."""
     if not prediction:

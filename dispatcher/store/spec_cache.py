@@ -1,7 +1,8 @@
 """Job specs as the policy sees them, decoded once and kept across reads (specs are immutable; a changed
 job's is dropped and read again).
 
-The estimate the policy plans with is the job's plan_est_s (store/history.py: the user's estimate
+The estimate the policy plans with, never past the job's --time (a job with a limit and no estimate plans
+with its limit), is the job's plan_est_s (store/history.py: the user's estimate
 corrected by their history, or the prediction from earlier runs of the same command), which submit
 wrote from the history of that moment. Twins (one history: user, command with its numbers masked,
 GPU count and types; and the same estimate of their own, or none) share the newest one's: else a job
@@ -15,7 +16,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ..core.errors import MalformedRecord
-from ..core.predict import fingerprint
+from ..core.predict import fingerprint, within_limit
 from .codec import decode_spec
 from .history import plan_estimate
 
@@ -79,7 +80,8 @@ class SpecCache:
                 self.dirty.add(kind)
         elif newest is not None and mine < newest[:2]:
             est_s = newest[2]
-        return spec if est_s is None else replace(spec, est_s=est_s)
+        est_s = within_limit(spec.est_s if est_s is None else est_s, spec.time_limit_s)
+        return spec if est_s == spec.est_s else replace(spec, est_s=est_s)
 
     def take_restamped(self) -> set[str]:
         """Older twins take their kind's newest estimate where it changed since the last call; returns their
@@ -91,8 +93,9 @@ class SpecCache:
                 continue
             for twin in twins if isinstance(twins, set) else (twins,):
                 old = self.specs.get(twin)
-                if old is not None and twin != newest[1] and old.est_s != newest[2]:
-                    self.specs[twin] = replace(old, est_s=newest[2])
+                est_s = None if old is None else within_limit(newest[2], old.time_limit_s)
+                if old is not None and twin != newest[1] and old.est_s != est_s:
+                    self.specs[twin] = replace(old, est_s=est_s)
                     out.add(twin)
         self.dirty = set()
         return out

@@ -7,8 +7,9 @@ from dispatcher.store.codec import encode_spec
 from dispatcher.store.spec_cache import SpecCache
 
 
-def job(job_id: str, submit_ms: int, command=("python", "train.py"), est_s=None, user="ana"):
-    spec = build_spec(command=list(command), user=user, submit_ms=submit_ms, job_id=job_id, gpus=1, est=est_s)
+def job(job_id: str, submit_ms: int, command=("python", "train.py"), est_s=None, user="ana", time=None):
+    spec = build_spec(command=list(command), user=user, submit_ms=submit_ms, job_id=job_id, gpus=1, est=est_s,
+                      time=time)
     return job_id, encode_spec(spec, job_id)
 
 
@@ -69,3 +70,20 @@ def test_the_fingerprint_submit_wrote_in_the_record_names_the_kind_and_a_bad_one
     spec = decode_spec(job("1", 1000)[1])
     assert kind_of(spec, b"00000000000000ab") == ("00000000000000ab", None)  # as the record says: not hashed here
     assert kind_of(spec, b"not a fingerprint") == kind_of(spec) == (fingerprint(spec), None)
+
+
+def test_the_policy_plans_a_job_no_longer_than_its_time_limit_as_slurms_backfill_does():
+    cache = SpecCache()
+    assert cache.get(*job("1", 1000, time="15s")).est_s == 15.0  # no estimate: its limit
+    assert cache.get(*job("2", 1000, est_s=60.0, time="15s")).est_s == 15.0  # an estimate past it: its limit
+    assert cache.get(*job("3", 1000, est_s=10.0, time="15s")).est_s == 10.0  # an estimate within it: its own
+    assert cache.get(*job("4", 1000, command=("sleep", "1"), time="6s"), plan_est="20.0").est_s == 6.0  # predicted
+
+
+def test_a_twin_takes_the_newest_estimate_within_its_own_time_limit():
+    cache = SpecCache()
+    cache.get(*job("1", 1000, time="30s"))
+    cache.get(*job("2", 1001))
+    cache.get(*job("3", 2000), plan_est="90.0")
+    assert cache.take_restamped() == {"2"}  # 1 plans with its limit, which the newer estimate is past
+    assert (cache.specs["1"].est_s, cache.specs["2"].est_s) == (30.0, 90.0)
