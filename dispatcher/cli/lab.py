@@ -172,7 +172,7 @@ def history_rows(client, ns: str, since: str | None, sel=None, *, ran_only: bool
              and (not ids or r["id"] in ids or label(r) in ids or r["array_of"] in ids)]
     first = min((r["submitted_at"] for r in found), default=0.0)
     jobs = [TraceJob(label(r), round(r["submitted_at"] - first, 3), r["user"], r["gpus_requested"],
-                     round(max(0.001, work_s(r)), 3), tuple(r["gpu_types"]), r["priority"])
+                     round(max(0.001, work_s(r)), 3), tuple(r["gpu_types"]), r["priority"], r["team"])
             for r in found]
     names = {"job_id": "job_id", "submit_s": "submit_time_s", "gpus": "num_gpus", "gpu_types": "gpu_type"}
     rows = [{names.get(k, k): v for k, v in asdict(j).items()} | {"state": r["state"], "exit_code": r["exit_code"],

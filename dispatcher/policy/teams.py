@@ -93,6 +93,9 @@ class Teams:
             return None
         team, g = spec.team, spec.gpus
         q = self.config.teams.get(team)
+        if q and q.limit_gpus is not None and g > q.limit_gpus:
+            return Code.OVER_LIMIT, (f"needs {g} GPUs, more than team {team}'s limit of {q.limit_gpus}: it cannot "
+                                     "start until the policy raises the limit")
         if q and q.limit_gpus is not None and self.used[team] + g > q.limit_gpus:
             return Code.OVER_LIMIT, (f"team {team} holds {self.used[team]} of its limit of {q.limit_gpus} GPUs; "
                                      f"this job needs {g} more")

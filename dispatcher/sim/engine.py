@@ -101,7 +101,7 @@ class Engine:
         for t in trace:
             spec = JobSpec(id=t.job_id, command=("sim",), name=t.job_id, user=t.user or "anonymous", gpus=t.gpus,
                            gpu_types=t.gpu_types, priority=t.priority, submit_ms=int(t.submit_s * 1000),
-                           checkpointable=True, cpus=0)
+                           checkpointable=True, cpus=0, team=t.team)
             self.jobs[t.job_id] = SimJob(t, spec, t.duration_s, t.submit_s)
             self.push(t.submit_s, ARRIVE, t.job_id, 0)
         self.pending = Backlog()  # kept across cycles, as the live scheduler's mirror keeps its own

@@ -123,7 +123,7 @@ def engine_from(snapshot: Snapshot, now_s: float, work_s: dict[str, float], conf
     def admit(spec: JobSpec, since_s: float) -> SimJob:
         work = work_s[spec.id]
         trace = TraceJob(spec.id, spec.submit_ms / 1000.0, spec.user, spec.gpus, work, spec.gpu_types,
-                         spec.priority)
+                         spec.priority, spec.team)
         engine.jobs[spec.id] = SimJob(trace, spec, work, since_s)
         return engine.jobs[spec.id]
 

@@ -6,7 +6,8 @@ Trace format (one header line, then one job a line):
 
 `gpu_type` lists acceptable GPU types separated by `|` (empty: any), `priority`
 is a class name (empty: normal), `user` may be empty. `dispatch history --csv` adds the
-columns of EXTRA (how the job ended, its exit code, its team), which a replay ignores.
+columns of EXTRA (how the job ended, its exit code, its team): a replay keeps the team (the policy's team
+limits and guarantees hold there as live) and ignores the other two.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class TraceJob:
     duration_s: float
     gpu_types: tuple[str, ...] = ()
     priority: str = "normal"
+    team: str = ""
 
 
 #: The most GPUs a simulated cluster has (`--gpus`, `--nodes`), and so the most a trace's job may ask for.
@@ -64,6 +66,7 @@ def parse_trace(text: str, *, name: str = "trace") -> list[TraceJob]:
             if len(row) != len(columns):
                 raise InvalidRequestError(f"{name}:{n}: {len(row)} columns, expected {len(columns)}", field="TRACE")
             job_id, submit, user, gpus, duration, gpu_type, priority = (c.strip() for c in row[:len(HEADER)])
+            team = row[len(HEADER) + EXTRA.index("team")].strip() if len(columns) > len(HEADER) else ""
             if not job_id:
                 raise InvalidRequestError(f"{name}:{n}: job_id is empty", field="TRACE")
             if job_id in first_line:
@@ -83,7 +86,7 @@ def parse_trace(text: str, *, name: str = "trace") -> list[TraceJob]:
                                           f"{', '.join(reversed(PRIORITIES))} or leave it empty (normal)",
                                           field="TRACE")
             types = tuple(t.strip() for t in gpu_type.split("|") if t.strip())
-            jobs.append(TraceJob(job_id, submit_s, user, n_gpus, dur, types, prio))
+            jobs.append(TraceJob(job_id, submit_s, user, n_gpus, dur, types, prio, team))
     except csv.Error as e:  # a NUL byte, an unclosed quote at the end, a field past the csv module's limit
         raise InvalidRequestError(f"{name}:{rows.line_num}: not CSV: {e}", field="TRACE") from None
     return sorted(jobs, key=lambda j: (j.submit_s, j.job_id))

@@ -298,3 +298,20 @@ def test_a_week_named_twice_or_an_empty_name_is_refused_as_compare_refuses_them(
     # the suite ran the week once, silently
     code, printed, err = dispatch(monkeypatch, capsys, "simulate", "--suite", "--workloads", weeks)
     assert code == 2 and printed == "" and "--workloads" in err and "twice" in err, err
+
+
+def test_a_replay_keeps_the_team_column_so_team_limits_hold_as_they_do_live(tmp_path, monkeypatch, capsys):
+    # `dispatch history --csv` writes each job's team; the replay dropped it, so a team's limit_gpus held nothing
+    trace = tmp_path / "teams.csv"
+    trace.write_text(f"{H},state,exit_code,team\na,0,u1,2,100,,,succeeded,0,vision\nb,0,u1,2,100,,,succeeded,0,vision\n"
+                     "c,0,u2,2,100,,,succeeded,0,nlp\n")
+    results = {}
+    for limit in (2, 1):
+        policy = tmp_path / f"limit{limit}.toml"
+        policy.write_text(f"[teams.vision]\nlimit_gpus = {limit}\n")
+        code, printed, err = dispatch(monkeypatch, capsys, "simulate", trace, "--gpus", 8, "--policy", policy,
+                                      "--est-error", "none", "--json")
+        assert code == 0, err
+        results[limit] = json.loads(printed)["policies"][str(policy)]
+    assert results[2]["finished"] == 3 and results[2]["makespan_s"] == 200.0, results[2]  # b waits for a
+    assert results[1]["finished"] == 1, results[1]  # vision's 2-GPU jobs never fit under a limit of 1

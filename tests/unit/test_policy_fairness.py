@@ -138,6 +138,14 @@ def test_a_team_at_its_gpu_limit_waits_while_another_team_starts(limit, want_gpu
         assert not plan.reservations, f"a job over its team limit got a reservation: {plan.reservations}"
 
 
+def test_a_job_larger_than_its_teams_limit_is_told_it_cannot_start_until_the_limit_is_raised():
+    config = PolicyConfig(teams={"vision": TeamQuota(guarantee_gpus=0, limit_gpus=2)})
+    plan = plan_of([team_job("big", "vision", "vic").gpus(3)], [make_node("n1").gpus(8)], config=config)
+    v = verdict_of(plan, "big")
+    assert v.code is Code.OVER_LIMIT and "more than team vision's limit of 2" in v.reason \
+        and "until the policy raises the limit" in v.reason, v.reason
+
+
 @pytest.mark.parametrize("a_jobs, want_b", [
     (2, 2),     # a is owed 2 of the 4 free GPUs: b gets the other 2
     (1, 3),     # a has only 1 job waiting: it is owed 1
