@@ -141,6 +141,20 @@ def _perturbed(rng, knobs: dict) -> dict:
             "reserve_longest_wait": rng.choice(LONGEST_WAIT) if rng.random() < 0.2 else knobs["reserve_longest_wait"]}
 
 
+def _for_classes(knobs: dict, current: PolicyConfig, present: set[str]) -> dict:
+    """`knobs` with starvation bounds only for the classes the replay has jobs of (nothing there tells a
+    bound of another class; theirs stay as in force), each kept in the classes' order: a class never
+    starves later than a less urgent one (low work ahead of every class sooner than normal work)."""
+    bounds = {c: current.starvation_s.get(c, math.inf) for c in STARVATION}  # (most urgent first)
+    order = list(STARVATION)
+    for i, c in enumerate(order):
+        if c in present:
+            lo = max((bounds[d] for d in order[:i]), default=0.0)
+            hi = min((bounds[d] for d in order[i + 1:] if d not in present), default=math.inf)
+            bounds[c] = min(max(knobs["starvation_s"][c], lo), hi)
+    return {**knobs, "starvation_s": {c: bounds[c] for c in order if c in present}}
+
+
 def _mean(pairs) -> float:
     """The mean of (value, weight) pairs; 0 for no weight."""
     pairs = [(v, n) for v, n in pairs if n]
@@ -238,6 +252,7 @@ def tune(workloads: list[Workload], nodes, current: PolicySet, *, budget: int, r
     base.score, _ = objective(base.figures, base.figures, targets, easy)
     trials: list[Trial] = []
     seen = {repr(searched(current.profiles[current.default_profile]))}
+    present = {j.priority for w in workloads for j in w.trace}
 
     def best():
         ok = [t for t in trials if t.score is not None]
@@ -246,6 +261,8 @@ def tune(workloads: list[Workload], nodes, current: PolicySet, *, budget: int, r
     for label, knobs in _proposals(rng, budget, best):
         if len(trials) >= budget:
             break
+        if "starvation_s" in knobs:
+            knobs = _for_classes(knobs, current.profiles[current.default_profile], present)
         pset = with_knobs(current, knobs)
         key = repr(searched(pset.profiles[pset.default_profile]))
         if key in seen:

@@ -66,6 +66,10 @@ def test_tune_beats_a_fifo_like_policy_and_simulate_confirms_the_gain(punishing,
                     "--out", str(out), "--json")
     tuned = parse_policy(out.read_text())
     assert tuned.profiles["default"].teams == parse_policy(FIFO_LIKE).profiles["default"].teams
+    # every job of the trace is normal: nothing there tells the other classes' starvation bounds
+    was, got = parse_policy(FIFO_LIKE).profiles["default"].starvation_s, tuned.profiles["default"].starvation_s
+    assert {c: got[c] for c in ("critical", "high", "low")} == {c: was[c] for c in ("critical", "high", "low")}, got
+    assert got["high"] <= got["normal"] <= got["low"], got
     now, then = report["current"]["avg_jct_s"], report["candidate"]["avg_jct_s"]
     assert then < now * 0.8, (now, then)  # short jobs no longer wait for long ones: well over 20%
     assert report["wall_s"] < 30, report["wall_s"]
