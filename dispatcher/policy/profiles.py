@@ -54,6 +54,16 @@ class ScheduleEntry:
     to_min: int
     days: frozenset[int] = frozenset(range(7))
 
+    def spans(self) -> list[tuple[int, int]]:
+        """The window as [start, end) minutes of the week (Monday 00:00 is 0); a wrap ends on the next day."""
+        out = []
+        for d in self.days:
+            if self.from_min < self.to_min:
+                out.append((d * 1440 + self.from_min, d * 1440 + self.to_min))
+            elif self.from_min > self.to_min:
+                out += [(d * 1440 + self.from_min, (d + 1) * 1440), ((d + 1) % 7 * 1440, (d + 1) % 7 * 1440 + self.to_min)]
+        return out
+
     def matches(self, weekday: int, minute: int) -> bool:
         if self.from_min <= self.to_min:
             return weekday in self.days and self.from_min <= minute < self.to_min
@@ -283,9 +293,26 @@ def parse_policy(text: str) -> PolicySet:
         days = e.get("days", list(DAYS))
         if not isinstance(days, list) or any(str(d).lower()[:3] not in DAYS for d in days):
             raise _err(f"{k}.days", f"use day names: {', '.join(DAYS)}")
+        if not days:
+            raise _err(f"{k}.days", "is empty: the window would never apply (leave days out for every day)")
         entries.append(ScheduleEntry(e["profile"], _clock(e["from"], f"{k}.from"), _clock(e["to"], f"{k}.to"),
                                      frozenset(DAYS.index(str(d).lower()[:3]) for d in days)))
+        _never_shadowed(entries, k, e["from"])
     return PolicySet(profiles, default, tuple(entries), AlertConfig.from_table(raw.get("alerts", {})))
+
+
+def _never_shadowed(entries: list[ScheduleEntry], key: str, start) -> None:
+    """The last of `entries` must apply some of the time: not empty, not covered by the earlier ones (the
+    first window that matches wins)."""
+    covered = bytearray(7 * 1440)
+    for entry in entries[:-1]:
+        for a, b in entry.spans():
+            covered[a:b] = b"\1" * (b - a)
+    spans = entries[-1].spans()
+    if not spans:
+        raise _err(key, f"from and to are both {start}: the window is empty (all day is 00:00 to 24:00)")
+    if all(covered.find(0, a, b) == -1 for a, b in spans):
+        raise _err(key, "never applies: the windows before it cover all of it (the first window that matches wins)")
 
 
 def describe(config: PolicyConfig) -> dict:

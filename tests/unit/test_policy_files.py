@@ -54,3 +54,27 @@ def test_policy_check_names_the_days_of_a_schedule_rule():
     out = subprocess.run([sys.executable, "-m", "dispatcher", "policy", "check", str(example)], capture_output=True,
                          text=True, timeout=60).stdout
     assert "schedule: night 00:00-24:00 sat,sun" in out and "schedule: night 20:00-08:00 every day" in out, out
+
+
+def schedule(*windows) -> str:
+    """A policy of two profiles and these (profile, from, to, days line) windows."""
+    return '[profiles.day]\n[profiles.night]\n' + "".join(
+        f'[[schedule]]\nprofile = "{p}"\nfrom = "{a}"\nto = "{b}"\n{days}\n' for p, a, b, days in windows)
+
+
+@pytest.mark.parametrize("windows, needle", [
+    ([("day", "08:00", "08:00", "")], "schedule[0]: from and to are both 08:00: the window is empty"),
+    ([("day", "08:00", "20:00", "days = []")], "schedule[0].days: is empty: the window would never apply"),
+    ([("day", "00:00", "24:00", ""), ("night", "00:30", "02:00", "")], "schedule[1]: never applies: the windows"),
+    ([("night", "20:00", "08:00", 'days = ["fri"]'), ("day", "00:30", "02:00", 'days = ["sat"]')],
+     "schedule[1]: never applies"),  # Friday's night wraps into Saturday
+], ids=["from-equals-to", "no-days", "covered-by-an-all-day-window", "covered-by-a-wrap"])
+def test_a_schedule_window_that_could_never_apply_is_refused(windows, needle):
+    with pytest.raises(ConfigError) as e:
+        parse_policy(schedule(*windows))
+    assert needle in str(e.value), str(e.value)
+
+
+def test_windows_that_overlap_in_part_are_kept_and_the_first_that_matches_wins():
+    pset = parse_policy(schedule(("night", "20:00", "08:00", ""), ("day", "06:00", "22:00", "")))
+    assert pset.config_at(0, 7 * 60)[0] == "night" and pset.config_at(0, 12 * 60)[0] == "day"
