@@ -209,7 +209,7 @@ def check_options(
         gpus=_number(gpus, "--gpus", lo=0, hi=MAX_GPUS, integer=True),
         gpu_types=parse_gpu_types(_gpu_type_text(gpu_type)),
         gpu_mem_gb=_gigabytes(gpu_mem_gb, "--gpu-mem", hi=MAX_GPU_MEM_GB),
-        cpus=_number(cpus, "--cpus", lo=0, hi=MAX_CPUS, integer=True),
+        cpus=_number(cpus, "--cpus", lo=1, hi=MAX_CPUS, integer=True),
         mem_gb=_gigabytes(mem_gb, "--mem", hi=1e7),
         priority=parse_priority(priority),
         est_s=est_s,
