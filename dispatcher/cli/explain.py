@@ -56,7 +56,7 @@ def why(ctx, job_id, fresh, timeout_s, as_json):
         click.echo(f"  promise: {promised(out['promise'])}")
     for r in out.get("reservations", []):
         if r["job"] != job["id"]:
-            click.echo(f"  reservation: job {r['job']} holds {r['node']} GPUs {r['gpus']} {within(r['starts_in_s'])}")
+            click.echo(f"  reservation: job {r.get('label', r['job'])} holds {r['node']} GPUs {r['gpus']} {within(r['starts_in_s'])}")
     if out.get("forecast"):
         from ..views.forecast import describe
 

@@ -98,6 +98,12 @@ def label(job: dict) -> str:
     return f"{job['array_of']}_{job['array_index']}" if job.get("array_of") else job["id"]
 
 
+def element_of(spec) -> str:
+    """`12_5` for a JobSpec of element 5 of array 12, else "" (no spec, or a job of no array)."""
+    return f"{spec.array_of}_{spec.array_index}" if spec is not None and spec.array_of \
+        and spec.array_index is not None else ""
+
+
 def request_jobs(request, build, token: str) -> list[JobSpec]:
     """The jobs of one submit request: `build(request)` (core/spec.spec_from_request), or, for a request
     with "array", its elements. `token`: unique among the arrays of one submit (the request's number)."""

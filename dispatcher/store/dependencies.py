@@ -15,7 +15,7 @@ the job with that reason, and so on down the chain.
 
 from __future__ import annotations
 
-from ..core.arrays import MAX_WAITED, ranges
+from ..core.arrays import MAX_WAITED, element_of, ranges
 from ..core.errors import InvalidRequestError
 from ..core.model import FINAL_STATES, JobSpec
 from . import job_record
@@ -96,7 +96,7 @@ def judge_all(client, ns: str, specs, known=None) -> dict[str, tuple[str, str]]:
     jobs the caller holds (the queue's), which name the array elements waited for (12_5) without a read."""
     deps = {d for s in specs for d in (*s.after, *s.after_any)}
     states = read_states(client, ns, deps)
-    names = {d: name for d in deps for name in [_element_name((known or {}).get(d))] if name}
+    names = {d: name for d in deps for name in [element_of((known or {}).get(d))] if name}
     failed = {d for d in (_failed(s, states) for s in specs) if d is not None} - names.keys()
     if failed:
         names.update(element_names(client, ns, failed))
@@ -111,15 +111,9 @@ def element_names(client, ns: str, ids) -> dict[str, str]:
         job_record.queue_fields(pipe, ns, job_id, ("spec",))
     out = {}
     for job_id, reply in zip(ids, pipe.execute(raise_on_error=False)):
-        if name := _element_name(spec_of(reply)):
+        if name := element_of(spec_of(reply)):
             out[job_id] = name
     return out
-
-
-def _element_name(spec) -> str:
-    """`12_5` for element 5 of array 12, else "" (no spec, or a job of no array)."""
-    return f"{spec.array_of}_{spec.array_index}" if spec is not None and spec.array_of \
-        and spec.array_index is not None else ""
 
 
 def expand_dependencies(client, ns: str, specs: list[JobSpec]) -> list[JobSpec]:

@@ -24,6 +24,7 @@ from ..policy.fit import gpu_ok
 from ..policy.promises import promise
 from ..scheduler.policy_source import policy_in_force
 from ..store.decisions import read_decisions
+from ..store.dependencies import element_names
 from ..store import stats as published
 from ..store.jobs import read_job
 from ..store.stats import is_stale
@@ -62,6 +63,7 @@ def recorded(client, ns: str, job_id: str, timing: Timing | None = None) -> dict
     out["reservations"] = concerning(job, [{"job": r["job"], "node": r["node"], "gpus": r["gpus"],
                                             "starts_in_s": round(max(0, r["start_ms"] - now) / 1000, 1)}
                                            for r in stats["reservations"]], lambda nodes: _node_gpus(client, ns, nodes))
+    _labelled(client, ns, job_id, out["reservations"])
     since = job["submitted_at"]
     if not config.keep_wait_on_requeue and job["last_preempted_at"]:  # its wait restarted when requeued
         since = job["last_preempted_at"]
@@ -99,6 +101,7 @@ def explain(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
     out["reservations"] = concerning(job, [{"job": r.job_id, "node": r.node, "gpus": list(r.gpus),
                                             "starts_in_s": round(max(0, r.start_ms - now) / 1000, 1)}
                                            for r in plan.reservations], lambda _: gpus)
+    _labelled(client, ns, job_id, out["reservations"])
     waiting = next((p for p in read.snapshot.pending if p.spec.id == job_id), None)
     if "outcome" not in out and waiting is not None:  # the cycle did not reach it (plan.rest)
         code, reason = rest_verdict(plan, waiting, config)
@@ -113,6 +116,14 @@ def explain(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
         out["promise"] = promise(waiting.spec.priority, (now - waiting.wait_from_ms) / 1000.0, config)
     out["forecast"] = forecast_read(read, job_id, now, config)  # `dispatch eta`'s line
     return out
+
+
+def _labelled(client, ns: str, job_id: str, reservations: list[dict]) -> None:
+    """Each reservation with the `label` people name its job by (an array's element as 12_5)."""
+    others = [r["job"] for r in reservations if r["job"] != job_id]
+    names = element_names(client, ns, others) if others else {}
+    for r in reservations:
+        r["label"] = names.get(r["job"], r["job"])
 
 
 def concerning(job: dict, reservations: list[dict], node_gpus) -> list[dict]:

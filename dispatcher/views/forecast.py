@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ..clock import now_ms
 from ..config import Timing
-from ..core.arrays import label
+from ..core.arrays import element_of, label
 from ..core.plan import taking_jobs
 from ..core.units import within
 from ..sim.forecast import HORIZON_S, Forecast, forecast, work_left
@@ -56,9 +56,10 @@ def forecast_read(read, job_id: str, now_ms: int, config, *, ahead: list[str] | 
 
 def _overrun(d: dict, snapshot, now_ms: int) -> dict:
     """The forecast with `past_estimate`: those of the jobs it waits for that run past their estimates, whose end
-    it can only guess (the forecast: as much again as they overran, at least a minute, sim/forecast.work_left;
-    the scheduler's plan, which `why` shows: its unknown_remaining)."""
+    it can only guess (as much again as they overran, at least a minute: sim/forecast.work_left, as the
+    scheduler's plan, policy/nodes.end_ms); and `names`: those that are array elements, as 12_5."""
     after = set((d.get("start") or {}).get("after_jobs") or ())
+    d["names"] = {r.spec.id: element_of(r.spec) for r in snapshot.running if r.spec.id in after and element_of(r.spec)}
     d["past_estimate"] = sorted({r.spec.id for r in snapshot.running if r.spec.id in after and r.spec.est_s is not None
                                  and r.started_ms + r.spec.est_s * 1000 <= now_ms}, key=lambda i: (len(i), i))
     return d
@@ -152,11 +153,11 @@ def describe(d: dict, *, with_job: bool = True) -> str:
     else:
         line = f"{head}expected to start {within(s['in_s'])} (at {_at(s['at'], d['now'])}), on {s['node']}"
         if s["after_jobs"]:
-            ids = s["after_jobs"]
+            ids = [d.get("names", {}).get(i, i) for i in s["after_jobs"]]
             line += (f", when job {ids[0]} ends" if len(ids) == 1 else
                      f", when jobs {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''} end")
-        late = d.get("past_estimate") or ()
-        if late:  # (the same jobs' end `why` plans with is the policy's own guess: the two may differ)
+        late = [d.get("names", {}).get(i, i) for i in d.get("past_estimate") or ()]
+        if late:  # (the same guess the scheduler's plan makes: policy/nodes.end_ms)
             line += (f" (a guess: {'job ' + late[0] + ' runs' if len(late) == 1 else 'those jobs run'} past "
                      f"{'its estimate' if len(late) == 1 else 'their estimates'}, taken to run as much again as "
                      f"{'it' if len(late) == 1 else 'they'} overran, at least a minute)")

@@ -88,3 +88,23 @@ def test_why_of_a_running_gang_names_every_rank_where_it_runs():
     assert heading(job, "7") == "job 7 (ddp, ann, normal): running on n1 GPUs [0, 1] and n2 GPUs [0, 1]"
     one = {**job, "ranks": []}
     assert heading(one, "7") == "job 7 (ddp, ann, normal): running on n1 GPUs [0, 1]"
+
+
+def test_eta_names_the_elements_a_job_waits_for_as_queue_does(client, ns):
+    # `eta 301_10` said "when job 309 ends" and `why` "reservation: job 302 holds n4 GPUs [1]": record ids
+    from dispatcher.core.model import GpuInfo
+    from dispatcher.store.nodes import write_heartbeat
+    from dispatcher.store.scripts import Scripts
+
+    t = now_ms()
+    head, second = write_jobs(client, ns, [build_spec(command=["true"], user="ann", submit_ms=t, gpus=1, est="10m").filled(
+        array_of=f"{NEW}0", array_index=i, array_count=2) for i in range(2)])
+    write_heartbeat(client, ns, "n1", [GpuInfo(i, "NVIDIA A100-40GB", 40.0) for i in range(2)], 8, 64.0, now_ms())
+    scripts = Scripts(client, ns)
+    for gpu, job in enumerate((head, second)):
+        assert scripts.commit_placement(job, "n1", (gpu,), 0, now_ms()) > 0
+    (waiting,) = write_jobs(client, ns, [build_spec(command=["true"], user="bo", submit_ms=t + 1, gpus=2)])
+    said = describe(read_eta(client, ns, waiting))
+    import re
+    named = re.search(r"when jobs? (.*) ends?$", said)  # (one or both: they end within a millisecond or two)
+    assert named and set(named.group(1).split(", ")) <= {f"{head}_0", f"{head}_1"}, said
