@@ -42,6 +42,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
     from ..store.quarantine import report
     from ..store.connect import tolerant
     from ..store.ended import read_first_attempts
+    from ..store.jobs import index_window
 
     sel = selection(job_ids, users, states, names, teams)
     missing: list[str] = []  # (ids that name no job: one line each after the table, exit 4, as squeue -j)
@@ -50,6 +51,12 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
                                   "them", field="--format")
     jobs = resolve(ctx.client, ctx.ns, sel, include_final=show_all or bool(sel.states - set(STATE_GROUPS["active"])),
                    limit=limit + 1, missing=missing)  # (one more: whether the cut falls inside an array)
+    window = show_all and not (sel.ids or sel.filtered)  # (--all: the ended among the latest --limit jobs)
+    n_all = (tolerant(lambda: ctx.client.zcard(keys.jobs_all(ctx.ns)), 0) or 0) if window else 0
+    if n_all > limit:  # (read one past --limit, as the pending are, for the cut's note)
+        latest = {i for i, _ in tolerant(lambda: index_window(ctx.client, keys.jobs_all(ctx.ns), n_all - limit,
+                                                              limit), [])}
+        jobs = [j for j in jobs if j["state"] not in STATE_GROUPS["done"] or j["id"] in latest]
     pending = [j for j in jobs if j["state"] == "pending"]
     more = len(pending) - limit if sel.ids or sel.filtered else \
         (tolerant(lambda: ctx.client.zcard(keys.jobs_pending(ctx.ns)), 0) or 0) - min(len(pending), limit)
@@ -99,9 +106,8 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
         click.echo(table(cut_last(rows, header), header, noheader))
     if more > 0:  # (--noheader: stdout holds rows only, for a script's loop)
         click.echo(f"... {_more(more, limit)}", err=noheader)
-    if show_all and not (sel.ids or sel.filtered) and \
-            (tolerant(lambda: ctx.client.zcard(keys.jobs_all(ctx.ns)), 0) or 0) > limit + 1:
-        click.echo(f"... and older ended jobs: --all looks at the latest {limit + 1} jobs (--limit N; -t all lists "
+    if n_all > limit:
+        click.echo(f"... and older ended jobs: --all looks at the latest {limit} jobs (--limit N; -t all lists "
                    "every one, dispatch history a window)", err=noheader)
     notes = [(x, noheader) for x in report(ctx.client, ctx.ns)]  # (a stale scheduler's word: always on stderr)
     for line, err in notes + [(x, True) for x in pending and published.stale_lines(ctx.client, ctx.ns)]:

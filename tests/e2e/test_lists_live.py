@@ -126,7 +126,7 @@ def test_queue_all_says_when_older_ended_jobs_are_not_looked_at(cli):
     ids = [cli.submit("--", "true") for _ in range(4)]  # no node: pending, then cancelled
     cli.run("cancel", f"{ids[0]}-{ids[-1]}")
     p = cli.run("queue", "--all", "--limit", "2", "-o", "id")
-    assert p.stdout.split()[1:4] == ids[1:]  # the latest 3 (the window is one past --limit)
-    assert "... and older ended jobs: --all looks at the latest 3 jobs (--limit N; -t all lists every one" in p.stdout
+    assert p.stdout.split()[1:3] == ids[2:] and p.stdout.split()[3] == "..."  # the latest 2 (it said 2, showed 3)
+    assert "... and older ended jobs: --all looks at the latest 2 jobs (--limit N; -t all lists every one" in p.stdout
     assert cli.run("queue", "-t", "all", "-o", "id", "--noheader").stdout.split() == ids
     assert "older" not in cli.run("queue", "--all", "-o", "id").stdout  # (all of them in the window)
