@@ -149,11 +149,11 @@ def _classes(out: list, v: dict) -> None:
     cs = v["classes"]
     _gauge(out, "dispatch_jobs_pending", "Pending jobs, by class (held ones included)", "class",
            ((c["class"], c["pending"]) for c in cs))
-    _gauge(out, "dispatch_jobs_held", "Pending jobs held by their dependencies or by dispatch hold, by class",
+    _gauge(out, "dispatch_jobs_held", "Pending jobs held by their dependencies, by dispatch hold or until their --begin time, by class",
            "class", ((c["class"], c["held"]) for c in cs))
     _gauge(out, "dispatch_jobs_running", "Jobs holding resources (assigned, running, preempting), by class",
            "class", ((c["class"], c["running"]) for c in cs))
-    _gauge(out, "dispatch_oldest_pending_wait_seconds", "Longest wait among pending jobs, by class", "class",
+    _gauge(out, "dispatch_oldest_pending_wait_seconds", "Longest wait among pending jobs the scheduler may start (not held), by class", "class",
            ((c["class"], c["oldest_wait_s"]) for c in cs))
     _gauge(out, "dispatch_class_gpus", "GPUs held by each class's running jobs", "class",
            ((c["class"], c["gpus"]) for c in cs))
