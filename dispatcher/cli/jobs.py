@@ -43,6 +43,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
     from ..store.connect import tolerant
     from ..store.ended import read_first_attempts
     from ..store.jobs import index_window
+    from ..views.capacity import fill_unreached
 
     sel = selection(job_ids, users, states, names, teams)
     missing: list[str] = []  # (ids that name no job: one line each after the table, exit 4, as squeue -j)
@@ -64,7 +65,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
     if len(pending) > limit:
         cut = {j["id"] for j in pending[limit:]}
         jobs = [j for j in jobs if j["id"] not in cut]
-    published.fill_rest_reason(ctx.client, ctx.ns, jobs)
+    fill_unreached(ctx.client, ctx.ns, jobs)
     if as_json:  # (the list stays a list: the cut is said on stderr, where a script's reader sees it)
         click.echo(json.dumps(jobs, indent=1))
         if more > 0:
@@ -137,10 +138,10 @@ def _held(j: dict) -> str:
 def show(ctx, job_id, as_json):
     """One job in full."""
     from ..store.jobs import read_job
-    from ..store.stats import fill_rest_reason
+    from ..views.capacity import fill_unreached
 
     job = read_job(ctx.client, ctx.ns, record_id(ctx.client, ctx.ns, job_id))
-    fill_rest_reason(ctx.client, ctx.ns, [job])
+    fill_unreached(ctx.client, ctx.ns, [job])
     elements = _array_elements(ctx, job_id, job)
     if elements:  # an array's id: its first element's record, and how all of them stand
         job["array_states"] = dict(Counter(e["state"] for e in elements))

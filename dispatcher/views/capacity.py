@@ -1,11 +1,15 @@
 """Free capacity by GPU model: how many GPUs of each model are free and usable now, and on how many
 nodes a job of 1, 2, 4 or 8 of them could start ("can a 4xA100 job start now?", before the queue is
 counted: `dispatch why --fresh` and `eta` count it). Pure: the caller passes the node records and the
-running jobs it read; `dispatch nodes --free`, the board and the page show it.
+running jobs it read; `dispatch nodes --free`, the board and the page show it. And why a job the last
+cycle did not reach waits (short_of; fill_unreached reads what it needs).
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from ..policy.fit import gpu_ok
 from ..store.samples import holders, node_use
 
 #: The job sizes the view answers for.
@@ -57,3 +61,44 @@ def describe(rows: list[dict]) -> list[list]:
     return [[r["model"], r["nodes"], r["gpus"],
              f"{r['free']}" + (f" ({r['stranded']} stranded)" if r["stranded"] else ""),
              *(r["fits"][str(s)] for s in SIZES)] for r in rows]
+
+
+def short_of(nodes, running, job: dict) -> str:
+    """Why no node could take one-node `job` (a job view) now: GPUs of its types and memory, free on one
+    undrained node, too few everywhere; "" if one has them, or for a job of whole nodes or a sharer. For
+    the jobs a cycle did not reach (their group's first job got the verdict), whose one rest reason
+    speaks of no job in particular."""
+    need = job["min_gpus"] or job["gpus_requested"]  # (an elastic job starts on its least)
+    if not need or job["nodes"] > 1 or job["share"] or need > max((len(n.gpus) for n in nodes), default=0):
+        return ""
+    taken = {(r.node, g) for r in running for g in r.gpus}
+    wants = SimpleNamespace(gpu_types=job["gpu_types"], gpu_mem_gb=job["gpu_mem_gb"])
+    best = matching = 0
+    for n in nodes:
+        ok = [g.index for g in n.gpus if not g.blocked and gpu_ok(wants, g)] if n.drain is None else []
+        matching += len(ok)
+        best = max(best, sum((n.name, g) not in taken for g in ok))
+    if best >= need:
+        return ""
+    what = f"{need}x{'|'.join(job['gpu_types'])}" if job["gpu_types"] else f"{need} GPU{'s' if need > 1 else ''}"
+    mem = f" of {job['gpu_mem_gb']:g} GB or more" if job["gpu_mem_gb"] else ""
+    return (f"needs {what}{mem}: at most {best} of those free on one node now ({matching} in the cluster that "
+            "take jobs); jobs like it wait as the first of them was told (dispatch why --fresh judges it now)")
+
+
+def fill_unreached(client, ns: str, jobs: list[dict]) -> None:
+    """The pending jobs among these views with no reason of their own (the last cycle did not reach
+    them) get short_of's, from the cluster the leader published (one read, one answer per request), or
+    else the cycle's rest reason (store.stats.fill_rest_reason)."""
+    from ..store import cluster
+    from ..store.stats import fill_rest_reason
+
+    todo = [j for j in jobs if j["state"] == "pending" and not j["reason"] and j["gpus_requested"]]
+    pub = cluster.read(client, ns) if todo else None
+    said: dict[tuple, str] = {}
+    for j in todo if pub is not None else ():
+        key = (j["gpus_requested"], j["min_gpus"], tuple(j["gpu_types"]), j["gpu_mem_gb"], j["nodes"], j["share"])
+        if key not in said:
+            said[key] = short_of(pub.nodes, pub.running, j)
+        j["reason"] = said[key]
+    fill_rest_reason(client, ns, jobs)

@@ -28,6 +28,7 @@ from ..store.dependencies import element_names
 from ..store import stats as published
 from ..store.jobs import read_job
 from ..store.stats import is_stale
+from .capacity import fill_unreached
 
 
 def recorded(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
@@ -55,8 +56,10 @@ def recorded(client, ns: str, job_id: str, timing: Timing | None = None) -> dict
     elif job["reason"]:
         out["outcome"] = {"code": "waiting", "reason": job["reason"], "rank": None}
     elif at:
+        probe = dict(job)
+        fill_unreached(client, ns, [probe])
         out["outcome"] = {"code": "not_reached", "rank": None,
-                          "reason": stats["rest_reason"] or "the scheduler's last cycle did not reach it"}
+                          "reason": probe["reason"] or "the scheduler's last cycle did not reach it"}
     else:
         out["outcome"] = {"code": "not_judged", "rank": None, "reason": "no scheduler has run yet: dispatch up "
                           "starts one (or dispatch scheduler)"}

@@ -133,3 +133,28 @@ def test_why_shows_a_score_line_that_adds_up_as_written(cli, client):
     weights = sum(float(w) for _, _, w in parts)
     assert "fit" in [k for k, _, _ in parts] and abs(weights - float(m.group(3))) < 1e-6, line
     assert abs(sum(float(v) * float(w) for _, v, w in parts) / weights - float(m.group(1))) < 0.1, line
+
+
+def test_a_job_the_cycle_did_not_reach_is_told_no_node_has_its_gpu_type_free(client, ns, monkeypatch):
+    # a T4 array's elements read "no node has room for it this cycle (at most 8 GPUs free on one node)"
+    # while 8 A100s were free: the cycle's one rest reason, about no job in particular
+    from dispatcher.core.model import GpuInfo
+    from dispatcher.store import cluster
+    from dispatcher.store.nodes import write_heartbeat
+
+    monkeypatch.setattr(cluster, "PUBLISH_EVERY_MS", 0)  # (each cycle publishes: no second's wait)
+    write_heartbeat(client, ns, "t4", [GpuInfo(i, "NVIDIA T4-16GB", 16.0) for i in range(2)], 8, 64.0, now_ms())
+    beat(client, ns, "big", gpus=8)
+    sched = Scheduler(client, ns)
+    for _ in range(2):
+        submit(client, ns, gpus=1, gpu_type="T4", est="1h")
+    sched.cycle()  # both T4s taken
+    waiting = [submit(client, ns, gpus=1, gpu_type="T4", est="1h") for _ in range(4)]
+    sched.cycle()
+    sched.cycle()
+    unreached = [j for j in waiting if recorded(client, ns, j)["outcome"]["code"] == "not_reached"]
+    assert unreached, [recorded(client, ns, j)["outcome"] for j in waiting]  # (the first of them got a verdict)
+    reason = recorded(client, ns, unreached[0])["outcome"]["reason"]
+    assert reason.startswith("needs 1xT4: at most 0 of those free on one node now (2 in the cluster"), reason
+    any_gpu = submit(client, ns, gpus=1, est="1h")
+    assert "needs" not in recorded(client, ns, any_gpu)["outcome"].get("reason", "")  # an A100 is free for it
