@@ -293,11 +293,11 @@ def _spawn(sup, job_id: str, epoch: int, spec: JobSpec, cwd, env: dict, identity
                                   **identity).result()
         if term:
             term.spawned()
-    except OSError as e:
+    except (OSError, ValueError) as e:  # (ValueError: a NUL byte in an argument, a variable or the directory)
         if term:
             term.close()
         proctrack.remove_cgroup(cgroup)
-        msg = f"cannot start {spec.command[0]!r}: {e.strerror or e}"
+        msg = f"cannot start {spec.command[0]!r}: {getattr(e, 'strerror', None) or e}"
         append_log(sup.client, sup.ns, job_id, (msg + "\n").encode())
         raise NotStarted("failed", FAILED, msg, proctrack.exit_code_of(e)) from e
     return proc, cgroup, term

@@ -32,6 +32,10 @@ def checked_command(command) -> tuple[str, ...]:
         raise
     if size > MAX_COMMAND_BYTES:
         raise InvalidRequestError(f"the command is longer than {MAX_COMMAND_BYTES} bytes", field="COMMAND")
+    if "\0" in "".join(command):
+        bad = next(a for a in command if "\0" in a)
+        raise InvalidRequestError(f"the command's argument {bad!r} holds a NUL byte, which no command line can carry",
+                                  field="COMMAND")
     return command
 
 

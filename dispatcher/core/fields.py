@@ -40,6 +40,9 @@ def parse_env(pairs: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ...]
         key, sep, value = pair.partition("=")
         if not sep or not _ENV_KEY.match(key):
             raise InvalidRequestError(f"--env: {pair!r} is not KEY=VALUE", field="--env")
+        if "\0" in value:
+            raise InvalidRequestError(f"--env: the value of {key} holds a NUL byte, which no environment can carry",
+                                      field="--env")
         if key in SET_BY_DISPATCH:
             hint = " (ask for GPUs with --gpus and --gpu-type)" if key.startswith("CUDA_") else ""
             raise InvalidRequestError(f"--env: dispatch sets {key} for every job, over any given{hint}; leave it "

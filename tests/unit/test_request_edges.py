@@ -62,6 +62,8 @@ def test_a_request_without_cwd_runs_where_it_was_submitted_and_build_spec_keeps_
     ({"gpus": "99999999999999999999"}, "--gpus", "--gpus: 99999999999999999999 is out of range; allowed 0 to 1024"),
     ({"cpus": 10**20}, "--cpus", "--cpus: 100000000000000000000 is out of range; allowed 1 to 4096"),
     ({"cpus": 0}, "--cpus", "--cpus: 0 is out of range; allowed 1 to 4096"),  # (as sbatch: a job takes a CPU)
+    ({"env": {"A": "x\0y"}}, "--env", "--env: the value of A holds a NUL byte"),  # (it was stuck assigned)
+    ({"command": ["tr\0ue"]}, "COMMAND", "the command's argument 'tr\\x00ue' holds a NUL byte"),
     ({"gpus": "\u0663"}, "--gpus", "--gpus: '\u0663' is not a whole number"),  # only ASCII digits
     ({"gpus": "2-\u0663"}, "--gpus", "--gpus: '\u0663' is not a whole number"),
     ({"grace": "2d"}, "--grace", "--grace: '2d' is out of range; allowed 0s to 1d"),  # as it is: 0s is taken
