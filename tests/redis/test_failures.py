@@ -194,6 +194,26 @@ def test_the_retry_budget_counts_every_lost_attempt(client, ns):
                                                                                       (1, "b", "lost")]
 
 
+def test_a_job_whose_node_dies_during_its_preemptions_grace_is_requeued_as_preempted_not_lost(client, ns):
+    # `dispatch preempt`, then the agent killed within the grace: the attempt counted as lost, and a job
+    # with --retries 0 failed ("gave up after 1 lost attempts")
+    from dispatcher.store.jobs import preempt_job
+
+    beat(client, ns, "a", gpus=1)
+    sched = Scheduler(client, ns, timing=FAST)
+    job = submit(client, ns, gpus=1, retries=0, checkpointable=True, grace="20s")
+    place_and_start(client, ns, sched, job, "a")
+    assert preempt_job(Scripts(client, ns), client, ns, job, now_ms(), force=False, by="alice") == "graceful"
+    beat(client, ns, "b", gpus=1)
+    sched.cycle()
+    silence()
+    beat(client, ns, "b", gpus=1)
+    sched.cycle()  # a is dead: its job goes back
+    shown = read_job(client, ns, job)
+    assert (shown["state"], shown["lost"], shown["preemptions"]) == ("pending", 0, 1), shown
+    assert shown["attempts"][-1]["outcome"] == "preempted" and "dispatch preempt" in shown["reason"], shown
+
+
 def test_a_job_only_assigned_on_a_dead_node_goes_back_without_counting_as_lost(client, ns):
     beat(client, ns, "a", gpus=1)
     sched = Scheduler(client, ns, timing=FAST)

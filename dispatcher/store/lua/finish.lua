@@ -33,6 +33,7 @@
 -- New state 'pending' puts the job back in the queue: attempt + 1, epoch + 1 (fencing any copy
 -- still running); a preemption or a lost attempt also counts gpu_s_lost. A job a user asked to cancel
 -- (cancel_ms) is not requeued: its attempt lost with its agent or node, or preempted, ends it cancelled.
+-- An attempt lost while it was being preempted is that preemption's end: not counted in `lost`.
 -- returns (store/scripts.py Outcome) 1 DONE; 0 STALE write refused (epoch moved or job not active);
 -- -4 NOT_LEADER the caller no longer leads
 local function job_class(raw)  -- the class a job's spec names ('unknown' if it does not read)
@@ -97,6 +98,10 @@ if gang ~= '' and (ARGV[15] or '') ~= '' then
     if f[10] then A[6], A[7] = f[11] or ('preempted by ' .. f[10]), '1' else A[6], A[7] = 'its gang stopped', '0' end
   end
   gpus = ''  -- freed rank by rank
+elseif A[10] ~= '' and state == 'preempting' and f[10] and A[3] == 'pending' then
+  -- lost while its preemption's grace ran (its agent or node died): the preemption's end, not a lost
+  -- attempt: it was asked to stop, and goes back to the queue uncounted, as it would have
+  A[6], A[7], A[10] = (f[11] or ('preempted by ' .. f[10])) .. '; ' .. A[6], '1', ''
 end
 for g in string.gmatch(gpus, '[^,]+') do
   ngpus = ngpus + 1
