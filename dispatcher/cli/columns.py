@@ -39,10 +39,20 @@ def pick(rows: list[list], header: list[str], fields: tuple[str, ...]) -> tuple[
     return [[r[i] for i in at] for r in rows], [header[i] for i in at]
 
 
+#: Control characters (C0, DEL, C1) as escapes: a job's name, command or variables printed raw rang the
+#: terminal's bell, moved its cursor, or made grep take the output for binary.
+_VISIBLE = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))} | {0x0a: "\\n", 0x09: "\\t"}
+
+
+def visible(text: str) -> str:
+    """`text` with its control characters escaped (\\n, \\t, \\x07), for a terminal."""
+    return text.translate(_VISIBLE)
+
+
 def table(rows: list[list], header: list[str], noheader: bool = False) -> str:
     """Columns as wide as their widest cell on a terminal (a CJK letter takes two columns), two spaces
-    apart; without the header line if asked."""
-    shown = [[str(c) for c in r] for r in (rows if noheader else [header] + rows)]
+    apart, control characters escaped; without the header line if asked."""
+    shown = [[visible(str(c)) for c in r] for r in (rows if noheader else [header] + rows)]
     if not shown:
         return ""
     widths = [max(_width(r[i]) for r in shown) for i in range(len(header))]

@@ -20,7 +20,7 @@ from ..core.errors import InvalidRequestError
 from ..store.naming import record_id
 from ..core.units import age
 from ..auth.identity import current_user
-from .columns import column_options, pick, table
+from .columns import column_options, pick, table, visible
 from .select import (SHOWN, STATE_GROUPS, act_each, counts, cut_last, filter_options, folded, needs_some, resolve,
                      say_not_found, selection, named as as_named)
 
@@ -177,12 +177,12 @@ def show(ctx, job_id, as_json):
             v = ", ".join(waited.get(i, i) for i in v)
         elif k == "ranks" and v:  # a gang: every rank's node and GPUs
             v = ", ".join(f"rank {i} on {n} GPUs {g}" for i, (n, g) in enumerate(v))
-        click.echo(f"{k:>16}: {v if v not in (None, '', []) else '-'}")
+        click.echo(visible(f"{k:>16}: {v if v not in (None, '', []) else '-'}"))
     for a in attempts:  # (a gang's: every rank's node and GPUs)
         where = ", ".join(f"rank {i} on {n} GPUs {g}" for i, (n, g) in enumerate(a["ranks"])) if len(a["ranks"]) > 1 \
             else f"on {a['node'] or '-'} GPUs {a['gpus']}"
-        click.echo(f"{'attempt ' + str(a['attempt']):>16}: {a['outcome']} {where}, "
-                   f"{at(a['started_at'])} to {at(a['ended_at'])}" + (f": {a['reason']}" if a["reason"] else ""))
+        click.echo(visible(f"{'attempt ' + str(a['attempt']):>16}: {a['outcome']} {where}, "
+                           f"{at(a['started_at'])} to {at(a['ended_at'])}" + (f": {a['reason']}" if a["reason"] else "")))
 
 
 @click.command()

@@ -19,3 +19,12 @@ def test_a_table_lines_up_wide_letters_by_the_columns_a_terminal_gives_them():
 
     lines = table([["1", "日本語名", "x"], ["2", "ab", "y"]], ["ID", "NAME", "C"]).splitlines()
     assert lines == ["ID  NAME      C", "1   日本語名  x", "2   ab        y"]  # (each CJK letter is two columns)
+
+
+def test_a_table_escapes_control_characters_a_job_brought_in():
+    # a command with a NUL, a name that rang the bell and cleared the screen: printed raw (grep saw binary)
+    from dispatcher.cli.columns import table
+
+    out = table([["7", "a\x07b", "tr\x00ue \x1b[2J\x9b"]], ["ID", "NAME", "COMMAND"])
+    assert out.splitlines()[1] == "7   a\\x07b  tr\\x00ue \\x1b[2J\\x9b", out
+    assert all(ch.isprintable() for ch in out.replace("\n", "")), out
