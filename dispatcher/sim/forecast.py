@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from ..core.model import JobSpec
 from ..core.plan import PendingJob, RunningJob, Snapshot
 from ..policy import PolicyConfig
+from ..policy.nodes import OVERRUN_MIN_S
 from .engine import ARRIVE, FINISH, SAVED, TICK, Engine, SimJob
 from .workload import EstimateModel, TraceJob
 
@@ -41,7 +42,6 @@ COALESCE = 0.05
 #: far too long for a job a little past a good estimate.
 PAST_ESTIMATES = ("policy", "elapsed", "overrun")
 PAST_ESTIMATE = "overrun"
-OVERRUN_MIN_S = 60.0
 #: Cycles with nothing new every this often (then every COALESCE of the time ahead), as the live
 #: scheduler's tick: what time alone changes (a preemption cooldown or minimum run ending, a
 #: starvation bound crossed) takes effect then.

@@ -305,6 +305,19 @@ def test_a_reservation_goes_where_the_blocked_job_could_start_first(ends_s, want
     assert plan.reservations == (Reservation("BIG", want_node, (0, 1), start),), plan.reservations
 
 
+@pytest.mark.parametrize("started_s_ago, small_est_s, want_start_s, want_placed", [
+    (103, 150, 60, False),  # 3 s past its 100 s estimate: a minute more, so a 150 s job may not jump BIG
+    (103, 50, 60, True),    # a 50 s job ends within that minute
+    (300, 150, 200, True),  # 200 s past it: as much again
+], ids=["a_little_past_its_estimate_a_minute_more", "a_short_job_still_backfills", "far_past_it_as_much_again"])
+def test_a_running_job_past_its_estimate_is_planned_to_run_as_much_again_as_it_overran(
+        started_s_ago, small_est_s, want_start_s, want_placed):
+    # it was planned to run a day more: BIG's reservation moved a day out, and every job backfilled past it
+    plan = backfill_case(small_est_s, started_s_ago)
+    assert plan.reservations == (Reservation("BIG", "n1", (0, 1), NOW_MS + want_start_s * 1000),), plan.reservations
+    assert ("SMALL" in placed(plan)) is want_placed, (placed(plan), plan.verdicts)
+
+
 def test_a_reservation_waits_a_day_for_a_running_job_with_no_estimate():
     plan = backfill_case(500, running_est_s=None)
     # unknown_remaining_s = 86400
