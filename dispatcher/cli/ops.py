@@ -183,7 +183,7 @@ def _check_node(node: str, opts: dict, identity=_UNSAID) -> None:
         raise InvalidRequestError("this node agent runs as root and would run every job as root: give "
                                   "--run-as-user (each job as its user) or --allow-root-jobs "
                                   "(DISPATCH_ALLOW_ROOT_JOBS=1) to run them as root anyway", field="--allow-root-jobs")
-    if opts["fake_gpus"]:
+    if opts["fake_gpus"] is not None:  # ('' too: an empty value is refused, not read as no flag)
         from workers.gpu import parse_fake_gpus
 
         parse_fake_gpus(opts["fake_gpus"])  # a bad spec is refused here, not by a child of `up`

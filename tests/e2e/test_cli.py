@@ -94,7 +94,8 @@ def test_worker_with_an_empty_node_name_is_refused_not_given_the_host_name(cli):
     ("1xA100-99999999999999999999GB", "99999999999999999999 GB is out of range"),
     ("2x:40", "'2x:40' is not COUNTxTYPE-MEMGB"),
     ("1xA 100-40GB", "'1xA 100-40GB' is not COUNTxTYPE-MEMGB"),
-    ("2xA100-abcGB", "'2xA100-abcGB': 'abc' is not a memory size in GB; e.g. 2xA100-40GB")])
+    ("2xA100-abcGB", "'2xA100-abcGB': 'abc' is not a memory size in GB; e.g. 2xA100-40GB"),
+    ("", "'' is not COUNTxTYPE-MEMGB")])  # (it was read as no flag: NVML, on a host with no GPU)
 def test_bad_fake_gpu_spec_is_refused(cli, spec, says):
     p = cli.run("worker", "--node", "n1", "--fake-gpus", spec, check=False, timeout=30)
     assert p.returncode == errors.EXIT_USAGE and len(p.stderr.strip().splitlines()) == 1, p.stderr
