@@ -376,8 +376,8 @@ class Up:
         if self.server is not None:
             config.forget_server(os.getpid())
             self.server.stop()
-        if started:  # (a refusal before anything started is its one line alone)
-            print("dispatch: stopped", file=sys.stderr)
+        if started and self.failure is None and sys.exc_info()[0] is None:  # (an error, or a refusal before
+            print("dispatch: stopped", file=sys.stderr)  # anything started, is its one line alone)
 
 
 def _previous_port(previous: dict, data_dir: Path) -> int | None:
