@@ -49,6 +49,7 @@ FIELDS: tuple[Field, ...] = (
           "code, score, rank, terms, at_ms); stale once reason changes"),
     Field("pid", int, "mark_running", "the current attempt's main process on its node"),
     Field("cancel_ms", int, "cancel", "when a cancel of a held job was asked"),
+    Field("cancel_reason", str, "cancel", "that cancel's reason (who asked), for an end it outruns"),
     Field("preempting_ms", int, "preempt", "when it was told to stop for another job"),
     Field("preempted_by", str, "preempt", "the job (or operator) it stops for"),
     Field("preempt_mode", str, "preempt", "checkpoint, kill or shrink"),

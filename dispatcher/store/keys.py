@@ -9,7 +9,7 @@ RQ's own keys stay RQ's: each node's queue is the RQ queue ``node.<name>`` (see 
 | <ns>:job:<id>              | hash   | submit, scheduler, agent    | until purged                     |
 |   fields (their types and writers: store/job_record.py FIELDS, checked against this list):  |
 |   spec, seal, state, node, gpus, attempt, epoch, submit_ms, assigned_ms, started_ms,       |
-|   finished_ms, exit_code, reason, verdict, pid, cancel_ms, preempting_ms, preempted_by,             |
+|   finished_ms, exit_code, reason, verdict, pid, cancel_ms, cancel_reason, preempting_ms, preempted_by,|
 |   preempt_mode, preempt_reason, preemptions, last_preempted_ms, gpu_s_lost, checkpoint_ms, |
 |   lost, pred_s, pred_conf, pred_runs, pred_src, pred_mem_gb, plan_est_s, peak_gpu_mem_gb,  |
 |   warning, idle_since_ms, gang, ranks_left, ranks_ended, gang_end, rendezvous, progress_ms |

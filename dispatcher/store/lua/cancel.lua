@@ -27,7 +27,7 @@ if state == 'pending' then
 end
 if state == 'assigned' or state == 'running' or state == 'preempting' then
   if redis.call('HEXISTS', KEYS[1], 'cancel_ms') == 0 then  -- a second cancel keeps when the first was sent
-    redis.call('HSET', KEYS[1], 'cancel_ms', ARGV[2])
+    redis.call('HSET', KEYS[1], 'cancel_ms', ARGV[2], 'cancel_reason', ARGV[3])  -- (who: for an end it outruns)
   end
   redis.call('SADD', KEYS[3], ARGV[1])  -- the scheduler rereads it (keys.jobs_changed)
   return 2

@@ -164,7 +164,7 @@ redis.call('RPUSH', KEYS[5], cmsgpack.pack({
   outcome = outcome, reason = reason, exit_code = A[4], gang = gang}))
 if cancelled then
   new_state = 'cancelled'
-  reason = 'cancelled by user; its attempt ended first: ' .. reason
+  reason = (redis.call('HGET', KEYS[1], 'cancel_reason') or 'cancelled') .. '; its attempt ended first: ' .. reason
 end
 if new_state == 'pending' then
   if A[7] == '1' then
@@ -174,8 +174,8 @@ if new_state == 'pending' then
   redis.call('HINCRBY', KEYS[1], 'attempt', 1)
   redis.call('HINCRBY', KEYS[1], 'epoch', 1)
   redis.call('HSET', KEYS[1], 'state', 'pending', 'node', '', 'gpus', '', 'reason', reason)
-  redis.call('HDEL', KEYS[1], 'started_ms', 'assigned_ms', 'pid', 'preempting_ms', 'cancel_ms', 'gang', 'ranks_left',
-             'ranks_ended', 'gang_end', 'rendezvous', 'progress_ms')
+  redis.call('HDEL', KEYS[1], 'started_ms', 'assigned_ms', 'pid', 'preempting_ms', 'cancel_ms', 'cancel_reason', 'gang',
+             'ranks_left', 'ranks_ended', 'gang_end', 'rendezvous', 'progress_ms')
   local score = ARGV[5]
   if A[8] == '1' then score = redis.call('HGET', KEYS[1], 'submit_ms') or ARGV[5] end
   redis.call('ZADD', KEYS[4], score, ARGV[1])

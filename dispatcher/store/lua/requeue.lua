@@ -11,7 +11,7 @@
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return -5 end
 if state ~= 'succeeded' and state ~= 'failed' and state ~= 'cancelled' then return -7 end
-redis.call('HDEL', KEYS[1], 'finished_ms', 'exit_code', 'verdict', 'notified', 'cancel_ms', 'started_ms',
+redis.call('HDEL', KEYS[1], 'finished_ms', 'exit_code', 'verdict', 'notified', 'cancel_ms', 'cancel_reason', 'started_ms',
            'assigned_ms', 'pid', 'preempting_ms', 'gang', 'ranks_left', 'ranks_ended', 'gang_end', 'rendezvous',
            'progress_ms', 'idle_since_ms', 'warning', 'lost', 'failures', 'hold', 'notify_error')
 redis.call('HINCRBY', KEYS[1], 'attempt', 1)
