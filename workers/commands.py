@@ -69,7 +69,7 @@ def handle(sup, entry_id, cmd: dict) -> None:
         else:
             run.stop_as(Stopping.SHRINK if kind == "shrink" else Stopping.PREEMPT, cmd)
             sup.stop_run(run, run.spec.grace_s, run.checkpoint_signal)
-        log.info("job %s: %s %s by %s", job_id, kind, cmd.get("mode", ""), cmd.get("by", "a user"))
+        log.info("job %s: %s %s by %s", job_id, kind, cmd.get("mode", ""), cmd.get("by") or cmd.get("reason") or "a user")
         return
     control.ack(sup.client, sup.ns, sup.node, entry_id)
 
