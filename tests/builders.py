@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from dispatcher.core.plan import NodeView, PendingJob, Plan, RunningJob, Snapshot, Verdict
 from dispatcher.core.model import GpuInfo, JobSpec
-from dispatcher.policy import PolicyConfig, schedule
+from dispatcher.policy import PolicyConfig
+from dispatcher.policy.schedule import schedule
 
 NOW_MS = 1_000_000_000
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 
 from dispatcher.core.plan import Code, NodeView, Plan, Snapshot
 from dispatcher.core.model import PRIORITIES, JobSpec
-from dispatcher.policy import PolicyConfig, schedule
+from dispatcher.policy import PolicyConfig
+from dispatcher.policy.schedule import schedule
 from dispatcher.policy.backlog import bucket_key
 from dispatcher.core.gpuspec import gpu_family_matches
 from dispatcher.policy.fit import describe_need, gpu_family, gpu_usable

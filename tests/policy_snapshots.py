@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dispatcher.core.plan import NodeView, PendingJob, RunningJob, Snapshot
 from dispatcher.core.model import GpuInfo, JobSpec
-from dispatcher.policy import schedule
+from dispatcher.policy.schedule import schedule
 from dispatcher.policy.fit import fits_ever, gpu_family, gpu_usable
 from tests.builders import NOW_MS, make_job, make_node, seed_jobs, seed_node
 from tests.builders import snapshot as build_snapshot

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 
 from ..core.plan import Code, NodeView, PendingJob, RunningJob, Snapshot
 from ..core.model import JobSpec
-from ..policy import Backlog, schedule
+from ..policy import Backlog
+from ..policy.schedule import schedule
 from ..policy.preemption import preemptible_below
 from .workload import EstimateModel, HistoryPredictor, TraceJob
 

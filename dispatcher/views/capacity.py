@@ -7,9 +7,7 @@ cycle did not reach waits (short_of; fill_unreached reads what it needs).
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-from ..policy.fit import gpu_ok
+from ..core.gpuspec import gpu_fits
 from ..store.samples import holders, node_use
 
 #: The job sizes the view answers for.
@@ -72,10 +70,10 @@ def short_of(nodes, running, job: dict) -> str:
     if not need or job["nodes"] > 1 or job["share"] or need > max((len(n.gpus) for n in nodes), default=0):
         return ""
     taken = {(r.node, g) for r in running for g in r.gpus}
-    wants = SimpleNamespace(gpu_types=job["gpu_types"], gpu_mem_gb=job["gpu_mem_gb"])
+    types, mem_gb = tuple(job["gpu_types"]), job["gpu_mem_gb"]
     best = matching = 0
     for n in nodes:
-        ok = [g.index for g in n.gpus if not g.blocked and gpu_ok(wants, g)] if n.drain is None else []
+        ok = [g.index for g in n.gpus if not g.blocked and gpu_fits(types, mem_gb, g)] if n.drain is None else []
         matching += len(ok)
         best = max(best, sum((n.name, g) not in taken for g in ok))
     if best >= need:

@@ -78,7 +78,8 @@ def recorded(client, ns: str, job_id: str, timing: Timing | None = None) -> dict
 def explain(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:
     """`timing`: the clocks of failure handling (default: Timing.from_env(), as the scheduler's)."""
     from .forecast import forecast_read  # the what-if's own: `dispatch why` without --fresh never loads them
-    from ..policy import rest_verdict, schedule
+    from ..policy import rest_verdict
+    from ..policy.schedule import schedule
     from ..store.snapshot import read_snapshot
     from ..store.spec_cache import SpecCache
 

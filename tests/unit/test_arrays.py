@@ -8,7 +8,7 @@ import pytest
 from dispatcher.core.arrays import element_name, elements, first_ids, parse_array, ranges, request_jobs
 from dispatcher.core.errors import InvalidRequestError
 from dispatcher.core.model import JobSpec
-from dispatcher.policy import schedule
+from dispatcher.policy.schedule import schedule
 from dispatcher.store.codec import decode_spec, encode_spec
 
 from tests.builders import NOW_MS, make_job, make_node, snapshot

@@ -58,3 +58,12 @@ def test_every_command_and_subcommand_takes_debug_as_the_internal_error_line_ask
     plain = subprocess.run([sys.executable, "-m", "dispatcher", "policy", "check", "/nonexistent.toml"],
                            capture_output=True, text=True)
     assert got.returncode == plain.returncode, (got.returncode, plain.returncode)
+
+
+def test_top_and_the_board_import_no_scheduling_code():
+    # reading a policy file (policy.config) loaded the whole policy package, the cycle with it: ~50 ms of
+    # `dispatch top --once`, whose target is 100 ms, and of most commands
+    code = "import sys, dispatcher.views.top, dispatcher.views.board; print(sorted(m for m in sys.modules " \
+           "if m.startswith('dispatcher.policy')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "cycle" not in out and "schedule" not in out and "backlog" not in out, out

@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.policy import schedule
+from dispatcher.policy.schedule import schedule
 from tests.builders import NOW_MS, make_job, make_node, snapshot
 
 

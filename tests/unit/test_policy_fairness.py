@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 
 from dispatcher.core.plan import Code, Plan, Reservation
-from dispatcher.policy import PolicyConfig, schedule
+from dispatcher.policy import PolicyConfig
+from dispatcher.policy.schedule import schedule
 from dispatcher.policy.config import TeamQuota
 from tests.builders import NOW_MS, make_job, make_node, placed, plan_of, seed_jobs, seed_node, snapshot, verdict_of
 

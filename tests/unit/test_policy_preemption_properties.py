@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from dispatcher.core.plan import Code, PendingJob, RunningJob, Snapshot
 from dispatcher.core.model import PRIORITIES, JobSpec
-from dispatcher.policy import PolicyConfig, schedule
+from dispatcher.policy import PolicyConfig
+from dispatcher.policy.schedule import schedule
 from dispatcher.policy.fit import gpu_usable
 from tests.builders import NOW_MS, make_node, placed
 from tests.preemption_builders import preempted

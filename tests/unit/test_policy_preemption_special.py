@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from dispatcher.core.plan import Reservation, RunningJob
-from dispatcher.policy import PolicyConfig, schedule
+from dispatcher.policy import PolicyConfig
+from dispatcher.policy.schedule import schedule
 from dispatcher.policy.config import TeamQuota
 from tests.builders import NOW_MS, make_job, make_node, placed, snapshot, verdict_of
 from tests.preemption_builders import critical, full_node, plan_of, preempted, running_job, scenario_config

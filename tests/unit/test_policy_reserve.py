@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dispatcher.core.plan import Code
-from dispatcher.policy import PolicyConfig, schedule
+from dispatcher.policy import PolicyConfig
+from dispatcher.policy.schedule import schedule
 from dispatcher.policy.profiles import parse_policy
 from dispatcher.policy.render import render_policy
 from tests.builders import NOW_MS, make_job, make_node, snapshot
