@@ -40,8 +40,11 @@ def pick(rows: list[list], header: list[str], fields: tuple[str, ...]) -> tuple[
 
 
 #: Control characters (C0, DEL, C1) as escapes: a job's name, command or variables printed raw rang the
-#: terminal's bell, moved its cursor, or made grep take the output for binary.
-_VISIBLE = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))} | {0x0a: "\\n", 0x09: "\\t"}
+#: terminal's bell, moved its cursor, or made grep take the output for binary; and the invisible ones that
+#: reorder or hide text (bidirectional overrides and isolates, zero-width marks) as \\uXXXX.
+_VISIBLE = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0))} | {0x0a: "\\n", 0x09: "\\t"} | {
+    c: f"\\u{c:04x}" for c in (0x61c, *range(0x200b, 0x2010), *range(0x202a, 0x202f), *range(0x2060, 0x2065),
+                             *range(0x2066, 0x206a), 0xfeff)}
 
 
 def visible(text: str) -> str:

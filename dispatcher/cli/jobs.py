@@ -58,6 +58,10 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
         latest = {i for i, _ in tolerant(lambda: index_window(ctx.client, keys.jobs_all(ctx.ns), n_all - limit,
                                                               limit), [])}
         jobs = [j for j in jobs if j["state"] not in STATE_GROUPS["done"] or j["id"] in latest]
+    elif show_all and sel.filtered and not sel.ids:  # (--all -u bob: the latest --limit ended jobs it matches)
+        ended = sorted((j for j in jobs if j["state"] in STATE_GROUPS["done"]), key=lambda j: j["submitted_at"] or 0)
+        older = {j["id"] for j in ended[:-limit]}
+        jobs, n_all = [j for j in jobs if j["id"] not in older], (limit + 1 if older else 0)
     pending = [j for j in jobs if j["state"] == "pending"]
     more = len(pending) - limit if sel.ids or sel.filtered else \
         (tolerant(lambda: ctx.client.zcard(keys.jobs_pending(ctx.ns)), 0) or 0) - min(len(pending), limit)
@@ -108,8 +112,10 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
     if more > 0:  # (--noheader: stdout holds rows only, for a script's loop)
         click.echo(f"... {_more(more, limit)}", err=noheader)
     if n_all > limit:
-        click.echo(f"... and older ended jobs: --all looks at the latest {limit} jobs (--limit N; -t all lists "
-                   "every one, dispatch history a window)", err=noheader)
+        shown = f"shows the latest {limit} ended jobs it matches" if window is False else \
+            f"looks at the latest {limit} jobs"
+        click.echo(f"... and older ended jobs: --all {shown} (--limit N; -t all lists every one, dispatch history a "
+                   "window)", err=noheader)
     notes = [(x, noheader) for x in report(ctx.client, ctx.ns)]  # (a stale scheduler's word: always on stderr)
     for line, err in notes + [(x, True) for x in pending and published.stale_lines(ctx.client, ctx.ns)]:
         click.echo(line, err=err)

@@ -154,6 +154,8 @@ def with_caller(options: dict, user: str, cwd: str) -> dict:
     elif not given.strip():
         raise InvalidRequestError("--cwd: empty; give a directory (left out, it is the one you submit from)",
                                   field="--cwd")
+    elif "\0" in given:
+        raise InvalidRequestError(f"--cwd: {given!r} holds a NUL byte, which no path can carry", field="--cwd")
     elif not posixpath.isabs(given) and cwd:
         options["cwd"] = posixpath.normpath(posixpath.join(cwd, given))
     return options

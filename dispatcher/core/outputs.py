@@ -70,8 +70,11 @@ def parse_notify(text) -> str:
     value = "" if text is None else str(text).strip()
     if not value:
         return ""
-    if len(value) > MAX_NOTIFY or "\0" in value:
+    if len(value) > MAX_NOTIFY:
         raise InvalidRequestError(f"--notify: at most {MAX_NOTIFY} characters", field="--notify")
+    if "\0" in value:
+        raise InvalidRequestError("--notify: it holds a NUL byte, which no command line or URL can carry",
+                                  field="--notify")
     if is_url(value):
         try:
             ok = bool(urlsplit(value).hostname)

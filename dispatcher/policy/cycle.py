@@ -277,10 +277,17 @@ class Cycle:
         return False
 
     def _place(self, spec: JobSpec, terms: dict[str, float], why: str) -> bool:
-        team = self.teams.check(spec, self.index.free_total)
-        if team is None and self.quick_block(spec, terms):
+        team, best = self.teams.check(spec, self.index.free_total), None
+        if team is not None and team[0] is Code.HELD_FOR_TEAM and spec.nodes < 2:
+            best = self.best_node(spec)  # held for teams below their guarantee: unless it takes none of theirs
+            if best is not None and not self.teams.takes_owed(spec, best[1].view, best[2]):
+                team = None
+            else:
+                best = None
+        if team is None and best is None and self.quick_block(spec, terms):
             return False
-        best = None if team or spec.nodes >= 2 else self.best_node(spec)
+        if best is None and not team and spec.nodes < 2:
+            best = self.best_node(spec)
         if best is None and team is None and self.is_gang(spec):
             return place_gang(self, spec, terms, why)
         if best is None:

@@ -120,6 +120,13 @@ class Teams:
                 for g in self.gpu_kinds)
         return got
 
+    def takes_owed(self, spec: JobSpec, node, gpus) -> bool:
+        """Would `spec` on these `gpus` of `node` (a NodeView) take one that a team below its guarantee, with
+        work waiting, could use? A job held for such teams that would take none of theirs starts."""
+        owed = [t for t in self.config.teams if t != spec.team and self.owed(t)]
+        return any(not self.wants.get(t) or any(gpu_fits(types, mem_gb, node.gpu(g)) for types, mem_gb in self.wants[t])
+                   for t in owed for g in gpus)
+
     def waiting(self, spec: JobSpec) -> None:
         """`spec` waits: its GPUs count in its team's demand, its request among its team's wants."""
         self.demand[spec.team] += spec.gpus

@@ -59,7 +59,8 @@ def _overrun(d: dict, snapshot, now_ms: int) -> dict:
     it can only guess (as much again as they overran, at least a minute: sim/forecast.work_left, as the
     scheduler's plan, policy/nodes.end_ms); and `names`: those that are array elements, as 12_5."""
     after = set((d.get("start") or {}).get("after_jobs") or ())
-    d["names"] = {r.spec.id: element_of(r.spec) for r in snapshot.running if r.spec.id in after and element_of(r.spec)}
+    d["names"] = {s.id: element_of(s) for s in [r.spec for r in snapshot.running] + [p.spec for p in snapshot.pending]
+                  if s.id in after and element_of(s)}  # (a pending one may start and end before it, in the forecast)
     d["past_estimate"] = sorted({r.spec.id for r in snapshot.running if r.spec.id in after and r.spec.est_s is not None
                                  and r.started_ms + r.spec.est_s * 1000 <= now_ms}, key=lambda i: (len(i), i))
     return d

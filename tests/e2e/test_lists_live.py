@@ -130,3 +130,5 @@ def test_queue_all_says_when_older_ended_jobs_are_not_looked_at(cli):
     assert "... and older ended jobs: --all looks at the latest 2 jobs (--limit N; -t all lists every one" in p.stdout
     assert cli.run("queue", "-t", "all", "-o", "id", "--noheader").stdout.split() == ids
     assert "older" not in cli.run("queue", "--all", "-o", "id").stdout  # (all of them in the window)
+    p = cli.run("queue", "--all", "--limit", "2", "-u", cli.show(ids[0])["user"], "-o", "id")  # a filter: it listed all 4
+    assert p.stdout.split()[1:3] == ids[2:] and "--all shows the latest 2 ended jobs it matches" in p.stdout, p

@@ -108,3 +108,16 @@ def test_eta_names_the_elements_a_job_waits_for_as_queue_does(client, ns):
     import re
     named = re.search(r"when jobs? (.*) ends?$", said)  # (one or both: they end within a millisecond or two)
     assert named and set(named.group(1).split(", ")) <= {f"{head}_0", f"{head}_1"}, said
+
+
+def test_eta_names_a_pending_element_it_waits_for_as_queue_does(client, ns):
+    # `eta 397_4` said "when job 399 ends": 397_2, still pending, starts and ends first in the forecast
+    from dispatcher.core.model import GpuInfo
+    from dispatcher.store.nodes import write_heartbeat
+
+    write_heartbeat(client, ns, "n1", [GpuInfo(0, "NVIDIA A100-40GB", 40.0)], 8, 64.0, now_ms())
+    t = now_ms()
+    head, second = write_jobs(client, ns, [build_spec(command=["true"], user="ann", submit_ms=t, gpus=1, est="2m").filled(
+        array_of=f"{NEW}0", array_index=i, array_count=2) for i in range(2)])
+    said = describe(read_eta(client, ns, second))
+    assert said.startswith(f"job {head}_1: ") and f"when job {head}_0 ends" in said, said

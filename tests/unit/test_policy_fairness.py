@@ -139,6 +139,17 @@ def test_a_team_at_its_gpu_limit_waits_while_another_team_starts(limit, want_gpu
         assert not plan.reservations, f"a job over its team limit got a reservation: {plan.reservations}"
 
 
+def test_a_job_of_any_type_held_for_a_team_starts_where_it_takes_none_of_the_teams_gpus():
+    # n1: 2 free A100s, which team a (owed 2) waits for; n2: 1 free V100. b's jobs may take any GPU
+    config = PolicyConfig(teams={"a": TeamQuota(guarantee_gpus=2), "b": TeamQuota(guarantee_gpus=0)})
+    nodes = [make_node("n1").gpus(2, "A100"), make_node("n2").gpus(1, "V100", 16.0)]
+    b = [team_job(f"b{i}", "b", "bob").gpus(1).priority("high").waited(600 - i) for i in range(1, 4)]
+    a = [team_job(f"a{i}", "a", "ann").gpus(1, "A100") for i in (1, 2)]
+    plan = plan_of(b + a, nodes, config=config)
+    assert placed(plan) == {"b1": ("n2", (0,)), "a1": ("n1", (0,)), "a2": ("n1", (1,))}, (placed(plan), plan.verdicts)
+    assert verdict_of(plan, "b2").code is Code.HELD_FOR_TEAM, verdict_of(plan, "b2")
+
+
 def test_a_job_larger_than_its_teams_limit_is_told_it_cannot_start_until_the_limit_is_raised():
     config = PolicyConfig(teams={"vision": TeamQuota(guarantee_gpus=0, limit_gpus=2)})
     plan = plan_of([team_job("big", "vision", "vic").gpus(3)], [make_node("n1").gpus(8)], config=config)
@@ -172,10 +183,10 @@ def test_a_team_below_its_guarantee_gets_free_gpus_before_others_borrow_them(a_j
 
 @pytest.mark.parametrize("a_types, b_types, want_b", [
     (("A100",), ("V100",), 4),  # a waits for A100s only: b's V100 jobs take every free V100
-    (("A100",), (), 2),         # b's jobs may take any GPU: as on one kind of GPU
+    (("A100",), (), 4),         # b's jobs may take any GPU, but only V100s are free: none a could use
     ((), ("V100",), 2),         # a's jobs may take any GPU: so may b's V100 jobs
     (("V100",), ("V100",), 2),  # the same type: as on one kind of GPU
-], ids=["gpus_the_team_cannot_use_are_not_held_for_it", "a_job_of_any_type_is_held",
+], ids=["gpus_the_team_cannot_use_are_not_held_for_it", "a_job_of_any_type_on_gpus_the_team_cannot_use",
         "a_team_that_takes_any_type_holds_any", "the_same_type_is_held"])
 def test_a_guarantee_holds_gpus_only_from_jobs_that_could_take_the_teams_types(a_types, b_types, want_b):
     # n1's 2 A100s are busy with team c's jobs, n2's 4 V100s free. Team a is owed 2 GPUs and waits with 2 jobs;

@@ -63,6 +63,8 @@ def test_a_request_without_cwd_runs_where_it_was_submitted_and_build_spec_keeps_
     ({"cpus": 10**20}, "--cpus", "--cpus: 100000000000000000000 is out of range; allowed 1 to 4096"),
     ({"cpus": 0}, "--cpus", "--cpus: 0 is out of range; allowed 1 to 4096"),  # (as sbatch: a job takes a CPU)
     ({"env": {"A": "x\0y"}}, "--env", "--env: the value of A holds a NUL byte"),  # (it was stuck assigned)
+    ({"cwd": "/tmp\0x"}, "--cwd", "--cwd: '/tmp\\x00x' holds a NUL byte"),
+    ({"notify": "echo\0hi"}, "--notify", "--notify: it holds a NUL byte"),  # (it said: at most 4096 characters)
     ({"command": ["tr\0ue"]}, "COMMAND", "the command's argument 'tr\\x00ue' holds a NUL byte"),
     ({"gpus": "\u0663"}, "--gpus", "--gpus: '\u0663' is not a whole number"),  # only ASCII digits
     ({"gpus": "2-\u0663"}, "--gpus", "--gpus: '\u0663' is not a whole number"),

@@ -28,3 +28,4 @@ def test_a_table_escapes_control_characters_a_job_brought_in():
     out = table([["7", "a\x07b", "tr\x00ue \x1b[2J\x9b"]], ["ID", "NAME", "COMMAND"])
     assert out.splitlines()[1] == "7   a\\x07b  tr\\x00ue \\x1b[2J\\x9b", out
     assert all(ch.isprintable() for ch in out.replace("\n", "")), out
+    assert table([["x\u202eabc\u200b"]], ["C"]).splitlines()[1] == "x\\u202eabc\\u200b"  # (reordered what followed)

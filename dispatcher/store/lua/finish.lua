@@ -101,7 +101,8 @@ if gang ~= '' and (ARGV[15] or '') ~= '' then
 elseif A[10] ~= '' and state == 'preempting' and f[10] and A[3] == 'pending' then
   -- lost while its preemption's grace ran (its agent or node died): the preemption's end, not a lost
   -- attempt: it was asked to stop, and goes back to the queue uncounted, as it would have
-  A[6], A[7], A[10] = (f[11] or ('preempted by ' .. f[10])) .. '; ' .. A[6], '1', ''
+  A[6], A[7], A[10] = (f[11] or ('preempted by ' .. f[10])) .. '; it ended within the grace as ' ..
+    (string.gsub(A[6], '; attempt lost$', '')), '1', ''
 end
 for g in string.gmatch(gpus, '[^,]+') do
   ngpus = ngpus + 1
