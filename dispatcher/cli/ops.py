@@ -130,13 +130,14 @@ def scheduler(ctx, policy_path, secret_file, admins):
 def _identity_matches(ctx, verifier, what: str) -> None:
     """A scheduler or agent without the lab secret on a namespace that has identity on would place
     launches nobody seals, or start jobs nobody checked: it refuses in one line."""
-    from ..store import keys
-    from ..store.requests import identity_on
+    from ..store import keys, requests
 
-    if verifier is None and identity_on(ctx.client, ctx.ns):
+    if verifier is None and requests.identity_on(ctx.client, ctx.ns):
         raise errors.ConfigError(f"namespace {ctx.ns} has identity on ({keys.auth(ctx.ns)}): start this {what} with "
                                  "--secret-file (beside `dispatch up`: `secret` in its state directory; to turn "
                                  "identity off, delete that key)", key="--secret-file")
+    if verifier is not None and not verifier.admins:  # no --admins: the cluster's (a standby beside `up` led
+        verifier.admins = requests.published_admins(ctx.client, ctx.ns)  # with none: up's admins could drain no node)
 
 
 def _node_options(fn):

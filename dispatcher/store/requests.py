@@ -50,6 +50,11 @@ MAX_SPECS, SPECS_BYTES = 1000, 1024 * 1024
 _STREAM_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
 
 
+def published_admins(client, ns: str) -> frozenset[str]:
+    """The admins the leading scheduler published with identity's mode (keys.auth)."""
+    return frozenset(a for a in text(client.hget(keys.auth(ns), "admins")).split(",") if a)
+
+
 def identity_on(client, ns: str) -> bool:
     return text(client.hget(keys.auth(ns), "mode")) == "hmac"
 
@@ -123,7 +128,7 @@ class RequestServer:
     def __init__(self, client, ns: str, verifier: Verifier, scripts, clock=time.time):
         self.client, self.ns, self.verifier, self.scripts, self.clock = client, ns, verifier, scripts, clock
 
-    def publish_mode(self) -> None:
+    def publish_mode(self) -> None:  # (the admins too: a scheduler started without --admins takes them)
         self.client.hset(keys.auth(self.ns), mapping={"mode": "hmac", "admins": ",".join(sorted(self.verifier.admins))})
 
     def serve(self, batch: int = 500) -> int:
