@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 import click
@@ -95,8 +96,10 @@ def simulate(trace, gpus, gpus_per_node, nodes_spec, policy, compare, est_error,
     files = {n: load_policy_file(n)[0] for n in names if names_a_file(n)}
     policies = [resolve(n, files) for n in names]
     t0 = time.perf_counter()
+    said = (lambda name, i, n: click.echo(f"dispatch: {name} simulated ({i} of {n}, {time.perf_counter() - t0:.0f}s "
+                                          "so far)", err=True)) if sys.stderr.isatty() and len(policies) > 1 else None
     out = run(jobs, nodes, policies, estimates=estimates, make_rng=random.Random, seed=seed,
-              ckpt_save_s=save_s, ckpt_restore_s=restore_s)
+              ckpt_save_s=save_s, ckpt_restore_s=restore_s, progress=said)
     out["wall_s"] = round(time.perf_counter() - t0, 2)
     results = out.pop("results")
     if as_json:

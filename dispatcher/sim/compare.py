@@ -10,9 +10,10 @@ from .workload import EstimateModel, TraceJob
 
 
 def simulate(trace: list[TraceJob], nodes, policies: list[SimPolicy], *, estimates: EstimateModel,
-             make_rng, seed: int = 0, ckpt_save_s: float = 30.0, ckpt_restore_s: float = 30.0) -> dict:
+             make_rng, seed: int = 0, ckpt_save_s: float = 30.0, ckpt_restore_s: float = 30.0, progress=None) -> dict:
     """{'policies': {name: metrics}, 'results': {name: SimResult}, ...}. `make_rng(seed)` gives a
-    seeded random.Random; every policy gets a fresh one, so all see the same estimate errors."""
+    seeded random.Random; every policy gets a fresh one, so all see the same estimate errors.
+    `progress(name, i, n)`, if given, hears of each policy done (the i-th of n)."""
     out = {"policies": {}, "results": {}, "estimates": estimates.label(), "seed": seed,
            "gpus": sum(len(g) for _, g in nodes), "nodes": len(nodes), "jobs": len(trace)}
     cannot = never_fits(nodes)
@@ -26,6 +27,8 @@ def simulate(trace: list[TraceJob], nodes, policies: list[SimPolicy], *, estimat
         m["oracle"] = p.oracle
         out["policies"][p.name] = m
         out["results"][p.name] = result
+        if progress is not None:
+            progress(p.name, len(out["policies"]), len(policies))
     base = out["policies"].get("fifo")
     if base and base["avg_jct_s"]:
         for m in out["policies"].values():
