@@ -92,6 +92,7 @@ def decisions(ctx, job_id, limit, as_json):
     """The scheduler's latest decisions: each start (its score breakdown and why it won) and each
     preemption (its victim, the job it made room for, how, and why)."""
     from ..store.decisions import placed_on, read_decisions
+    from ..store.dependencies import element_names
     from ..store.jobs import read_named
 
     if job_id is not None:  # 12_5 is element 5 of array 12; no such job is one line, not an empty table
@@ -100,8 +101,10 @@ def decisions(ctx, job_id, limit, as_json):
     if as_json:
         click.echo(json.dumps(got, indent=1))
         return
-    rows = [[time.strftime("%H:%M:%S", time.localtime(d["time"])), d["kind"], d["job"],
-             placed_on(d), f"{d['score']:.1f}" if d["kind"] == "start" else f"for {d.get('for_job') or '-'}",
+    named = element_names(ctx.client, ctx.ns, {d["job"] for d in got} | {d["for_job"] for d in got if d.get("for_job")})
+    rows = [[time.strftime("%H:%M:%S", time.localtime(d["time"])), d["kind"], named.get(d["job"], d["job"]),
+             placed_on(d), f"{d['score']:.1f}" if d["kind"] == "start" else
+             f"for {named.get(d.get('for_job'), d.get('for_job')) or '-'}",
              " ".join(f"{k[:4]}={v:.0f}" for k, v in d["terms"].items()) if d["kind"] == "start"
              else d.get("mode") or "graceful", d["profile"], d["why"][:80]] for d in got]
     click.echo(_table(rows, ["TIME", "KIND", "JOB", "ON", "SCORE/BY", "TERMS/MODE", "PROFILE", "WHY"]))

@@ -135,6 +135,8 @@ def test_decisions_job_takes_an_array_element_as_why_does_and_names_a_job_that_d
     pipe.execute()
     got = json.loads(cli.run("decisions", "--job", f"{array}_1", "--json").stdout)  # was: [] (no job '0_1' decided)
     assert [d["job"] for d in got] == [element]
+    (row,) = cli.run("decisions").stdout.splitlines()[1:]  # the table names it as queue does (it said its record id)
+    assert row.split()[2] == f"{array}_1", row
     for bad in ("999999", f"{array}_7", ""):  # was: an empty table and exit 0
         one_line(cli.run("decisions", "--job", bad, check=False), errors.EXIT_NOT_FOUND, "no job with id")
 
