@@ -104,7 +104,8 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
         # so far; an ended job's (-t all): its last attempt's, as sacct's Elapsed
         rows.append([row_id, j["name"] or "-", j["user"], classes, counts(group) if len(group) > 1 else j["state"],
                      gpus, where, age(waited), ran, reason if len(reason) <= 90 else reason[:89] + "…",
-                     shlex.join(j["command"]).replace("\n", "\\n")])  # one line a job
+                     shlex.join(a if len(a) <= 60 else a[:59] + "…" for a in j["command"])])  # one line a job: a
+        # long argument cut (a notebook's 600-character `python3 -c` script swamped the table; show has it whole)
     header = ["ID", "NAME", "USER", "PRIORITY", "STATE", "GPUS", "NODE", "WAIT", "TIME", "REASON", "COMMAND"]
     rows, header = pick(rows, header, fields)
     if rows or not noheader:

@@ -221,3 +221,12 @@ def test_queue_says_when_its_reasons_come_from_a_scheduler_that_stopped_cycling(
     assert "no GPU free" in p.stdout and "s ago: is it running? (dispatch top)" in p.stderr, p
     client.hset(keys.scheduler_stats(cli.ns), "at_ms", now_ms())
     assert cli.run("queue").stderr == ""
+
+
+def test_queue_cuts_a_long_argument_and_show_keeps_it_whole(cli):
+    # a notebook's 600-character `python3 -c` script swamped queue's table
+    script = "import os; " * 30
+    job = cli.submit("--", "python3", "-c", script)
+    (row,) = [line for line in cli.run("queue").stdout.splitlines() if line.startswith(f"{job} ")]
+    assert row.endswith("python3 -c '" + script[:59] + "…'"), row
+    assert cli.show(job)["command"] == ["python3", "-c", script]
