@@ -104,8 +104,8 @@ def record_view(rec) -> dict:
         "gpus_requested": spec.gpus if spec else 0,
         "gpu_types": list(spec.gpu_types) if spec else [],
         "gpu_mem_gb": spec.gpu_mem_gb if spec else 0,
-        "cpus": spec.cpus if spec else 0,
-        "mem_gb": spec.mem_gb if spec else 0,
+        "cpus": spec.cpus if spec else 0, "mem_gb": spec.mem_gb if spec else 0,
+        "share": spec.share if spec else False,  # --share
         "est_s": spec.est_s if spec else None,
         "checkpointable": spec.checkpointable if spec else False,
         "after": list(spec.after) if spec else [],
@@ -224,10 +224,10 @@ def request_view(spec: JobSpec | None) -> dict:
     """The rest of what a job asked for, which one job shown in full (`dispatch show`) adds to its
     record_view: its working directory, environment, and how it may be preempted or share."""
     if spec is None:
-        return {"cwd": None, "env": {}, "preemptible": False, "share": False,
+        return {"cwd": None, "env": {}, "preemptible": False,
                 "checkpoint_signal": None, "scaling": None, "same_type": None}
     return {"cwd": spec.cwd or None, "env": dict(spec.env), "preemptible": spec.preemptible,
-            "share": spec.share, "checkpoint_signal": spec.checkpoint_signal, "scaling": spec.scaling or None,
+            "checkpoint_signal": spec.checkpoint_signal, "scaling": spec.scaling or None,
             "same_type": spec.same_type}
 
 
