@@ -21,6 +21,7 @@ from ..config import Timing
 from ..core.arrays import element_of, label
 from ..core.plan import taking_jobs
 from ..core.units import within
+from ..policy.nodes import OVERRUN_MIN_S
 from ..sim.forecast import HORIZON_S, Forecast, forecast, work_left
 from ..sim.list_forecast import list_start
 from ..scheduler.policy_source import policy_in_force
@@ -62,8 +63,16 @@ def _overrun(d: dict, snapshot, now_ms: int) -> dict:
     d["names"] = {s.id: element_of(s) for s in [r.spec for r in snapshot.running] + [p.spec for p in snapshot.pending]
                   if s.id in after and element_of(s)}  # (a pending one may start and end before it, in the forecast)
     d["past_estimate"] = sorted({r.spec.id for r in snapshot.running if r.spec.id in after and r.spec.est_s is not None
-                                 and r.started_ms + r.spec.est_s * 1000 <= now_ms}, key=lambda i: (len(i), i))
+                                 and r.started_ms + r.spec.est_s * 1000 <= now_ms and not _limit_first(r, now_ms)},
+                                key=lambda i: (len(i), i))
     return d
+
+
+def _limit_first(r, now_ms: int) -> bool:
+    """Does running job `r`'s --time (and grace) end it before the overrun guess would (work_left's cap)?"""
+    ran_s = (now_ms - r.started_ms) / 1000.0
+    return bool(r.spec.time_limit_s) and r.spec.time_limit_s + r.spec.grace_s - ran_s <= max(
+        OVERRUN_MIN_S, ran_s - r.spec.est_s)
 
 
 def read_eta(client, ns: str, job_id: str, timing: Timing | None = None) -> dict:

@@ -29,3 +29,14 @@ def test_a_table_escapes_control_characters_a_job_brought_in():
     assert out.splitlines()[1] == "7   a\\x07b  tr\\x00ue \\x1b[2J\\x9b", out
     assert all(ch.isprintable() for ch in out.replace("\n", "")), out
     assert table([["x\u202eabc\u200b"]], ["C"]).splitlines()[1] == "x\\u202eabc\\u200b"  # (reordered what followed)
+
+
+def test_eta_calls_an_end_a_guess_only_where_the_overrun_rule_not_the_time_limit_gives_it():
+    # `--est 5s --time 40s --grace 0s`, 21 s in: its --time ends it in 19 s, which eta said was "a guess ...
+    # as much again as it overran, at least a minute"
+    from dispatcher.views.forecast import _limit_first
+    from tests.builders import NOW_MS, make_job
+
+    r = make_job("R").est(5)._set(time_limit_s=40.0, grace_s=0.0).running_on("n1", 0, started_s_ago=21)
+    assert _limit_first(r, NOW_MS)
+    assert not _limit_first(make_job("S").est(5)._set(time_limit_s=3600.0).running_on("n1", 0, started_s_ago=21), NOW_MS)
