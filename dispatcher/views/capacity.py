@@ -61,23 +61,41 @@ def describe(rows: list[dict]) -> list[list]:
              *(r["fits"][str(s)] for s in SIZES)] for r in rows]
 
 
-def short_of(nodes, running, job: dict) -> str:
+def free_by_kind(nodes, running) -> tuple[dict, list[dict]]:
+    """What short_of reads of a cluster, once for many jobs: a GpuInfo of each GPU kind (name and memory)
+    on its undrained nodes, and per node {kind: [usable GPUs, free ones]}."""
+    taken = {(r.node, g) for r in running for g in r.gpus}
+    kinds: dict[tuple, object] = {}
+    per_node = []
+    for n in nodes:
+        here: dict[tuple, list[int]] = {}
+        for g in n.gpus if n.drain is None else ():
+            if not g.blocked:
+                kind = (g.name, g.mem_total_gb)
+                kinds.setdefault(kind, g)
+                counts = here.setdefault(kind, [0, 0])
+                counts[0] += 1
+                counts[1] += (n.name, g.index) not in taken
+        per_node.append(here)
+    return kinds, per_node
+
+
+def short_of(cluster: tuple[dict, list[dict]], job: dict) -> str:
     """Why no node could take one-node `job` (a job view) now: GPUs of its types and memory, free on one
     undrained node, too few everywhere; "" if one has them, or for a job of whole nodes or a sharer. For
     the jobs a cycle did not reach (their group's first job got the verdict), whose one rest reason
-    speaks of no job in particular."""
+    speaks of no job in particular. `cluster`: free_by_kind's."""
+    kinds, per_node = cluster
     need = job["min_gpus"] or job["gpus_requested"]  # (an elastic job starts on its least)
-    if not need or job["nodes"] > 1 or job["share"] or need > max((len(n.gpus) for n in nodes), default=0):
+    if not need or job["nodes"] > 1 or job["share"] or need > max((sum(c[0] for c in here.values())
+                                                                    for here in per_node), default=0):
         return ""
-    taken = {(r.node, g) for r in running for g in r.gpus}
     types, mem_gb = tuple(job["gpu_types"]), job["gpu_mem_gb"]
-    best = matching = 0
-    for n in nodes:
-        ok = [g.index for g in n.gpus if not g.blocked and gpu_fits(types, mem_gb, g)] if n.drain is None else []
-        matching += len(ok)
-        best = max(best, sum((n.name, g) not in taken for g in ok))
+    usable = {k for k, g in kinds.items() if gpu_fits(types, mem_gb, g)}
+    best = max((sum(c[1] for k, c in here.items() if k in usable) for here in per_node), default=0)
     if best >= need:
         return ""
+    matching = sum(c[0] for here in per_node for k, c in here.items() if k in usable)
     what = f"{need}x{'|'.join(job['gpu_types'])}" if job["gpu_types"] else f"{need} GPU{'s' if need > 1 else ''}"
     mem = f" of {job['gpu_mem_gb']:g} GB or more" if job["gpu_mem_gb"] else ""
     return (f"needs {what}{mem}: at most {best} of those free on one node now ({matching} in the cluster that "
@@ -93,10 +111,11 @@ def fill_unreached(client, ns: str, jobs: list[dict]) -> None:
 
     todo = [j for j in jobs if j["state"] == "pending" and not j["reason"] and j["gpus_requested"]]
     pub = cluster.read(client, ns) if todo else None
+    kinds = free_by_kind(pub.nodes, pub.running) if pub is not None else None
     said: dict[tuple, str] = {}
     for j in todo if pub is not None else ():
         key = (j["gpus_requested"], j["min_gpus"], tuple(j["gpu_types"]), j["gpu_mem_gb"], j["nodes"], j["share"])
         if key not in said:
-            said[key] = short_of(pub.nodes, pub.running, j)
+            said[key] = short_of(kinds, j)
         j["reason"] = said[key]
     fill_rest_reason(client, ns, jobs)
