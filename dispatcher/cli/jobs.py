@@ -113,7 +113,7 @@ def queue(ctx, job_ids, show_all, expand, limit, users, states, names, teams, fi
     if more > 0:  # (--noheader: stdout holds rows only, for a script's loop)
         click.echo(f"... {_more(more, limit)}", err=noheader)
     if n_all > limit:
-        shown = f"shows the latest {limit} ended jobs it matches" if window is False else \
+        shown = f"shows the latest {limit} ended jobs it matches" if not window else \
             f"looks at the latest {limit} jobs"
         click.echo(f"... and older ended jobs: --all {shown} (--limit N; -t all lists every one, dispatch history a "
                    "window)", err=noheader)

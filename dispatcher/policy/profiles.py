@@ -61,7 +61,8 @@ class ScheduleEntry:
             if self.from_min < self.to_min:
                 out.append((d * 1440 + self.from_min, d * 1440 + self.to_min))
             elif self.from_min > self.to_min:
-                out += [(d * 1440 + self.from_min, (d + 1) * 1440), ((d + 1) % 7 * 1440, (d + 1) % 7 * 1440 + self.to_min)]
+                after = (d + 1) % 7 * 1440  # (Sunday's night ends on Monday)
+                out += [(d * 1440 + self.from_min, (d + 1) * 1440), (after, after + self.to_min)]
         return out
 
     def matches(self, weekday: int, minute: int) -> bool:

@@ -114,18 +114,20 @@ class Teams:
         key = (spec.gpu_types, spec.gpu_mem_gb, team)
         got = self._overlap.get(key)
         if got is None:
-            wants = self.wants.get(team)
-            got = self._overlap[key] = not wants or not self.gpu_kinds or any(
-                gpu_fits(spec.gpu_types, spec.gpu_mem_gb, g) and any(gpu_fits(t, m, g) for t, m in wants)
-                for g in self.gpu_kinds)
+            got = self._overlap[key] = not self.wants.get(team) or not self.gpu_kinds or any(
+                gpu_fits(spec.gpu_types, spec.gpu_mem_gb, g) and self._could_use(team, g) for g in self.gpu_kinds)
         return got
+
+    def _could_use(self, team: str, gpu) -> bool:
+        """Could a waiting job of `team` run on `gpu` (a GpuInfo)? Yes if its requests are not known."""
+        wants = self.wants.get(team)
+        return not wants or any(gpu_fits(types, mem_gb, gpu) for types, mem_gb in wants)
 
     def takes_owed(self, spec: JobSpec, node, gpus) -> bool:
         """Would `spec` on these `gpus` of `node` (a NodeView) take one that a team below its guarantee, with
         work waiting, could use? A job held for such teams that would take none of theirs starts."""
         owed = [t for t in self.config.teams if t != spec.team and self.owed(t)]
-        return any(not self.wants.get(t) or any(gpu_fits(types, mem_gb, node.gpu(g)) for types, mem_gb in self.wants[t])
-                   for t in owed for g in gpus)
+        return any(self._could_use(t, node.gpu(g)) for t in owed for g in gpus)
 
     def waiting(self, spec: JobSpec) -> None:
         """`spec` waits: its GPUs count in its team's demand, its request among its team's wants."""
